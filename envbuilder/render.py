@@ -1,0 +1,209 @@
+"""Render a BuildPlan into a build folder: Dockerfile, envbuilder.def, requirements, stack.json,
+the smoke job and the files they copy.
+
+The shell commands both formats run are built once here (``Steps``) and formatted by the two
+templates, so the Dockerfile and the Apptainer definition cannot drift apart. Output is written
+to a temporary folder next to the destination and moved into place: a failed render leaves
+nothing behind.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Mapping
+
+from . import __version__
+from .errors import InputError, OperationError
+from .plan import BuildPlan, PipLayer
+from .resources import payload_dir, templates_dir
+
+LAYER_BUILD_DEPS: dict[str, tuple[str, ...]] = {
+    # what each compiled layer's setup.py imports while building (no build isolation: they
+    # import torch, which must come from the torch layer, not a fresh build environment)
+    "horovod": ("setuptools", "wheel", "packaging", "cmake", "psutil", "pyyaml", "cloudpickle"),
+    "deepspeed": ("setuptools", "wheel", "packaging", "ninja", "py-cpuinfo", "psutil"),
+}
+
+
+@dataclass(frozen=True)
+class Steps:
+    """The commands of a plan, as lists of shell lines (joined with && by the Dockerfile)."""
+
+    builder_system: list[str]
+    runtime_system: list[str]
+    runtime_system_apptainer: list[str]
+    layer_files: dict[str, list[str]]
+    layer_install: dict[str, list[str]]
+    layer_install_apptainer: dict[str, list[str]]
+
+
+def _q(s: str) -> str:
+    return shlex.quote(s)
+
+
+def _apt(packages: list[str] | tuple[str, ...]) -> list[str]:
+    return ["apt-get update",
+            "apt-get install -y --no-install-recommends " + " ".join(_q(p) for p in packages),
+            "rm -rf /var/lib/apt/lists/*"]
+
+
+def _pip_source(plan: BuildPlan, layer: PipLayer) -> list[str]:
+    if plan.wheelhouse:
+        return ["--no-index", "--find-links", "/tmp/envbuilder/wheels"]
+    if layer.index_url:
+        out = ["--index-url", _q(layer.index_url)]
+        if layer.extra_index_url:
+            out += ["--extra-index-url", '"${PIP_INDEX_URL}"']
+    else:
+        out = ["--index-url", '"${PIP_INDEX_URL}"']
+    for url in plan.extra_index_urls:
+        out += ["--extra-index-url", _q(url)]
+    return out
+
+
+def make_steps(plan: BuildPlan) -> Steps:
+    py = plan.python
+    builder: list[str] = []
+    if plan.ppa:
+        builder += ["apt-get update",
+                    "apt-get install -y --no-install-recommends software-properties-common gpg-agent",
+                    f"add-apt-repository -y {_q(plan.ppa)}"]
+    builder += _apt(plan.builder_apt)
+    builder += ["update-ca-certificates", f"python{py} -m venv {plan.venv}"]
+
+    runtime_pkgs = [p for p in plan.python_apt if not p.endswith("-venv")]
+    user = [f"if getent passwd {plan.uid} >/dev/null; then userdel --remove \"$(getent passwd {plan.uid} | cut -d: -f1)\"; fi",
+            f"useradd --no-log-init --create-home --uid {plan.uid} --shell /bin/bash {plan.user}"]
+    runtime = _apt(runtime_pkgs) + user
+    runtime_app = _apt(runtime_pkgs)  # Apptainer runs as the calling user: no account needed
+
+    files: dict[str, list[str]] = {}
+    install: dict[str, list[str]] = {}
+    install_app: dict[str, list[str]] = {}
+    hashes = ["--require-hashes"] if plan.hashes else []
+    for i, layer in enumerate(plan.layers):
+        src = " ".join(_pip_source(plan, layer))
+        req = f"/tmp/envbuilder/{layer.name}.txt"
+        pip = f"pip install --no-cache-dir {src}"
+        if i == 0:
+            files[layer.name] = [layer.file]
+            cmds = [f"{pip} {' '.join(hashes)} -r {req}".replace("  ", " ")]
+            install[layer.name] = cmds + ["rm -rf /tmp/envbuilder"]
+            install_app[layer.name] = cmds
+            continue
+        build_req = f"/tmp/envbuilder/{layer.name}.build.txt"
+        files[layer.name] = [layer.file, f"requirements/{layer.name}.build.txt",
+                             "files/collect-layer.sh"]
+        env = " ".join(f"{k}={_q(v)}" for k, v in sorted(layer.build_env.items()))
+        constraints = [] if plan.hashes else ["-c /tmp/envbuilder/constraints.txt"]
+        core = [
+            *([] if plan.hashes else ["pip freeze > /tmp/envbuilder/constraints.txt"]),
+            " ".join([pip, *hashes, *constraints, "-r", build_req]),
+            " ".join(["env", env, pip, "--no-build-isolation", *hashes, *constraints, "-r", req]),
+        ]
+        install[layer.name] = (["touch /tmp/envbuilder/stamp"] + core +
+                               [f"sh /tmp/envbuilder/collect-layer.sh /tmp/envbuilder/stamp "
+                                f"{plan.venv} /opt/layers/{layer.name}", "rm -rf /tmp/envbuilder"])
+        install_app[layer.name] = core
+    return Steps(builder, runtime, runtime_app, files, install, install_app)
+
+
+# -- the output folder ----------------------------------------------------------------------
+
+def _env(extra_dir: Path | None = None):
+    import jinja2
+
+    loaders: list = []
+    if extra_dir is not None:
+        loaders.append(jinja2.FileSystemLoader(str(extra_dir)))
+    loaders.append(jinja2.FileSystemLoader(str(templates_dir())))
+    return jinja2.Environment(loader=jinja2.ChoiceLoader(loaders), undefined=jinja2.StrictUndefined,
+                              keep_trailing_newline=True, autoescape=False)
+
+
+def render_files(plan: BuildPlan, *, layer_requirements: Mapping[str, str] | None = None,
+                 template_dir: Path | None = None) -> dict[str, str | bytes]:
+    """Every file of the build folder, as relative path -> content."""
+    env = _env(template_dir)
+    steps = make_steps(plan)
+    ctx = {"plan": plan, "steps": steps, "version": __version__}
+    out: dict[str, str | bytes] = {
+        "Dockerfile": env.get_template("Dockerfile.j2").render(ctx),
+        "envbuilder.def": env.get_template("apptainer.def.j2").render(ctx),
+        "requirements.in": plan.requirements_in(),
+        ".dockerignore": "# the build context is this folder; keep locks and job files out of it\njobs/\n*.sif\n",
+        "ca-certificates/README": "Put extra CA certificates here as *.crt (envbuilder build --ca-cert FILE does);\n"
+                                  "they are trusted in the builder stage only.\n",
+    }
+    for layer in plan.layers:
+        reqs = (layer_requirements or {}).get(layer.name)
+        out[layer.file] = reqs if reqs is not None else "\n".join(layer.requirements) + "\n"
+        if layer.name in LAYER_BUILD_DEPS:
+            build = (layer_requirements or {}).get(f"{layer.name}.build")
+            out[f"requirements/{layer.name}.build.txt"] = (
+                build if build is not None else "\n".join(LAYER_BUILD_DEPS[layer.name]) + "\n")
+    for name in ("entrypoint.sh", "nccl-defaults.sh", "collect-layer.sh"):
+        out[f"files/{name}"] = (templates_dir() / "files" / name).read_text()
+    out["smoke/ddp_smoke.py"] = (payload_dir() / "ddp_smoke.py").read_bytes() \
+        if (payload_dir() / "ddp_smoke.py").exists() else b""
+    out["smoke/run.sh"] = env.get_template("smoke_run.sh.j2").render(ctx)
+    stack = plan.stack.to_dict()
+    stack["image"] = {"builder": plan.builder_image, "runtime": plan.runtime_image,
+                      "labels": dict(plan.labels)}
+    stack["layers"] = [{"name": la.name, "requirements": list(la.requirements),
+                        "index_url": la.index_url} for la in plan.layers]
+    out["stack.json"] = json.dumps(stack, indent=2, sort_keys=False) + "\n"
+    return out
+
+
+def write_tree(dest: Path, files: Mapping[str, str | bytes], *, force: bool = True,
+               extra: Callable[[Path], None] | None = None) -> Path:
+    """Write files into a temp folder beside ``dest``, then move it into place atomically-ish.
+
+    ``extra(tmpdir)`` may add more (wheels, a CA bundle) before the move; if it raises, nothing
+    is left behind. An existing ``dest`` is replaced only after the new tree is complete.
+    """
+    dest = Path(dest)
+    if dest.exists() and not dest.is_dir():
+        raise InputError(f"output {dest} exists and is not a folder: choose another -o")
+    parent = dest.parent
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise InputError(f"cannot create output folder {parent}: {e.strerror}") from None
+    tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.tmp-", dir=parent))
+    umask = os.umask(0)
+    os.umask(umask)
+    try:
+        tmp.chmod(0o777 & ~umask)
+        for rel, content in files.items():
+            p = tmp / rel
+            p.parent.mkdir(parents=True, exist_ok=True)
+            if isinstance(content, bytes):
+                p.write_bytes(content)
+            else:
+                p.write_text(content, encoding="utf-8")
+            if rel.endswith(".sh"):
+                p.chmod(0o755)
+        if extra is not None:
+            extra(tmp)
+        if dest.exists():
+            old = Path(tempfile.mkdtemp(prefix=f".{dest.name}.old-", dir=parent))
+            os.rename(dest, old / "x")
+            os.rename(tmp, dest)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.rename(tmp, dest)
+    except OSError as e:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise OperationError(f"cannot write {dest}: {e.strerror or e}", step="render") from None
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return dest

@@ -1,0 +1,437 @@
+"""The resolver: from a Request to a consistent Stack, or a refusal that says why.
+
+Axes are assigned in a fixed order of preference (CUDA toolkit, torch, OS, Python, NCCL,
+Horovod, DeepSpeed), each trying its candidates newest first; every rule is applied as soon
+as the axes it reads are assigned, and the first complete assignment that breaks no rule is
+the answer. When none exists, a second search finds the assignment that breaks the fewest
+rules, whose violations are the reasons given, and each pin is dropped in turn to say what
+would work instead.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Iterator
+
+from packaging.version import Version
+
+from . import __version__
+from .errors import IncompatibleError
+from .matrix import Matrix, NcclRelease, OsInfo, Toolkit, minor
+from .rules import Context, Rule, Violation, all_rules, needs_devel, variant_of
+from .target import COMPONENTS, Request
+
+AXIS_ORDER = ("cuda", "torch", "os", "python", "nccl", "horovod", "deepspeed")
+PYPI = "https://pypi.org/simple"
+_NODE_LIMIT = 500_000
+
+
+@dataclass(frozen=True)
+class Choice:
+    """Why an axis has its value: the rule that chose it, what it passed over, the source."""
+
+    axis: str
+    value: str | None
+    reason: str
+    source: tuple[str, ...]
+    skipped: tuple[tuple[str, tuple[str, ...]], ...] = ()
+
+    def to_dict(self) -> dict:
+        return {"value": self.value, "reason": self.reason, "source": list(self.source),
+                "skipped": [{"value": v, "rules": list(r)} for v, r in self.skipped]}
+
+
+@dataclass(frozen=True)
+class Stack:
+    """A resolved, consistent set of versions, with the provenance of each."""
+
+    request: Request
+    matrix: Matrix
+    assignment: dict[str, Any]
+    choices: dict[str, Choice]
+    warnings: tuple[Violation, ...] = ()
+
+    # -- the values ------------------------------------------------------------------------
+    @property
+    def target(self) -> str:
+        return self.request.target
+
+    @property
+    def toolkit(self) -> Toolkit | None:
+        return self.assignment["cuda"]
+
+    @property
+    def cuda(self) -> str | None:
+        return None if self.toolkit is None else minor(self.toolkit.version)
+
+    @property
+    def variant(self) -> str:
+        return variant_of(self.toolkit)
+
+    @property
+    def torch(self):
+        return self.assignment["torch"]
+
+    @property
+    def torch_variant(self):
+        return self.torch.variants[self.variant]
+
+    @property
+    def python(self) -> str:
+        return self.assignment["python"]
+
+    @property
+    def os(self) -> OsInfo:
+        return self.assignment["os"]
+
+    @property
+    def nccl(self) -> NcclRelease | None:
+        return self.assignment.get("nccl")
+
+    @property
+    def deepspeed(self):
+        return self.assignment.get("deepspeed")
+
+    @property
+    def horovod(self):
+        return self.assignment.get("horovod")
+
+    @property
+    def flavour(self) -> str:
+        return "devel" if needs_devel(self.assignment, self.matrix) else "runtime"
+
+    @property
+    def compiles(self) -> bool:
+        """Something is built from source in the image (Horovod, DeepSpeed ops)."""
+        return self.flavour == "devel" or self.horovod is not None
+
+    def image(self, flavour: str) -> str:
+        if self.toolkit is None:
+            return self.os.image
+        imgs = self.matrix.base_images_for(self.toolkit.version, self.os.name)
+        assert imgs is not None
+        return f"{self.matrix.base_repository}:{imgs.tag(flavour, self.os.name)}"
+
+    @property
+    def runtime_image(self) -> str:
+        return self.image("runtime")
+
+    @property
+    def builder_image(self) -> str:
+        return self.image(self.flavour)
+
+    @property
+    def torch_index(self) -> str:
+        """PyPI when plain `pip install torch` is this variant, else PyTorch's own index."""
+        if self.torch.pypi_default == self.variant:
+            return PYPI
+        return self.matrix.torch_index.format(variant=self.variant)
+
+    @property
+    def driver_min(self) -> dict | None:
+        t = self.toolkit
+        if t is None:
+            return None
+        floor = self.matrix.minor_compat.get(t.version.major)
+        return {"version": t.driver_min, "minor_compat": floor.driver_min if floor else None,
+                "source": (t.source + (floor.source if floor else ()))[0]}
+
+    @property
+    def tag(self) -> str:
+        """An image tag naming the versions: cu121-torch2.5.1-py311[-ds0.16.9][-hvd0.28.1]."""
+        parts = [self.variant, f"torch{self.torch.version}", "py" + self.python.replace(".", "")]
+        if self.deepspeed:
+            parts.append(f"ds{self.deepspeed.version}")
+        if self.horovod:
+            parts.append(f"hvd{self.horovod.version}")
+        parts.append(self.os.name)
+        return "-".join(parts)
+
+    def to_dict(self) -> dict:
+        """The resolved stack as plain data: resolve --json and stack.json."""
+        tv = self.torch_variant
+        return {
+            "target": self.target,
+            "cuda": self.cuda,
+            "cuda_toolkit": None if self.toolkit is None else str(self.toolkit.version),
+            "driver_min": self.driver_min,
+            "torch": str(self.torch.version),
+            "torch_variant": self.variant,
+            "torch_index": self.torch_index,
+            "torch_arch": list(tv.arch),
+            "python": self.python,
+            "nccl": None if self.nccl is None else str(self.nccl.version),
+            "nccl_package": tv.nccl_package,
+            "deepspeed": None if self.deepspeed is None else str(self.deepspeed.version),
+            "horovod": None if self.horovod is None else str(self.horovod.version),
+            "os": self.os.name,
+            "flavour": self.flavour,
+            "base_image": self.runtime_image,
+            "builder_image": self.builder_image,
+            "tag": self.tag,
+            "choices": {k: c.to_dict() for k, c in self.choices.items()},
+            "warnings": [w.to_dict() for w in self.warnings],
+            "matrix": {"path": str(self.matrix.path), "digest": self.matrix.digest},
+            "envbuilder_version": __version__,
+        }
+
+
+# -- the search -----------------------------------------------------------------------------
+
+def _os_order(m: Matrix, cpu: bool) -> list[OsInfo]:
+    oses = sorted(m.os.values(), key=lambda o: o.sort_key, reverse=True)
+    if cpu:  # CPU images default to Debian (PRODUCT.md), then the newest Ubuntu
+        oses.sort(key=lambda o: o.family != "debian")
+    return oses
+
+
+def _domain(axis: str, a: dict[str, Any], req: Request, m: Matrix) -> list[Any]:
+    if axis == "cuda":
+        if req.cpu:
+            return [None]
+        if req.cuda:
+            return m.toolkits_for(req.cuda)
+        return list(m.toolkits) + [None]
+    if axis == "torch":
+        return [t for t in m.torch if req.torch is None or req.torch.matches(t.version)]
+    if axis == "os":
+        if req.os:
+            return [m.os[req.os]]
+        return _os_order(m, a.get("cuda", 0) is None)
+    if axis == "python":
+        if req.python:
+            return [req.python.text]
+        o: OsInfo | None = a.get("os")
+        if o is None:
+            return m.pythons
+        # the newest Python the OS ships itself, then PPA ones (deadsnakes) newest first
+        return sorted(o.python, key=lambda p: (o.python[p].ppa is None, Version(p)), reverse=True)
+    if axis == "nccl":
+        if "torch" in a and "cuda" in a:
+            if a["cuda"] is None:
+                return [None]
+            var = a["torch"].variants.get(variant_of(a["cuda"]))
+            if var is None or var.nccl is None:
+                return [None]
+            return [m.nccl_release(var.nccl) or NcclRelease(var.nccl, (), a["torch"].source)]
+        from .target import Pin
+        pin = req.nccl
+        return [n for n in m.nccl if pin is None or Pin.parse(pin.text, "nccl").matches(n.version)]
+    if axis in COMPONENTS:
+        if not req.wants(axis):
+            return [None]
+        pin = getattr(req, axis)
+        return [c for c in m.component(axis).releases if pin is None or pin.matches(c.version)]
+    raise KeyError(axis)
+
+
+@dataclass
+class _Search:
+    req: Request
+    m: Matrix
+    ctx: Context
+    active: tuple[str, ...]
+    base: dict[str, Any]
+    rules: list[Rule]
+    nodes: int = 0
+    trig: dict[str, list[Rule]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        known = set(self.active) | set(self.base)
+        for r in self.rules:
+            if not all(ax in known for ax in r.axes):
+                continue
+            pos = [self.active.index(ax) for ax in r.axes if ax in self.active]
+            if pos:
+                self.trig.setdefault(self.active[max(pos)], []).append(r)
+
+    def errors(self, axis: str, a: dict[str, Any]) -> list[Violation]:
+        out: list[Violation] = []
+        for r in self.trig.get(axis, ()):
+            out.extend(v for v in r.check(a, self.ctx) if v.severity == "error")
+        return out
+
+    def first(self) -> dict[str, Any] | None:
+        """The most preferred assignment that breaks no rule."""
+        return next(self._walk(0, dict(self.base)), None)
+
+    def _walk(self, i: int, a: dict[str, Any]) -> Iterator[dict[str, Any]]:
+        if i == len(self.active):
+            yield dict(a)
+            return
+        axis = self.active[i]
+        for value in _domain(axis, a, self.req, self.m):
+            self.nodes += 1
+            if self.nodes > _NODE_LIMIT:
+                return
+            a[axis] = value
+            if not self.errors(axis, a):
+                yield from self._walk(i + 1, a)
+            del a[axis]
+
+    def fewest(self) -> tuple[dict[str, Any] | None, list[Violation]]:
+        """The most preferred assignment among those breaking the fewest rules."""
+        best: list = [None, None]  # assignment, violations
+
+        def walk(i: int, a: dict[str, Any], vs: list[Violation]) -> None:
+            if best[1] is not None and len(vs) >= len(best[1]):
+                return
+            if i == len(self.active):
+                best[0], best[1] = dict(a), list(vs)
+                return
+            axis = self.active[i]
+            for value in _domain(axis, a, self.req, self.m):
+                self.nodes += 1
+                if self.nodes > _NODE_LIMIT:
+                    return
+                a[axis] = value
+                walk(i + 1, a, vs + self.errors(axis, a))
+                del a[axis]
+
+        walk(0, dict(self.base), [])
+        return best[0], best[1] or []
+
+
+def _search(req: Request, m: Matrix, active: tuple[str, ...]) -> _Search:
+    base = {c: None for c in COMPONENTS if c not in active}
+    ctx = Context(m, driver=req.driver, nccl_pin=req.nccl.text if req.nccl else None)
+    return _Search(req, m, ctx, active, base, all_rules(m))
+
+
+def resolve(req: Request, m: Matrix) -> Stack:
+    """Resolve every axis; raise IncompatibleError (exit 3) with the reasons when none works."""
+    s = _search(req, m, AXIS_ORDER)
+    a = s.first()
+    if a is None:
+        raise _refusal(req, m, s)
+    return _stack(req, m, s, a)
+
+
+def check(req: Request, m: Matrix, given: set[str]) -> tuple[dict[str, Any], list[Violation]]:
+    """Judge a partial combination using only the axes given; raises IncompatibleError."""
+    active = tuple(ax for ax in AXIS_ORDER if ax in given)
+    s = _search(req, m, active)
+    a = s.first()
+    if a is None:
+        raise _refusal(req, m, s, suggest=False)
+    return a, _warnings(s, a)
+
+
+def _warnings(s: _Search, a: dict[str, Any]) -> list[Violation]:
+    out: list[Violation] = []
+    for rules in s.trig.values():
+        for r in rules:
+            out.extend(v for v in r.check(a, s.ctx) if v.severity == "warning")
+    return out
+
+
+def _refusal(req: Request, m: Matrix, s: _Search, *, suggest: bool = True) -> IncompatibleError:
+    s.nodes = 0
+    best, violations = s.fewest()
+    uniq: dict[str, Violation] = {}
+    for v in violations:
+        uniq.setdefault(v.message, v)
+    vs = list(uniq.values())
+    what = req.target if req.target else "this combination"
+    if not vs:
+        return IncompatibleError(f"{what}: no combination in the matrix satisfies the pins "
+                                 f"{req.pins()}", violations=[])
+    details = [f"- {v}" for v in vs]
+    if suggest:
+        alts = alternatives(req, m)
+        if alts:
+            details.append("What would work instead:")
+            details += [f"- {a}" for a in alts]
+    head = vs[0].message
+    more = f" (and {len(vs) - 1} more reason{'s' if len(vs) > 2 else ''})" if len(vs) > 1 else ""
+    err = IncompatibleError(f"{what} cannot work: {head}{more}", violations=vs, details=details)
+    err.alternatives = alternatives(req, m) if suggest else []  # type: ignore[attr-defined]
+    return err
+
+
+def alternatives(req: Request, m: Matrix) -> list[str]:
+    """For each pin, what resolves when that pin alone is dropped."""
+    out: list[str] = []
+    for axis in ("horovod", "deepspeed", "nccl", "python", "os", "torch", "cuda"):
+        if axis not in req.pins():
+            continue
+        relaxed = req.without_pin(axis)
+        s = _search(relaxed, m, AXIS_ORDER)
+        a = s.first()
+        if a is None:
+            continue
+        st = _stack(relaxed, m, s, a)
+        desc = f"torch {st.torch.version}, Python {st.python}, {st.os.name}"
+        if axis == "cuda":
+            target = _with_cuda(relaxed, st)
+            out.append(f"without the CUDA pin: {target} resolves ({desc}, {st.variant})")
+        else:
+            out.append(f"without the {axis} pin ({req.pins()[axis]}): {relaxed.canonical()} resolves ({desc})")
+    return out
+
+
+def _with_cuda(req: Request, st: Stack) -> str:
+    from dataclasses import replace
+    if st.toolkit is None:
+        return replace(req, cpu=True).canonical()
+    return replace(req, cuda=st.cuda).canonical()
+
+
+def _stack(req: Request, m: Matrix, s: _Search, a: dict[str, Any]) -> Stack:
+    pins = req.pins()
+    choices: dict[str, Choice] = {}
+    for axis in AXIS_ORDER:
+        value = a.get(axis)
+        # what was passed over, and by which rules
+        skipped: list[tuple[str, tuple[str, ...]]] = []
+        for cand in _domain(axis, {k: a[k] for k in AXIS_ORDER[:AXIS_ORDER.index(axis)] if k in a}, req, m):
+            if cand is value or cand == value:
+                break
+            trial = dict(a)
+            trial[axis] = cand
+            names = tuple(dict.fromkeys(
+                v.rule for r in s.rules if axis in r.axes and all(x in trial for x in r.axes)
+                for v in r.check(trial, s.ctx) if v.severity == "error"))
+            if len(skipped) < 5:
+                skipped.append((_show(cand), names))
+        choices[axis] = Choice(axis, _show(value), _reason(axis, value, pins, req),
+                               _source(axis, value, a), tuple(skipped))
+    return Stack(req, m, a, choices, tuple(_warnings(s, a)))
+
+
+def _show(value: Any) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return value
+    if isinstance(value, OsInfo):
+        return value.name
+    return str(value.version)
+
+
+def _reason(axis: str, value: Any, pins: dict[str, str], req: Request) -> str:
+    if axis == "cuda":
+        if value is None:
+            return "CPU target"
+        return f"newest CUDA {minor(value.version)} toolkit with a base image{_pinned(axis, pins, req)}"
+    if axis == "nccl":
+        return "not used (CPU)" if value is None else "the NCCL the torch wheel bundles"
+    if axis in COMPONENTS and value is None:
+        return "not requested (add ds/hvd to the target or --with)"
+    if axis in pins:
+        return f"pinned {pins[axis]} by {req.target!r}; newest compatible release that matches"
+    if axis == "python":
+        return "newest Python the OS ships that every component supports"
+    return "newest compatible"
+
+
+def _pinned(axis: str, pins: dict[str, str], req: Request) -> str:
+    return f" (pinned by {req.target!r})" if axis in pins else ""
+
+
+def _source(axis: str, value: Any, a: dict[str, Any]) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if axis == "python":
+        return a["os"].source
+    return tuple(value.source)

@@ -1,0 +1,305 @@
+"""The compatibility rules.
+
+Each rule has a name, the axes it reads, and a check that returns the violations it finds in a
+(partial) assignment of versions. A violation explains itself: what is wrong, the fact and its
+source, and what would work instead. The resolver applies a rule as soon as every axis it
+reads is assigned, so the same rules judge a full stack (``resolve``) and a partial one
+(``check``).
+
+An assignment maps axis names to matrix objects:
+``cuda`` Toolkit | None (CPU), ``torch`` TorchRelease, ``python`` str, ``os`` OsInfo,
+``nccl`` NcclRelease | None, ``deepspeed``/``horovod`` ComponentRelease | None.
+``flavour`` (base image flavour) is derived: devel when something compiles.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping
+
+from packaging.version import Version
+
+from .matrix import ComponentRelease, Matrix, OsInfo, Toolkit, TorchRelease
+
+Assignment = Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class Violation:
+    rule: str
+    message: str
+    source: tuple[str, ...]
+    fix: str = ""
+    severity: str = "error"  # "error" refuses; "warning" is reported with the stack
+
+    def to_dict(self) -> dict:
+        return {"rule": self.rule, "severity": self.severity, "message": self.message,
+                "fix": self.fix, "source": list(self.source)}
+
+    def __str__(self) -> str:
+        src = f" [source: {self.source[0]}]" if self.source else ""
+        fix = f" Instead: {self.fix}" if self.fix else ""
+        return f"{self.rule}: {self.message}.{fix}{src}"
+
+
+@dataclass(frozen=True)
+class Context:
+    """What a rule may read besides the assignment: the matrix and the request's extras."""
+
+    matrix: Matrix
+    driver: str | None = None
+    nccl_pin: str | None = None
+
+
+CheckFn = Callable[[Assignment, Context], list[Violation]]
+
+
+@dataclass(frozen=True)
+class Rule:
+    name: str
+    axes: tuple[str, ...]
+    doc: str
+    check: CheckFn
+
+
+RULES: list[Rule] = []
+
+
+def rule(name: str, *axes: str) -> Callable[[CheckFn], CheckFn]:
+    def deco(fn: CheckFn) -> CheckFn:
+        RULES.append(Rule(name, tuple(axes), (fn.__doc__ or "").strip(), fn))
+        return fn
+    return deco
+
+
+def variant_of(cuda: Toolkit | None) -> str:
+    return "cpu" if cuda is None else cuda.variant
+
+
+def needs_devel(a: Assignment, m: Matrix) -> bool:
+    """Something compiles against CUDA: Horovod, or DeepSpeed's pre-built ops."""
+    if a.get("cuda") is None:
+        return False
+    return any(a.get(c) is not None and m.component(c).needs_nvcc for c in ("horovod", "deepspeed"))
+
+
+def _cuda_name(t: Toolkit | None) -> str:
+    return "CPU" if t is None else f"CUDA {t.version}"
+
+
+# -- driver ---------------------------------------------------------------------------------
+
+@rule("driver_cuda", "cuda")
+def _driver_cuda(a: Assignment, ctx: Context) -> list[Violation]:
+    """The host driver must be new enough for the image's CUDA toolkit."""
+    t: Toolkit | None = a["cuda"]
+    if t is None or ctx.driver is None:
+        return []
+    drv = Version(ctx.driver)
+    floor = ctx.matrix.minor_compat.get(t.version.major)
+    if drv >= Version(t.driver_min):
+        return []
+    if floor is not None and drv >= Version(floor.driver_min):
+        return [Violation(
+            "driver_cuda",
+            f"driver {ctx.driver} is older than {t.driver_min}, which CUDA {t.version} needs; it runs "
+            f"only through minor-version compatibility (>= {floor.driver_min} for CUDA {floor.major}.x): "
+            f"no PTX JIT, some APIs return cudaErrorCallRequiresNewerDriver",
+            t.source + floor.source,
+            f"update the driver to >= {t.driver_min}, or install cuda-compat (forward compatibility) on datacenter GPUs",
+            severity="warning")]
+    need = f">= {t.driver_min}" + (
+        f" (>= {floor.driver_min} with minor-version compatibility)" if floor else "")
+    ok = [x.minor for x in ctx.matrix.toolkits if _driver_runs(ctx.matrix, x, drv)]
+    alt = f"a CUDA this driver runs: {', '.join(dict.fromkeys(ok))}" if ok else "a newer driver"
+    return [Violation(
+        "driver_cuda",
+        f"CUDA {t.version} needs driver {need}; driver {ctx.driver} is too old",
+        t.source + (floor.source if floor else ()),
+        f"update the driver to >= {t.driver_min}, or use {alt}")]
+
+
+def _driver_runs(m: Matrix, t: Toolkit, drv: Version) -> bool:
+    floor = m.minor_compat.get(t.version.major)
+    need = Version(floor.driver_min) if floor else Version(t.driver_min)
+    return drv >= min(need, Version(t.driver_min))
+
+
+# -- torch ----------------------------------------------------------------------------------
+
+@rule("torch_cuda_variant", "cuda", "torch")
+def _torch_variant(a: Assignment, ctx: Context) -> list[Violation]:
+    """PyTorch must publish Linux wheels for the target's CUDA variant (or CPU)."""
+    t: TorchRelease = a["torch"]
+    v = variant_of(a["cuda"])
+    if v in t.variants:
+        return []
+    have = sorted(t.variants, key=lambda n: (n != "cpu", len(n), n))
+    others = [r.line for r in ctx.matrix.torch if v in r.variants]
+    alt = (f"torch {', '.join(dict.fromkeys(others))} for {v}" if others
+           else f"a CUDA variant torch {t.version} has: {', '.join(have)}")
+    return [Violation("torch_cuda_variant",
+                      f"torch {t.version} has no {v} wheels (it has {', '.join(have)})",
+                      t.source, f"use {alt}")]
+
+
+@rule("torch_python", "torch", "python")
+def _torch_python(a: Assignment, ctx: Context) -> list[Violation]:
+    """PyTorch must publish wheels for the Python version."""
+    t: TorchRelease = a["torch"]
+    py = a["python"]
+    if py in t.python:
+        return []
+    return [Violation("torch_python",
+                      f"torch {t.version} has no wheels for Python {py} (it has {', '.join(t.python)})",
+                      t.source, f"use Python {t.python[-1]}, or a torch release with Python {py} wheels")]
+
+
+# -- OS and base image ----------------------------------------------------------------------
+
+@rule("os_python", "os", "python")
+def _os_python(a: Assignment, ctx: Context) -> list[Violation]:
+    """The base OS must be able to install the Python version with apt."""
+    o: OsInfo = a["os"]
+    py = a["python"]
+    if py in o.python:
+        return []
+    return [Violation("os_python",
+                      f"{o.name} cannot install Python {py} with apt (it has {', '.join(sorted(o.python, key=Version))})",
+                      o.source, f"use Python {o.python_default} on {o.name}, or another OS")]
+
+
+@rule("base_image", "cuda", "os", "horovod", "deepspeed")
+def _base_image(a: Assignment, ctx: Context) -> list[Violation]:
+    """An nvidia/cuda image must exist for the CUDA toolkit, OS and flavour (devel when compiling)."""
+    t: Toolkit | None = a["cuda"]
+    o: OsInfo = a["os"]
+    m = ctx.matrix
+    if t is None:
+        return []
+    flavours = ["runtime"] + (["devel"] if needs_devel(a, m) else [])
+    if m.base_images_for(t.version) is None:
+        return [Violation("base_image", f"{m.base_repository} has no images for CUDA {t.version}",
+                          t.source, "use another CUDA toolkit of the matrix, or --base-image")]
+    imgs = m.base_images_for(t.version, o.name)
+    if imgs is None:
+        have = m.base_image_oses(t.version)
+        return [Violation("base_image",
+                          f"{m.base_repository} has no CUDA {t.version} image for {o.name} "
+                          f"(it has {', '.join(have)})", m.base_images_for(t.version).source,
+                          f"use one of {', '.join(have)}")]
+    missing = [f for f in flavours if f not in imgs.flavours]
+    if missing:
+        return [Violation("base_image",
+                          f"{m.base_repository} has no {missing[0]} image for CUDA {t.version} on {o.name}",
+                          imgs.source, "use another CUDA toolkit")]
+    if imgs.removed:
+        return [Violation("base_image",
+                          f"{m.base_repository} no longer serves CUDA {t.version} tags (end of life)",
+                          imgs.source, "use a supported CUDA toolkit, or --base-image with your mirror")]
+    return []
+
+
+# -- NCCL -----------------------------------------------------------------------------------
+
+@rule("nccl_pin", "cuda", "torch", "nccl")
+def _nccl_pin(a: Assignment, ctx: Context) -> list[Violation]:
+    """A pinned NCCL must be the NCCL the torch wheel bundles (another one breaks torch's import or hangs)."""
+    if ctx.nccl_pin is None or a["cuda"] is None:
+        return []
+    from .target import Pin
+    t: TorchRelease = a["torch"]
+    var = t.variants.get(variant_of(a["cuda"]))
+    if var is None:
+        return []  # torch_cuda_variant reports it
+    if var.nccl is None:
+        return [Violation("nccl_pin",
+                          f"the matrix does not know which NCCL torch {t.version} {var.name} bundles",
+                          t.source, "drop the NCCL pin, or add the fact to torch.yaml")]
+    if Pin.parse(ctx.nccl_pin, "nccl").matches(var.nccl):
+        return []
+    with_pin = [f"{r.version}" for r in ctx.matrix.torch
+                if (rv := r.variants.get(var.name)) and rv.nccl
+                and Pin.parse(ctx.nccl_pin, "nccl").matches(rv.nccl)]
+    alt = (f"torch {', '.join(dict.fromkeys(with_pin[:4]))} bundles NCCL {ctx.nccl_pin}" if with_pin
+           else f"drop the NCCL pin (torch {t.version} brings NCCL {var.nccl})")
+    return [Violation("nccl_pin",
+                      f"torch {t.version} {var.name} bundles NCCL {var.nccl} ({var.nccl_package or 'linked in'}), "
+                      f"not {ctx.nccl_pin}", t.source, alt)]
+
+
+@rule("nccl_cuda", "cuda", "nccl")
+def _nccl_cuda(a: Assignment, ctx: Context) -> list[Violation]:
+    """NCCL must be built for the CUDA major of the image."""
+    t: Toolkit | None = a["cuda"]
+    n = a["nccl"]
+    if t is None or n is None or not n.cuda:
+        return []
+    if t.version.major in n.cuda_majors:
+        return []
+    return [Violation("nccl_cuda",
+                      f"NCCL {n.version} is built for CUDA {', '.join(n.cuda)}, not CUDA {t.version.major}.x",
+                      n.source, "use the NCCL that torch bundles for this CUDA")]
+
+
+# -- DeepSpeed and Horovod ------------------------------------------------------------------
+
+def _requires(comp: str) -> CheckFn:
+    def check(a: Assignment, ctx: Context) -> list[Violation]:
+        c: ComponentRelease | None = a[comp]
+        if c is None:
+            return []
+        out = []
+        values = {"torch": a["torch"].version, "python": Version(a["python"])}
+        for axis, value in values.items():
+            spec = c.requires.get(axis)
+            if spec is not None and not spec.contains(value, prereleases=True):
+                ok = [r.line for r in ctx.matrix.component(comp).releases
+                      if (s := r.requires.get(axis)) is None or s.contains(value, prereleases=True)]
+                alt = (f"{comp} {', '.join(dict.fromkeys(ok[:3]))} works with {axis} {value}" if ok
+                       else f"a {axis} that satisfies {spec}")
+                out.append(Violation(f"{comp}_requires",
+                                     f"{comp} {c.version} requires {axis} {spec}; this stack has {value}",
+                                     c.source, alt))
+        return out
+    check.__doc__ = f"{comp} declares the torch and Python versions it supports."
+    return check
+
+
+rule("deepspeed_requires", "deepspeed", "torch", "python")(_requires("deepspeed"))
+rule("horovod_requires", "horovod", "torch", "python")(_requires("horovod"))
+
+
+# -- known breakages, as data ---------------------------------------------------------------
+
+def _axis_version(axis: str, value: Any) -> Version | str | None:
+    if value is None:
+        return None
+    if axis == "cuda":
+        return value.version
+    if axis == "python":
+        return Version(value)
+    if axis == "os":
+        return value.name
+    return value.version
+
+
+def _incompat_rule(x) -> Rule:
+    def check(a: Assignment, ctx: Context) -> list[Violation]:
+        for axis, cond in x.when.items():
+            v = _axis_version(axis, a[axis])
+            if v is None or (v != cond if axis == "os" else not cond.contains(v, prereleases=True)):
+                return []
+        desc = ", ".join(f"{ax} {_axis_version(ax, a[ax])}" for ax in x.when)
+        return [Violation("known_incompatibility", f"{x.id} ({desc}): {x.reason}",
+                          x.source, x.fix, severity=x.severity)]
+    return Rule("known_incompatibility", tuple(x.when), f"known breakage {x.id}", check)
+
+
+def all_rules(matrix: Matrix) -> list[Rule]:
+    """The built-in rules plus one rule per known breakage of the matrix."""
+    return RULES + [_incompat_rule(x) for x in matrix.incompatibilities]
+
+
+def rules_by_name() -> dict[str, Rule]:
+    return {r.name: r for r in RULES}

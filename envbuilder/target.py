@@ -1,0 +1,233 @@
+"""The target grammar: ``TARGET := BASE ("-" PART)*``.
+
+BASE is ``cuXY[Z]`` (CUDA major+minor: cu118 = 11.8) or ``cpu``; each PART pins one axis:
+``torch2.1`` / ``torch2.1.2``, ``py310`` / ``py3.10``, ``ds0.14``, ``hvd0.28``, ``nccl2.18``,
+or an OS name such as ``ubuntu22.04``. Options pin the same axes; a target part and an option
+that disagree are an input error. Named aliases come from the matrix's ``targets.yaml``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field, replace
+from typing import Mapping
+
+from packaging.version import Version
+
+from . import validate
+from .errors import InputError
+from .matrix import Matrix
+
+COMPONENTS = ("deepspeed", "horovod")
+
+
+@dataclass(frozen=True)
+class Pin:
+    """A version pin: a release line (``2.1``) or an exact version (``2.1.2``)."""
+
+    text: str
+    exact: bool
+
+    @classmethod
+    def parse(cls, text: str, what: str, *, line_parts: int = 2) -> "Pin":
+        v = validate.version(text, what)
+        return cls(text, len(v.release) > line_parts)
+
+    def matches(self, v: Version) -> bool:
+        want = Version(self.text).release
+        if self.exact:
+            return v.release[: len(want)] == want and Version(self.text) == Version(
+                ".".join(map(str, v.release[: len(want)])))
+        return v.release[: len(want)] == want
+
+    def __str__(self) -> str:
+        return self.text
+
+
+@dataclass(frozen=True)
+class Request:
+    """What the user asked for: pins per axis, the driver to run on, components to include."""
+
+    target: str
+    cuda: str | None = None  # "11.8"; None with cpu=True or when not given (check)
+    cpu: bool = False
+    torch: Pin | None = None
+    python: Pin | None = None
+    nccl: Pin | None = None
+    deepspeed: Pin | None = None
+    horovod: Pin | None = None
+    os: str | None = None
+    driver: str | None = None
+    with_: frozenset[str] = field(default_factory=frozenset)
+    without: frozenset[str] = field(default_factory=frozenset)
+
+    def pins(self) -> dict[str, str]:
+        out: dict[str, str] = {}
+        if self.cpu:
+            out["cuda"] = "cpu"
+        elif self.cuda:
+            out["cuda"] = self.cuda
+        for axis in ("torch", "python", "nccl", "deepspeed", "horovod"):
+            pin = getattr(self, axis)
+            if pin is not None:
+                out[axis] = pin.text
+        if self.os:
+            out["os"] = self.os
+        return out
+
+    def wants(self, component: str) -> bool:
+        return component not in self.without and (
+            component in self.with_ or getattr(self, component) is not None)
+
+    def without_pin(self, axis: str) -> "Request":
+        if axis == "cuda":
+            return replace(self, cuda=None, cpu=False)
+        if axis in COMPONENTS:
+            return replace(self, **{axis: None}, with_=self.with_ - {axis})
+        return replace(self, **{axis: None})
+
+    def canonical(self) -> str:
+        """The target string that states every pin of this request."""
+        parts = ["cpu" if self.cpu else ("cu" + self.cuda.replace(".", "") if self.cuda else "any")]
+        if self.torch:
+            parts.append(f"torch{self.torch}")
+        if self.python:
+            parts.append("py" + self.python.text.replace(".", ""))
+        if self.deepspeed:
+            parts.append(f"ds{self.deepspeed}")
+        if self.horovod:
+            parts.append(f"hvd{self.horovod}")
+        if self.nccl:
+            parts.append(f"nccl{self.nccl}")
+        if self.os:
+            parts.append(self.os)
+        return "-".join(parts)
+
+
+_BASE_RE = re.compile(r"cu([0-9]{2,3})")
+_PART_RES: list[tuple[str, re.Pattern[str]]] = [
+    ("torch", re.compile(r"torch([0-9][0-9.]*)")),
+    ("python", re.compile(r"py(3)\.?([0-9]{1,2})")),
+    ("deepspeed", re.compile(r"ds([0-9][0-9.]*)")),
+    ("horovod", re.compile(r"hvd([0-9][0-9.]*)")),
+    ("nccl", re.compile(r"nccl([0-9][0-9.]*)")),
+]
+_NAME_RE = re.compile(r"[a-z0-9][a-z0-9.-]{0,99}")
+
+
+def cuda_from_base(base: str) -> str | None:
+    m = _BASE_RE.fullmatch(base)
+    if not m:
+        return None
+    digits = m.group(1)
+    return f"{int(digits[:-1])}.{digits[-1]}"
+
+
+def _known_bases(matrix: Matrix) -> list[str]:
+    return ["cpu"] + ["cu" + m.replace(".", "") for m in matrix.cuda_minors]
+
+
+def parse_target(text: str, matrix: Matrix) -> Request:
+    """Parse a target string (or an alias from targets.yaml) into a Request."""
+    if not isinstance(text, str) or _NAME_RE.fullmatch(text) is None:
+        raise InputError(f"target {text!r} is not a target: expected e.g. cu118, "
+                         f"cu121-torch2.1-py310 or cpu-debian12")
+    alias = matrix.alias(text)
+    if alias is not None and alias.target != text:
+        req = parse_target(alias.target, matrix)
+        return replace(req, target=text)
+    base, *parts = text.split("-")
+    kw: dict = {"target": text}
+    if base == "cpu":
+        kw["cpu"] = True
+    else:
+        cuda = cuda_from_base(base)
+        if cuda is None:
+            names = _known_bases(matrix) + [t.name for t in matrix.targets]
+            raise InputError(f"target {text!r}: unknown base {base!r}{validate.suggest(base, names)}; "
+                             f"a target starts with cpu or cuXY (cu118 = CUDA 11.8)")
+        if cuda not in matrix.cuda_minors:
+            raise InputError(f"target {text!r}: CUDA {cuda} is not in the matrix"
+                             f"{validate.suggest(base, _known_bases(matrix))}; "
+                             f"known: {', '.join(_known_bases(matrix))}")
+        kw["cuda"] = cuda
+    for part in parts:
+        axis, pin = _parse_part(part, text, matrix)
+        if axis in kw:
+            raise InputError(f"target {text!r} pins {axis} twice")
+        kw[axis] = pin
+    return Request(**kw)
+
+
+def _parse_part(part: str, text: str, matrix: Matrix) -> tuple[str, Pin | str]:
+    for axis, rx in _PART_RES:
+        m = rx.fullmatch(part)
+        if m:
+            if axis == "python":
+                return axis, Pin(f"{m.group(1)}.{m.group(2)}", exact=False)
+            return axis, Pin.parse(m.group(1), f"target {text!r}: {axis} version")
+    if part in matrix.os:
+        return "os", part
+    choices = ["torch2.1", "py310", "ds0.14", "hvd0.28", "nccl2.18", *matrix.os]
+    raise InputError(f"target {text!r}: unknown part {part!r}{validate.suggest(part, choices)}; "
+                     f"parts are torchX.Y[.Z], pyXY, dsX.Y, hvdX.Y, ncclX.Y or an OS "
+                     f"({', '.join(sorted(matrix.os))})")
+
+
+def apply_options(req: Request, matrix: Matrix, *, torch: str | None = None,
+                  python: str | None = None, deepspeed: str | None = None,
+                  horovod: str | None = None, nccl: str | None = None, os: str | None = None,
+                  driver: str | None = None, cuda: str | None = None,
+                  with_: Mapping[str, bool] | None = None) -> Request:
+    """Merge command-line pins into a request; a conflict with the target is an input error."""
+    updates: dict = {}
+
+    def put(axis: str, value) -> None:
+        current = getattr(req, axis)
+        if current is not None and str(current) != str(value):
+            raise InputError(f"--{axis} {value} conflicts with {current} in target {req.target!r}: "
+                             f"give the version once")
+        updates[axis] = value
+
+    if cuda is not None:
+        if cuda == "cpu":
+            updates["cpu"] = True
+        else:
+            v = validate.version(cuda, "--cuda")
+            c = f"{v.major}.{v.minor}" if len(v.release) >= 2 else None
+            if c is None or c not in matrix.cuda_minors:
+                raise InputError(f"--cuda {cuda} is not in the matrix"
+                                 f"{validate.suggest(cuda, matrix.cuda_minors)}; known: "
+                                 f"{', '.join(matrix.cuda_minors)}")
+            put("cuda", c)
+    for axis, value in (("torch", torch), ("deepspeed", deepspeed), ("horovod", horovod),
+                        ("nccl", nccl)):
+        if value is not None:
+            put(axis, Pin.parse(value, f"--{axis}"))
+    if python is not None:
+        v = validate.version(python, "--python")
+        put("python", Pin(f"{v.major}.{v.minor}" if len(v.release) >= 2 else python, exact=False))
+    if os is not None:
+        if os not in matrix.os:
+            raise InputError(f"--os {os!r} is not in the matrix{validate.suggest(os, matrix.os)}; "
+                             f"known: {', '.join(sorted(matrix.os))}")
+        put("os", os)
+    if driver is not None:
+        updates["driver"] = validate.driver_version(driver)
+    if with_:
+        w, wo = set(req.with_), set(req.without)
+        for comp, on in with_.items():
+            if comp not in COMPONENTS:
+                raise InputError(f"--with/--without {comp!r} is not a component"
+                                 f"{validate.suggest(comp, COMPONENTS)}; use deepspeed or horovod")
+            if on:
+                w.add(comp)
+                wo.discard(comp)
+            else:
+                if getattr(req, comp) is not None or comp in updates:
+                    raise InputError(f"--without {comp} conflicts with the {comp} pin in "
+                                     f"target {req.target!r}")
+                wo.add(comp)
+                w.discard(comp)
+        updates["with_"], updates["without"] = frozenset(w), frozenset(wo)
+    return replace(req, **updates)

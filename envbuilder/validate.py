@@ -1,0 +1,101 @@
+"""Validation of everything from input that can reach a generated file.
+
+Version strings, image references, URLs and names are checked against strict patterns before
+any template sees them: nothing from a target, an option or an environment variable can
+inject a shell command or a Dockerfile instruction.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from typing import Iterable
+
+from packaging.version import InvalidVersion, Version
+
+from .errors import InputError
+
+_VERSION_RE = re.compile(r"^[0-9]+(\.[0-9]+){0,3}$")
+# docker/distribution reference grammar, simplified but strict: [host[:port]/]path[:tag][@digest]
+_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+_HOST = r"(?:[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?(?:\.[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?)*|\[[0-9a-fA-F:]+\])(?::[0-9]+)?"
+_REPO_RE = re.compile(rf"^(?:{_HOST}/)?{_COMPONENT}(?:/{_COMPONENT})*$")
+_TAG_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
+_DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
+_URL_RE = re.compile(r"^(https?|file)://[A-Za-z0-9._~:/?#\[\]@!$&'()*+,;=%-]+$")
+_SAFE_URL_RE = re.compile(r"^(https?|file)://[A-Za-z0-9._~:/?#@%+=,-]+$")
+_ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_ENV_VALUE_RE = re.compile(r"^[A-Za-z0-9_.,;:/=+^@%-]*$")
+
+
+def version(value: str, what: str) -> Version:
+    """A plain release version like ``2.1`` or ``2.1.2`` (no local part, no markers)."""
+    if not isinstance(value, str) or not _VERSION_RE.fullmatch(value):
+        raise InputError(f"{what} {value!r} is not a version: use digits and dots, e.g. 2.1 or 2.1.2")
+    try:
+        return Version(value)
+    except InvalidVersion:  # pragma: no cover - the regex admits only valid versions
+        raise InputError(f"{what} {value!r} is not a version") from None
+
+
+def driver_version(value: str) -> str:
+    """An NVIDIA driver version such as ``535.104.05``; returned unchanged."""
+    if not isinstance(value, str) or not re.fullmatch(r"[0-9]{2,4}(\.[0-9]{1,3}){0,2}", value):
+        raise InputError(f"--driver {value!r} is not a driver version: use the form nvidia-smi "
+                         f"prints, e.g. 535.104.05")
+    return value
+
+
+def image_ref(value: str, what: str = "--base-image") -> str:
+    """A container image reference: ``[registry[:port]/]repo[:tag][@sha256:...]``."""
+    if not isinstance(value, str) or not value or len(value) > 512:
+        raise InputError(f"{what} {value!r} is not an image reference, e.g. nvidia/cuda:12.1.1-runtime-ubuntu22.04")
+    rest, digest = value, None
+    if "@" in rest:
+        rest, digest = rest.split("@", 1)
+    tag = None
+    last = rest.rsplit("/", 1)[-1]
+    if ":" in last:
+        rest, tag = rest.rsplit(":", 1)
+    ok = (_REPO_RE.fullmatch(rest) is not None
+          and (tag is None or _TAG_RE.fullmatch(tag) is not None)
+          and (digest is None or _DIGEST_RE.fullmatch(digest) is not None))
+    if not ok:
+        raise InputError(f"{what} {value!r} is not an image reference: expected "
+                         f"[registry/]name[:tag][@sha256:digest], e.g. nvidia/cuda:12.1.1-runtime-ubuntu22.04")
+    return value
+
+
+def repository(value: str, what: str = "--push") -> str:
+    """A repository to push to, without tag or digest: ``host:port/path``."""
+    if not isinstance(value, str) or "@" in value or _REPO_RE.fullmatch(value) is None:
+        raise InputError(f"{what} {value!r} is not a repository: expected registry/name "
+                         f"without a tag, e.g. 127.0.0.1:5000/ml/train")
+    return value
+
+
+def tag(value: str, what: str = "--tag") -> str:
+    if not isinstance(value, str) or _TAG_RE.fullmatch(value) is None:
+        raise InputError(f"{what} {value!r} is not a tag: letters, digits, '_', '.', '-', at most 128")
+    return value
+
+
+def url(value: str, what: str) -> str:
+    """A URL safe to place in a Dockerfile, a shell line or a pip option."""
+    if not isinstance(value, str) or _SAFE_URL_RE.fullmatch(value) is None:
+        raise InputError(f"{what} {value!r} is not a URL envbuilder accepts: use "
+                         f"http(s):// or file:// without spaces, quotes or shell characters")
+    return value
+
+
+def env_pair(name: str, value: str, what: str = "environment") -> tuple[str, str]:
+    if _ENV_NAME_RE.fullmatch(name) is None or _ENV_VALUE_RE.fullmatch(value) is None:
+        raise InputError(f"{what} {name}={value!r} is not allowed: names are identifiers and "
+                         f"values use letters, digits and _.,;:/=+^@%- only")
+    return name, value
+
+
+def suggest(value: str, choices: Iterable[str]) -> str:
+    """' (did you mean X?)' or ''."""
+    close = difflib.get_close_matches(value, list(choices), n=1, cutoff=0.6)
+    return f" (did you mean {close[0]}?)" if close else ""
