@@ -1,0 +1,155 @@
+"""The library's front door: the functions the CLI (and any program) calls.
+
+Each takes plain arguments, returns plain typed data, and raises an EnvbuilderError with an
+exit code; none prints. Heavy modules (docker, rich, jsonschema) are imported only inside the
+functions that need them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping, Sequence
+
+from .errors import InputError
+from .matrix import Matrix, load_matrix
+from .target import COMPONENTS, Request, apply_options, parse_target
+
+
+@dataclass(frozen=True)
+class Pins:
+    """Options that pin axes (the same axes a target's parts pin)."""
+
+    torch: str | None = None
+    python: str | None = None
+    deepspeed: str | None = None
+    horovod: str | None = None
+    nccl: str | None = None
+    os: str | None = None
+    driver: str | None = None
+    with_: tuple[str, ...] = ()
+    without: tuple[str, ...] = ()
+
+    def components(self) -> dict[str, bool]:
+        out: dict[str, bool] = {}
+        for raw, on in ((self.with_, True), (self.without, False)):
+            for item in raw:
+                for name in item.split(","):
+                    name = name.strip()
+                    if name:
+                        if name in out and out[name] != on:
+                            raise InputError(f"--with {name} and --without {name} contradict each other")
+                        out[name] = on
+        return out
+
+
+def request(target: str, matrix: Matrix, pins: Pins | None = None) -> Request:
+    pins = pins or Pins()
+    req = parse_target(target, matrix)
+    return apply_options(req, matrix, torch=pins.torch, python=pins.python,
+                         deepspeed=pins.deepspeed, horovod=pins.horovod, nccl=pins.nccl,
+                         os=pins.os, driver=pins.driver, with_=pins.components())
+
+
+def resolve_target(target: str, *, matrix_dir: str | Path | None = None, pins: Pins | None = None,
+                   matrix: Matrix | None = None):
+    from .resolve import resolve
+
+    m = matrix or load_matrix(matrix_dir)
+    return resolve(request(target, m, pins), m)
+
+
+def builtin_targets(matrix: Matrix) -> list[str]:
+    return [t.name for t in matrix.targets]
+
+
+def check_combination(*, matrix_dir: str | Path | None = None, cuda: str | None = None,
+                      driver: str | None = None, torch: str | None = None,
+                      python: str | None = None, nccl: str | None = None,
+                      deepspeed: str | None = None, horovod: str | None = None,
+                      os: str | None = None) -> dict:
+    """Judge a partial combination using only the axes given (envbuilder check)."""
+    from .resolve import check
+    from .rules import needs_devel  # noqa: F401  (documents the dependency)
+
+    m = load_matrix(matrix_dir)
+    given = {ax for ax, v in (("cuda", cuda), ("torch", torch), ("python", python),
+                              ("nccl", nccl), ("deepspeed", deepspeed), ("horovod", horovod),
+                              ("os", os)) if v is not None}
+    if not given:
+        raise InputError("check needs at least one of --cuda, --torch, --python, --nccl, "
+                         "--deepspeed, --horovod, --os")
+    req = Request(target="check")
+    req = apply_options(req, m, cuda=cuda, driver=driver, torch=torch, python=python,
+                        nccl=nccl, deepspeed=deepspeed, horovod=horovod, os=os)
+    if cuda is None and driver is not None:
+        raise InputError("--driver needs --cuda: a driver is judged against a CUDA version")
+    assignment, warnings = check(req, m, given)
+    from .resolve import _show
+    return {"ok": True,
+            "given": {k: v for k, v in req.pins().items()} | ({"driver": driver} if driver else {}),
+            "satisfied_by": {k: _show(v) for k, v in assignment.items() if k in given},
+            "warnings": [w.to_dict() for w in warnings]}
+
+
+def render_target(target: str, out: str | Path, *, matrix_dir: str | Path | None = None,
+                  pins: Pins | None = None, base_image: str | None = None,
+                  pip_index_url: str | None = None, extra_index_urls: Sequence[str] = (),
+                  nproc: int = 12, lock_dir: str | Path | None = None,
+                  matrix: Matrix | None = None) -> dict:
+    """Resolve and write the build folder. Returns a report (paths, stack)."""
+    from .plan import make_plan
+    from .render import render_files, write_tree
+
+    m = matrix or load_matrix(matrix_dir)
+    stack = resolve_target(target, pins=pins, matrix=m)
+    plan = make_plan(stack, base_image=base_image, pip_index_url=pip_index_url,
+                     extra_index_urls=tuple(extra_index_urls), smoke_nproc=nproc)
+    files = render_files(plan)
+    dest = write_tree(Path(out), files)
+    return {"target": target, "out": str(dest), "files": sorted(files), "stack": stack.to_dict()}
+
+
+def render_all(out: str | Path, *, matrix_dir: str | Path | None = None,
+               targets: Sequence[str] | None = None, **kw) -> list[dict]:
+    """Render every built-in target (or the given ones) into OUT/<target>/, all or nothing."""
+    import shutil
+    import tempfile
+
+    from .render import write_tree
+
+    m = load_matrix(matrix_dir)
+    names = list(targets or builtin_targets(m))
+    out = Path(out)
+    staging = Path(tempfile.mkdtemp(prefix=".render-all-", dir=_parent(out)))
+    reports = []
+    try:
+        for name in names:
+            reports.append(render_target(name, staging / name, matrix=m, **kw))
+
+        def move(tmp: Path) -> None:
+            for name in names:
+                (staging / name).rename(tmp / name)
+        write_tree(out, {}, extra=move)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    for r in reports:
+        r["out"] = str(out / r["target"])
+    return reports
+
+
+def _parent(p: Path) -> Path:
+    parent = p.resolve().parent
+    parent.mkdir(parents=True, exist_ok=True)
+    return parent
+
+
+def components() -> tuple[str, ...]:
+    return COMPONENTS
+
+
+def image_labels(image: str, client=None) -> Mapping[str, str]:
+    """The labels of a local image (docker SDK), for doctor --image."""
+    from .engine import connect, image_labels as _labels
+
+    return _labels(client or connect(), image)

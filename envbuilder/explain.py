@@ -1,0 +1,535 @@
+"""Explain why a multi-GPU training job failed, from its logs.
+
+``explain`` reads torchrun / per-rank / NCCL_DEBUG=INFO / pip / nvcc / docker build output and
+returns the likely causes, most likely first. The knowledge lives in
+``envbuilder/data/signatures.yaml``: each signature is a regular expression that adds weight to
+one or more categories when it matches a line. Generic messages ("unhandled system error") only
+spread a little weight, so the other lines of the log decide; context modifiers (``requires``)
+only count next to another signature and may ``scale`` a category (e.g. a watchdog timeout on
+``SeqNum=1`` is a setup problem, not a slow collective).
+
+Logs are streamed line by line with a cap on line length and on evidence kept, so memory stays
+bounded on multi-gigabyte logs.
+"""
+
+from __future__ import annotations
+
+import codecs
+import os
+import re
+import sys
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+import yaml
+
+from envbuilder.errors import InputError
+
+__all__ = [
+    "CATEGORIES",
+    "Cause",
+    "Evidence",
+    "Signature",
+    "SignatureSet",
+    "explain_files",
+    "explain_lines",
+    "load_signatures",
+]
+
+CATEGORIES: tuple[str, ...] = (
+    "driver_mismatch", "network_interface", "shm", "ib_rdma", "undefined_symbol",
+    "deepspeed_op_build", "nccl_timeout", "p2p_topology", "rendezvous", "fabric_manager",
+    "arch_mismatch", "oom", "invalid_device_ordinal", "gpu_visibility", "duplicate_gpu",
+    "mpi_mismatch", "container_build",
+)
+
+DEFAULT_SIGNATURES = Path(__file__).resolve().parent / "data" / "signatures.yaml"
+
+_SNIFF_BYTES = 8192
+_CHUNK_BYTES = 1 << 16
+_EVIDENCE_TEXT_CHARS = 500
+
+_DEFAULT_SETTINGS: dict[str, float] = {
+    "max_evidence_per_signature": 3,
+    "max_evidence_per_cause": 8,
+    "max_line_chars": 4096,
+    "repeat_bonus": 0.15,
+    "repeat_cap": 4,
+    "confidence_exponent": 2.0,
+    "confidence_prior": 2.5,
+    "min_confidence": 0.02,
+}
+_CATEGORY_KEYS = ("title", "check", "fix", "source")
+
+
+# ----------------------------------------------------------------------------- public types
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """One log line that supports a cause."""
+
+    file: str
+    line_no: int
+    text: str
+
+
+@dataclass(frozen=True)
+class Cause:
+    """A likely cause of the failure, with what to check and how to fix it."""
+
+    category: str
+    title: str
+    confidence: float
+    evidence: tuple[Evidence, ...]
+    check: str
+    fix: str
+    source: str
+
+    def to_dict(self) -> dict:
+        """JSON-ready form: evidence as ``{"file", "line", "text"}`` objects."""
+        return {
+            "category": self.category,
+            "title": self.title,
+            "confidence": self.confidence,
+            "evidence": [{"file": e.file, "line": e.line_no, "text": e.text}
+                         for e in self.evidence],
+            "check": self.check,
+            "fix": self.fix,
+            "source": self.source,
+        }
+
+
+@dataclass(frozen=True)
+class Signature:
+    """One compiled pattern and the weights it adds."""
+
+    id: str
+    regex: re.Pattern[str]
+    adds: dict[str, float]
+    requires: tuple[str, ...] = ()
+    scale: dict[str, float] = field(default_factory=dict)
+    evidence: bool = True
+    keywords: tuple[str, ...] = ()  # lower-case literals, one of which every match contains
+
+    def may_match(self, lowered: str) -> bool:
+        """Cheap test on the lower-cased line before running the regex."""
+        return not self.keywords or any(k in lowered for k in self.keywords)
+
+
+@dataclass(frozen=True)
+class SignatureSet:
+    """Validated knowledge base: categories, signatures and scoring settings."""
+
+    path: str
+    categories: dict[str, dict[str, str]]
+    signatures: tuple[Signature, ...]
+    settings: dict[str, float]
+    prefilter: re.Pattern[str] | None
+
+    def setting(self, name: str) -> float:
+        """A scoring setting (from the file, else the default)."""
+        return self.settings.get(name, _DEFAULT_SETTINGS[name])
+
+
+# ----------------------------------------------------------------------------- loading
+
+
+def load_signatures(path: str | os.PathLike | None = None) -> SignatureSet:
+    """Load and validate a signatures file (default: the packaged one).
+
+    Raises ``InputError`` naming the file and the offending key when the file is missing,
+    is not YAML, or does not follow the schema.
+    """
+    file = Path(path) if path is not None else DEFAULT_SIGNATURES
+    name = str(file)
+    try:
+        raw = yaml.safe_load(file.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise InputError(f"signatures file {name} does not exist") from None
+    except IsADirectoryError:
+        raise InputError(f"signatures file {name} is a directory") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"cannot read signatures file {name}: {exc}") from None
+    except yaml.YAMLError as exc:
+        raise InputError(f"{name}: not valid YAML: {exc}") from None
+    if not isinstance(raw, dict):
+        raise InputError(f"{name}: top level must be a mapping with 'categories' and 'signatures'")
+    settings = _parse_settings(raw.get("settings") or {}, name)
+    categories = _parse_categories(raw.get("categories"), name)
+    signatures = _parse_signatures(raw.get("signatures"), categories, name)
+    return SignatureSet(name, categories, signatures, settings, _build_prefilter(signatures))
+
+
+def _bad(file: str, key: str, message: str) -> InputError:
+    return InputError(f"{file}: {key}: {message}")
+
+
+def _parse_settings(raw: Any, file: str) -> dict[str, float]:
+    if not isinstance(raw, dict):
+        raise _bad(file, "settings", "must be a mapping")
+    out: dict[str, float] = {}
+    for key, value in raw.items():
+        if key not in _DEFAULT_SETTINGS:
+            raise _bad(file, f"settings.{key}", "unknown setting")
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+            raise _bad(file, f"settings.{key}", "must be a non-negative number")
+        out[key] = float(value)
+    return out
+
+
+def _parse_categories(raw: Any, file: str) -> dict[str, dict[str, str]]:
+    if not isinstance(raw, dict) or not raw:
+        raise _bad(file, "categories", "must be a non-empty mapping")
+    out: dict[str, dict[str, str]] = {}
+    for cat, body in raw.items():
+        if cat not in CATEGORIES:
+            raise _bad(file, f"categories.{cat}", f"unknown category (known: {', '.join(CATEGORIES)})")
+        if not isinstance(body, dict):
+            raise _bad(file, f"categories.{cat}", "must be a mapping")
+        for key in _CATEGORY_KEYS:
+            value = body.get(key)
+            if not isinstance(value, str) or not value.strip():
+                raise _bad(file, f"categories.{cat}.{key}", "must be a non-empty string")
+        if not body["source"].startswith(("http://", "https://")):
+            raise _bad(file, f"categories.{cat}.source", "must be an http(s) URL")
+        out[cat] = {key: " ".join(body[key].split()) for key in _CATEGORY_KEYS}
+    return out
+
+
+def _parse_weights(raw: Any, key: str, categories: dict, file: str) -> dict[str, float]:
+    if not isinstance(raw, dict) or not raw:
+        raise _bad(file, key, "must be a non-empty mapping of category: number")
+    out: dict[str, float] = {}
+    for cat, weight in raw.items():
+        if cat not in categories:
+            raise _bad(file, f"{key}.{cat}", "unknown category")
+        if isinstance(weight, bool) or not isinstance(weight, (int, float)) or weight < 0:
+            raise _bad(file, f"{key}.{cat}", "must be a non-negative number")
+        out[cat] = float(weight)
+    return out
+
+
+def _parse_signatures(raw: Any, categories: dict, file: str) -> tuple[Signature, ...]:
+    if not isinstance(raw, list) or not raw:
+        raise _bad(file, "signatures", "must be a non-empty list")
+    out: list[Signature] = []
+    seen: set[str] = set()
+    for i, item in enumerate(raw):
+        where = f"signatures[{i}]"
+        if not isinstance(item, dict):
+            raise _bad(file, where, "must be a mapping")
+        sig_id = item.get("id")
+        if not isinstance(sig_id, str) or not sig_id:
+            raise _bad(file, f"{where}.id", "must be a non-empty string")
+        where = f"signatures[{i}] ({sig_id})"
+        if sig_id in seen:
+            raise _bad(file, f"{where}.id", "duplicate id")
+        seen.add(sig_id)
+        out.append(_parse_signature(item, sig_id, where, categories, file))
+    for sig in out:
+        for req in sig.requires:
+            if req not in seen:
+                raise _bad(file, f"signatures ({sig.id}).requires", f"unknown signature id {req!r}")
+    return tuple(out)
+
+
+def _parse_signature(item: dict, sig_id: str, where: str, categories: dict, file: str) -> Signature:
+    pattern = item.get("pattern")
+    if not isinstance(pattern, str) or not pattern:
+        raise _bad(file, f"{where}.pattern", "must be a non-empty string")
+    try:
+        regex = re.compile(pattern, re.IGNORECASE)
+    except re.error as exc:
+        raise _bad(file, f"{where}.pattern", f"invalid regular expression: {exc}") from None
+    adds = _parse_weights(item.get("adds"), f"{where}.adds", categories, file)
+    scale = _parse_weights(item["scale"], f"{where}.scale", categories, file) if "scale" in item else {}
+    requires = item.get("requires", [])
+    if not isinstance(requires, list) or not all(isinstance(r, str) for r in requires):
+        raise _bad(file, f"{where}.requires", "must be a list of signature ids")
+    show = item.get("evidence", True)
+    if not isinstance(show, bool):
+        raise _bad(file, f"{where}.evidence", "must be true or false")
+    unknown = set(item) - {"id", "pattern", "adds", "scale", "requires", "evidence"}
+    if unknown:
+        raise _bad(file, f"{where}.{sorted(unknown)[0]}", "unknown key")
+    return Signature(sig_id, regex, adds, tuple(requires), scale, show, _required_keywords(pattern))
+
+
+# ----------------------------------------------------------------------------- prefilter
+#
+# Running ~100 case-insensitive regexes on every line of a 2 GB log is far too slow. Each
+# pattern is parsed once to find literal strings one of which every match must contain; all
+# those literals form one trie-shaped regex run on the lower-cased line. Only lines that hit it
+# are matched against the signatures whose own literals they contain.
+
+try:  # Python 3.11+: the regex parser is re._parser (sre_parse is its deprecated alias)
+    import re._constants as _sre_constants
+    import re._parser as _sre_parser
+except ImportError:  # pragma: no cover - other interpreters: no prefilter, still correct
+    _sre_parser = _sre_constants = None  # type: ignore[assignment]
+
+_MIN_KEYWORD = 3
+
+
+def _required_keywords(pattern: str) -> tuple[str, ...]:
+    """Lower-case literals one of which every match of ``pattern`` contains (``()``: unknown)."""
+    if _sre_parser is None:
+        return ()
+    try:
+        found = _alternatives(list(_sre_parser.parse(pattern, re.IGNORECASE)))
+    except Exception:  # noqa: BLE001 - any parser surprise only disables the shortcut
+        return ()
+    return tuple(sorted({k.lower() for k in found})) if found else ()
+
+
+def _alternatives(items: list) -> set[str] | None:
+    """Literal alternatives required by a parsed (sub)pattern, or None if none are."""
+    if len(items) == 1 and items[0][0] is _sre_constants.BRANCH:
+        union: set[str] = set()
+        for branch in items[0][1][1]:
+            alt = _alternatives(list(branch))
+            if alt is None:
+                return None
+            union |= alt
+        return union
+    best: set[str] | None = None
+    run = ""
+
+    def consider(candidate: set[str] | None) -> None:
+        nonlocal best
+        if candidate and min(map(len, candidate)) >= _MIN_KEYWORD:
+            if best is None or min(map(len, candidate)) > min(map(len, best)):
+                best = candidate
+
+    for op, av in items:
+        if op is _sre_constants.LITERAL:
+            run += chr(av)
+            continue
+        consider({run} if run else None)
+        run = ""
+        if op is _sre_constants.SUBPATTERN:
+            consider(_alternatives(list(av[-1])))
+        elif op is _sre_constants.BRANCH:
+            consider(_alternatives([(op, av)]))
+    consider({run} if run else None)
+    return best
+
+
+def _build_prefilter(signatures: Sequence[Signature]) -> re.Pattern[str] | None:
+    """One trie-shaped regex of every keyword (None when some signature has no keyword)."""
+    if any(not s.keywords for s in signatures):
+        return None
+    trie: dict = {}
+    for word in {k for s in signatures for k in s.keywords}:
+        node = trie
+        for ch in word:
+            node = node.setdefault(ch, {})
+        node[""] = {}
+    return re.compile(_trie_pattern(trie))
+
+
+def _trie_pattern(node: dict) -> str:
+    if "" in node:  # a shorter keyword ends here: it alone suffices
+        return ""
+    alts = [re.escape(ch) + _trie_pattern(sub) for ch, sub in sorted(node.items())]
+    return alts[0] if len(alts) == 1 else "(?:" + "|".join(alts) + ")"
+
+
+# ----------------------------------------------------------------------------- reading
+
+
+def _sniff_encoding(head: bytes, name: str) -> str:
+    """Pick a codec from the first bytes; refuse binary data."""
+    if head.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
+        return "utf-16"
+    if b"\x00" in head:
+        raise InputError(f"{name} looks binary (NUL bytes in the first {_SNIFF_BYTES} bytes)")
+    return "utf-8-sig"
+
+
+def _iter_stream_lines(stream: IO[bytes], name: str, max_chars: int) -> Iterator[str]:
+    """Yield decoded lines of a binary stream, each cut to ``max_chars``.
+
+    Memory stays bounded by one chunk plus one capped line, however long the lines are.
+    """
+    head = stream.read(_SNIFF_BYTES) or b""
+    decoder = codecs.getincrementaldecoder(_sniff_encoding(head, name))(errors="replace")
+    pending = ""
+    chunk = head
+    while True:
+        final = not chunk
+        text = decoder.decode(chunk, final=final)
+        if text:
+            pieces = text.split("\n")
+            for piece in pieces[:-1]:
+                yield (pending + piece[: max_chars]).rstrip("\r")[:max_chars]
+                pending = ""
+            if len(pending) < max_chars:
+                pending += pieces[-1][: max_chars - len(pending)]
+        if final:
+            break
+        chunk = stream.read(_CHUNK_BYTES)
+    if pending:
+        yield pending.rstrip("\r")
+
+
+def _open_source(path: str) -> IO[bytes]:
+    p = Path(path)
+    if p.is_dir():
+        raise InputError(f"{path} is a directory, not a log file")
+    try:
+        return open(p, "rb")
+    except FileNotFoundError:
+        raise InputError(f"log file {path} does not exist") from None
+    except OSError as exc:
+        raise InputError(f"cannot read log file {path}: {exc.strerror or exc}") from None
+
+
+# ----------------------------------------------------------------------------- scoring
+
+
+class _Analysis:
+    """Accumulates signature hits over one or more sources, then ranks causes."""
+
+    def __init__(self, sigs: SignatureSet) -> None:
+        self.sigs = sigs
+        self.hits: dict[str, int] = {}
+        self.evidence: dict[str, list[Evidence]] = {}
+        self._max_ev = int(sigs.setting("max_evidence_per_signature"))
+
+    def feed(self, lines: Iterable[str], name: str) -> None:
+        """Match every line against the signatures (one prefilter search per line)."""
+        max_chars = int(self.sigs.setting("max_line_chars"))
+        prefilter = self.sigs.prefilter.search if self.sigs.prefilter is not None else None
+        for line_no, line in enumerate(lines, start=1):
+            if len(line) > max_chars:
+                line = line[:max_chars]
+            lowered = line.lower()
+            if prefilter is not None and prefilter(lowered) is None:
+                continue
+            for sig in self.sigs.signatures:
+                if sig.may_match(lowered) and sig.regex.search(line):
+                    self._record(sig, name, line_no, line)
+
+    def _record(self, sig: Signature, name: str, line_no: int, line: str) -> None:
+        self.hits[sig.id] = self.hits.get(sig.id, 0) + 1
+        kept = self.evidence.setdefault(sig.id, [])
+        if sig.evidence and len(kept) < self._max_ev:
+            text = line.strip()[:_EVIDENCE_TEXT_CHARS]
+            kept.append(Evidence(name, line_no, text))
+
+    def _active(self, sig: Signature) -> bool:
+        if sig.id not in self.hits:
+            return False
+        return not sig.requires or any(r in self.hits for r in sig.requires)
+
+    def scores(self) -> tuple[dict[str, float], dict[str, list[tuple[float, str]]]]:
+        """Per-category score, and per category the contributing signatures (weight, id)."""
+        bonus, cap = self.sigs.setting("repeat_bonus"), self.sigs.setting("repeat_cap")
+        scores: dict[str, float] = {}
+        contributors: dict[str, list[tuple[float, str]]] = {}
+        factors: dict[str, float] = {}
+        for sig in self.sigs.signatures:
+            if not self._active(sig):
+                continue
+            extra = min(self.hits[sig.id] - 1, cap)
+            for cat, weight in sig.adds.items():
+                gained = weight * (1.0 + bonus * extra)
+                scores[cat] = scores.get(cat, 0.0) + gained
+                contributors.setdefault(cat, []).append((gained, sig.id))
+            for cat, factor in sig.scale.items():
+                factors[cat] = factors.get(cat, 1.0) * factor
+        for cat, factor in factors.items():
+            if cat in scores:
+                scores[cat] *= factor
+        return scores, contributors
+
+    def causes(self) -> list[Cause]:
+        """Ranked causes with calibrated-ish confidences."""
+        scores, contributors = self.scores()
+        confidences = _confidences(scores, self.sigs.setting("confidence_exponent"),
+                                   self.sigs.setting("confidence_prior"))
+        floor = self.sigs.setting("min_confidence")
+        ranked = sorted(confidences.items(), key=lambda kv: (-kv[1], -scores[kv[0]], kv[0]))
+        return [self._cause(cat, conf, contributors[cat]) for cat, conf in ranked if conf >= floor]
+
+    def _cause(self, cat: str, confidence: float, contrib: list[tuple[float, str]]) -> Cause:
+        info = self.sigs.categories[cat]
+        limit = int(self.sigs.setting("max_evidence_per_cause"))
+        seen: set[Evidence] = set()
+        evidence: list[Evidence] = []
+        for _, sig_id in sorted(contrib, key=lambda c: -c[0]):
+            for ev in self.evidence.get(sig_id, ()):
+                if ev not in seen and len(evidence) < limit:
+                    seen.add(ev)
+                    evidence.append(ev)
+        evidence.sort(key=lambda e: (e.file, e.line_no))
+        return Cause(cat, info["title"], round(confidence, 3), tuple(evidence),
+                     info["check"], info["fix"], info["source"])
+
+
+def _confidences(scores: dict[str, float], exponent: float, prior: float) -> dict[str, float]:
+    """Normalise scores: ``s^e / (sum s^e + prior^e)``.
+
+    The prior is the mass of "something this knowledge base does not know": one weak match
+    stays unsure, one strong match among weak ones is confident, two strong ones share.
+    """
+    powered = {cat: max(s, 0.0) ** exponent for cat, s in scores.items() if s > 0}
+    total = sum(powered.values()) + prior ** exponent
+    return {cat: p / total for cat, p in powered.items()}
+
+
+# ----------------------------------------------------------------------------- public API
+
+
+def explain_lines(lines: Iterable[str], *, name: str = "<stdin>",
+                  signatures: SignatureSet | None = None) -> list[Cause]:
+    """Rank the likely causes of the failure shown by ``lines`` (most likely first)."""
+    sigs = signatures if signatures is not None else _default_signatures()
+    analysis = _Analysis(sigs)
+    analysis.feed((line.rstrip("\r\n") for line in lines), name)
+    return analysis.causes()
+
+
+def explain_files(paths: Sequence[str], *, signatures: SignatureSet | None = None,
+                  stdin: IO[bytes] | None = None) -> list[Cause]:
+    """Rank the likely causes over several logs read together (``"-"`` is stdin).
+
+    All files are validated before any is analysed, so a bad path fails fast.
+    """
+    if isinstance(paths, (str, bytes)):
+        raise InputError("explain_files takes a list of paths, not a single string")
+    if not paths:
+        raise InputError("no log file given (use '-' for stdin)")
+    for path in paths:
+        if path != "-" and Path(path).is_dir():
+            raise InputError(f"{path} is a directory, not a log file")
+        if path != "-" and not Path(path).exists():
+            raise InputError(f"log file {path} does not exist")
+    sigs = signatures if signatures is not None else _default_signatures()
+    analysis = _Analysis(sigs)
+    max_chars = int(sigs.setting("max_line_chars"))
+    for path in paths:
+        if path == "-":
+            stream = stdin if stdin is not None else sys.stdin.buffer
+            analysis.feed(_iter_stream_lines(stream, "<stdin>", max_chars), "<stdin>")
+            continue
+        with _open_source(path) as fh:
+            try:
+                analysis.feed(_iter_stream_lines(fh, path, max_chars), path)
+            except OSError as exc:
+                raise InputError(f"cannot read log file {path}: {exc.strerror or exc}") from None
+    return analysis.causes()
+
+
+_DEFAULT_CACHE: list[SignatureSet] = []
+
+
+def _default_signatures() -> SignatureSet:
+    """The packaged signatures, loaded and compiled once per process."""
+    if not _DEFAULT_CACHE:
+        _DEFAULT_CACHE.append(load_signatures())
+    return _DEFAULT_CACHE[0]

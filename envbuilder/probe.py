@@ -1,0 +1,306 @@
+"""Probes: the only code in ``envbuilder doctor`` that touches the host.
+
+``Probe`` reads the live host (commands with a timeout, files, env, ``statvfs``, rlimits,
+network interfaces, process names, NVML). ``RecordedProbe`` replays a folder recorded from a
+real host (``tests/fixtures/hosts/<name>/``) so the checks can be tested without a GPU.
+
+A missing command or one that times out is a :class:`CommandResult` with ``error`` set, never an
+exception. Every method answers ``None`` (or an empty list) for "could not be read".
+
+Layout of a recorded host folder (all optional)::
+
+    nvidia-smi-q-x.xml          stdout of ``nvidia-smi -q -x``
+    nvidia-smi-q.txt            stdout of ``nvidia-smi -q``
+    nvidia-smi-topo-m.txt       stdout of ``nvidia-smi topo -m``
+    <argv joined by '-'>.txt    stdout of any other command (non-alphanumerics become '-')
+    env.json                    {"NAME": "value", ...}              the process environment
+    shm.json                    {"total_bytes": N, "free_bytes": N} statvfs of /dev/shm
+    net.json                    {"interfaces": ["lo", "eth0", ...]}
+    rlimits.json                {"memlock": [soft, hard]}           -1 means unlimited
+    procs.json                  {"comm": ["systemd", "nv-fabricmanage", ...]}
+    sys/..., proc/..., .dockerenv, run/.containerenv      files served at /sys/..., /proc/...
+    BASE                        name of a sibling folder whose files fill in what is missing
+
+A command whose program has no recording at all (no file starting with the program name) is
+"not found", as on a host without it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import resource
+import shutil
+import socket
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+DEFAULT_TIMEOUT_S = 10.0
+UNLIMITED = -1
+
+
+@dataclass(frozen=True)
+class CommandResult:
+    """Outcome of one command. ``error`` is "not-found", "timeout" or an OS error text."""
+
+    argv: tuple[str, ...]
+    returncode: int | None
+    stdout: str
+    stderr: str = ""
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and self.returncode == 0
+
+    def describe(self) -> str:
+        cmd = " ".join(self.argv)
+        if self.error == "not-found":
+            return f"`{self.argv[0]}` not found on PATH"
+        if self.error == "timeout":
+            return f"`{cmd}` timed out"
+        if self.error:
+            return f"`{cmd}` could not run: {self.error}"
+        msg = (self.stderr or self.stdout).strip().splitlines()
+        return f"`{cmd}` exited with {self.returncode}" + (f": {msg[0]}" if msg else "")
+
+
+class Probe:
+    """Reads the live host. Subclass and override to fake a host."""
+
+    def __init__(self, *, timeout: float = DEFAULT_TIMEOUT_S) -> None:
+        self.timeout = timeout
+
+    # -- commands ---------------------------------------------------------------------------
+    def run(self, argv: list[str] | tuple[str, ...]) -> CommandResult:
+        argv = tuple(argv)
+        exe = shutil.which(argv[0])
+        if exe is None:
+            return CommandResult(argv, None, "", "", "not-found")
+        try:
+            cp = subprocess.run([exe, *argv[1:]], capture_output=True, text=True,
+                                timeout=self.timeout, errors="replace")
+        except subprocess.TimeoutExpired:
+            return CommandResult(argv, None, "", "", "timeout")
+        except OSError as e:  # permission denied, exec format error, ...
+            return CommandResult(argv, None, "", "", e.strerror or str(e))
+        return CommandResult(argv, cp.returncode, cp.stdout, cp.stderr, None)
+
+    # -- files ------------------------------------------------------------------------------
+    def read_text(self, path: str) -> str | None:
+        try:
+            return Path(path).read_text(errors="replace")
+        except OSError:
+            return None
+
+    def exists(self, path: str) -> bool:
+        return os.path.exists(path)
+
+    def listdir(self, path: str) -> list[str] | None:
+        try:
+            return sorted(os.listdir(path))
+        except OSError:
+            return None
+
+    # -- process state ----------------------------------------------------------------------
+    def env(self) -> Mapping[str, str]:
+        return dict(os.environ)
+
+    def statvfs(self, path: str) -> dict | None:
+        """``{"total_bytes", "free_bytes"}`` of the filesystem holding ``path``."""
+        try:
+            st = os.statvfs(path)
+        except OSError:
+            return None
+        return {"total_bytes": st.f_blocks * st.f_frsize, "free_bytes": st.f_bavail * st.f_frsize}
+
+    def memlock(self) -> tuple[int, int] | None:
+        """(soft, hard) RLIMIT_MEMLOCK in bytes; -1 means unlimited."""
+        try:
+            soft, hard = resource.getrlimit(resource.RLIMIT_MEMLOCK)
+        except (OSError, ValueError):
+            return None
+
+        def norm(v: int) -> int:
+            return UNLIMITED if v == resource.RLIM_INFINITY else int(v)
+
+        return norm(soft), norm(hard)
+
+    def interfaces(self) -> list[str]:
+        names = self.listdir("/sys/class/net")
+        if names:
+            return names
+        try:
+            return sorted(name for _, name in socket.if_nameindex())
+        except OSError:
+            return []
+
+    def processes(self) -> list[str] | None:
+        """Command names (``/proc/<pid>/comm``, at most 15 characters) of running processes."""
+        pids = self.listdir("/proc")
+        if pids is None:
+            return None
+        out = []
+        for pid in pids:
+            if pid.isdigit():
+                comm = self.read_text(f"/proc/{pid}/comm")
+                if comm:
+                    out.append(comm.strip())
+        return out
+
+    def nvml(self) -> dict | None:
+        """GPU inventory through NVML (``nvidia-ml-py``), or None when unavailable.
+
+        The shape is ``{"driver": str, "cuda": str|None, "gpus": [ {...}, ... ]}`` with the
+        same GPU keys the nvidia-smi parsers in ``envbuilder.doctor`` produce.
+        """
+        try:
+            import pynvml  # type: ignore[import-not-found]  # optional: nvidia-ml-py
+        except Exception:
+            return None
+        try:
+            pynvml.nvmlInit()
+        except Exception:
+            return None
+        try:
+            return _nvml_inventory(pynvml)
+        except Exception:
+            return None
+        finally:
+            try:
+                pynvml.nvmlShutdown()
+            except Exception:
+                pass
+
+
+def _s(v: Any) -> str:
+    return v.decode() if isinstance(v, bytes) else str(v)
+
+
+def _nvml_inventory(nv: Any) -> dict:
+    def opt(fn, *a):
+        try:
+            return fn(*a)
+        except Exception:
+            return None
+
+    driver = _s(nv.nvmlSystemGetDriverVersion())
+    cuda_int = opt(nv.nvmlSystemGetCudaDriverVersion)
+    cuda = f"{cuda_int // 1000}.{(cuda_int % 1000) // 10}" if isinstance(cuda_int, int) else None
+    enabled = {1: "Enabled", 0: "Disabled"}
+    modes = {0: "Default", 1: "Exclusive_Thread", 2: "Prohibited", 3: "Exclusive_Process"}
+    gpus = []
+    for i in range(nv.nvmlDeviceGetCount()):
+        h = nv.nvmlDeviceGetHandleByIndex(i)
+        cc = opt(nv.nvmlDeviceGetCudaComputeCapability, h)
+        mig = opt(nv.nvmlDeviceGetMigMode, h)
+        pci = opt(nv.nvmlDeviceGetPciInfo, h)
+        gpus.append({
+            "index": i,
+            "name": _s(nv.nvmlDeviceGetName(h)),
+            "uuid": _s(opt(nv.nvmlDeviceGetUUID, h) or "") or None,
+            "bus_id": _s(pci.busId) if pci is not None else None,
+            "compute_cap": f"{cc[0]}.{cc[1]}" if cc else None,
+            "persistence": enabled.get(opt(nv.nvmlDeviceGetPersistenceMode, h)),
+            "mig": enabled.get(mig[0]) if mig else None,
+            "compute_mode": modes.get(opt(nv.nvmlDeviceGetComputeMode, h)),
+            "architecture": None,
+            "fabric_state": None,
+            "fabric_status": None,
+        })
+    return {"driver": driver, "cuda": cuda, "gpus": gpus}
+
+
+_SLUG = re.compile(r"[^A-Za-z0-9_.]+")
+
+
+def command_filename(argv: list[str] | tuple[str, ...]) -> str:
+    """File name a recording of ``argv`` is stored under (without extension)."""
+    return _SLUG.sub("-", " ".join(argv)).strip("-")
+
+
+class RecordedProbe(Probe):
+    """Replays a host recorded under ``root`` (see the module docstring for the layout)."""
+
+    def __init__(self, root: Path) -> None:
+        super().__init__()
+        self.root = Path(root)
+        if not self.root.is_dir():
+            raise FileNotFoundError(f"no recorded host at {self.root}")
+        self._roots = [self.root]
+        seen = {self.root.resolve()}
+        cur = self.root
+        while (cur / "BASE").is_file():
+            cur = (cur.parent / (cur / "BASE").read_text().strip())
+            if cur.resolve() in seen or not cur.is_dir():
+                break
+            seen.add(cur.resolve())
+            self._roots.append(cur)
+
+    def _find(self, rel: str) -> Path | None:
+        for r in self._roots:
+            p = r / rel
+            if p.exists():
+                return p
+        return None
+
+    def _json(self, name: str) -> Any:
+        p = self._find(name)
+        return json.loads(p.read_text()) if p else None
+
+    def run(self, argv: list[str] | tuple[str, ...]) -> CommandResult:
+        argv = tuple(argv)
+        stem = command_filename(argv)
+        for ext in (".xml", ".txt", ".csv", ""):
+            p = self._find(stem + ext)
+            if p is not None and p.is_file():
+                return CommandResult(argv, 0, p.read_text(), "", None)
+        prog = command_filename(argv[:1])
+        known = any(f.name.startswith(prog) for r in self._roots for f in r.iterdir())
+        if not known:
+            return CommandResult(argv, None, "", "", "not-found")
+        return CommandResult(argv, 1, "", "not recorded on this host", None)
+
+    def _rel(self, path: str) -> str:
+        return path.lstrip("/")
+
+    def read_text(self, path: str) -> str | None:
+        p = self._find(self._rel(path))
+        if p is None or not p.is_file():
+            return None
+        return p.read_text(errors="replace")
+
+    def exists(self, path: str) -> bool:
+        return self._find(self._rel(path)) is not None
+
+    def listdir(self, path: str) -> list[str] | None:
+        p = self._find(self._rel(path))
+        if p is None or not p.is_dir():
+            return None
+        return sorted(x.name for x in p.iterdir())
+
+    def env(self) -> Mapping[str, str]:
+        return dict(self._json("env.json") or {})
+
+    def statvfs(self, path: str) -> dict | None:
+        data = self._json("shm.json") if path == "/dev/shm" else None
+        return dict(data) if data else None
+
+    def memlock(self) -> tuple[int, int] | None:
+        data = self._json("rlimits.json") or {}
+        v = data.get("memlock")
+        return (int(v[0]), int(v[1])) if v else None
+
+    def interfaces(self) -> list[str]:
+        data = self._json("net.json") or {}
+        return list(data.get("interfaces", []))
+
+    def processes(self) -> list[str] | None:
+        data = self._json("procs.json")
+        return list(data.get("comm", [])) if data else None
+
+    def nvml(self) -> dict | None:
+        return self._json("nvml.json")

@@ -1,0 +1,379 @@
+"""Tests of envbuilder.explain: the engine, the input handling and accuracy on a real corpus.
+
+Run with ``PYTHONPATH=/work/main python -m pytest tests/test_explain.py -q`` (``-s`` prints the
+corpus accuracy).
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import tracemalloc
+from collections import Counter
+from pathlib import Path
+
+import pytest
+import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from envbuilder.errors import InputError
+from envbuilder.explain import (
+    CATEGORIES,
+    Cause,
+    Evidence,
+    explain_files,
+    explain_lines,
+    load_signatures,
+)
+
+CORPUS = Path(__file__).parent / "explain_corpus"
+TOP1_THRESHOLD = 0.95  # measured 1.00 on 80 cases (see test_corpus_accuracy)
+TOP3_THRESHOLD = 0.98  # measured 1.00
+
+UNHANDLED = ("RuntimeError: NCCL error in: ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:825,"
+             " unhandled system error, NCCL version 2.7.8")
+WATCHDOG_SEQ1 = ("[Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=1, "
+                 "OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600047 "
+                 "milliseconds before timing out.")
+WATCHDOG_LATE = WATCHDOG_SEQ1.replace("SeqNum=1,", "SeqNum=48213,")
+
+
+def categories(causes: list[Cause]) -> list[str]:
+    return [c.category for c in causes]
+
+
+def load_cases() -> list[dict]:
+    return yaml.safe_load((CORPUS / "cases.yaml").read_text())["cases"]
+
+
+# ----------------------------------------------------------------------------- corpus
+
+
+def test_corpus_is_well_formed() -> None:
+    cases = load_cases()
+    assert len(cases) >= 45
+    per_category = Counter(c["category"] for c in cases)
+    assert set(per_category) == set(CATEGORIES), set(CATEGORIES) - set(per_category)
+    assert min(per_category.values()) >= 2, per_category
+    files = {p.name for p in CORPUS.iterdir()} - {"cases.yaml"}
+    assert files == {c["file"] for c in cases}
+    for case in cases:
+        assert case["source"].startswith("https://github.com/"), case
+        assert case["note"].strip(), case
+        assert (CORPUS / case["file"]).stat().st_size > 0, case
+
+
+def test_corpus_accuracy() -> None:
+    cases = load_cases()
+    top1 = top3 = 0
+    misses = []
+    for case in cases:
+        got = categories(explain_files([str(CORPUS / case["file"])]))
+        top1 += got[:1] == [case["category"]]
+        top3 += case["category"] in got[:3]
+        if got[:1] != [case["category"]]:
+            misses.append(f"{case['file']}: expected {case['category']}, got {got[:3]}")
+    n = len(cases)
+    report = f"corpus of {n} cases: top-1 {top1 / n:.3f}, top-3 {top3 / n:.3f}; misses: {misses}"
+    print(report)
+    assert top1 / n >= TOP1_THRESHOLD, report
+    assert top3 / n >= TOP3_THRESHOLD, report
+
+
+# ----------------------------------------------------------------------------- engine
+
+
+def test_generic_error_weighs_fallocate_context_as_shm() -> None:
+    lines = [
+        "node1:2143:2561 [1] include/shm.h:28 NCCL WARN Call to posix_fallocate failed : "
+        "No space left on device",
+        UNHANDLED,
+    ]
+    assert categories(explain_lines(lines))[0] == "shm"
+
+
+def test_generic_error_weighs_socket_context_as_network() -> None:
+    lines = [
+        "node1:1:1 [0] NCCL INFO Bootstrap : Using docker0:172.17.0.2<0>",
+        "node1:1:1 [0] NCCL INFO NET/Socket : Using [0]docker0:172.17.0.2<0>",
+        UNHANDLED,
+    ]
+    assert categories(explain_lines(lines))[0] == "network_interface"
+
+
+def test_generic_error_alone_is_unsure() -> None:
+    causes = explain_lines([UNHANDLED])
+    assert causes, "a generic NCCL error still yields candidates"
+    assert causes[0].confidence < 0.5
+
+
+def test_first_collective_timeout_points_to_setup_not_slow_op() -> None:
+    first = categories(explain_lines([WATCHDOG_SEQ1]))
+    late = categories(explain_lines([WATCHDOG_LATE]))
+    assert first[0] == "network_interface"
+    assert "nccl_timeout" in first
+    assert late[0] == "nccl_timeout"
+
+
+def test_seqnum_modifier_needs_a_timeout() -> None:
+    # SeqNum=1 alone (e.g. in a flight-recorder dump) is not evidence of anything.
+    assert explain_lines(["WorkNCCL(SeqNum=1, OpType=BROADCAST) completed"]) == []
+
+
+@pytest.mark.parametrize(("line", "expected"), [
+    ("Duplicate GPU detected : rank 1 and rank 0 both on CUDA device 1000", "duplicate_gpu"),
+    ("RuntimeError: CUDA driver version is insufficient for CUDA runtime version", "driver_mismatch"),
+    ("RuntimeError: CUDA error: no kernel image is available for execution on the device",
+     "arch_mismatch"),
+    ("NVIDIA H100 with CUDA capability sm_90 is not compatible with the current PyTorch "
+     "installation.", "arch_mismatch"),
+    ("RuntimeError: CUDA error: invalid device ordinal", "invalid_device_ordinal"),
+    ("RuntimeError: No CUDA GPUs are available", "gpu_visibility"),
+    ("cudaErrorSystemNotReady: system not yet initialized", "fabric_manager"),
+    ("ImportError: libtorch_cuda.so: undefined symbol: ncclCommRegister", "undefined_symbol"),
+    ("RuntimeError: Error building extension 'fused_adam'", "deepspeed_op_build"),
+    ("torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB", "oom"),
+    ("misc/ibvwrap.cc:278 NCCL WARN Call to ibv_reg_mr failed with error Cannot allocate memory",
+     "ib_rdma"),
+    ("torch.distributed.elastic.rendezvous.api.RendezvousConnectionError: The connection to the "
+     "C10d store has failed.", "rendezvous"),
+    ("ORTE was unable to reliably start one or more daemons.", "mpi_mismatch"),
+    ('ERROR: failed to solve: process "/bin/sh -c pip install ." did not complete successfully: '
+     "exit code: 1", "container_build"),
+    ("NCCL WARN failed to open CUDA IPC handle : 217 peer access is not supported between these "
+     "two devices", "p2p_topology"),
+    ("[Rank 3] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=9120, "
+     "OpType=ALLREDUCE, Timeout(ms)=600000) ran for 600321 milliseconds before timing out.",
+     "nccl_timeout"),
+])
+def test_single_messages(line: str, expected: str) -> None:
+    causes = explain_lines(["some unrelated line", line, "another unrelated line"])
+    assert causes[0].category == expected
+    assert causes[0].evidence[0] == Evidence("<stdin>", 2, line.strip())
+
+
+def test_ranking_is_sorted_and_confidences_in_range() -> None:
+    lines = [
+        "NCCL WARN Call to posix_fallocate failed : No space left on device",
+        "NCCL INFO NET/Socket : Using [0]docker0:172.17.0.2<0>",
+        UNHANDLED,
+        "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB",
+    ]
+    causes = explain_lines(lines)
+    confidences = [c.confidence for c in causes]
+    assert confidences == sorted(confidences, reverse=True)
+    assert all(0.0 <= c <= 1.0 for c in confidences)
+    assert sum(confidences) <= 1.0 + 1e-6
+    assert len(set(categories(causes))) == len(causes)
+
+
+def test_clear_log_is_confident_and_ambiguous_log_is_not() -> None:
+    clear = explain_lines(["Duplicate GPU detected : rank 1 and rank 0 both on CUDA device 1000"])
+    mixed = explain_lines([
+        "RuntimeError: CUDA error: invalid device ordinal",
+        "RuntimeError: No CUDA GPUs are available",
+    ])
+    assert clear[0].confidence >= 0.8
+    assert mixed[0].confidence < 0.6
+
+
+def test_unrelated_log_matches_nothing() -> None:
+    assert explain_lines(["epoch 1 step 10 loss 2.31", "epoch 1 step 20 loss 2.12"]) == []
+
+
+def test_to_dict_shape() -> None:
+    cause = explain_lines(["x", "RuntimeError: CUDA error: invalid device ordinal"], name="r0.log")[0]
+    d = cause.to_dict()
+    assert list(d) == ["category", "title", "confidence", "evidence", "check", "fix", "source"]
+    assert d["category"] == "invalid_device_ordinal"
+    assert d["evidence"] == [{"file": "r0.log", "line": 2,
+                              "text": "RuntimeError: CUDA error: invalid device ordinal"}]
+    assert d["source"].startswith("https://")
+    assert all(isinstance(d[k], str) and d[k] for k in ("title", "check", "fix"))
+
+
+def test_evidence_is_capped_per_signature() -> None:
+    lines = ["RuntimeError: CUDA error: invalid device ordinal"] * 1000
+    cause = explain_lines(lines)[0]
+    sigs = load_signatures()
+    assert len(cause.evidence) <= sigs.setting("max_evidence_per_signature")
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.text(max_size=200), max_size=30))
+def test_arbitrary_text_never_crashes(lines: list[str]) -> None:
+    for cause in explain_lines(lines):
+        assert 0.0 <= cause.confidence <= 1.0
+        assert cause.category in CATEGORIES
+
+
+# ----------------------------------------------------------------------------- signatures file
+
+
+def test_packaged_signatures_cover_every_category() -> None:
+    sigs = load_signatures()
+    assert set(sigs.categories) == set(CATEGORIES)
+    for cat in CATEGORIES:
+        assert any(cat in s.adds for s in sigs.signatures), cat
+        assert sigs.categories[cat]["source"].startswith("https://")
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "sigs.yaml"
+    path.write_text(text)
+    return path
+
+
+MINIMAL = """
+categories:
+  oom: {title: t, check: c, fix: f, source: "https://example.org"}
+signatures:
+  - {id: a, pattern: 'out of memory', adds: {oom: 5}}
+"""
+
+
+def test_custom_signatures_file(tmp_path: Path) -> None:
+    sigs = load_signatures(write(tmp_path, MINIMAL))
+    causes = explain_lines(["CUDA out of memory"], signatures=sigs)
+    assert categories(causes) == ["oom"]
+
+
+@pytest.mark.parametrize(("text", "key"), [
+    ("categories: [", "not valid YAML"),
+    ("- 1\n- 2\n", "top level"),
+    (MINIMAL.replace("'out of memory'", "'out of (memory'"), "signatures[0] (a).pattern"),
+    (MINIMAL.replace("oom: 5", "nope: 5"), "signatures[0] (a).adds.nope"),
+    (MINIMAL.replace("oom: 5", "oom: high"), "signatures[0] (a).adds.oom"),
+    (MINIMAL.replace("https://example.org", "example.org"), "categories.oom.source"),
+    (MINIMAL.replace("fix: f, ", ""), "categories.oom.fix"),
+    (MINIMAL.replace("  oom:", "  ufo:"), "categories.ufo"),
+    (MINIMAL + "  - {id: a, pattern: x, adds: {oom: 1}}\n", "duplicate id"),
+    (MINIMAL.replace("adds: {oom: 5}", "adds: {oom: 5}, requires: [zzz]"), "requires"),
+    (MINIMAL.replace("adds: {oom: 5}", "adds: {oom: 5}, colour: red"), "colour"),
+    (MINIMAL + "settings: {repeat_cap: -1}\n", "settings.repeat_cap"),
+])
+def test_bad_signatures_file_names_file_and_key(tmp_path: Path, text: str, key: str) -> None:
+    path = write(tmp_path, text)
+    with pytest.raises(InputError) as err:
+        load_signatures(path)
+    assert str(path) in str(err.value)
+    assert key in str(err.value)
+    assert err.value.exit_code == 2
+
+
+def test_missing_signatures_file(tmp_path: Path) -> None:
+    with pytest.raises(InputError, match="does not exist"):
+        load_signatures(tmp_path / "nope.yaml")
+
+
+# ----------------------------------------------------------------------------- inputs
+
+
+def test_stdin_dash() -> None:
+    data = b"hello\nRuntimeError: CUDA error: invalid device ordinal\n"
+    causes = explain_files(["-"], stdin=io.BytesIO(data))
+    assert causes[0].category == "invalid_device_ordinal"
+    assert causes[0].evidence[0] == Evidence("<stdin>", 2,
+                                             "RuntimeError: CUDA error: invalid device ordinal")
+
+
+def test_multiple_files_combine_evidence(tmp_path: Path) -> None:
+    rank0 = tmp_path / "rank0.log"
+    rank1 = tmp_path / "rank1.log"
+    rank0.write_text(f"starting\n{UNHANDLED}\n")
+    rank1.write_text("a\nb\nNCCL WARN Error: failed to extend /dev/shm/nccl-ab12 to 9637892 bytes\n")
+    causes = explain_files([str(rank0), str(rank1)])
+    assert causes[0].category == "shm"
+    files = {(e.file, e.line_no) for e in causes[0].evidence}
+    assert (str(rank1), 3) in files
+    assert (str(rank0), 2) in files
+
+
+def test_binary_file_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "core.bin"
+    path.write_bytes(b"\x7fELF\x02\x01\x01\x00\x00\x00" + os.urandom(256))
+    with pytest.raises(InputError, match="looks binary") as err:
+        explain_files([str(path)])
+    assert str(path) in str(err.value)
+
+
+def test_empty_file_gives_no_causes(tmp_path: Path) -> None:
+    path = tmp_path / "empty.log"
+    path.write_bytes(b"")
+    assert explain_files([str(path)]) == []
+
+
+def test_missing_file(tmp_path: Path) -> None:
+    path = tmp_path / "nope.log"
+    with pytest.raises(InputError) as err:
+        explain_files([str(path)])
+    assert str(path) in str(err.value)
+    assert err.value.exit_code == 2
+
+
+def test_directory_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(InputError, match="is a directory") as err:
+        explain_files([str(tmp_path)])
+    assert str(tmp_path) in str(err.value)
+
+
+def test_latin1_file(tmp_path: Path) -> None:
+    path = tmp_path / "latin1.log"
+    path.write_bytes("Ã©tape d\xe9marr\xe9e\nRuntimeError: No CUDA GPUs are available\n"
+                     .encode("latin-1"))
+    causes = explain_files([str(path)])
+    assert causes[0].category == "gpu_visibility"
+    assert causes[0].evidence[0].line_no == 2
+
+
+@pytest.mark.parametrize("encoding", ["utf-16", "utf-16-be"])
+def test_utf16_file_with_bom(tmp_path: Path, encoding: str) -> None:
+    text = "démarrage\r\nDuplicate GPU detected : rank 1 and rank 0 both on CUDA device 1000\r\n"
+    data = text.encode(encoding)
+    if encoding == "utf-16-be":
+        data = b"\xfe\xff" + data
+    path = tmp_path / "u16.log"
+    path.write_bytes(data)
+    causes = explain_files([str(path)])
+    assert causes[0].category == "duplicate_gpu"
+    assert causes[0].evidence[0] == Evidence(
+        str(path), 2, "Duplicate GPU detected : rank 1 and rank 0 both on CUDA device 1000")
+
+
+def test_very_long_line_is_cut(tmp_path: Path) -> None:
+    path = tmp_path / "long.log"
+    with path.open("w") as fh:
+        fh.write("x" * 3_000_000 + "\n")
+        fh.write("RuntimeError: CUDA error: invalid device ordinal\n")
+    causes = explain_files([str(path)])
+    assert causes[0].category == "invalid_device_ordinal"
+    assert causes[0].evidence[0].line_no == 2
+
+
+def test_large_log_streams_with_bounded_memory(tmp_path: Path) -> None:
+    path = tmp_path / "big.log"
+    noise = "".join(
+        f"[rank{i % 8}]:[I1204 10:{i % 60:02d}:00] step {i} loss=2.{i % 97:02d} lr=3e-4 "
+        f"grad_norm=1.{i % 13} tokens/s=41234 mem=61.2GiB NCCL INFO comm 0x55 rank {i % 8}\n"
+        for i in range(2000)
+    ).encode()
+    target = 60 * 1024 * 1024
+    with path.open("wb") as fh:
+        written = 0
+        while written < target:
+            fh.write(noise)
+            written += len(noise)
+        fh.write(b"[rank3]: RuntimeError: CUDA error: invalid device ordinal\n")
+        fh.write(noise[:5000])
+    size = path.stat().st_size
+    tracemalloc.start()
+    try:
+        causes = explain_files([str(path)])
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert causes[0].category == "invalid_device_ordinal"
+    assert causes[0].evidence[0].line_no > 500_000
+    assert peak < 8 * 1024 * 1024, f"peak {peak} bytes for a {size} byte log"
+    assert peak < size / 10
