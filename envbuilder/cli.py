@@ -245,6 +245,318 @@ def render(target: Optional[str] = typer.Argument(None, help="The target; omit w
         sys.stdout.write(f"warning: {w['rule']}: {w['message']}. {w['fix']}\n")
 
 
+# -- build and smoke ------------------------------------------------------------------------
+
+class _Progress:
+    """Build progress on stderr with rich (a bar over Dockerfile steps); silent under --json."""
+
+    def __init__(self, enabled: bool) -> None:
+        self.enabled = enabled
+        self.progress = None
+        self.tasks: dict[str, int] = {}
+
+    def __enter__(self) -> "_Progress":
+        if self.enabled:
+            from rich.console import Console
+            from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+            self.progress = Progress(TextColumn("{task.description}"), BarColumn(),
+                                     TextColumn("{task.completed}/{task.total}"),
+                                     TimeElapsedColumn(), console=Console(stderr=True),
+                                     transient=False)
+            self.progress.__enter__()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.progress is not None:
+            self.progress.__exit__(*exc)
+
+    def event(self, target: str, kind: str, data: Any) -> None:
+        if self.progress is None:
+            return
+        if kind == "build-step":
+            i, n, text = data
+            if target not in self.tasks:
+                self.tasks[target] = self.progress.add_task(f"{target}: build", total=n)
+            self.progress.update(self.tasks[target], completed=i, total=n,
+                                 description=f"{target}: {text[:60]}")
+        elif kind == "step":
+            name, state = data
+            self.progress.console.print(f"{target}: {name} {state}")
+
+
+def _build_opts(base_image, ca_cert, pip_index_url, extra_index_url, wheelhouse, http_proxy,
+                https_proxy, no_proxy, tag, push, no_smoke, nproc, backend, smoke_timeout,
+                shm_size, context, no_alias):
+    from .build import BuildOptions
+
+    proxies = {k: v for k, v in (("HTTP_PROXY", http_proxy), ("HTTPS_PROXY", https_proxy),
+                                 ("NO_PROXY", no_proxy)) if v}
+    return BuildOptions(base_image=base_image, ca_cert=ca_cert, pip_index_url=pip_index_url,
+                        extra_index_urls=tuple(extra_index_url or ()), wheelhouse=wheelhouse,
+                        proxies=proxies, tags=tuple(tag or ()), push=push, smoke=not no_smoke,
+                        nproc=nproc, backend=backend, smoke_timeout=smoke_timeout,
+                        shm_size=shm_size, context=context, alias=not no_alias)
+
+
+@app.command()
+@command
+def build(target: Optional[str] = typer.Argument(None, help="The target; omit with --all."),
+          all_: bool = typer.Option(False, "--all", help="Build every built-in target; keep going past failures."),
+          only: Optional[List[str]] = typer.Option(None, "--only", help="With --all: only targets containing this text."),
+          jobs: int = typer.Option(1, "--jobs", "-j", min=1, help="With --all: builds at once."),
+          torch: Optional[str] = TorchOpt, python: Optional[str] = PythonOpt,
+          deepspeed: Optional[str] = DsOpt, horovod: Optional[str] = HvdOpt,
+          nccl: Optional[str] = NcclOpt, os_: Optional[str] = OsOpt,
+          driver: Optional[str] = DriverOpt, with_: Optional[List[str]] = WithOpt,
+          without: Optional[List[str]] = WithoutOpt,
+          base_image: Optional[str] = typer.Option(None, "--base-image", help="Base image for both stages."),
+          ca_cert: Optional[Path] = typer.Option(None, "--ca-cert", help="A PEM CA bundle trusted in the builder stage only."),
+          pip_index_url: Optional[str] = typer.Option(None, "--pip-index-url"),
+          extra_index_url: Optional[List[str]] = typer.Option(None, "--extra-index-url"),
+          wheelhouse: Optional[Path] = typer.Option(None, "--wheelhouse", help="Install Python packages from this folder of wheels, offline."),
+          http_proxy: Optional[str] = typer.Option(None, "--http-proxy"),
+          https_proxy: Optional[str] = typer.Option(None, "--https-proxy"),
+          no_proxy: Optional[str] = typer.Option(None, "--no-proxy"),
+          tag: Optional[List[str]] = typer.Option(None, "--tag", help="An extra tag."),
+          push: Optional[str] = typer.Option(None, "--push", help="Push to this repository (registry/name) and record the digest."),
+          no_alias: bool = typer.Option(False, "--no-alias", help="Do not move the CUDA-line alias tag (e.g. cu121)."),
+          no_smoke: bool = typer.Option(False, "--no-smoke", help="Skip the smoke job."),
+          nproc: int = typer.Option(12, "--nproc", min=1, help="Ranks of the smoke job."),
+          backend: str = typer.Option("auto", "--backend", help="auto, nccl or gloo."),
+          smoke_timeout: int = typer.Option(120, "--smoke-timeout", min=5),
+          shm_size: str = typer.Option("2g", "--shm-size"),
+          context: Optional[Path] = typer.Option(None, "--context", help="Keep the build context in this folder."),
+          report: Optional[Path] = typer.Option(None, "--report", help="Also write the JSON report here."),
+          matrix: Optional[str] = MatrixOpt, as_json: bool = JsonOpt) -> None:
+    """Build the image with the Docker engine, run the smoke job in it, optionally push it."""
+    from .build import BuildFailed, build_many, build_target
+    from .errors import InputError
+
+    if backend not in ("auto", "nccl", "gloo"):
+        raise InputError(f"--backend {backend!r} is not one of auto, nccl, gloo")
+    opts = _build_opts(base_image, ca_cert, pip_index_url, extra_index_url, wheelhouse,
+                       http_proxy, https_proxy, no_proxy, tag, push, no_smoke, nproc, backend,
+                       smoke_timeout, shm_size, context, no_alias)
+    pins = _pins(torch, python, deepspeed, horovod, nccl, os_, driver, with_, without)
+    if all_:
+        if target is not None:
+            raise InputError("build --all takes no TARGET")
+        from .api import builtin_targets
+        from .matrix import load_matrix
+
+        names = [t for t in builtin_targets(load_matrix(matrix))
+                 if not only or any(o in t for o in only)]
+        opts.validate()
+        with _Progress(not as_json) as prog:
+            reports = build_many(names, opts, jobs=jobs, matrix_dir=matrix, pins=pins,
+                                 on_event=prog.event)
+        data = {"ok": all(r.ok for r in reports), "builds": [r.to_dict() for r in reports]}
+        _write_report(report, data)
+        if as_json:
+            _echo_json(data)
+        else:
+            _table("envbuilder build --all", ["target", "tag", "render", "build", "smoke", "push", "error"],
+                   [[r.target, r.tag, *[r.steps[s] for s in ("render", "build", "smoke", "push")],
+                     (r.error or "")[:80]] for r in reports])
+        if not data["ok"]:
+            raise typer.Exit(EXIT_FAILED)
+        return
+    if target is None:
+        raise InputError("build needs a TARGET (e.g. cu121) or --all")
+    try:
+        with _Progress(not as_json) as prog:
+            r = build_target(target, opts, matrix_dir=matrix, pins=pins,
+                             on_event=lambda k, d: prog.event(target, k, d))
+    except BuildFailed as e:
+        _write_report(report, e.report.to_dict())
+        if not as_json:
+            _print_build(e.report.to_dict())
+        raise
+    data = r.to_dict()
+    _write_report(report, data)
+    if as_json:
+        _echo_json(data)
+    else:
+        _print_build(data)
+
+
+def _write_report(path: Optional[Path], data: dict) -> None:
+    if path is None:
+        return
+    from .render import write_file_atomic
+
+    write_file_atomic(path, json.dumps(data, indent=2, default=str) + "\n")
+
+
+def _print_build(d: dict) -> None:
+    out = sys.stdout
+    out.write(f"{d['target']}: {d.get('tag')}\n")
+    for step, state in d["steps"].items():
+        secs = d["seconds"].get(step)
+        out.write(f"  {step:7} {state}{f' ({secs:.1f} s)' if secs else ''}\n")
+    if d.get("image_id"):
+        out.write(f"  image   {d['image_id'][:19]} {' '.join(d['local_tags'])}\n")
+    s = d.get("smoke")
+    if s:
+        bw = max((b.get("busbw_gbps", 0) for b in s.get("bandwidth") or []), default=None)
+        out.write(f"  smoke   world size {s['world_size']} ({s['backend']}), "
+                  f"{sum(v == 'pass' for v in s['checks'].values())} checks passed"
+                  + (f", failed: {', '.join(s['failed'])}" if s["failed"] else "")
+                  + (f", busbw {bw:.2f} GB/s" if bw else "") + "\n")
+    for p in d.get("pushed") or []:
+        out.write(f"  pushed  {p['repository']}:{p['tag']} {p['digest']}\n")
+    for c in d.get("causes") or []:
+        out.write(f"  cause   {c['category']} ({c['confidence']:.2f}): {c['title']} -> {c['fix']}\n")
+
+
+@app.command()
+@command
+def smoke(image: Optional[str] = typer.Argument(None, help="The image to test (omit with --host)."),
+          host: bool = typer.Option(False, "--host", help="Run on this host with its torch, not in a container."),
+          nproc: int = typer.Option(12, "--nproc", "--nproc-per-node", min=1, help="Ranks per node."),
+          nnodes: int = typer.Option(1, "--nnodes", min=1, help="Nodes (one container each, on a private network)."),
+          backend: str = typer.Option("auto", "--backend", help="auto, nccl or gloo."),
+          timeout: int = typer.Option(60, "--timeout", min=5, help="Seconds before a collective counts as hung."),
+          progressive: bool = typer.Option(False, "--progressive", help="Run 2, then 4, then all ranks; stop at the first failing size."),
+          min_busbw: Optional[float] = typer.Option(None, "--min-busbw", help="Fail below this all-reduce bus bandwidth (GB/s)."),
+          shm_size: str = typer.Option("2g", "--shm-size"),
+          gpus: Optional[bool] = typer.Option(None, "--gpus/--no-gpus", help="Request GPUs (default: when the engine has the NVIDIA runtime)."),
+          matrix: Optional[str] = MatrixOpt, as_json: bool = JsonOpt) -> None:
+    """Run the distributed smoke job in an image (or --host) and report every check."""
+    from . import smoke as sm
+    from .errors import InputError
+
+    if backend not in ("auto", "nccl", "gloo"):
+        raise InputError(f"--backend {backend!r} is not one of auto, nccl, gloo")
+    if host == (image is not None):
+        raise InputError("smoke needs an IMAGE or --host (not both)")
+    if image is not None:
+        from .validate import image_ref
+
+        image_ref(image, "IMAGE")
+    if nnodes > 1:
+        if host:
+            raise InputError("--nnodes > 1 runs one container per node: give an IMAGE, not --host")
+        from .multinode import run_smoke_multinode
+
+        def run_one(n: int):
+            return run_smoke_multinode(image, nnodes=nnodes, nproc_per_node=n, backend=backend,
+                                       timeout=timeout, shm_size=shm_size)
+    elif host:
+        def run_one(n: int):
+            return sm.run_smoke_host(nproc=n, backend=backend, timeout=timeout)
+    else:
+        from .engine import connect
+
+        client = connect()
+
+        def run_one(n: int):
+            return sm.run_smoke_container(client, image, nproc=n, backend=backend,
+                                          timeout=timeout, gpus=gpus, shm_size=shm_size)
+    runs = []
+    if progressive:
+        result, runs = sm.run_progressive(run_one, nproc)
+    else:
+        result = run_one(nproc)
+    if min_busbw is not None:
+        result = sm.check_min_busbw(result, min_busbw)
+    causes = []
+    if not result.ok:
+        from .build import explain_log
+
+        causes = explain_log(result.log)
+    data = result.to_dict()
+    data.pop("log", None)
+    data["causes"] = causes
+    if progressive:
+        data["progressive"] = [{"world_size": r.world_size, "ok": r.ok, "failed": r.failed} for r in runs]
+    if as_json:
+        _echo_json(data)
+    else:
+        if progressive:
+            for r in runs:
+                sys.stdout.write(f"{r.world_size:3d} ranks: {'ok' if r.ok else 'FAILED ' + ', '.join(r.failed)}\n")
+        _table(f"smoke {image or 'host'}: world size {result.world_size}, {result.backend}",
+               ["check", "status", "detail"],
+               [[k, v, result.details.get(k, "")[:100]] for k, v in result.checks.items()])
+        for b in result.bandwidth:
+            sys.stdout.write(f"all-reduce {b['bytes']:>10} B: algbw {b['algbw_gbps']:.3f} GB/s, "
+                             f"busbw {b['busbw_gbps']:.3f} GB/s\n")
+        for c in causes:
+            sys.stdout.write(f"likely cause: {c['category']} ({c['confidence']:.2f}): {c['title']}\n  fix: {c['fix']}\n")
+    if not result.ok:
+        msg = f"the smoke job failed at world size {result.world_size}: {', '.join(result.failed)}"
+        first = result.failed[0] if result.failed else None
+        if first and result.details.get(first):
+            msg += f" ({result.details[first].splitlines()[0][:200]})"
+        sys.stderr.write(f"envbuilder: error: {msg}\n")
+        raise typer.Exit(EXIT_FAILED)
+
+
+# -- doctor and explain ---------------------------------------------------------------------
+
+@app.command()
+@command
+def doctor(target: Optional[str] = typer.Option(None, "--target", help="Also judge this host against a target's stack."),
+           image: Optional[str] = typer.Option(None, "--image", help="Also judge this host against an envbuilder image (its labels)."),
+           nproc: Optional[int] = typer.Option(None, "--nproc", min=1, help="Ranks the job will run on this host."),
+           matrix: Optional[str] = MatrixOpt, as_json: bool = JsonOpt) -> None:
+    """Check this host: driver, GPUs, topology, /dev/shm, InfiniBand, NCCL settings, container."""
+    from .doctor import run_doctor, stack_from_image_labels
+    from .errors import InputError
+
+    stack = None
+    if target and image:
+        raise InputError("doctor takes --target or --image, not both")
+    if target:
+        from .api import resolve_target
+
+        stack = resolve_target(target, matrix_dir=matrix).to_dict()
+    elif image:
+        from .api import image_labels
+        from .validate import image_ref
+
+        stack = stack_from_image_labels(image_labels(image_ref(image, "--image")))
+    if stack is not None and nproc is not None:
+        stack["nproc"] = nproc
+    checks = run_doctor(stack=stack, nproc=nproc)
+    failed = [c for c in checks if c.status == "fail"]
+    if as_json:
+        _echo_json({"ok": not failed, "checks": [c.to_dict() for c in checks]})
+    else:
+        _table("envbuilder doctor", ["check", "status", "value", "detail / fix"],
+               [[c.name, c.status, c.value, c.detail + (f" Fix: {c.fix}" if c.fix and c.status != "ok" else "")]
+                for c in checks])
+    if failed:
+        if not as_json:
+            sys.stderr.write(f"envbuilder: error: {len(failed)} check(s) failed: "
+                             f"{', '.join(c.name for c in failed)}\n")
+        raise typer.Exit(EXIT_FAILED)
+
+
+@app.command()
+@command
+def explain(logs: List[str] = typer.Argument(..., help="Log files, or - for stdin."),
+            top: int = typer.Option(5, "--top", min=1, help="How many causes to show."),
+            as_json: bool = JsonOpt, matrix: Optional[str] = MatrixOpt) -> None:
+    """Name the likely causes of a failed distributed job from its logs, with fixes."""
+    from .explain import explain_files
+
+    causes = explain_files(logs)[:top]
+    if as_json:
+        _echo_json({"causes": [c.to_dict() for c in causes]})
+    else:
+        for i, c in enumerate(causes, 1):
+            sys.stdout.write(f"{i}. {c.category} ({c.confidence:.0%}): {c.title}\n")
+            for ev in c.evidence[:3]:
+                sys.stdout.write(f"   {ev.file}:{ev.line_no}: {ev.text.strip()[:160]}\n")
+            sys.stdout.write(f"   check: {c.check}\n   fix:   {c.fix}\n   see:   {c.source}\n")
+    if not causes:
+        sys.stderr.write("envbuilder: nothing in the log matched a known failure\n")
+        raise typer.Exit(EXIT_FAILED)
+
+
 def main() -> None:  # console-script entry point
     app()
 

@@ -12,6 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Mapping
 
+from packaging.version import Version
+
 from . import __version__, validate
 from .errors import InputError
 from .resolve import PYPI, Stack
@@ -121,7 +123,12 @@ def make_plan(stack: Stack, *, base_image: str | None = None, builder_image: str
     if stack.horovod is not None:
         builder_apt += ["cmake"]
 
-    torch_req = [f"torch=={stack.torch.version}"]
+    # numpy belongs with torch: torch.distributed's object collectives (all_gather_object,
+    # broadcast_object_list) fail with "Numpy is not available" without it (found by the smoke
+    # job). Wheels before torch 2.3 were built against NumPy 1.x and break under NumPy 2
+    # (https://github.com/pytorch/pytorch/issues/107302, fixed for 2.3: https://github.com/pytorch/pytorch/releases/tag/v2.3.0).
+    numpy = "numpy" if stack.torch.version >= Version("2.3") else "numpy<2"
+    torch_req = [f"torch=={stack.torch.version}", numpy]
     torch_index = None if wheelhouse else stack.torch_index
     if torch_index == PYPI or torch_index == index:
         torch_index = None
@@ -162,7 +169,7 @@ def make_plan(stack: Stack, *, base_image: str | None = None, builder_image: str
         ppa=os_py.ppa,
         layers=tuple(layers),
         env=dict(RUNTIME_ENV),
-        labels=_labels(stack, labels or {}),
+        labels=_labels(stack, labels or {}, base_image),
         wheelhouse=wheelhouse,
         hashes=hashes,
         pip_index_url=index,
@@ -183,7 +190,7 @@ def _arch_list(arch: tuple[str, ...]) -> list[str]:
     return out or ["7.0", "8.0", "9.0"]
 
 
-def _labels(stack: Stack, extra: Mapping[str, str]) -> dict[str, str]:
+def _labels(stack: Stack, extra: Mapping[str, str], base_image: str | None = None) -> dict[str, str]:
     d = stack.to_dict()
     labels = {
         "org.opencontainers.image.title": f"envbuilder {stack.target}",
@@ -192,7 +199,7 @@ def _labels(stack: Stack, extra: Mapping[str, str]) -> dict[str, str]:
             + (f", DeepSpeed {d['deepspeed']}" if d["deepspeed"] else "")
             + (f", Horovod {d['horovod']}" if d["horovod"] else ""),
         "org.opencontainers.image.version": stack.tag,
-        "org.opencontainers.image.base.name": stack.runtime_image,
+        "org.opencontainers.image.base.name": base_image or stack.runtime_image,
         "org.opencontainers.image.vendor": "envbuilder",
         "io.envbuilder.version": __version__,
         "io.envbuilder.target": stack.target,

@@ -207,3 +207,18 @@ def write_tree(dest: Path, files: Mapping[str, str | bytes], *, force: bool = Tr
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return dest
+
+
+def write_file_atomic(path: Path, content: str) -> Path:
+    """Write one file through a temp file beside it and os.replace."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(content)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path

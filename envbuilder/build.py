@@ -1,0 +1,330 @@
+"""envbuilder build: render, build with a real Docker engine, smoke-test, push by digest.
+
+``build_target`` runs the steps in order and returns a ``BuildReport`` that says what was and
+was not done. A failing step raises ``BuildFailed`` (an OperationError, exit 1) carrying the
+report, so the CLI can print it and nothing is recorded for a step that did not complete: a
+push appears in the report only when the registry confirmed its digest.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from . import validate
+from .errors import InputError, OperationError
+
+STEPS = ("render", "build", "smoke", "push")
+
+
+@dataclass
+class BuildOptions:
+    base_image: str | None = None
+    ca_cert: Path | None = None
+    pip_index_url: str | None = None
+    extra_index_urls: tuple[str, ...] = ()
+    wheelhouse: Path | None = None
+    proxies: dict[str, str] = field(default_factory=dict)
+    tags: tuple[str, ...] = ()
+    push: str | None = None
+    smoke: bool = True
+    nproc: int = 12
+    backend: str = "auto"
+    smoke_timeout: int = 120
+    shm_size: str = "2g"
+    context: Path | None = None  # keep the build context here (default: a temp folder)
+    nocache: bool = False
+    alias: bool = True  # push the moving CUDA-line alias (e.g. cu121) after the smoke passed
+
+    def validate(self) -> None:
+        if self.base_image:
+            validate.image_ref(self.base_image, "--base-image")
+        if self.push:
+            validate.repository(self.push, "--push")
+        for t in self.tags:
+            validate.tag(t, "--tag")
+        if self.pip_index_url:
+            validate.url(self.pip_index_url, "--pip-index-url")
+        for u in self.extra_index_urls:
+            validate.url(u, "--extra-index-url")
+        for k, v in self.proxies.items():
+            if any(c in v for c in "\n\r\"'`$ "):
+                raise InputError(f"--{k.lower().replace('_', '-')} {v!r} is not a proxy URL")
+        if self.ca_cert is not None:
+            _read_ca(self.ca_cert)
+        if self.wheelhouse is not None and not Path(self.wheelhouse).is_dir():
+            raise InputError(f"--wheelhouse {self.wheelhouse} is not a folder of wheels")
+        if self.nproc < 1:
+            raise InputError(f"--nproc {self.nproc} must be at least 1")
+
+
+@dataclass
+class BuildReport:
+    target: str
+    tag: str | None = None
+    image_id: str | None = None
+    local_tags: list[str] = field(default_factory=list)
+    context: str | None = None
+    steps: dict[str, str] = field(default_factory=lambda: {s: "not run" for s in STEPS})
+    seconds: dict[str, float] = field(default_factory=dict)
+    cached_steps: int = 0
+    total_steps: int = 0
+    smoke: dict | None = None
+    causes: list[dict] = field(default_factory=list)
+    pushed: list[dict] = field(default_factory=list)
+    labels: dict[str, str] = field(default_factory=dict)
+    error: str | None = None
+    failed_step: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["ok"] = self.ok
+        return d
+
+
+class BuildFailed(OperationError):
+    def __init__(self, report: BuildReport, err: OperationError) -> None:
+        super().__init__(f"{report.target}: {err.step or 'build'} failed: {err}", step=err.step,
+                         details=err.details)
+        self.report = report
+
+    def to_dict(self) -> dict:
+        d = super().to_dict()
+        d["report"] = self.report.to_dict()
+        return d
+
+
+def _read_ca(path: Path) -> bytes:
+    try:
+        data = Path(path).read_bytes()
+    except OSError as e:
+        raise InputError(f"--ca-cert {path} cannot be read: {e.strerror}") from None
+    if b"-----BEGIN CERTIFICATE-----" not in data:
+        raise InputError(f"--ca-cert {path} holds no PEM certificate (-----BEGIN CERTIFICATE-----)")
+    return data
+
+
+def _proxy_args(opts: BuildOptions) -> dict[str, str]:
+    out = {}
+    for k in ("HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY"):
+        v = opts.proxies.get(k) or os.environ.get(k) or os.environ.get(k.lower())
+        if v:
+            out[k] = v
+            out[k.lower()] = v
+    return out
+
+
+def prepare_context(stack, opts: BuildOptions, dest: Path, *, lock_dir: Path | None = None) -> tuple[Path, Any]:
+    """Render the build folder for ``stack`` into ``dest``, with wheels and CA bundle added."""
+    from .plan import make_plan
+    from .render import LAYER_BUILD_DEPS, render_files, write_tree
+    from . import wheelhouse as wh
+
+    plan = make_plan(stack, base_image=opts.base_image, pip_index_url=opts.pip_index_url,
+                     extra_index_urls=opts.extra_index_urls, wheelhouse=opts.wheelhouse is not None,
+                     smoke_nproc=opts.nproc)
+    files = render_files(plan)
+    split = None
+    if opts.wheelhouse is not None:
+        layers = {}
+        for layer in plan.layers:
+            layers[layer.name] = list(layer.requirements) + list(LAYER_BUILD_DEPS.get(layer.name, ()))
+        split = wh.split(Path(opts.wheelhouse), layers, stack.python)
+        missing = [la.name for la in plan.layers if not any(
+            p.name.lower().startswith(la.name.replace("-", "_")) for p in split[la.name])]
+        if missing:
+            raise InputError(f"--wheelhouse {opts.wheelhouse} has no distribution for "
+                             f"{', '.join(missing)} ({', '.join(r for la in plan.layers if la.name in missing for r in la.requirements)})")
+    ca = _read_ca(opts.ca_cert) if opts.ca_cert else None
+
+    def extra(tmp: Path) -> None:
+        if split is not None:
+            wh.copy_into(split, tmp)
+        if ca is not None:
+            (tmp / "ca-certificates" / "envbuilder-extra-ca.crt").write_bytes(ca)
+
+    write_tree(dest, files, extra=extra)
+    return dest, plan
+
+
+def build_target(target: str, opts: BuildOptions, *, matrix_dir: str | Path | None = None,
+                 pins=None, client=None, on_event: Callable[[str, Any], None] | None = None,
+                 matrix=None) -> BuildReport:
+    """Render, build, smoke-test and (with opts.push) push one target."""
+    from .api import resolve_target
+    from .matrix import load_matrix
+
+    opts.validate()
+    m = matrix or load_matrix(matrix_dir)
+    stack = resolve_target(target, pins=pins, matrix=m)
+    report = BuildReport(target=target, tag=stack.tag)
+    emit = on_event or (lambda kind, data: None)
+    tmp_root: Path | None = None
+    step = "render"
+    try:
+        t0 = time.monotonic()
+        if opts.context is not None:
+            ctx_dir = Path(opts.context)
+        else:
+            tmp_root = Path(tempfile.mkdtemp(prefix="envbuilder-build-"))
+            ctx_dir = tmp_root / "context"
+        prepare_context(stack, opts, ctx_dir)
+        report.context = str(ctx_dir)
+        report.steps["render"] = "ok"
+        report.seconds["render"] = round(time.monotonic() - t0, 3)
+        emit("step", ("render", "ok"))
+
+        step = "build"
+        from . import engine
+
+        if client is None:
+            client = engine.connect()
+        base = opts.base_image or stack.runtime_image
+        labels = {"io.envbuilder.base-digest": _base_digest(client, base)}
+        t0 = time.monotonic()
+        res = engine.build(client, ctx_dir, tag=f"envbuilder:{stack.tag}", nocache=opts.nocache,
+                           buildargs=_proxy_args(opts), labels=labels,
+                           on_step=lambda i, n, text: emit("build-step", (i, n, text)),
+                           on_line=lambda ln: emit("build-line", ln))
+        report.image_id = res.image_id
+        report.local_tags = [f"envbuilder:{stack.tag}"]
+        for t in opts.tags:
+            report.local_tags.append(engine.tag(client, res.image_id, "envbuilder", t))
+        report.cached_steps, report.total_steps = res.cached_steps, res.steps
+        report.labels = engine.image_labels(client, res.image_id)
+        report.steps["build"] = "ok"
+        report.seconds["build"] = round(time.monotonic() - t0, 3)
+        emit("step", ("build", "ok"))
+
+        step = "smoke"
+        smoke_passed = False
+        if opts.smoke:
+            from .smoke import run_smoke_container
+
+            t0 = time.monotonic()
+            emit("step", ("smoke", "running"))
+            result = run_smoke_container(client, res.image_id, nproc=opts.nproc,
+                                         backend=opts.backend, timeout=opts.smoke_timeout,
+                                         shm_size=opts.shm_size)
+            report.seconds["smoke"] = round(time.monotonic() - t0, 3)
+            report.smoke = _smoke_summary(result)
+            if not result.ok:
+                report.steps["smoke"] = "failed"
+                report.causes = explain_log(result.log)
+                raise OperationError(
+                    f"the smoke job failed in {stack.tag}: {', '.join(result.failed) or 'unknown check'}"
+                    + (f" ({result.details.get(result.failed[0], '')[:200]})" if result.failed and result.details.get(result.failed[0]) else ""),
+                    step="smoke")
+            report.steps["smoke"] = "ok"
+            smoke_passed = True
+            emit("step", ("smoke", "ok"))
+        else:
+            report.steps["smoke"] = "skipped"
+
+        step = "push"
+        if opts.push:
+            t0 = time.monotonic()
+            tags = [stack.tag, *opts.tags]
+            if opts.alias and smoke_passed:
+                tags.append(stack.variant)  # the moving alias: only after the smoke job passed
+            for t in dict.fromkeys(tags):
+                engine.tag(client, res.image_id, opts.push, t)
+                emit("step", ("push", f"{opts.push}:{t}"))
+                digest = engine.push(client, opts.push, t)
+                if not engine.verify_pushed(client, opts.push, digest):
+                    raise OperationError(f"the registry did not confirm {opts.push}@{digest} after "
+                                         f"the push; nothing was recorded as published", step="push")
+                report.pushed.append({"repository": opts.push, "tag": t, "digest": digest,
+                                      "ref": f"{opts.push}@{digest}"})
+            report.steps["push"] = "ok"
+            report.seconds["push"] = round(time.monotonic() - t0, 3)
+        else:
+            report.steps["push"] = "skipped"
+        return report
+    except OperationError as e:
+        report.steps[step] = "failed"
+        report.error = str(e)
+        report.failed_step = step
+        if step == "push":
+            report.pushed = []  # a partial push is not a publication
+        raise BuildFailed(report, e) from None
+    except KeyboardInterrupt:
+        report.steps[step] = "interrupted"
+        report.error = f"interrupted during {step}"
+        report.failed_step = step
+        if step == "push":
+            report.pushed = []
+        raise BuildFailed(report, OperationError(
+            f"interrupted during {step}; nothing was recorded for it — run the build again",
+            step=step)) from None
+    finally:
+        if tmp_root is not None:
+            shutil.rmtree(tmp_root, ignore_errors=True)
+
+
+def _base_digest(client, base: str) -> str:
+    from . import engine
+
+    try:
+        return engine.image_digest_ref(client, base)
+    except OperationError:
+        return base  # not local yet: the engine pulls it during the build
+
+
+def _smoke_summary(result) -> dict:
+    return {"ok": result.ok, "world_size": result.world_size, "nproc_per_node": result.nproc_per_node,
+            "nnodes": result.nnodes, "backend": result.backend, "checks": result.checks,
+            "failed": result.failed, "details": result.details, "bandwidth": result.bandwidth,
+            "seconds": round(result.seconds, 3), "exit_code": result.exit_code}
+
+
+def explain_log(log: str, top: int = 3) -> list[dict]:
+    """The likely causes of a failed smoke job, from its log (envbuilder explain)."""
+    try:
+        from .explain import explain_lines
+    except ImportError:  # pragma: no cover
+        return []
+    try:
+        causes = explain_lines(log.splitlines(), name="smoke-log")
+    except Exception:
+        return []
+    return [c.to_dict() for c in causes[:top]]
+
+
+def build_many(targets: Sequence[str], opts: BuildOptions, *, jobs: int = 1, matrix_dir=None,
+               pins=None, client=None, on_event=None) -> list[BuildReport]:
+    """Build several targets, at most ``jobs`` at once; keep going past failures."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from .matrix import load_matrix
+
+    m = load_matrix(matrix_dir)
+
+    def one(t: str) -> BuildReport:
+        o = BuildOptions(**{**asdict(opts), "context": None})
+        try:
+            return build_target(t, o, matrix=m, pins=pins, client=client,
+                                on_event=(lambda k, d: on_event(t, k, d)) if on_event else None)
+        except BuildFailed as e:
+            return e.report
+        except OperationError as e:
+            r = BuildReport(target=t)
+            r.error, r.failed_step = str(e), e.step or "render"
+            return r
+        except Exception as e:  # an incompatible or bad target among many: report, go on
+            r = BuildReport(target=t)
+            r.error, r.failed_step = str(e), "render"
+            r.steps["render"] = "failed"
+            return r
+
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        return list(pool.map(one, targets))

@@ -1,0 +1,236 @@
+"""The Docker engine behind one small surface: connect, build, tag, push, inspect.
+
+The docker SDK is imported here and only here (lazily). Every engine failure becomes an
+OperationError with one sentence naming the step and what to do; push failures reported inside
+the stream (``errorDetail``) are read chunk by chunk, and the pushed digest is recorded only
+when the registry confirmed it (``aux.Digest``) and answers for it afterwards.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+from .errors import InputError, OperationError
+
+MIN_API = (1, 41)
+_STEP_RE = re.compile(r"^Step (\d+)/(\d+) : (.*)")
+
+
+def _docker():
+    try:
+        import docker  # noqa: F401
+    except ImportError:  # pragma: no cover - docker is a core dependency
+        raise OperationError("the docker Python package is missing: pip install docker") from None
+    return docker
+
+
+def connect(base_url: str | None = None, *, timeout: int = 600):
+    """A DockerClient for DOCKER_HOST (or base_url), checked to answer and be new enough."""
+    docker = _docker()
+    where = base_url or os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
+    try:
+        client = docker.DockerClient(base_url=where, timeout=timeout) if base_url else \
+            docker.from_env(timeout=timeout)
+        version = client.version()
+    except Exception as e:  # DockerException, requests errors, FileNotFoundError on the socket
+        raise OperationError(
+            f"cannot reach the Docker engine at {where}: {_short(e)}; start dockerd or set "
+            f"DOCKER_HOST to its socket", step="engine") from None
+    api = tuple(int(x) for x in str(version.get("ApiVersion", "0.0")).split(".")[:2])
+    if api < MIN_API:
+        raise OperationError(f"the Docker engine at {where} speaks API {version.get('ApiVersion')};"
+                             f" envbuilder needs {MIN_API[0]}.{MIN_API[1]} or newer", step="engine")
+    return client
+
+
+def _short(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    msg = text[-1] if text else type(e).__name__
+    return msg[:300]
+
+
+@dataclass
+class BuildResult:
+    image_id: str
+    tags: list[str]
+    log_tail: list[str] = field(default_factory=list)
+    steps: int = 0
+    cached_steps: int = 0
+
+
+def build(client, context: Path, *, tag: str, buildargs: Mapping[str, str] | None = None,
+          labels: Mapping[str, str] | None = None, nocache: bool = False,
+          on_step: Callable[[int, int, str], None] | None = None,
+          on_line: Callable[[str], None] | None = None) -> BuildResult:
+    """Build ``context`` (a folder with a Dockerfile) with the engine's builder; stream the log."""
+    tail: list[str] = []
+    image_id = None
+    steps = cached = 0
+    try:
+        stream = client.api.build(path=str(context), tag=tag, rm=True, forcerm=True, decode=True,
+                                  buildargs=dict(buildargs or {}), labels=dict(labels or {}),
+                                  nocache=nocache, pull=False)
+        for chunk in stream:
+            if "error" in chunk or "errorDetail" in chunk:
+                msg = chunk.get("error") or chunk.get("errorDetail", {}).get("message", "")
+                tail.append(msg)
+                raise OperationError(_build_error(msg, tail), step="build", details=tail[-30:])
+            line = chunk.get("stream", "")
+            if line:
+                for ln in line.splitlines():
+                    if not ln.strip():
+                        continue
+                    tail.append(ln)
+                    del tail[:-400]
+                    if on_line:
+                        on_line(ln)
+                    m = _STEP_RE.match(ln)
+                    if m:
+                        steps = int(m.group(2))
+                        if on_step:
+                            on_step(int(m.group(1)), steps, m.group(3))
+                    if ln.strip() == "---> Using cache":
+                        cached += 1
+            aux = chunk.get("aux")
+            if isinstance(aux, dict) and aux.get("ID"):
+                image_id = aux["ID"]
+    except OperationError:
+        raise
+    except Exception as e:
+        raise OperationError(f"the build of {tag} failed: {_short(e)}", step="build",
+                             details=tail[-30:]) from None
+    if image_id is None:
+        for ln in reversed(tail):
+            m = re.match(r"Successfully built ([0-9a-f]+)", ln)
+            if m:
+                image_id = m.group(1)
+                break
+    if image_id is None:
+        raise OperationError(f"the build of {tag} ended without an image; see the log above",
+                             step="build", details=tail[-30:])
+    return BuildResult(image_id, [tag], tail, steps, cached)
+
+
+def _build_error(msg: str, tail: list[str]) -> str:
+    low = msg.lower() + " ".join(tail[-20:]).lower()
+    if "no space left on device" in low:
+        return ("the build ran out of disk space (no space left on device): free space in the "
+                "engine's data root (docker system prune) and build again")
+    if "certificate verify failed" in low or "certificate_verify_failed" in low:
+        return ("the build could not verify TLS certificates (a proxy intercepting HTTPS?): "
+                "pass your CA bundle with --ca-cert FILE")
+    if re.search(r"pull access denied|manifest unknown|not found: manifest|repository does not exist", low):
+        return f"the base image could not be found: {msg.strip()}; pass --base-image with one the engine has"
+    step = next((ln for ln in reversed(tail) if ln.startswith("Step ")), "")
+    return f"the build failed{' at ' + step if step else ''}: {msg.strip()[:400]}"
+
+
+def image_labels(client, image: str) -> dict[str, str]:
+    docker = _docker()
+    try:
+        return dict(client.images.get(image).labels or {})
+    except docker.errors.ImageNotFound:
+        raise InputError(f"image {image} is not in the engine: build or pull it first") from None
+    except docker.errors.DockerException as e:
+        raise OperationError(f"cannot inspect image {image}: {_short(e)}", step="engine") from None
+
+
+def image_digest_ref(client, image: str) -> str:
+    """The base image's identity for provenance: a repo digest when it has one, else its ID."""
+    docker = _docker()
+    try:
+        img = client.images.get(image)
+    except docker.errors.ImageNotFound:
+        raise OperationError(f"base image {image} is not in the engine: pull it or pass "
+                             f"--base-image with one it has", step="build") from None
+    digests = img.attrs.get("RepoDigests") or []
+    return digests[0] if digests else img.id
+
+
+def tag(client, image_id: str, repository: str, tag_: str) -> str:
+    try:
+        client.api.tag(image_id, repository, tag_)
+    except Exception as e:
+        raise OperationError(f"cannot tag {image_id} as {repository}:{tag_}: {_short(e)}",
+                             step="tag") from None
+    return f"{repository}:{tag_}"
+
+
+def registry_auth(repository: str) -> dict | None:
+    """Credentials from the environment (ENVBUILDER_REGISTRY_USER/_PASSWORD); None lets the
+    SDK use the docker config (~/.docker/config.json, credential helpers)."""
+    user = os.environ.get("ENVBUILDER_REGISTRY_USER")
+    password = os.environ.get("ENVBUILDER_REGISTRY_PASSWORD")
+    if user and password:
+        return {"username": user, "password": password}
+    return None
+
+
+_TRANSIENT = re.compile(r"(timeout|timed out|connection reset|503|502|504|too many requests|429|"
+                        r"temporarily unavailable|eof)", re.I)
+
+
+def push(client, repository: str, tag_: str, *, retries: int = 2,
+         on_progress: Callable[[str], None] | None = None) -> str:
+    """Push repository:tag; return the manifest digest the registry confirmed."""
+    import time
+
+    attempt = 0
+    while True:
+        try:
+            return _push_once(client, repository, tag_, on_progress)
+        except OperationError as e:
+            attempt += 1
+            if attempt > retries or not _TRANSIENT.search(str(e)):
+                raise
+            time.sleep(min(2 ** attempt, 10))
+
+
+def _push_once(client, repository: str, tag_: str, on_progress) -> str:
+    auth = registry_auth(repository)
+    digest = None
+    try:
+        stream = client.api.push(repository, tag=tag_, stream=True, decode=True, auth_config=auth)
+        for chunk in stream:
+            if "error" in chunk or "errorDetail" in chunk:
+                msg = chunk.get("error") or chunk.get("errorDetail", {}).get("message", "")
+                raise OperationError(_push_error(repository, msg), step="push")
+            aux = chunk.get("aux")
+            if isinstance(aux, dict) and aux.get("Digest"):
+                digest = aux["Digest"]
+            if on_progress and chunk.get("status"):
+                on_progress(f"{chunk.get('id', '')} {chunk['status']}".strip())
+    except OperationError:
+        raise
+    except Exception as e:
+        raise OperationError(_push_error(repository, _short(e)), step="push") from None
+    if not digest or not re.fullmatch(r"sha256:[0-9a-f]{64}", digest):
+        raise OperationError(f"the push of {repository}:{tag_} ended without a digest from the "
+                             f"registry; nothing was recorded as published", step="push")
+    return digest
+
+
+def _push_error(repository: str, msg: str) -> str:
+    low = msg.lower()
+    host = repository.split("/", 1)[0]
+    if "unauthorized" in low or "authentication required" in low or "denied" in low:
+        return (f"the registry {host} refused the push of {repository} (authentication): log in "
+                f"with docker login {host} or set ENVBUILDER_REGISTRY_USER/ENVBUILDER_REGISTRY_PASSWORD")
+    if "connection refused" in low or "no such host" in low or "dial tcp" in low or "timeout" in low:
+        return (f"the registry {host} is not reachable ({msg.strip()[:200]}): check that it runs "
+                f"and the address in --push")
+    return f"the push of {repository} failed: {msg.strip()[:300]}"
+
+
+def verify_pushed(client, repository: str, digest: str) -> bool:
+    """Ask the registry (through the engine) whether it serves repository@digest."""
+    try:
+        data = client.api.inspect_distribution(f"{repository}@{digest}",
+                                               auth_config=registry_auth(repository))
+    except Exception:
+        return False
+    return data.get("Descriptor", {}).get("digest") == digest

@@ -1,0 +1,467 @@
+"""Run the distributed smoke job (``envbuilder/payload/ddp_smoke.py``) and read its result.
+
+On the host (``run_smoke_host``) or inside an image through the docker SDK
+(``run_smoke_container``). The job's verdict is data: a ``SmokeResult`` whose ``failed`` names
+the checks that failed, including synthetic ones when the job could not report for itself
+(``import_torch``, ``launch``, ``timeout``, ``rank_records``, ``exit_code``). ``OperationError``
+is raised only for what is not the job's result: an image that does not exist, an engine that
+cannot be reached, a host without torch.
+
+``docker`` is imported inside the functions that need it, so ``import envbuilder.smoke`` stays
+light.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import json
+import os
+import re
+import shlex
+import signal
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Mapping, Sequence
+
+from envbuilder.errors import OperationError
+from envbuilder.payload import ddp_smoke
+
+SUMMARY_MARKER = ddp_smoke.SUMMARY_MARKER
+CONTAINER_DIR = "/tmp/envbuilder-smoke"
+CONTAINER_OUT = CONTAINER_DIR + "/out"
+LOG_TAIL = 2000
+SMOKE_LABEL = "envbuilder.smoke"  # on every smoke container, so leftovers can be found
+
+
+@dataclass(frozen=True)
+class SmokeResult:
+    """The verdict of one smoke run. ``checks`` maps check name -> pass/fail/skip."""
+
+    ok: bool
+    world_size: int
+    nproc_per_node: int
+    nnodes: int
+    backend: str
+    checks: dict[str, str]
+    failed: list[str]
+    bandwidth: list[dict]
+    summary: dict | None
+    ranks: list[dict]
+    log: str
+    exit_code: int
+    seconds: float
+    where: str  # "host" or the image reference
+    details: dict[str, str] = field(default_factory=dict)  # failed check -> why
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @property
+    def max_busbw_gbps(self) -> float | None:
+        values = [float(b.get("busbw_gbps", 0.0)) for b in self.bandwidth]
+        return max(values) if values else None
+
+
+def payload_path() -> Path:
+    """The path of ``ddp_smoke.py`` inside the installed package."""
+    return Path(ddp_smoke.__file__).resolve()
+
+
+def torchrun_command(python: str, script: str, *, nproc_per_node: int, nnodes: int = 1,
+                     out: str, backend: str, timeout: int, rdzv_endpoint: str | None = None,
+                     node_rank: int | None = None, rdzv_id: str = "envbuilder-smoke",
+                     script_args: Sequence[str] = ()) -> list[str]:
+    """The torchrun command line for the smoke job, in flag spellings torch 1.12+ accepts.
+
+    One node without an endpoint: ``--standalone``. Several nodes: c10d rendezvous at
+    ``rdzv_endpoint``; with ``node_rank`` the static rendezvous (``--master_addr/--master_port``)
+    that needs a fixed node rank instead.
+    """
+    if nproc_per_node < 1 or nnodes < 1:
+        raise ValueError("nproc_per_node and nnodes must be at least 1")
+    cmd = [python, "-m", "torch.distributed.run"]
+    if nnodes == 1 and rdzv_endpoint is None:
+        cmd += ["--standalone"]
+    else:
+        if not rdzv_endpoint:
+            raise ValueError("a multi-node smoke run needs rdzv_endpoint (host:port)")
+        cmd += ["--nnodes", str(nnodes)]
+        if node_rank is not None:
+            host, _, port = rdzv_endpoint.rpartition(":")
+            if not host or not port.isdigit():
+                raise ValueError(f"rdzv_endpoint must be host:port, got {rdzv_endpoint!r}")
+            cmd += ["--node_rank", str(node_rank), "--master_addr", host, "--master_port", port]
+        else:
+            cmd += ["--rdzv_backend", "c10d", "--rdzv_endpoint", rdzv_endpoint,
+                    "--rdzv_id", rdzv_id]
+    cmd += ["--nproc_per_node", str(nproc_per_node), "--max_restarts", "0", script,
+            "--out", out, "--backend", backend, "--timeout", str(int(timeout))]
+    cmd += list(script_args)
+    return cmd
+
+
+def job_deadline(timeout: int) -> int:
+    """Seconds the whole job may take before the runner kills it (each check is bounded)."""
+    return 3 * int(timeout) + 120
+
+
+# ----------------------------------------------------------------------------- host
+
+def run_smoke_host(*, nproc: int = 12, backend: str = "auto", timeout: int = 60,
+                   python: str = sys.executable, env: Mapping[str, str] | None = None,
+                   script_args: Sequence[str] = ()) -> SmokeResult:
+    """Run the job with torchrun on this machine, ``nproc`` ranks on one node."""
+    run_env = dict(os.environ)
+    run_env.update(env or {})
+    run_env["PYTHONUNBUFFERED"] = "1"
+    try:
+        probe = subprocess.run([python, "-c", "import torch, torch.distributed"], env=run_env,
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                               timeout=300)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise OperationError(f"cannot run {python} to import torch on this host: {exc}",
+                             step="smoke") from None
+    if probe.returncode != 0:
+        raise OperationError(
+            f"torch is not importable by {python} on this host: {_last_line(probe.stdout)}",
+            step="smoke", details=[_tail(probe.stdout)])
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="envbuilder-smoke-") as tmp:
+        out = os.path.join(tmp, "out")
+        os.makedirs(out)
+        cmd = torchrun_command(python, str(payload_path()), nproc_per_node=nproc, out=out,
+                               backend=backend, timeout=timeout, script_args=script_args)
+        timed_out = False
+        proc = subprocess.Popen(cmd, env=run_env, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, start_new_session=True, cwd=tmp)
+        try:
+            log_bytes, _ = proc.communicate(timeout=job_deadline(timeout))
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            _kill_group(proc.pid)
+            log_bytes, _ = proc.communicate()
+        exit_code = 124 if timed_out else proc.returncode
+        summary, ranks = _read_out_dir(out)
+    log = log_bytes.decode("utf-8", errors="replace")
+    return build_result(summary=summary, ranks=ranks, log=log, exit_code=exit_code,
+                        nproc_per_node=nproc, nnodes=1, backend=backend,
+                        seconds=time.monotonic() - started, where="host", timed_out=timed_out,
+                        timeout=timeout)
+
+
+def _kill_group(pid: int) -> None:
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(pid, sig)
+        except (ProcessLookupError, PermissionError):
+            return
+        time.sleep(2)
+
+
+def _read_out_dir(out: str) -> tuple[dict | None, list[dict]]:
+    files = {}
+    for p in Path(out).glob("*.json"):
+        try:
+            files[p.name] = p.read_bytes()
+        except OSError:
+            pass
+    return _parse_records(files)
+
+
+def _parse_records(files: Mapping[str, bytes]) -> tuple[dict | None, list[dict]]:
+    summary = None
+    ranks = []
+    for name, data in files.items():
+        base = name.rsplit("/", 1)[-1]
+        try:
+            doc = json.loads(data)
+        except ValueError:
+            continue
+        if base == "summary.json":
+            summary = doc
+        elif re.fullmatch(r"rank-\d+\.json", base):
+            ranks.append(doc)
+    ranks.sort(key=lambda r: r.get("rank", 0))
+    return summary, ranks
+
+
+def summary_from_log(log: str) -> dict | None:
+    """The ``ENVBUILDER_SMOKE_SUMMARY <json>`` line rank 0 printed, if any."""
+    for line in reversed(log.splitlines()):
+        idx = line.find(SUMMARY_MARKER + " ")
+        if idx >= 0:
+            try:
+                return json.loads(line[idx + len(SUMMARY_MARKER) + 1:])
+            except ValueError:
+                continue
+    return None
+
+
+# ----------------------------------------------------------------------------- verdict
+
+def build_result(*, summary: dict | None, ranks: list[dict], log: str, exit_code: int,
+                 nproc_per_node: int, nnodes: int, backend: str, seconds: float, where: str,
+                 timed_out: bool = False, timeout: int | None = None) -> SmokeResult:
+    """Turn what came back (records, summary, log, exit status) into a ``SmokeResult``."""
+    world = nproc_per_node * nnodes
+    if summary is None and not ranks:
+        summary = summary_from_log(log)
+    if ranks and (summary is None or summary.get("incomplete")):
+        # rank 0 could not gather (or wrote nothing): judge from the records we have
+        summary = ddp_smoke.build_summary(
+            ranks, world_size=world,
+            backend=(ranks[0].get("backend") or backend), torch_version=ranks[0].get("torch_version"),
+            seconds=seconds)
+    checks: dict[str, str] = {}
+    failed: list[str] = []
+    details: dict[str, str] = {}
+    if summary is not None:
+        checks = dict(summary.get("checks", {}))
+        failed = list(summary.get("failed", []))
+        details = dict(summary.get("details", {}))
+        if int(summary.get("world_size", world)) != world and "world_size" not in failed:
+            failed.append("world_size")
+            checks["world_size"] = "fail"
+            details["world_size"] = f"job ran {summary.get('world_size')} ranks, wanted {world}"
+    else:
+        name = _launch_failure_name(log)
+        failed.append(name)
+        checks[name] = "fail"
+        details[name] = _tail(log) or f"the job exited {exit_code} and wrote no record"
+    if timed_out and "timeout" not in failed:
+        failed.append("timeout")
+        checks["timeout"] = "fail"
+        details["timeout"] = (f"the job ran past {job_deadline(timeout or 60)} s and was killed; "
+                              f"log tail: {_tail(log, 500)}")
+    if exit_code != 0 and not failed:
+        failed.append("exit_code")
+        checks["exit_code"] = "fail"
+        details["exit_code"] = f"the job exited {exit_code} but reported no failed check: {_tail(log, 800)}"
+    ok = exit_code == 0 and not failed
+    return SmokeResult(
+        ok=ok, world_size=int(summary.get("world_size", world)) if summary else world,
+        nproc_per_node=nproc_per_node, nnodes=int(summary.get("nnodes", nnodes)) if summary else nnodes,
+        backend=(summary or {}).get("backend") or backend, checks=checks, failed=failed,
+        bandwidth=list((summary or {}).get("bandwidth", [])), summary=summary, ranks=ranks,
+        log=log, exit_code=exit_code, seconds=round(seconds, 3), where=where, details=details)
+
+
+def _launch_failure_name(log: str) -> str:
+    if re.search(r"No module named '?torch'?|import torch|ModuleNotFoundError: .*torch", log):
+        return "import_torch"
+    if re.search(r"no python3 or python", log):
+        return "python"
+    return "launch"
+
+
+def _tail(text: str, n: int = LOG_TAIL) -> str:
+    text = text.strip()
+    return text[-n:]
+
+
+def _last_line(text: str) -> str:
+    lines = [l for l in text.strip().splitlines() if l.strip()]
+    return lines[-1].strip() if lines else "no output"
+
+
+# ----------------------------------------------------------------------------- container
+
+def _container_script(nproc: int, backend: str, timeout: int, script_args: Sequence[str]) -> str:
+    cmd = torchrun_command("PY", f"{CONTAINER_DIR}/ddp_smoke.py", nproc_per_node=nproc,
+                           out=CONTAINER_OUT, backend=backend, timeout=timeout,
+                           script_args=script_args)
+    rest = " ".join(shlex.quote(c) for c in cmd[1:])
+    return ('PY=$(command -v python3 || command -v python) || '
+            '{ echo "envbuilder-smoke: no python3 or python in the image" >&2; exit 127; }; '
+            f'exec "$PY" {rest}')
+
+
+def _payload_tar() -> bytes:
+    buf = io.BytesIO()
+    now = int(time.time())
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        for name in ("envbuilder-smoke", "envbuilder-smoke/out"):
+            info = tarfile.TarInfo(name)
+            info.type = tarfile.DIRTYPE
+            info.mode = 0o777  # any user the image runs as may write the records
+            info.mtime = now
+            tar.addfile(info)
+        data = payload_path().read_bytes()
+        info = tarfile.TarInfo("envbuilder-smoke/ddp_smoke.py")
+        info.size = len(data)
+        info.mode = 0o644
+        info.mtime = now
+        tar.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+def _untar_json(chunks) -> dict[str, bytes]:
+    data = b"".join(chunks)
+    files = {}
+    with tarfile.open(fileobj=io.BytesIO(data), mode="r") as tar:
+        for member in tar.getmembers():
+            if member.isfile() and member.name.endswith(".json"):
+                f = tar.extractfile(member)
+                if f is not None:
+                    files[member.name] = f.read()
+    return files
+
+
+def _engine_error(exc: BaseException) -> OperationError:
+    host = os.environ.get("DOCKER_HOST") or "the default socket (DOCKER_HOST is not set)"
+    return OperationError(
+        f"cannot reach the Docker engine at {host}: start it or set DOCKER_HOST "
+        f"({type(exc).__name__}: {_last_line(str(exc))})", step="smoke")
+
+
+def _wants_gpus(client, backend: str) -> bool:
+    if backend == "nccl":
+        return True
+    if backend == "gloo":
+        return False
+    try:
+        runtimes = client.info().get("Runtimes") or {}
+    except Exception:
+        return False
+    return "nvidia" in runtimes
+
+
+def run_smoke_container(client, image: str, *, nproc: int = 12, backend: str = "auto",
+                        timeout: int = 60, gpus: bool | None = None, shm_size: str = "2g",
+                        env: Mapping[str, str] | None = None,
+                        script_args: Sequence[str] = ()) -> SmokeResult:
+    """Run the job inside ``image``: copy the payload in, run torchrun, copy the records out.
+
+    ``client`` is a ``docker.DockerClient`` (``None``: ``docker.from_env()``). ``gpus=None``
+    requests all GPUs when ``backend`` is nccl, or when it is auto and the engine has the nvidia
+    runtime. The container is always removed.
+    """
+    import docker
+    import docker.errors
+    import requests.exceptions
+
+    unreachable = (docker.errors.DockerException, requests.exceptions.ConnectionError,
+                   ConnectionError)
+    if client is None:
+        try:
+            client = docker.from_env()
+        except unreachable as exc:
+            raise _engine_error(exc) from None
+    try:
+        use_gpus = _wants_gpus(client, backend) if gpus is None else bool(gpus)
+        environment = {"PYTHONUNBUFFERED": "1"}
+        environment.update(env or {})
+        kwargs = dict(command=["sh", "-c", _container_script(nproc, backend, timeout, script_args)],
+                      shm_size=shm_size, environment=environment,
+                      labels={SMOKE_LABEL: "1"})
+        if use_gpus:
+            kwargs["device_requests"] = [docker.types.DeviceRequest(count=-1,
+                                                                    capabilities=[["gpu"]])]
+        try:
+            container = client.containers.create(image, **kwargs)
+        except docker.errors.ImageNotFound:
+            raise OperationError(f"image {image} not found: build or pull it first",
+                                 step="smoke") from None
+        except docker.errors.APIError as exc:
+            raise OperationError(f"the Docker engine could not create a container from {image}: "
+                                 f"{exc.explanation or exc}", step="smoke") from None
+    except OperationError:
+        raise
+    except unreachable as exc:
+        raise _engine_error(exc) from None
+
+    started = time.monotonic()
+    timed_out = False
+    exit_code = -1
+    log = ""
+    files: dict[str, bytes] = {}
+    try:
+        try:
+            container.put_archive("/tmp", _payload_tar())
+            container.start()
+        except docker.errors.APIError as exc:
+            raise OperationError(f"the Docker engine could not start the smoke container for "
+                                 f"{image}: {exc.explanation or exc}", step="smoke") from None
+        try:
+            status = container.wait(timeout=job_deadline(timeout))
+            exit_code = int(status.get("StatusCode", -1))
+        except (requests.exceptions.ReadTimeout, requests.exceptions.ConnectionError):
+            timed_out = True
+            exit_code = 124
+            try:
+                container.kill()
+            except docker.errors.APIError:
+                pass
+        try:
+            log = container.logs(stdout=True, stderr=True).decode("utf-8", errors="replace")
+        except docker.errors.APIError as exc:
+            log = f"(could not read the container's log: {exc})"
+        try:
+            stream, _ = container.get_archive(CONTAINER_OUT)
+            files = _untar_json(stream)
+        except (docker.errors.APIError, tarfile.TarError):
+            files = {}
+    except unreachable as exc:
+        if isinstance(exc, docker.errors.APIError):
+            raise
+        raise _engine_error(exc) from None
+    finally:
+        try:
+            container.remove(force=True)
+        except Exception:
+            pass
+    summary, ranks = _parse_records(files)
+    return build_result(summary=summary, ranks=ranks, log=log, exit_code=exit_code,
+                        nproc_per_node=nproc, nnodes=1, backend=backend,
+                        seconds=time.monotonic() - started, where=image, timed_out=timed_out,
+                        timeout=timeout)
+
+
+# ----------------------------------------------------------------------------- policies
+
+def progressive_sizes(nproc: int) -> list[int]:
+    """2, then 4, then ``nproc`` itself: the way teams bisect a 12-GPU failure."""
+    return [n for n in (2, 4) if n < nproc] + [nproc]
+
+
+def run_progressive(run_one: Callable[[int], SmokeResult],
+                    nproc: int) -> tuple[SmokeResult, list[SmokeResult]]:
+    """Run at 2, then 4 ranks, then ``nproc``; stop at the first failing size.
+
+    Returns (the last result run: the failing one or the full-size one, all results run).
+    """
+    results: list[SmokeResult] = []
+    for n in progressive_sizes(nproc):
+        result = run_one(n)
+        results.append(result)
+        if not result.ok:
+            break
+    return results[-1], results
+
+
+def check_min_busbw(result: SmokeResult, min_gbps: float) -> SmokeResult:
+    """Gate on bandwidth: add check ``min_busbw`` (the best busbw measured vs ``min_gbps``)."""
+    best = result.max_busbw_gbps
+    checks = dict(result.checks)
+    failed = [f for f in result.failed if f != "min_busbw"]
+    details = dict(result.details)
+    if best is None:
+        status = "fail"
+        details["min_busbw"] = f"no bandwidth was measured; required {min_gbps:g} GB/s busbw"
+    elif best < min_gbps:
+        status = "fail"
+        details["min_busbw"] = f"measured {best:.3f} GB/s busbw, required {min_gbps:g} GB/s"
+    else:
+        status = "pass"
+        details.pop("min_busbw", None)
+    checks["min_busbw"] = status
+    if status == "fail":
+        failed.append("min_busbw")
+    return dataclasses.replace(result, checks=checks, failed=failed, details=details,
+                               ok=result.ok and status == "pass")

@@ -1,0 +1,159 @@
+"""Shared fixtures: a real Docker engine, a local base image, a wheelhouse, real registries.
+
+scripts/test.sh (the README's test command, run by .ci/run) installs and starts the engine,
+imports the Debian 12 base image and fills the wheelhouse, and exports:
+DOCKER_HOST, ENVBUILDER_TEST_BASE_IMAGE, ENVBUILDER_TEST_WHEELHOUSE, ENVBUILDER_REQUIRE_DOCKER=1.
+With ENVBUILDER_REQUIRE_DOCKER=1 a missing engine fails the engine tests instead of skipping
+them, so CI cannot pass by skipping.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+CPU_TARGET = "cpu-torch2.13-debian12"
+
+
+def _require() -> bool:
+    return os.environ.get("ENVBUILDER_REQUIRE_DOCKER") == "1"
+
+
+def _missing(what: str):
+    if _require():
+        pytest.fail(f"{what} (ENVBUILDER_REQUIRE_DOCKER=1: run the tests with scripts/test.sh)")
+    pytest.skip(what)
+
+
+@pytest.fixture(scope="session")
+def docker_client():
+    try:
+        import docker
+
+        client = docker.from_env(timeout=900)
+        client.ping()
+    except Exception as e:  # noqa: BLE001
+        _missing(f"no Docker engine at DOCKER_HOST={os.environ.get('DOCKER_HOST')}: {e}")
+    return client
+
+
+@pytest.fixture(scope="session")
+def base_image(docker_client) -> str:
+    name = os.environ.get("ENVBUILDER_TEST_BASE_IMAGE", "envbuilder-test/debian:12")
+    try:
+        docker_client.images.get(name)
+    except Exception:  # noqa: BLE001
+        _missing(f"base image {name} is not in the engine (scripts/test-services.sh makes it)")
+    return name
+
+
+@pytest.fixture(scope="session")
+def wheelhouse() -> Path:
+    p = Path(os.environ.get("ENVBUILDER_TEST_WHEELHOUSE",
+                            Path.home() / ".cache/envbuilder-test/wheelhouse"))
+    if not (p / ".complete").exists():
+        _missing(f"wheelhouse {p} is not ready (scripts/test-services.sh fills it)")
+    return p
+
+
+@pytest.fixture(scope="session")
+def ca_bundle() -> Path:
+    p = Path("/etc/ssl/certs/ca-certificates.crt")
+    if not p.exists():
+        pytest.skip("no system CA bundle")
+    return p
+
+
+@pytest.fixture(scope="session")
+def cpu_build(docker_client, base_image, wheelhouse, ca_bundle, tmp_path_factory):
+    """The cpu target built once for the session (offline, from the wheelhouse), no smoke."""
+    from envbuilder.build import BuildOptions, build_target
+
+    ctx = tmp_path_factory.mktemp("cpu-context") / "ctx"
+    opts = BuildOptions(base_image=base_image, wheelhouse=wheelhouse, ca_cert=ca_bundle,
+                        smoke=False, context=ctx)
+    return build_target(CPU_TARGET, opts, client=docker_client)
+
+
+@pytest.fixture(scope="session")
+def smoke_image(cpu_build) -> str:
+    """A Debian 12 image with python3 and torch 2.13.0 (CPU): envbuilder's own cpu build."""
+    return cpu_build.local_tags[0]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Registry:
+    """A real OCI registry (Debian's docker-registry, distribution 2.8) on 127.0.0.1."""
+
+    def __init__(self, root: Path, *, user: str | None = None, password: str | None = None):
+        self.root = root
+        self.port = _free_port()
+        self.user, self.password = user, password
+        self.proc: subprocess.Popen | None = None
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def start(self) -> "Registry":
+        exe = shutil.which("docker-registry")
+        if exe is None:
+            _missing("docker-registry is not installed (apt-get install docker-registry)")
+        auth = ""
+        if self.user:
+            htpasswd = self.root / "htpasswd"
+            out = subprocess.run(["htpasswd", "-Bbn", self.user, self.password],
+                                 capture_output=True, text=True, check=True).stdout
+            htpasswd.write_text(out)
+            auth = f"auth:\n  htpasswd:\n    realm: envbuilder-test\n    path: {htpasswd}\n"
+        cfg = self.root / "config.yml"
+        cfg.write_text(
+            "version: 0.1\nlog:\n  level: warn\nstorage:\n  filesystem:\n"
+            f"    rootdirectory: {self.root / 'data'}\n  delete:\n    enabled: true\n"
+            f"http:\n  addr: {self.address}\n{auth}")
+        self.log = open(self.root / "registry.log", "w")
+        self.proc = subprocess.Popen([exe, "serve", str(cfg)], stdout=self.log, stderr=self.log)
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=1):
+                    return self
+            except OSError:
+                time.sleep(0.2)
+        raise RuntimeError(f"registry did not start: {(self.root / 'registry.log').read_text()}")
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+            self.proc = None
+        self.log.close()
+
+
+@pytest.fixture
+def registry(tmp_path):
+    r = Registry(tmp_path).start()
+    yield r
+    r.stop()
+
+
+@pytest.fixture
+def auth_registry(tmp_path):
+    r = Registry(tmp_path, user="ml", password="s3cret-pass").start()
+    yield r
+    r.stop()

@@ -1,0 +1,180 @@
+"""The smoke job itself (envbuilder/payload/ddp_smoke.py), run for real with torchrun on the CPU.
+
+One 12-rank run proves the whole job; the fault tests use 2-3 ranks. Needs torch (CPU is fine).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from envbuilder.payload import ddp_smoke
+
+PAYLOAD = Path(ddp_smoke.__file__).resolve()
+CPU_SKIPPED = {"gpu_uuid", "deepspeed_zero"}  # never run on the CPU
+MUST_PASS = {"rendezvous", "all_reduce", "all_gather", "broadcast", "barrier", "ddp", "bandwidth"}
+
+needs_torch = pytest.mark.skipif(
+    subprocess.run([sys.executable, "-c", "import torch.distributed"],
+                   capture_output=True).returncode != 0,
+    reason="torch is not installed")
+
+
+def run_job(out: Path, nproc: int, *, timeout: int = 60, inject: str | None = None,
+            extra: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1")
+    env.pop(ddp_smoke.INJECT_ENV, None)
+    if inject:
+        env[ddp_smoke.INJECT_ENV] = inject
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+           "--nproc_per_node", str(nproc), "--max_restarts", "0", str(PAYLOAD),
+           "--out", str(out), "--backend", "gloo", "--timeout", str(timeout), *extra]
+    # the guard is generous: a hang shows as TimeoutExpired instead of a stuck test run
+    return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+
+
+def records(out: Path) -> dict[int, dict]:
+    return {json.loads(p.read_text())["rank"]: json.loads(p.read_text())
+            for p in out.glob("rank-*.json")}
+
+
+def by_name(record: dict) -> dict[str, dict]:
+    return {c["name"]: c for c in record["checks"]}
+
+
+# ----------------------------------------------------------------------------- pure helpers
+
+def test_busbw_formula():
+    assert ddp_smoke.alg_bandwidth_gbps(2_000_000_000, 0.5) == pytest.approx(4.0)
+    assert ddp_smoke.alg_bandwidth_gbps(1024, 0.0) == 0.0
+    # nccl-tests all-reduce: busbw = algbw * 2(n-1)/n
+    assert ddp_smoke.bus_bandwidth_gbps(10.0, 12) == pytest.approx(10.0 * 2 * 11 / 12)
+    assert ddp_smoke.bus_bandwidth_gbps(10.0, 2) == pytest.approx(10.0)
+    assert ddp_smoke.bus_bandwidth_gbps(10.0, 8) == pytest.approx(17.5)
+    assert ddp_smoke.bus_bandwidth_gbps(10.0, 1) == 0.0
+
+
+def test_parse_sizes_and_inject():
+    assert ddp_smoke.parse_sizes("1M,8MiB,64K,4096") == [1 << 20, 8 << 20, 64 << 10, 4096]
+    with pytest.raises(ValueError):
+        ddp_smoke.parse_size("12 parsecs")
+    assert ddp_smoke.parse_inject("all_reduce:3") == ("all_reduce", 3)
+    assert ddp_smoke.parse_inject("ddp") == ("ddp", 0)
+    assert ddp_smoke.parse_inject("") == (None, None)
+    assert ddp_smoke.parse_inject(None) == (None, None)
+
+
+def test_build_summary_merges_ranks_and_names_missing_ones():
+    def rec(rank, host, **statuses):
+        return {"rank": rank, "hostname": host, "bandwidth": [{"bytes": 1}] if rank == 0 else [],
+                "checks": [{"name": k, "status": v, "detail": f"d{rank}", "seconds": 0.0}
+                           for k, v in statuses.items()]}
+
+    recs = [rec(0, "a", all_reduce="pass", gpu_uuid="skip"),
+            rec(1, "a", all_reduce="fail", gpu_uuid="skip"),
+            rec(2, "b", all_reduce="pass", gpu_uuid="skip")]
+    s = ddp_smoke.build_summary(recs, world_size=4, backend="gloo", torch_version="x",
+                                seconds=1.0)
+    assert s["checks"]["all_reduce"] == "fail" and s["checks"]["gpu_uuid"] == "skip"
+    assert s["failed"] == ["all_reduce", "rank_records"]
+    assert s["details"]["all_reduce"] == "rank 1: d1"
+    assert "[3]" in s["details"]["rank_records"]
+    assert s["ranks_per_node"] == {"a": 2, "b": 1} and s["nnodes"] == 2
+    assert s["bandwidth"] == [{"bytes": 1}] and s["ok"] is False
+
+
+def test_horovod_plan_mirrors_torch_ranks():
+    plan = ddp_smoke._horovod_plan(["a", "a", "b", "b"])
+    assert [(p["rank"], p["local_rank"], p["cross_rank"]) for p in plan] == [
+        (0, 0, 0), (1, 1, 0), (2, 0, 1), (3, 1, 1)]
+    assert all(p["size"] == 4 and p["local_size"] == 2 and p["cross_size"] == 2 for p in plan)
+
+
+# ----------------------------------------------------------------------------- real runs
+
+@pytest.fixture(scope="module")
+def twelve_rank_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("smoke12")
+    proc = run_job(out, 12, timeout=60)
+    return out, proc
+
+
+@needs_torch
+def test_twelve_ranks_pass_on_cpu(twelve_rank_run):
+    out, proc = twelve_rank_run
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    recs = records(out)
+    assert sorted(recs) == list(range(12))
+    for rank, rec in recs.items():
+        assert rec["world_size"] == 12 and rec["backend"] == "gloo" and rec["device"] == "cpu"
+        assert rec["ok"] is True and rec["local_rank"] == rank
+        checks = by_name(rec)
+        assert list(checks) == list(ddp_smoke.CHECKS)
+        for name in MUST_PASS:
+            assert checks[name]["status"] == "pass", (rank, name, checks[name])
+        for name in CPU_SKIPPED:
+            assert checks[name]["status"] == "skip" and checks[name]["detail"]
+        assert checks["horovod_allreduce"]["status"] in ("pass", "skip")
+        assert all(isinstance(c["seconds"], float) for c in rec["checks"])
+
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["ok"] is True and summary["failed"] == []
+    assert summary["world_size"] == 12 and summary["nnodes"] == 1
+    assert sum(summary["ranks_per_node"].values()) == 12
+    assert summary["backend"] == "gloo" and summary["torch_version"]
+    assert {k for k, v in summary["checks"].items() if v == "pass"} >= MUST_PASS
+
+    bw = summary["bandwidth"]
+    assert [b["bytes"] for b in bw] == list(ddp_smoke.DEFAULT_CPU_SIZES)
+    for b in bw:
+        assert b["seconds"] > 0 and b["algbw_gbps"] > 0
+        assert b["busbw_gbps"] == pytest.approx(b["algbw_gbps"] * 2 * 11 / 12, rel=1e-3, abs=1e-3)
+
+    lines = [l for l in proc.stdout.splitlines() if l.startswith(ddp_smoke.SUMMARY_MARKER + " ")]
+    assert len(lines) == 1
+    assert json.loads(lines[0].split(" ", 1)[1]) == summary
+
+
+@needs_torch
+@pytest.mark.parametrize("inject, nproc", [("all_reduce:1", 3), ("ddp:1", 2),
+                                           ("broadcast", 2)])
+def test_injected_wrong_answer_is_caught_and_named(tmp_path, inject, nproc):
+    check = inject.split(":")[0]
+    proc = run_job(tmp_path, nproc, timeout=20, inject=inject,
+                   extra=("--sizes", "4K", "--iters", "1", "--warmup", "1"))
+    assert proc.returncode != 0
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["ok"] is False
+    assert summary["failed"] == [check], summary
+    assert summary["details"][check]
+    others = MUST_PASS - {check}
+    assert all(summary["checks"][name] == "pass" for name in others), summary["checks"]
+    # every rank sees the wrong answer (the results are compared collectively)
+    for rec in records(tmp_path).values():
+        assert by_name(rec)[check]["status"] == "fail" and rec["ok"] is False
+    assert f"{check} failed" in proc.stderr
+
+
+@needs_torch
+def test_injected_crash_fails_the_others_instead_of_hanging(tmp_path):
+    proc = run_job(tmp_path, 3, timeout=20, inject="crash:1")
+    assert proc.returncode != 0
+    assert "injected crash" in proc.stderr
+    recs = records(tmp_path)
+    assert 1 not in recs  # the crashed rank wrote nothing
+    survivors = [r for r in recs.values() if r["rank"] != 1]
+    assert survivors, proc.stderr[-3000:]
+    for rec in survivors:
+        assert rec["ok"] is False
+        failed = [c for c in rec["checks"] if c["status"] == "fail"]
+        assert failed and failed[0]["name"] in ddp_smoke.CHECKS and failed[0]["detail"]
+        assert by_name(rec)["rendezvous"]["status"] == "pass"
+    if (tmp_path / "summary.json").exists():
+        summary = json.loads((tmp_path / "summary.json").read_text())
+        assert summary["ok"] is False and "rank_records" in summary["failed"]
+        assert "1" in summary["details"]["rank_records"]
