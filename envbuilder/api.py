@@ -76,19 +76,20 @@ def check_combination(*, matrix_dir: str | Path | None = None, cuda: str | None 
     given = {ax for ax, v in (("cuda", cuda), ("torch", torch), ("python", python),
                               ("nccl", nccl), ("deepspeed", deepspeed), ("horovod", horovod),
                               ("os", os)) if v is not None}
+    if cuda is None and driver is not None:
+        raise InputError("--driver needs --cuda: a driver is judged against a CUDA version")
     if not given:
         raise InputError("check needs at least one of --cuda, --torch, --python, --nccl, "
                          "--deepspeed, --horovod, --os")
     req = Request(target="check")
     req = apply_options(req, m, cuda=cuda, driver=driver, torch=torch, python=python,
                         nccl=nccl, deepspeed=deepspeed, horovod=horovod, os=os)
-    if cuda is None and driver is not None:
-        raise InputError("--driver needs --cuda: a driver is judged against a CUDA version")
     assignment, warnings = check(req, m, given)
     from .resolve import _show
     return {"ok": True,
             "given": {k: v for k, v in req.pins().items()} | ({"driver": driver} if driver else {}),
-            "satisfied_by": {k: _show(v) for k, v in assignment.items() if k in given},
+            "satisfied_by": {k: "cpu" if k == "cuda" and v is None else _show(v)
+                             for k, v in assignment.items() if k in given},
             "warnings": [w.to_dict() for w in warnings]}
 
 

@@ -39,7 +39,7 @@ class BuildOptions:
     shm_size: str = "2g"
     context: Path | None = None  # keep the build context here (default: a temp folder)
     nocache: bool = False
-    alias: bool = True  # push the moving CUDA-line alias (e.g. cu121) after the smoke passed
+    alias: bool = True  # push the moving alias (the target name, e.g. cu121) after the smoke passed
 
     def validate(self) -> None:
         if self.base_image:
@@ -235,7 +235,9 @@ def build_target(target: str, opts: BuildOptions, *, matrix_dir: str | Path | No
             t0 = time.monotonic()
             tags = [stack.tag, *opts.tags]
             if opts.alias and smoke_passed:
-                tags.append(stack.variant)  # the moving alias: only after the smoke job passed
+                # the moving alias is the target's own name (cu121, cu121-ds, cpu): it follows
+                # the matrix to new releases, and moves only after the smoke job passed
+                tags.append(validate.tag(target, "target (as alias tag)"))
             for t in dict.fromkeys(tags):
                 engine.tag(client, res.image_id, opts.push, t)
                 emit("step", ("push", f"{opts.push}:{t}"))

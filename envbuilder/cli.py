@@ -320,7 +320,7 @@ def build(target: Optional[str] = typer.Argument(None, help="The target; omit wi
           no_proxy: Optional[str] = typer.Option(None, "--no-proxy"),
           tag: Optional[List[str]] = typer.Option(None, "--tag", help="An extra tag."),
           push: Optional[str] = typer.Option(None, "--push", help="Push to this repository (registry/name) and record the digest."),
-          no_alias: bool = typer.Option(False, "--no-alias", help="Do not move the CUDA-line alias tag (e.g. cu121)."),
+          no_alias: bool = typer.Option(False, "--no-alias", help="Do not move the alias tag named after the target (e.g. cu121)."),
           no_smoke: bool = typer.Option(False, "--no-smoke", help="Skip the smoke job."),
           nproc: int = typer.Option(12, "--nproc", min=1, help="Ranks of the smoke job."),
           backend: str = typer.Option("auto", "--backend", help="auto, nccl or gloo."),

@@ -236,6 +236,20 @@ class Matrix:
 
 # -- loading -------------------------------------------------------------------------------
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """SafeLoader that refuses a key given twice in one mapping (PyYAML keeps the last)."""
+
+    def construct_mapping(self, node, deep=False):  # type: ignore[override]
+        seen: set = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"duplicate key {key!r}", key_node.start_mark)
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
 def _read(path: Path) -> Any:
     try:
         text = path.read_text(encoding="utf-8")
@@ -245,7 +259,7 @@ def _read(path: Path) -> Any:
     except (OSError, UnicodeDecodeError) as e:
         raise MatrixError(f"cannot read matrix file {path}: {e}") from None
     try:
-        return yaml.safe_load(text), text
+        return yaml.load(text, Loader=_UniqueKeyLoader), text
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark else ""

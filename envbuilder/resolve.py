@@ -332,7 +332,9 @@ def _refusal(req: Request, m: Matrix, s: _Search, *, suggest: bool = True) -> In
     for v in violations:
         uniq.setdefault(v.message, v)
     vs = list(uniq.values())
-    what = req.target if req.target else "this combination"
+    what = req.target if req.target != "check" else (
+        "this combination (" + ", ".join(f"{k} {v}" for k, v in req.pins().items())
+        + (f", driver {req.driver}" if req.driver else "") + ")")
     if not vs:
         return IncompatibleError(f"{what}: no combination in the matrix satisfies the pins "
                                  f"{req.pins()}", violations=[])

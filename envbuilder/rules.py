@@ -31,10 +31,14 @@ class Violation:
     source: tuple[str, ...]
     fix: str = ""
     severity: str = "error"  # "error" refuses; "warning" is reported with the stack
+    detail: str = ""  # the longer explanation, when the message is its first sentence
 
     def to_dict(self) -> dict:
-        return {"rule": self.rule, "severity": self.severity, "message": self.message,
-                "fix": self.fix, "source": list(self.source)}
+        d = {"rule": self.rule, "severity": self.severity, "message": self.message,
+             "fix": self.fix, "source": list(self.source)}
+        if self.detail:
+            d["detail"] = self.detail
+        return d
 
     def __str__(self) -> str:
         src = f" [source: {self.source[0]}]" if self.source else ""
@@ -205,8 +209,12 @@ def _base_image(a: Assignment, ctx: Context) -> list[Violation]:
 @rule("nccl_pin", "cuda", "torch", "nccl")
 def _nccl_pin(a: Assignment, ctx: Context) -> list[Violation]:
     """A pinned NCCL must be the NCCL the torch wheel bundles (another one breaks torch's import or hangs)."""
-    if ctx.nccl_pin is None or a["cuda"] is None:
+    if ctx.nccl_pin is None:
         return []
+    if a["cuda"] is None:
+        return [Violation("nccl_pin",
+                          f"NCCL {ctx.nccl_pin} is pinned, but CPU torch wheels bundle no NCCL",
+                          a["torch"].source, "drop the NCCL pin, or use a CUDA target")]
     from .target import Pin
     t: TorchRelease = a["torch"]
     var = t.variants.get(variant_of(a["cuda"]))
@@ -244,30 +252,38 @@ def _nccl_cuda(a: Assignment, ctx: Context) -> list[Violation]:
 
 # -- DeepSpeed and Horovod ------------------------------------------------------------------
 
-def _requires(comp: str) -> CheckFn:
+def _requires_value(axis: str, a: Assignment) -> Version | None:
+    if axis == "python":
+        return Version(a["python"])
+    value = a[axis]  # torch: TorchRelease; cuda: Toolkit | None (CPU); nccl: NcclRelease | None
+    return None if value is None else value.version
+
+
+def _requires(comp: str, axis: str) -> CheckFn:
+    # One rule per (component, axis), so that `check` judges e.g. --torch with --deepspeed
+    # without needing --python (a rule applies only once every axis it reads is assigned).
     def check(a: Assignment, ctx: Context) -> list[Violation]:
         c: ComponentRelease | None = a[comp]
         if c is None:
             return []
-        out = []
-        values = {"torch": a["torch"].version, "python": Version(a["python"])}
-        for axis, value in values.items():
-            spec = c.requires.get(axis)
-            if spec is not None and not spec.contains(value, prereleases=True):
-                ok = [r.line for r in ctx.matrix.component(comp).releases
-                      if (s := r.requires.get(axis)) is None or s.contains(value, prereleases=True)]
-                alt = (f"{comp} {', '.join(dict.fromkeys(ok[:3]))} works with {axis} {value}" if ok
-                       else f"a {axis} that satisfies {spec}")
-                out.append(Violation(f"{comp}_requires",
-                                     f"{comp} {c.version} requires {axis} {spec}; this stack has {value}",
-                                     c.source, alt))
-        return out
-    check.__doc__ = f"{comp} declares the torch and Python versions it supports."
+        spec = c.requires.get(axis)
+        value = _requires_value(axis, a) if spec is not None else None
+        if spec is None or value is None or spec.contains(value, prereleases=True):
+            return []
+        ok = [r.line for r in ctx.matrix.component(comp).releases
+              if (s := r.requires.get(axis)) is None or s.contains(value, prereleases=True)]
+        alt = (f"{comp} {', '.join(dict.fromkeys(ok[:3]))} works with {axis} {value}" if ok
+               else f"a {axis} that satisfies {spec}")
+        return [Violation(f"{comp}_requires",
+                          f"{comp} {c.version} requires {axis} {spec}; this stack has {value}",
+                          c.source, alt)]
+    check.__doc__ = f"{comp} declares the torch, Python (and CUDA, NCCL) versions it supports."
     return check
 
 
-rule("deepspeed_requires", "deepspeed", "torch", "python")(_requires("deepspeed"))
-rule("horovod_requires", "horovod", "torch", "python")(_requires("horovod"))
+for _comp in ("deepspeed", "horovod"):
+    for _axis in ("torch", "python", "cuda", "nccl"):
+        rule(f"{_comp}_requires", _comp, _axis)(_requires(_comp, _axis))
 
 
 # -- known breakages, as data ---------------------------------------------------------------
@@ -291,9 +307,16 @@ def _incompat_rule(x) -> Rule:
             if v is None or (v != cond if axis == "os" else not cond.contains(v, prereleases=True)):
                 return []
         desc = ", ".join(f"{ax} {_axis_version(ax, a[ax])}" for ax in x.when)
-        return [Violation("known_incompatibility", f"{x.id} ({desc}): {x.reason}",
-                          x.source, x.fix, severity=x.severity)]
+        return [Violation("known_incompatibility", f"{desc}: {_first_sentence(x.reason)} [{x.id}]",
+                          x.source, x.fix, severity=x.severity, detail=x.reason)]
     return Rule("known_incompatibility", tuple(x.when), f"known breakage {x.id}", check)
+
+
+def _first_sentence(text: str) -> str:
+    import re
+
+    m = re.search(r"[.;](\s|$)", text)
+    return (text[: m.start()] if m else text).strip()
 
 
 def all_rules(matrix: Matrix) -> list[Rule]:

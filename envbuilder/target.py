@@ -123,6 +123,15 @@ def cuda_from_base(base: str) -> str | None:
     return f"{int(digits[:-1])}.{digits[-1]}"
 
 
+def _nearest_cuda(cuda: str, matrix: Matrix) -> str:
+    """' (did you mean cu118?)': the known CUDA version nearest below (else above) the one given."""
+    want = Version(cuda)
+    known = sorted((Version(c) for c in matrix.cuda_minors))
+    below = [v for v in known if v < want]
+    best = below[-1] if below else (known[0] if known else None)
+    return f" (did you mean cu{best.major}{best.minor}?)" if best else ""
+
+
 def _known_bases(matrix: Matrix) -> list[str]:
     return ["cpu"] + ["cu" + m.replace(".", "") for m in matrix.cuda_minors]
 
@@ -148,8 +157,7 @@ def parse_target(text: str, matrix: Matrix) -> Request:
                              f"a target starts with cpu or cuXY (cu118 = CUDA 11.8)")
         if cuda not in matrix.cuda_minors:
             raise InputError(f"target {text!r}: CUDA {cuda} is not in the matrix"
-                             f"{validate.suggest(base, _known_bases(matrix))}; "
-                             f"known: {', '.join(_known_bases(matrix))}")
+                             f"{_nearest_cuda(cuda, matrix)}; known: {', '.join(_known_bases(matrix))}")
         kw["cuda"] = cuda
     for part in parts:
         axis, pin = _parse_part(part, text, matrix)
@@ -197,7 +205,7 @@ def apply_options(req: Request, matrix: Matrix, *, torch: str | None = None,
             c = f"{v.major}.{v.minor}" if len(v.release) >= 2 else None
             if c is None or c not in matrix.cuda_minors:
                 raise InputError(f"--cuda {cuda} is not in the matrix"
-                                 f"{validate.suggest(cuda, matrix.cuda_minors)}; known: "
+                                 f"{_nearest_cuda(c or cuda, matrix)}; known: "
                                  f"{', '.join(matrix.cuda_minors)}")
             put("cuda", c)
     for axis, value in (("torch", torch), ("deepspeed", deepspeed), ("horovod", horovod),
@@ -206,7 +214,9 @@ def apply_options(req: Request, matrix: Matrix, *, torch: str | None = None,
             put(axis, Pin.parse(value, f"--{axis}"))
     if python is not None:
         v = validate.version(python, "--python")
-        put("python", Pin(f"{v.major}.{v.minor}" if len(v.release) >= 2 else python, exact=False))
+        if len(v.release) < 2:
+            raise InputError(f"--python {python!r} is not a Python version: give major.minor, e.g. 3.11")
+        put("python", Pin(f"{v.major}.{v.minor}", exact=False))
     if os is not None:
         if os not in matrix.os:
             raise InputError(f"--os {os!r} is not in the matrix{validate.suggest(os, matrix.os)}; "

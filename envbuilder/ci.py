@@ -1,0 +1,158 @@
+"""GitHub Actions outputs: the target matrix and a workflow that locks, renders, builds, smoke
+tests and pushes every built-in target.
+
+Call ``envbuilder.ci.github_matrix(matrix)`` for ``envbuilder targets --github-matrix`` (print
+``json.dumps`` of the dict it returns; ``matrix`` is an ``envbuilder.matrix.Matrix``, e.g.
+``load_matrix(dir)``), and ``envbuilder.ci.write_github_workflow(out, registry=REPO)`` for
+``envbuilder ci --github -o DIR``: it writes ``DIR/.github/workflows/envbuilder.yml`` and
+returns that path.
+
+The matrix: ``{"include": [{"target", "tag", "cuda", "runs_on"}, ...]}``, one entry per built-in
+target that resolves (``cuda`` is the CUDA line such as "12.1", or "cpu"). ``runs_on`` is the
+runner: CUDA targets need a GPU runner for their 12-rank smoke job (default labels
+``[self-hosted, linux, x64, gpu]``), CPU targets run on ``ubuntu-latest``.
+
+The workflow: a ``targets`` job prints the matrix (``envbuilder targets --github-matrix``) into
+a job output; a ``build`` job per target runs ``envbuilder lock $T --check``, ``envbuilder render
+$T``, ``envbuilder build $T --push $REGISTRY --json`` (which pushes the moving alias only after
+the smoke job passed) and uploads the JSON report as an artifact, also when the build failed.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Sequence
+
+from . import validate
+from .errors import IncompatibleError, InputError, OperationError
+
+GPU_RUNNER: tuple[str, ...] = ("self-hosted", "linux", "x64", "gpu")
+CPU_RUNNER = "ubuntu-latest"
+WORKFLOW = Path(".github") / "workflows" / "envbuilder.yml"
+
+
+def github_matrix(matrix=None, *, gpu_runner: Sequence[str] | str = GPU_RUNNER,
+                  cpu_runner: Sequence[str] | str = CPU_RUNNER,
+                  skip_refused: bool = True) -> dict:
+    """The GitHub Actions matrix of every built-in target (``matrix``: a Matrix, or None for
+    the built-in one). A target the resolver refuses is left out (or raises, when
+    ``skip_refused`` is false)."""
+    from .api import builtin_targets, resolve_target
+    from .matrix import load_matrix
+
+    m = matrix if matrix is not None else load_matrix(None)
+    include = []
+    for name in builtin_targets(m):
+        try:
+            stack = resolve_target(name, matrix=m)
+        except IncompatibleError:
+            if skip_refused:
+                continue
+            raise
+        gpu = stack.toolkit is not None
+        runner = gpu_runner if gpu else cpu_runner
+        include.append({"target": name, "tag": stack.tag, "cuda": stack.cuda or "cpu",
+                        "runs_on": runner if isinstance(runner, str) else list(runner)})
+    return {"include": include}
+
+
+def _registry_host(registry: str) -> str | None:
+    first, sep, _ = registry.partition("/")
+    if sep and ("." in first or ":" in first or first == "localhost"):
+        return first
+    return None  # Docker Hub
+
+
+def workflow(registry: str, *, python: str = "3.11", install: str = "envbuilder",
+             timeout_minutes: int = 240) -> dict:
+    """The workflow as data (what write_github_workflow writes)."""
+    validate.repository(registry, "--registry")
+    if not isinstance(python, str) or not python.replace(".", "").isdigit():
+        raise InputError(f"python {python!r} is not a version such as 3.11")
+    if not isinstance(install, str) or not install or any(c in install for c in "\n\r'\"`$;&|<>\\"):
+        raise InputError(f"install spec {install!r} is not a pip requirement or path")
+    host = _registry_host(registry)
+    setup = [
+        {"uses": "actions/checkout@v4"},
+        {"uses": "actions/setup-python@v5", "with": {"python-version": python}},
+        {"name": "Install envbuilder", "run": 'python -m pip install "$ENVBUILDER_INSTALL"'},
+    ]
+    login: dict = {"name": "Log in to the registry", "uses": "docker/login-action@v3",
+                   "with": {"username": "${{ secrets.REGISTRY_USERNAME || github.actor }}",
+                            "password": "${{ secrets.REGISTRY_PASSWORD || secrets.GITHUB_TOKEN }}"}}
+    if host:
+        login["with"] = {"registry": host, **login["with"]}
+    return {
+        "name": "envbuilder",
+        "on": {"workflow_dispatch": {}, "push": {"branches": ["main"]},
+               "schedule": [{"cron": "17 4 * * 1"}]},
+        "permissions": {"contents": "read", "packages": "write"},
+        "concurrency": {"group": "envbuilder-${{ github.ref }}", "cancel-in-progress": False},
+        "env": {"REGISTRY": registry, "ENVBUILDER_INSTALL": install},
+        "jobs": {
+            "targets": {
+                "name": "Targets",
+                "runs-on": CPU_RUNNER,
+                "outputs": {"matrix": "${{ steps.matrix.outputs.matrix }}"},
+                "steps": setup + [{
+                    "name": "Target matrix",
+                    "id": "matrix",
+                    "run": "set -euo pipefail\n"
+                           "matrix=\"$(envbuilder targets --github-matrix)\"\n"
+                           "echo \"$matrix\"\n"
+                           "{ echo 'matrix<<ENVBUILDER_EOF'; echo \"$matrix\"; echo 'ENVBUILDER_EOF'; } >> \"$GITHUB_OUTPUT\"\n",
+                }],
+            },
+            "build": {
+                "name": "${{ matrix.target }}",
+                "needs": "targets",
+                "runs-on": "${{ matrix.runs_on }}",
+                "timeout-minutes": timeout_minutes,
+                "strategy": {"fail-fast": False,
+                             "matrix": "${{ fromJSON(needs.targets.outputs.matrix) }}"},
+                "env": {"T": "${{ matrix.target }}"},
+                "steps": setup + [
+                    login,
+                    {"name": "Lock is current", "run": 'envbuilder lock "$T" --check'},
+                    {"name": "Render", "run": 'envbuilder render "$T"'},
+                    {"name": "Build, smoke test, push",
+                     "run": "set -o pipefail\n"
+                            'envbuilder build "$T" --push "$REGISTRY" --json | tee "envbuilder-report-$T.json"\n'},
+                    {"name": "Upload the report", "if": "${{ always() }}",
+                     "uses": "actions/upload-artifact@v4",
+                     "with": {"name": "envbuilder-report-${{ matrix.target }}",
+                              "path": "envbuilder-report-${{ matrix.target }}.json",
+                              "if-no-files-found": "warn"}},
+                ],
+            },
+        },
+    }
+
+
+def write_github_workflow(out: Path, *, registry: str, **kw) -> Path:
+    """Write OUT/.github/workflows/envbuilder.yml; returns its path."""
+    import yaml
+
+    class Dumper(yaml.SafeDumper):
+        def ignore_aliases(self, data):  # GitHub's parser long rejected anchors: write them out
+            return True
+
+    def _str(dumper, value):
+        style = "|" if "\n" in value else None
+        return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+    Dumper.add_representer(str, _str)
+    data = workflow(registry, **kw)
+    text = ("# Written by envbuilder ci --github. Lock, render, build and smoke test every built-in\n"
+            "# target; the moving alias tag is pushed by `envbuilder build` only after its smoke job passed.\n"
+            + yaml.dump(data, Dumper=Dumper, sort_keys=False, width=100))
+    path = Path(out) / WORKFLOW
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.tmp")
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, path)
+    except OSError as e:
+        raise OperationError(f"cannot write {path}: {e.strerror or e}", step="ci") from None
+    return path

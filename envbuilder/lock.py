@@ -1,0 +1,687 @@
+"""Hash-pinned locks of a resolved stack's Python packages (envbuilder lock).
+
+What to call (the CLI and ``render --lock`` use exactly these):
+
+* ``lock_target(stack, out_dir, *, requirements_file=None, index_url=None,
+  extra_index_urls=(), uv=None, check=False) -> LockReport``
+  ``envbuilder lock TARGET -o DIR [--requirements FILE] [--pip-index-url URL]
+  [--extra-index-url URL]``: resolve ``stack`` (``envbuilder.api.resolve_target``) with
+  ``uv pip compile --generate-hashes`` and write ``DIR/requirements.lock`` atomically.
+  ``--check`` is ``check=True``: resolve again into a temp file, compare it with the lock on
+  disk and verify its hashes; nothing is written. Raises InputError (exit 2: a bad
+  ``--requirements`` line, no lock to check), IncompatibleError (exit 3: the requirements or
+  the resolved lock contradict the stack), OperationError (exit 1: index unreachable, uv
+  failed, ``--check`` found a difference; the unified diff is in ``err.details`` and
+  ``err.report.diff``), MissingExtraError (uv is not installed: ``envbuilder[lock]``).
+* ``split_by_layer(lock_text, plan) -> dict[str, str]``: the lock cut into the per-layer
+  files ``render_files(plan, layer_requirements=...)`` takes (keys ``torch``, ``horovod``,
+  ``horovod.build``, ``deepspeed``, ``deepspeed.build`` for the layers the plan has); build
+  the plan with ``make_plan(stack, hashes=True, ...)`` so pip runs with ``--require-hashes``.
+* ``lock_digest(path) -> "sha256:<hex>"``: the digest of a lock file, for stack.json
+  (``stack["lock"] = {"file": "requirements.lock", "digest": lock_digest(path)}``).
+* ``read_lock(text) -> list[LockedPackage]``: the parsed entries (name, version, hashes, via).
+
+Index choice. When the matrix says PyPI's default ``torch`` wheel is the stack's variant
+(``stack.torch_index == PYPI``) only PyPI is used. Otherwise PyTorch's index for the variant
+is ``--index-url`` and PyPI ``--extra-index-url``, with ``--index-strategy
+unsafe-best-match``: uv's default (first-index) strategy looks at extra indexes *before*
+``--index-url`` and would take PyPI's torch (another CUDA build) for the same version; with
+best-match uv, like pip, compares every index and ``X+cu118`` beats ``X``. The cross-check
+below refuses a lock whose torch local version is not the variant. ``index_url`` /
+``extra_index_urls`` (mirrors) replace PyPI; a mirror of PyTorch's index goes in
+``index_url``.
+
+uv runs with ``--no-config`` (no uv.toml/pyproject from the working directory changes a
+lock), ``--python-platform x86_64-manylinux_2_28`` (every OS in the matrix has glibc >= 2.31)
+and ``--python-version`` of the stack; ``UV_PYTHON_DOWNLOADS=never`` unless set. The lock
+header has no timestamp: locking twice gives the same bytes.
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable, Sequence
+
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import canonicalize_name
+from packaging.version import InvalidVersion, Version
+
+from . import __version__
+from .errors import IncompatibleError, InputError, MissingExtraError, OperationError
+from .resolve import PYPI
+
+LOCK_NAME = "requirements.lock"
+PLATFORM = "x86_64-manylinux_2_28"
+INSTALL_HINT = "pip install --require-hashes --no-deps -r requirements.lock"
+UV_TIMEOUT_S = 1800
+_HASH_RE = re.compile(r"^--hash=sha256:[0-9a-f]{64}$")
+_NCCL_RE = re.compile(r"^nvidia-nccl-cu(\d+)$")
+# header lines that name tool versions: ignored by --check (a newer uv or envbuilder alone
+# does not make a lock stale; what it pins does)
+_VOLATILE = ("# envbuilder version:", "# uv version:")
+_NET_MARKERS = ("Failed to fetch", "error sending request", "dns error", "Connect",
+                "connection", "timed out", "Could not connect", "tcp connect error",
+                "certificate", "Network is unreachable")
+
+
+# -- data ------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class LockedPackage:
+    """One entry of a lock: ``name==version`` with its hashes, ``# via`` parents and text."""
+
+    name: str  # canonical (PEP 503) name
+    version: str
+    hashes: tuple[str, ...]  # "sha256:<hex>"
+    via: tuple[str, ...]  # canonical names of the packages that need it
+    text: str  # the entry as uv wrote it (requirement line, hash lines, via comments)
+    line: str  # the requirement line alone, e.g. "torch==2.1.2 \\"
+    lineno: int  # 1-based line number of ``line`` in the lock
+
+
+@dataclass
+class LockReport:
+    path: str
+    digest: str
+    packages: dict[str, str]
+    index: str
+    command: str
+    checked: bool = False
+    diff: str | None = None
+    extra_indexes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return {"path": self.path, "digest": self.digest, "packages": dict(self.packages),
+                "index": self.index, "extra_indexes": list(self.extra_indexes),
+                "command": self.command, "checked": self.checked, "diff": self.diff}
+
+
+# -- public helpers --------------------------------------------------------------------------
+
+def lock_digest(path: str | Path) -> str:
+    """``sha256:<hex>`` of the lock file's bytes."""
+    try:
+        data = Path(path).read_bytes()
+    except OSError as e:
+        raise InputError(f"cannot read lock {path}: {e.strerror or e}") from None
+    return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+def read_lock(text: str) -> list[LockedPackage]:
+    """Parse uv's ``pip compile --generate-hashes`` output (and envbuilder's header)."""
+    out: list[LockedPackage] = []
+    lines = text.splitlines()
+    i = 0
+    while i < len(lines):
+        raw = lines[i]
+        s = raw.strip()
+        if not s or s.startswith("#") or raw[:1].isspace():
+            i += 1
+            continue
+        start = i
+        req_line = s
+        body = [raw]
+        i += 1
+        while i < len(lines) and lines[i][:1].isspace() and lines[i].strip():
+            body.append(lines[i])
+            i += 1
+        spec = req_line.rstrip("\\").strip().split(";")[0].strip()
+        if "==" not in spec:
+            raise InputError(f"lock line {start + 1} is not pinned with '==': {req_line!r}")
+        name, version = spec.split("==", 1)
+        hashes: list[str] = []
+        via: list[str] = []
+        in_via = False
+        for b in body[1:]:
+            t = b.strip().rstrip("\\").strip()
+            if t.startswith("--hash="):
+                hashes.append(t[len("--hash="):])
+            elif t.startswith("# via"):
+                rest = t[len("# via"):].strip()
+                in_via = True
+                if rest:
+                    via.append(rest)
+                    in_via = False
+            elif t.startswith("#") and in_via:
+                via.append(t.lstrip("#").strip())
+        out.append(LockedPackage(
+            name=canonicalize_name(name.strip()), version=version.strip(),
+            hashes=tuple(hashes),
+            via=tuple(canonicalize_name(v.split()[0]) for v in via if v and not v.startswith("-")),
+            text="\n".join(body) + "\n", line=req_line, lineno=start + 1))
+    return out
+
+
+def split_by_layer(lock_text: str, plan) -> dict[str, str]:
+    """Cut a lock into per-layer requirement files, keeping hashes.
+
+    Each package goes to the earliest layer that needs it: torch's dependency closure to
+    ``torch``; for each later layer (horovod, deepspeed, in the plan's order) the closure of
+    its build deps (render.LAYER_BUILD_DEPS) not already placed to ``<layer>.build``, then
+    the closure of the layer's own requirements to ``<layer>``. Whatever is left (user
+    extras from ``--requirements`` and their dependencies) goes to the last layer.
+    """
+    from .render import LAYER_BUILD_DEPS
+
+    pkgs = read_lock(lock_text)
+    by_name = {p.name: p for p in pkgs}
+    children: dict[str, set[str]] = {p.name: set() for p in pkgs}
+    for p in pkgs:
+        for parent in p.via:
+            children.setdefault(parent, set()).add(p.name)
+
+    placed: dict[str, str] = {}
+
+    def closure(roots: Iterable[str]) -> list[str]:
+        seen: list[str] = []
+        stack = [canonicalize_name(r) for r in roots]
+        while stack:
+            n = stack.pop()
+            if n in placed or n in seen or n not in by_name:
+                continue
+            seen.append(n)
+            stack.extend(sorted(children.get(n, ())))
+        return seen
+
+    order: list[str] = []
+    layers = list(plan.layers)
+    for layer in layers:
+        roots = [Requirement(r).name for r in layer.requirements]
+        if layer.name != layers[0].name and layer.name in LAYER_BUILD_DEPS:
+            key = f"{layer.name}.build"
+            order.append(key)
+            for n in closure(LAYER_BUILD_DEPS[layer.name]):
+                placed[n] = key
+        order.append(layer.name)
+        for n in closure(roots):
+            placed[n] = layer.name
+    last = layers[-1].name
+    for p in pkgs:
+        placed.setdefault(p.name, last)
+
+    header = lock_text.split("\n")
+    source = next((h for h in header if h.startswith("# target:")), None)
+    out: dict[str, str] = {}
+    for key in order:
+        entries = [p for p in pkgs if placed[p.name] == key]
+        lines = [f"# layer {key}: cut from {LOCK_NAME} by envbuilder {__version__}",
+                 *([source] if source else []),
+                 "# install: pip install --require-hashes -r <this file>", ""]
+        out[key] = "\n".join(lines) + "".join(p.text for p in entries)
+    return out
+
+
+# -- inputs ----------------------------------------------------------------------------------
+
+def _user_requirements(path: str | Path) -> list[Requirement]:
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as e:
+        raise InputError(f"cannot read --requirements {p}: {e.strerror or e}") from None
+    except UnicodeDecodeError:
+        raise InputError(f"--requirements {p} is not UTF-8 text") from None
+    out: list[Requirement] = []
+    for n, raw in enumerate(text.splitlines(), 1):
+        line = raw.split(" #", 1)[0].strip() if not raw.lstrip().startswith("#") else ""
+        if not line:
+            continue
+        where = f"{p}:{n}"
+        if line.startswith("-"):
+            raise InputError(f"{where}: options such as {line.split()[0]!r} are not allowed in "
+                             f"--requirements (give plain 'name==version' lines; indexes go in "
+                             f"--pip-index-url/--extra-index-url)")
+        if line.endswith("\\"):
+            raise InputError(f"{where}: line continuations are not allowed in --requirements")
+        try:
+            req = Requirement(line)
+        except InvalidRequirement as e:
+            why = str(e).splitlines()[0] if str(e) else "cannot parse"
+            raise InputError(f"{where}: not a valid requirement {line!r}: {why}") from None
+        if req.url:
+            raise InputError(f"{where}: direct URL requirements ({req.name} @ ...) cannot be "
+                             f"hash-locked from an index; give name==version")
+        out.append(req)
+    return out
+
+
+def _stack_versions(stack) -> dict[str, tuple[str, str]]:
+    """Package -> (version, what says so) for the packages the stack pins."""
+    out = {"torch": (str(stack.torch.version), f"torch {stack.torch.version} ({stack.target})")}
+    if stack.deepspeed is not None:
+        out["deepspeed"] = (str(stack.deepspeed.version), f"deepspeed {stack.deepspeed.version}")
+    if stack.horovod is not None:
+        out["horovod"] = (str(stack.horovod.version), f"horovod {stack.horovod.version}")
+    nccl, pkg = _nccl_fact(stack)
+    if nccl and pkg:
+        out[canonicalize_name(pkg)] = (nccl, f"NCCL {nccl} bundled by torch {stack.torch.version} "
+                                             f"{stack.variant}")
+    return out
+
+
+def _nccl_fact(stack) -> tuple[str | None, str | None]:
+    tv = stack.torch_variant
+    return (None if tv.nccl is None else str(tv.nccl)), tv.nccl_package
+
+
+def _check_user_requirements(stack, reqs: list[Requirement], path) -> None:
+    pinned = _stack_versions(stack)
+    _, nccl_pkg = _nccl_fact(stack)
+    nccl_major = _NCCL_RE.match(canonicalize_name(nccl_pkg)) if nccl_pkg else None
+    for req in reqs:
+        name = canonicalize_name(req.name)
+        if name in pinned:
+            version, what = pinned[name]
+            candidates = [version]
+            if name == "torch":
+                candidates.append(f"{version}+{stack.variant}")
+            if req.specifier and not any(req.specifier.contains(c, prereleases=True)
+                                         for c in candidates):
+                raise IncompatibleError(
+                    f"--requirements {path} asks for {req} but the stack {stack.tag} has "
+                    f"{what}: drop or change that line, or pick another target",
+                    details=[f"requirements: {req}", f"stack: {what}",
+                             f"source: {', '.join(_sources(stack, name)[:2])}"])
+        m = _NCCL_RE.match(name)
+        if m and nccl_major and m.group(1) != nccl_major.group(1):
+            raise IncompatibleError(
+                f"--requirements {path} asks for {req} but torch {stack.torch.version} "
+                f"{stack.variant} bundles {nccl_pkg}: two NCCL wheels of different CUDA majors "
+                f"cannot share one environment")
+
+
+def _sources(stack, name: str) -> list[str]:
+    if name == "deepspeed" and stack.deepspeed is not None:
+        return list(stack.deepspeed.source)
+    if name == "horovod" and stack.horovod is not None:
+        return list(stack.horovod.source)
+    return list(stack.torch.source)
+
+
+def input_requirements(stack, extras: Sequence[Requirement] = ()) -> list[str]:
+    """The top-level requirements a lock of ``stack`` resolves."""
+    from .render import LAYER_BUILD_DEPS
+
+    lines = [f"torch=={stack.torch.version}"]
+    layers = []
+    if stack.horovod is not None:
+        lines.append(f"horovod=={stack.horovod.version}")
+        layers.append("horovod")
+    if stack.deepspeed is not None:
+        lines.append(f"deepspeed=={stack.deepspeed.version}")
+        layers.append("deepspeed")
+    for layer in layers:
+        lines += LAYER_BUILD_DEPS[layer]
+    # the smoke job (smoke/ddp_smoke.py) needs torch only
+    lines += [str(r) for r in extras]
+    return list(dict.fromkeys(lines))
+
+
+# -- uv --------------------------------------------------------------------------------------
+
+def find_uv(uv: str | None = None) -> str:
+    if uv:
+        if not (Path(uv).is_file() or shutil.which(uv)):
+            raise InputError(f"uv executable {uv!r} not found")
+        return uv
+    try:
+        from uv import find_uv_bin  # type: ignore[import-not-found]
+
+        return find_uv_bin()
+    except (ImportError, FileNotFoundError):
+        pass
+    found = shutil.which("uv")
+    if found:
+        return found
+    raise MissingExtraError("uv", "lock")
+
+
+def _uv_version(uv_bin: str) -> str:
+    try:
+        r = subprocess.run([uv_bin, "--version"], capture_output=True, text=True, timeout=60)
+        return r.stdout.strip() or "unknown"
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+@dataclass(frozen=True)
+class _Indexes:
+    index: str
+    extras: tuple[str, ...]
+    best_match: bool
+
+
+def _indexes(stack, index_url: str | None, extra_index_urls: Sequence[str]) -> _Indexes:
+    from . import validate
+
+    mirrors = tuple(validate.url(u, "--extra-index-url") for u in extra_index_urls)
+    base = validate.url(index_url, "--pip-index-url") if index_url else PYPI
+    torch_index = stack.torch_index
+    if torch_index == PYPI:
+        return _Indexes(base, mirrors, bool(mirrors))
+    if index_url:
+        # a mirror: of PyTorch's index (it carries torch) or of PyPI with the torch index
+        # as an extra; best-match makes the order irrelevant either way
+        return _Indexes(base, mirrors, True)
+    return _Indexes(torch_index, (PYPI, *mirrors), True)
+
+
+def _uv_command(uv_bin: str, stack, idx: _Indexes, out: Path) -> list[str]:
+    cmd = [uv_bin, "pip", "compile", "-", "--no-config", "--generate-hashes", "--no-header",
+           "--python-version", stack.python, "--python-platform", PLATFORM,
+           "--index-url", idx.index]
+    for u in idx.extras:
+        cmd += ["--extra-index-url", u]
+    if idx.best_match:
+        cmd += ["--index-strategy", "unsafe-best-match"]
+    cmd += ["-o", str(out)]
+    return cmd
+
+
+def _shown(cmd: list[str]) -> str:
+    """The command as the header shows it: 'uv' and a relative output name."""
+    shown = ["uv", *cmd[1:]]
+    shown[-1] = LOCK_NAME
+    return shlex.join(shown)
+
+
+def _run_uv(cmd: list[str], inputs: list[str], stack, idx: _Indexes) -> None:
+    env = dict(os.environ)
+    env.setdefault("UV_PYTHON_DOWNLOADS", "never")
+    env.setdefault("NO_COLOR", "1")
+    try:
+        r = subprocess.run(cmd, input="\n".join(inputs) + "\n", capture_output=True, text=True,
+                           env=env, timeout=UV_TIMEOUT_S, cwd=tempfile.gettempdir())
+    except subprocess.TimeoutExpired:
+        raise OperationError(f"uv pip compile for {stack.target} took over {UV_TIMEOUT_S} s "
+                             f"(index {idx.index})", step="lock") from None
+    except OSError as e:
+        raise OperationError(f"cannot run uv ({cmd[0]}): {e.strerror or e}", step="lock") from None
+    if r.returncode == 0:
+        return
+    raise _uv_failure(r.stderr, stack, idx)
+
+
+def _uv_failure(stderr: str, stack, idx: _Indexes) -> Exception:
+    lines = [ln.strip() for ln in stderr.splitlines() if ln.strip()]
+    lines = [ln for ln in lines if not ln.startswith("warning:")]
+    details = lines[:40]
+    text = "\n".join(lines)
+    if "No solution found" in text or "unsatisfiable" in text:
+        why = next((ln.split(":", 1)[1].strip() for ln in lines
+                    if ln.startswith(("cause:", "╰─▶", "Because")) or "Because" in ln), None)
+        why = why or next((ln for ln in lines if "Because" in ln), lines[0] if lines else "")
+        why = why.lstrip("╰─▶ ").strip()
+        return IncompatibleError(
+            f"the Python packages of {stack.tag} cannot be resolved together: {why}",
+            details=details)
+    if any(m in text for m in _NET_MARKERS):
+        url = None
+        for ln in lines:
+            m = re.search(r"(https?://\S+|file://\S+)", ln)
+            if m:
+                url = m.group(1).rstrip(")").rstrip(".")
+                break
+        index = _which_index(url, idx) if url else idx.index
+        reason = _net_reason(lines)
+        return OperationError(
+            f"cannot reach the package index {index} ({reason}{' for ' + url if url else ''}): "
+            f"use --pip-index-url URL (a reachable mirror) or build from a wheelhouse",
+            step="lock", details=details)
+    first = next((ln for ln in lines if ln.startswith("error:")), lines[0] if lines else "")
+    return OperationError(f"uv pip compile failed for {stack.target}: {first}", step="lock",
+                          details=details)
+
+
+def _which_index(url: str, idx: _Indexes) -> str:
+    for u in (idx.index, *idx.extras):
+        if url.startswith(u.rstrip("/")):
+            return u
+    m = re.match(r"(https?://[^/]+)", url)
+    return m.group(1) if m else url
+
+
+def _net_reason(lines: list[str]) -> str:
+    for key, what in (("dns", "DNS lookup failed"), ("certificate", "TLS certificate rejected"),
+                      ("timed out", "timed out"), ("Connect", "connection failed")):
+        if any(key.lower() in ln.lower() for ln in lines):
+            return what
+    return "request failed"
+
+
+# -- cross-checks ----------------------------------------------------------------------------
+
+def cross_check(stack, pkgs: list[LockedPackage], where: str) -> None:
+    """The lock agrees with the stack: torch, deepspeed, horovod, the NCCL wheel."""
+    by = {p.name: p for p in pkgs}
+
+    def refuse(fact: str, source: str, p: LockedPackage | None, missing: str = "") -> None:
+        shown = f"{where}:{p.lineno}: {_bare(p.line)}" if p else f"{where}: {missing}"
+        raise IncompatibleError(f"the lock contradicts the stack {stack.tag}: {fact} "
+                                f"(source: {source}) but {shown}",
+                                details=[f"fact: {fact}", f"source: {source}", f"lock: {shown}"])
+
+    tsrc = ", ".join(stack.torch.source[:1]) or stack.matrix.path.name
+    t = by.get("torch")
+    want = Version(str(stack.torch.version))
+    if t is None:
+        refuse(f"torch {want}", tsrc, None, "no torch line")
+    else:
+        v = _version(t.version)
+        if v is None or Version(v.base_version) != Version(want.base_version):
+            refuse(f"torch {want}", tsrc, t)
+        if v is not None and v.local and v.local != stack.variant:
+            refuse(f"torch {want} for {stack.variant}", tsrc, t)
+        if v is not None and not v.local and stack.torch_index != PYPI:
+            # PyPI's torch is another variant; PyTorch's index names its wheels X+<variant>
+            refuse(f"torch {want} {stack.variant} comes from {stack.torch_index} as "
+                   f"{want.base_version}+{stack.variant}", tsrc, t)
+    for comp in ("deepspeed", "horovod"):
+        rel = getattr(stack, comp)
+        if rel is None:
+            continue
+        p = by.get(comp)
+        src = ", ".join(rel.source[:1]) or "matrix"
+        if p is None:
+            refuse(f"{comp} {rel.version}", src, None, f"no {comp} line")
+        elif _version(p.version) != Version(str(rel.version)):
+            refuse(f"{comp} {rel.version}", src, p)
+    nccl, pkg = _nccl_fact(stack)
+    if nccl and pkg:
+        src = f"{stack.matrix.path.name}/torch.yaml torch {stack.torch.version} {stack.variant}"
+        p = by.get(canonicalize_name(pkg))
+        if p is None:
+            # torch wheels from PyTorch's index may link NCCL statically: only a *different*
+            # NCCL wheel is a contradiction (checked below)
+            pass
+        elif _version(p.version) is None or \
+                Version(_version(p.version).base_version) != Version(nccl):  # type: ignore[union-attr]
+            refuse(f"torch {stack.torch.version} {stack.variant} bundles NCCL {nccl} ({pkg})", src, p)
+    majors = {}
+    for p in pkgs:
+        m = _NCCL_RE.match(p.name)
+        if m:
+            majors.setdefault(m.group(1)[:2], p)
+    if len(majors) > 1:
+        a, b = list(majors.values())[:2]
+        raise IncompatibleError(
+            f"the lock has NCCL wheels for two CUDA majors: {a.name}=={a.version} "
+            f"({where}:{a.lineno}) and {b.name}=={b.version} ({where}:{b.lineno})",
+            details=[a.line, b.line])
+    want_major = _NCCL_RE.match(canonicalize_name(pkg)) if pkg else None
+    for p in pkgs:
+        m = _NCCL_RE.match(p.name)
+        if m and want_major and m.group(1) != want_major.group(1):
+            src = f"{stack.matrix.path.name}/torch.yaml torch {stack.torch.version} {stack.variant}"
+            refuse(f"torch {stack.torch.version} {stack.variant} bundles {pkg}", src, p)
+
+
+def _bare(line: str) -> str:
+    return line.rstrip("\\").strip()
+
+
+def _version(s: str) -> Version | None:
+    try:
+        return Version(s)
+    except InvalidVersion:
+        return None
+
+
+# -- the lock --------------------------------------------------------------------------------
+
+def _header(stack, cmd: str, inputs: list[str], uv_version: str, idx: _Indexes,
+            requirements_file: str | None) -> str:
+    lines = [
+        "# requirements.lock: every Python package of this environment, pinned with hashes.",
+        f"# envbuilder version: {__version__}",
+        f"# uv version: {uv_version}",
+        f"# target: {stack.target}",
+        f"# stack: {stack.tag}",
+        f"# matrix digest: {stack.matrix.digest}",
+        f"# python: {stack.python}, platform: {PLATFORM}",
+        f"# index: {idx.index}" + (f" (extra: {', '.join(idx.extras)})" if idx.extras else ""),
+        f"# made by: envbuilder lock {stack.target}"
+        + (f" --requirements {Path(requirements_file).name}" if requirements_file else ""),
+        f"#   which runs: {cmd} <<< input",
+        "# input:",
+        *[f"#   {r}" for r in inputs],
+        f"# install: {INSTALL_HINT}",
+        "#   (add --index-url/--extra-index-url for the index above)",
+        "",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _resolve(stack, tmpdir: Path, *, requirements_file, index_url, extra_index_urls, uv
+             ) -> tuple[str, list[LockedPackage], str, _Indexes]:
+    extras: list[Requirement] = []
+    if requirements_file is not None:
+        extras = _user_requirements(requirements_file)
+        _check_user_requirements(stack, extras, requirements_file)
+    inputs = input_requirements(stack, extras)
+    idx = _indexes(stack, index_url, extra_index_urls)
+    uv_bin = find_uv(uv)
+    raw = tmpdir / "uv-output.txt"
+    cmd = _uv_command(uv_bin, stack, idx, raw)
+    _run_uv(cmd, inputs, stack, idx)
+    body = raw.read_text(encoding="utf-8")
+    pkgs = read_lock(body)
+    shown = _shown(cmd)
+    text = _header(stack, shown, inputs, _uv_version(uv_bin), idx,
+                   str(requirements_file) if requirements_file else None) + body
+    return text, pkgs, shown, idx
+
+
+def lock_target(stack, out_dir: str | Path, *, requirements_file: str | Path | None = None,
+                index_url: str | None = None, extra_index_urls: Sequence[str] = (),
+                uv: str | None = None, check: bool = False) -> LockReport:
+    """Write (or, with ``check``, verify) ``out_dir/requirements.lock`` for ``stack``."""
+    out = Path(out_dir)
+    dest = out / LOCK_NAME
+    if check and not dest.is_file():
+        raise InputError(f"no {LOCK_NAME} in {out} to check: run envbuilder lock "
+                         f"{stack.target} -o {out} first")
+    created = False
+    if not check:
+        created = not out.exists()
+        if out.exists() and not out.is_dir():
+            raise InputError(f"output {out} exists and is not a folder: choose another -o")
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise InputError(f"cannot create output folder {out}: {e.strerror or e}") from None
+    tmpdir = Path(tempfile.mkdtemp(prefix=".envbuilder-lock-", dir=out if not check else None))
+    try:
+        text, pkgs, shown, idx = _resolve(stack, tmpdir, requirements_file=requirements_file,
+                                          index_url=index_url,
+                                          extra_index_urls=extra_index_urls, uv=uv)
+        cross_check(stack, pkgs, "uv's resolution")
+        versions = {p.name: p.version for p in pkgs}
+        if check:
+            return _check(stack, dest, text, pkgs, shown, idx, versions)
+        tmp = tmpdir / LOCK_NAME
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, dest)
+        return LockReport(path=str(dest), digest=lock_digest(dest), packages=versions,
+                          index=idx.index, extra_indexes=list(idx.extras), command=shown)
+    except BaseException:
+        shutil.rmtree(tmpdir, ignore_errors=True)
+        if created:  # leave no empty folder behind a failed lock
+            try:
+                out.rmdir()
+            except OSError:
+                pass
+        raise
+    finally:
+        shutil.rmtree(tmpdir, ignore_errors=True)
+
+
+def _comparable(text: str) -> list[str]:
+    return [ln for ln in text.splitlines(keepends=True) if not ln.startswith(_VOLATILE)]
+
+
+def _check(stack, dest: Path, fresh_text: str, fresh: list[LockedPackage], shown: str,
+           idx: _Indexes, versions: dict[str, str]) -> LockReport:
+    disk_text = dest.read_text(encoding="utf-8")
+    problems: list[str] = []
+    try:
+        disk = read_lock(disk_text)
+    except InputError as e:
+        disk = []
+        problems.append(str(e))
+    # every entry hashed, every hash well formed
+    for p in disk:
+        if not p.hashes:
+            problems.append(f"{dest}:{p.lineno}: {p.name}=={p.version} has no --hash")
+        for h in p.hashes:
+            if not _HASH_RE.match(f"--hash={h}"):
+                problems.append(f"{dest}: {p.name}=={p.version}: malformed hash {h!r}")
+    fresh_by = {p.name: p for p in fresh}
+    disk_by = {p.name: p for p in disk}
+    for name, p in disk_by.items():
+        f = fresh_by.get(name)
+        if f is None:
+            problems.append(f"{name}=={p.version} is in the lock but not in a fresh resolution")
+        elif f.version != p.version:
+            problems.append(f"{name}: lock has {p.version}, a fresh resolution {f.version}")
+        elif set(p.hashes) != set(f.hashes):
+            bad = sorted(set(p.hashes) - set(f.hashes))
+            gone = sorted(set(f.hashes) - set(p.hashes))
+            problems.append(f"{name}=={p.version}: hashes differ from the index"
+                            + (f" (not on the index: {', '.join(bad)})" if bad else "")
+                            + (f" (missing: {', '.join(gone)})" if gone else ""))
+    for name, f in fresh_by.items():
+        if name not in disk_by:
+            problems.append(f"{name}=={f.version} is missing from the lock")
+    diff = "".join(difflib.unified_diff(_comparable(disk_text), _comparable(fresh_text),
+                                        fromfile=str(dest), tofile="fresh resolution"))
+    if not problems and disk:
+        try:
+            cross_check(stack, disk, str(dest))
+        except IncompatibleError as e:
+            problems.append(str(e))
+    if problems or diff:
+        report = LockReport(path=str(dest), digest=lock_digest(dest), packages=versions,
+                            index=idx.index, extra_indexes=list(idx.extras), command=shown,
+                            checked=True, diff=diff or None)
+        first = problems[0] if problems else "the header differs"
+        n = len(problems)
+        err = OperationError(f"{dest} is out of date or altered: {first}"
+                             + (f" (and {n - 1} more)" if n > 1 else "")
+                             + f"; run envbuilder lock {stack.target} -o {dest.parent} again",
+                             step="lock", details=problems + (diff.splitlines() if diff else []))
+        err.report = report  # type: ignore[attr-defined]
+        err.diff = diff  # type: ignore[attr-defined]
+        raise err
+    return LockReport(path=str(dest), digest=lock_digest(dest), packages=versions,
+                      index=idx.index, extra_indexes=list(idx.extras), command=shown,
+                      checked=True, diff=None)

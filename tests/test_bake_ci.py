@@ -1,0 +1,203 @@
+"""envbuilder.bake (docker-bake.hcl) and envbuilder.ci (GitHub Actions matrix and workflow).
+
+The bake file is parsed with python-hcl2 (docker buildx is not run here); the workflow with
+PyYAML. Both are checked against the built-in targets as the resolver sees them.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from envbuilder.api import builtin_targets, render_target, resolve_target
+from envbuilder.bake import bake_all, write_bake
+from envbuilder.ci import github_matrix, write_github_workflow
+from envbuilder.errors import InputError
+from envbuilder.matrix import load_matrix
+
+REGISTRY = "ghcr.io/acme/envbuilder"
+
+
+@pytest.fixture(scope="module")
+def matrix():
+    return load_matrix(None)
+
+
+@pytest.fixture(scope="module")
+def names(matrix):
+    return builtin_targets(matrix)
+
+
+def parse_hcl(text: str) -> dict:
+    hcl2 = pytest.importorskip("hcl2")
+    return hcl2.loads(text)
+
+
+def _unq(s):
+    """python-hcl2 (v5+) keeps the quotes of string keys and values; older versions drop them."""
+    if isinstance(s, str) and len(s) >= 2 and s[0] == s[-1] == '"':
+        return s[1:-1]
+    return s
+
+
+def _deep(node):
+    if isinstance(node, dict):
+        return {_unq(k): _deep(v) for k, v in node.items() if k not in ("__is_block__",)}
+    if isinstance(node, list):
+        return [_deep(v) for v in node]
+    return _unq(node)
+
+
+def blocks(doc: dict, kind: str) -> dict[str, dict]:
+    out: dict[str, dict] = {}
+    for entry in doc.get(kind, []):
+        for name, body in entry.items():
+            out[_unq(name)] = _deep(body)
+    return out
+
+
+@pytest.fixture(scope="module")
+def baked(tmp_path_factory):
+    out = tmp_path_factory.mktemp("bake")
+    report = bake_all(out, registry=REGISTRY)
+    return out, report, Path(report["bake_file"]).read_text()
+
+
+def test_bake_names_every_target(baked, names):
+    out, report, text = baked
+    doc = parse_hcl(text)
+    groups = blocks(doc, "group")
+    targets = blocks(doc, "target")
+    assert groups["default"]["targets"] == names
+    assert set(names) <= set(targets)
+    for name in names:
+        t = targets[name]
+        stack = json.loads((out / name / "stack.json").read_text())
+        assert t["context"] == name and (out / t["context"] / t["dockerfile"]).is_file()
+        assert t["target"] == "runtime"
+        alias = stack["torch_variant"]
+        sharing = [n for n in names
+                   if json.loads((out / n / "stack.json").read_text())["torch_variant"] == alias]
+        if len(sharing) == 1 or name == alias:
+            assert t["tags"] == [f"{REGISTRY}:{stack['tag']}", f"{REGISTRY}:{alias}"]
+        else:
+            assert t["tags"] == [f"{REGISTRY}:{stack['tag']}"]
+        assert t["labels"] == stack["image"]["labels"]
+        assert t["labels"]["org.opencontainers.image.version"] == stack["tag"]
+        assert t["args"] == {"BUILDER_IMAGE": stack["image"]["builder"],
+                             "RUNTIME_IMAGE": stack["image"]["runtime"]}
+        ctx = t.get("contexts")
+        if ctx:  # a shared builder stage: it must exist and build the builder stage
+            ref = ctx["builder"]
+            assert ref.startswith("target:")
+            shared = targets[ref[len("target:"):]]
+            assert shared["target"] == "builder"
+            assert shared["args"]["BUILDER_IMAGE"] == stack["image"]["builder"]
+
+
+def test_bake_alias_tags_are_unique(baked, names):
+    targets = blocks(parse_hcl(baked[2]), "target")
+    tags = [tag for n in names for tag in targets[n]["tags"]]
+    assert len(tags) == len(set(tags))
+    assert f"{REGISTRY}:cu121" in targets["cu121"]["tags"]
+    assert f"{REGISTRY}:cu121" not in targets["cu121-ds"]["tags"]
+
+
+def test_bake_shares_identical_builder_stages(tmp_path):
+    # two torch lines on the same CUDA line, OS and Python: the builder stage is the same
+    a = render_target("cu121", tmp_path / "a")
+    b = render_target("cu121-torch2.4", tmp_path / "b")
+    c = render_target("cu121-ds", tmp_path / "c")  # a devel builder: a different stage
+    assert a["stack"]["builder_image"] == b["stack"]["builder_image"] != c["stack"]["builder_image"]
+    text = write_bake([("cu121", tmp_path / "a"), ("cu121-torch24", tmp_path / "b"),
+                       ("cu121-ds", tmp_path / "c")], tmp_path / "docker-bake.hcl", registry=None)
+    targets = blocks(parse_hcl(text), "target")
+    ref_a = targets["cu121"]["contexts"]["builder"]
+    assert ref_a == targets["cu121-torch24"]["contexts"]["builder"]
+    shared = targets[ref_a.split(":", 1)[1]]
+    assert shared["target"] == "builder" and shared["context"] in ("a", "b")
+    assert "contexts" not in targets["cu121-ds"]
+    assert targets["cu121"]["tags"] == [f"envbuilder:{a['stack']['tag']}", "envbuilder:cu121"]
+    # a CA certificate added to one folder splits the stage again
+    (tmp_path / "b" / "ca-certificates" / "corp.crt").write_text("-----BEGIN CERTIFICATE-----\n")
+    text = write_bake([("cu121", tmp_path / "a"), ("cu121-torch24", tmp_path / "b")],
+                      tmp_path, registry=REGISTRY)
+    targets = blocks(parse_hcl(text), "target")
+    assert "contexts" not in targets["cu121"] and "contexts" not in targets["cu121-torch24"]
+
+
+def test_bake_escapes_interpolation(tmp_path):
+    render_target("cpu", tmp_path / "cpu")
+    stack = json.loads((tmp_path / "cpu" / "stack.json").read_text())
+    text = write_bake([("cpu", tmp_path / "cpu")], tmp_path, registry="localhost:5000/ml/train")
+    assert "${" not in text.replace("$${", "")
+    t = blocks(parse_hcl(text), "target")["cpu"]
+    assert t["tags"][0] == f"localhost:5000/ml/train:{stack['tag']}"
+
+
+@pytest.mark.parametrize("registry", ["ghcr.io/acme/x:latest", "Bad Registry", "x@sha256:00"])
+def test_bake_rejects_registry(tmp_path, registry):
+    with pytest.raises(InputError):
+        write_bake([("cpu", tmp_path)], tmp_path, registry=registry)
+
+
+def test_bake_rejects_unrendered_folder(tmp_path):
+    with pytest.raises(InputError, match="not a rendered build folder"):
+        write_bake([("cpu", tmp_path)], tmp_path, registry=None)
+
+
+def test_github_matrix(matrix, names):
+    m = github_matrix(matrix)
+    json.dumps(m)
+    inc = m["include"]
+    assert [e["target"] for e in inc] == names
+    for e in inc:
+        stack = resolve_target(e["target"], matrix=matrix)
+        assert set(e) == {"target", "tag", "cuda", "runs_on"}
+        assert e["tag"] == stack.tag
+        assert e["cuda"] == (stack.cuda or "cpu")
+        if stack.toolkit is None:
+            assert e["runs_on"] == "ubuntu-latest"
+        else:
+            assert "gpu" in e["runs_on"]
+
+
+def test_workflow(tmp_path):
+    path = write_github_workflow(tmp_path, registry=REGISTRY)
+    assert path == tmp_path / ".github" / "workflows" / "envbuilder.yml"
+    text = path.read_text()
+    assert "&id" not in text and "*id" not in text  # no YAML anchors
+    wf = yaml.safe_load(text)
+    on = wf.get("on", wf.get(True))  # YAML 1.1 reads a bare `on` as true
+    assert "workflow_dispatch" in on
+    assert wf["env"]["REGISTRY"] == REGISTRY
+    jobs = wf["jobs"]
+    assert set(jobs) == {"targets", "build"}
+    t = jobs["targets"]
+    assert "steps.matrix.outputs.matrix" in t["outputs"]["matrix"]
+    (mstep,) = [s for s in t["steps"] if s.get("id") == "matrix"]
+    assert "envbuilder targets --github-matrix" in mstep["run"] and "GITHUB_OUTPUT" in mstep["run"]
+    b = jobs["build"]
+    assert b["needs"] == "targets"
+    assert b["strategy"]["matrix"] == "${{ fromJSON(needs.targets.outputs.matrix) }}"
+    assert b["strategy"]["fail-fast"] is False
+    assert b["runs-on"] == "${{ matrix.runs_on }}"
+    runs = [s.get("run", "") for s in b["steps"]]
+    uses = [s.get("uses", "") for s in b["steps"]]
+    order = [next(i for i, r in enumerate(runs) if cmd in r) for cmd in (
+        "pip install", 'envbuilder lock "$T" --check', 'envbuilder render "$T"',
+        'envbuilder build "$T" --push "$REGISTRY" --json')]
+    assert order == sorted(order)
+    assert uses[0].startswith("actions/checkout@")
+    (login,) = [s for s in b["steps"] if s.get("uses", "").startswith("docker/login-action@")]
+    assert login["with"]["registry"] == "ghcr.io"
+    (up,) = [s for s in b["steps"] if s.get("uses", "").startswith("actions/upload-artifact@")]
+    assert up["if"] == "${{ always() }}" and "matrix.target" in up["with"]["path"]
+
+
+def test_workflow_rejects_bad_registry(tmp_path):
+    with pytest.raises(InputError):
+        write_github_workflow(tmp_path, registry="ghcr.io/acme/x; rm -rf /")

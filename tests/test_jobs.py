@@ -1,0 +1,303 @@
+"""envbuilder.jobs: the cluster job files for the smoke job.
+
+Validated against published schemas, not against our own idea of them:
+* PyTorchJob: the training operator's CRD openAPIV3Schema (tests/data/pytorchjob-crd-v1.yaml, its
+  source and commit in its header), with jsonschema Draft 7 after dropping x-kubernetes-* keys;
+  plus the operator's webhook rules the CRD does not encode (replica types, one Master, a
+  container named "pytorch", the restart policies it accepts).
+* Job, Service and the PodTemplateSpec in each PyTorchJob replica: the official `kubernetes`
+  client models (deserialize, then serialize back: a field the model does not know, or a
+  wrongly typed one, does not survive the round trip; a missing required field raises).
+* Slurm scripts: shellcheck.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from envbuilder.api import resolve_target
+from envbuilder.errors import InputError
+from envbuilder.jobs import DEFAULT_LAYOUTS, job_name, render_jobs
+from envbuilder.plan import make_plan
+
+DATA = Path(__file__).parent / "data"
+DIGEST = "registry.example.com:5000/ml/envbuilder@sha256:" + "0123456789abcdef" * 4
+
+
+@pytest.fixture(scope="module")
+def plan():
+    return make_plan(resolve_target("cu121"))
+
+
+@pytest.fixture(scope="module")
+def files(plan):
+    return render_jobs(plan, image=DIGEST)
+
+
+@pytest.fixture(scope="module")
+def files_ib_cpu(plan):
+    return render_jobs(plan, image="envbuilder:cu121", gpus=False, infiniband=True,
+                       apptainer_image="/shared/images/cu121.sif")
+
+
+def docs(text: str) -> list[dict]:
+    return [d for d in yaml.safe_load_all(text) if d is not None]
+
+
+def strip_x(node):
+    if isinstance(node, dict):
+        return {k: strip_x(v) for k, v in node.items() if not k.startswith("x-kubernetes-")}
+    if isinstance(node, list):
+        return [strip_x(v) for v in node]
+    return node
+
+
+@pytest.fixture(scope="module")
+def crd_validator():
+    jsonschema = pytest.importorskip("jsonschema")
+    raw = (DATA / "pytorchjob-crd-v1.yaml").read_text()
+    assert "c20bf65e03b85543c0b2ff25b14c7e335cce34f9" in raw.split("\ntype:", 1)[0]
+    schema = strip_x(yaml.safe_load(raw))
+    jsonschema.Draft7Validator.check_schema(schema)
+    return jsonschema.Draft7Validator(schema)
+
+
+# -- kubernetes client models --------------------------------------------------------------
+
+def k8s_roundtrip(obj: dict, klass: str) -> dict:
+    """Deserialize into the official model and serialize back."""
+    client = pytest.importorskip("kubernetes.client")
+    api = client.ApiClient()
+    model = api._ApiClient__deserialize(copy.deepcopy(obj), klass)
+    return api.sanitize_for_serialization(model)
+
+
+def _norm(node):
+    """Leaves as strings: the models carry quantities (nvidia.com/gpu: 6) as strings."""
+    if isinstance(node, dict):
+        return {k: _norm(v) for k, v in node.items()}
+    if isinstance(node, list):
+        return [_norm(v) for v in node]
+    return str(node)
+
+
+def assert_model(obj: dict, klass: str) -> None:
+    back = k8s_roundtrip(obj, klass)
+    assert _norm(back) == _norm(obj), f"{klass}: fields lost or changed in the round trip"
+
+
+def test_k8s_roundtrip_catches_unknown_and_missing_fields():
+    good = {"metadata": {"name": "x"},
+            "spec": {"containers": [{"name": "pytorch", "image": "i"}]}}
+    assert_model(good, "V1PodTemplateSpec")
+    bad = copy.deepcopy(good)
+    bad["spec"]["containers"][0]["imagePullPolcy"] = "Always"  # a typo
+    with pytest.raises(AssertionError):
+        assert_model(bad, "V1PodTemplateSpec")
+    with pytest.raises(ValueError):  # containers[].name is required
+        k8s_roundtrip({"spec": {"containers": [{"image": "i"}]}}, "V1PodTemplateSpec")
+
+
+# -- the files -----------------------------------------------------------------------------
+
+def test_file_set(files):
+    expected = {"jobs/README.md"}
+    for n, p in DEFAULT_LAYOUTS:
+        for kind in ("pytorchjob", "indexed-job"):
+            expected.add(f"jobs/{kind}-{n}x{p}.yaml")
+        for kind in ("slurm-apptainer", "slurm-pyxis"):
+            expected.add(f"jobs/{kind}-{n}x{p}.sbatch")
+    assert set(files) == expected
+
+
+@pytest.mark.parametrize("n,p", DEFAULT_LAYOUTS)
+def test_pytorchjob(files, crd_validator, plan, n, p):
+    (job,) = docs(files[f"jobs/pytorchjob-{n}x{p}.yaml"])
+    errors = sorted(crd_validator.iter_errors(job), key=str)
+    assert not errors, [e.message for e in errors]
+    assert job["apiVersion"] == "kubeflow.org/v1" and job["kind"] == "PyTorchJob"
+    spec = job["spec"]
+    assert "elasticPolicy" not in spec
+    assert spec["nprocPerNode"] == str(p)  # a string in the v1 CRD
+    reps = spec["pytorchReplicaSpecs"]
+    # the operator's webhook: Master and Worker only, exactly one Master
+    assert set(reps) == ({"Master", "Worker"} if n > 1 else {"Master"})
+    assert reps["Master"]["replicas"] == 1
+    assert sum(r["replicas"] for r in reps.values()) == n
+    assert sum(r["replicas"] for r in reps.values()) * int(spec["nprocPerNode"]) == 12
+    assert spec["runPolicy"]["backoffLimit"] == 0
+    assert spec["runPolicy"]["cleanPodPolicy"] in ("None", "Running", "All")
+    assert job["metadata"]["labels"]["envbuilder.io/tag"] == plan.stack.tag
+    name = job["metadata"]["name"]
+    assert name == job_name("cu121", n, p) and len(name + "-worker-99") <= 63
+    for rtype, rep in reps.items():
+        assert rep["restartPolicy"] in ("Always", "OnFailure", "Never", "ExitCode")
+        assert rep["restartPolicy"] == "Never"
+        tpl = rep["template"]
+        assert_model(tpl, "V1PodTemplateSpec")
+        (c,) = tpl["spec"]["containers"]
+        assert c["name"] == "pytorch"
+        assert c["image"] == DIGEST
+        assert "command" not in c  # keep the image's ENTRYPOINT
+        args = c["args"]
+        assert args[0] == "torchrun"
+        assert f"--nnodes={n}" in args and f"--nproc_per_node={p}" in args
+        assert "--node_rank=$(RANK)" in args and "--max_restarts=0" in args
+        assert "--master_addr=$(MASTER_ADDR)" in args and "--master_port=$(MASTER_PORT)" in args
+        assert f"{plan.home}/smoke/ddp_smoke.py" in args
+        i = args.index(f"{plan.home}/smoke/ddp_smoke.py")
+        assert args[i + 1:i + 3] == ["--backend", "auto"]
+        assert {"name": "pytorchjob-port", "containerPort": 23456, "protocol": "TCP"} in c["ports"]
+        _pod_checks(tpl, p, gpus=True, ib=False)
+
+
+def _pod_checks(tpl: dict, p: int, *, gpus: bool, ib: bool) -> None:
+    spec = tpl["spec"]
+    (c,) = spec["containers"]
+    vols = {v["name"]: v for v in spec["volumes"]}
+    shm = [m for m in c["volumeMounts"] if m["mountPath"] == "/dev/shm"]
+    assert len(shm) == 1
+    assert vols[shm[0]["name"]]["emptyDir"]["medium"] == "Memory"
+    assert re.fullmatch(r"[0-9]+Gi", vols[shm[0]["name"]]["emptyDir"]["sizeLimit"])
+    limits = (c.get("resources") or {}).get("limits") or {}
+    if gpus:
+        assert limits == {"nvidia.com/gpu": str(p)}  # a quantity, as a string
+    else:
+        assert "nvidia.com/gpu" not in limits
+    caps = ((c.get("securityContext") or {}).get("capabilities") or {}).get("add") or []
+    assert (caps == ["IPC_LOCK"]) if ib else (caps == [])
+    assert spec["securityContext"]["runAsUser"] == 1000
+
+
+@pytest.mark.parametrize("n,p", DEFAULT_LAYOUTS)
+def test_indexed_job(files, plan, n, p):
+    svc, job = docs(files[f"jobs/indexed-job-{n}x{p}.yaml"])
+    assert (svc["kind"], job["kind"]) == ("Service", "Job")
+    assert_model(svc, "V1Service")
+    assert_model(job, "V1Job")
+    name = job["metadata"]["name"]
+    assert svc["metadata"]["name"] == name and len(f"{name}-{n - 1}") <= 63
+    assert svc["spec"]["clusterIP"] == "None"
+    pod_labels = job["spec"]["template"]["metadata"]["labels"]
+    assert all(pod_labels.get(k) == v for k, v in svc["spec"]["selector"].items())
+    s = job["spec"]
+    assert s["completionMode"] == "Indexed"
+    assert s["completions"] == s["parallelism"] == n
+    assert s["backoffLimit"] == 0
+    assert s["completions"] * p == 12
+    tpl = s["template"]
+    assert tpl["spec"]["subdomain"] == svc["metadata"]["name"]
+    assert tpl["spec"]["restartPolicy"] == "Never"
+    (c,) = tpl["spec"]["containers"]
+    args = c["args"]
+    assert "--rdzv_backend=c10d" in args
+    assert f"--rdzv_endpoint={name}-0.{name}:29400" in args
+    assert f"--rdzv_id={name}" in args
+    assert "--node_rank=$(JOB_COMPLETION_INDEX)" in args
+    assert f"--nnodes={n}" in args and f"--nproc_per_node={p}" in args
+    assert any(pt["containerPort"] == 29400 for pt in c["ports"])
+    assert svc["spec"]["ports"][0]["port"] == 29400
+    _pod_checks(tpl, p, gpus=True, ib=False)
+
+
+def test_infiniband_and_cpu(files_ib_cpu, crd_validator):
+    for n, p in DEFAULT_LAYOUTS:
+        (ptj,) = docs(files_ib_cpu[f"jobs/pytorchjob-{n}x{p}.yaml"])
+        assert not list(crd_validator.iter_errors(ptj))
+        for rep in ptj["spec"]["pytorchReplicaSpecs"].values():
+            assert_model(rep["template"], "V1PodTemplateSpec")
+            _pod_checks(rep["template"], p, gpus=False, ib=True)
+            args = rep["template"]["spec"]["containers"][0]["args"]
+            assert args[args.index("--backend") + 1] == "gloo"
+        svc, job = docs(files_ib_cpu[f"jobs/indexed-job-{n}x{p}.yaml"])
+        assert_model(job, "V1Job")
+        _pod_checks(job["spec"]["template"], p, gpus=False, ib=True)
+        for kind in ("apptainer", "pyxis"):
+            text = files_ib_cpu[f"jobs/slurm-{kind}-{n}x{p}.sbatch"]
+            assert "--gpus-per-node" not in text and "--nv" not in text
+            assert "--backend gloo" in text
+    assert "/shared/images/cu121.sif" in files_ib_cpu["jobs/slurm-apptainer-2x6.sbatch"]
+    assert "IPC_LOCK" in files_ib_cpu["jobs/README.md"]
+
+
+@pytest.mark.parametrize("n,p", DEFAULT_LAYOUTS)
+@pytest.mark.parametrize("kind", ["apptainer", "pyxis"])
+def test_slurm(files, plan, kind, n, p):
+    text = files[f"jobs/slurm-{kind}-{n}x{p}.sbatch"]
+    sb = dict(re.findall(r"^#SBATCH --([a-z-]+)(?:=(\S+))?$", text, re.M))
+    assert sb["nodes"] == str(n) and sb["ntasks-per-node"] == "1"
+    assert sb["gpus-per-node"] == str(p)
+    assert "exclusive" in sb and int(sb["cpus-per-task"]) >= p
+    assert int(sb["nodes"]) * int(sb["gpus-per-node"]) == 12
+    assert 'scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n1' in text
+    assert '--nnodes="$nnodes"' in text and 'nnodes="${SLURM_NNODES:?' in text
+    assert f"--nproc_per_node={p}" in text
+    assert "--rdzv_backend=c10d" in text and '--rdzv_endpoint="$head_node:29400"' in text
+    assert '--rdzv_id="$SLURM_JOB_ID"' in text and "--max_restarts=0" in text
+    assert f"{plan.home}/bin/entrypoint.sh" in text
+    assert f"{plan.home}/smoke/ddp_smoke.py --backend auto" in text
+    if kind == "apptainer":
+        assert "apptainer exec --nv" in text and f"{plan.stack.tag}.sif" in text
+    else:
+        # pyxis/enroot separate the registry host with '#'
+        assert "--container-image=\"$image\"" in text
+        assert "registry.example.com:5000#ml/envbuilder@sha256:" in text
+
+
+@pytest.mark.skipif(shutil.which("shellcheck") is None, reason="shellcheck is not installed")
+def test_shellcheck(files, files_ib_cpu, tmp_path):
+    paths = []
+    for i, fs in enumerate((files, files_ib_cpu)):
+        for rel, text in fs.items():
+            if rel.endswith(".sbatch"):
+                p = tmp_path / str(i) / Path(rel).name
+                p.parent.mkdir(exist_ok=True)
+                p.write_text(text)
+                paths.append(str(p))
+    assert len(paths) == 12
+    r = subprocess.run(["shellcheck", "--shell=bash", "--severity=style", *paths],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_readme(files):
+    text = files["jobs/README.md"]
+    assert "kubectl apply -f" in text and "sbatch " in text
+    for n, p in DEFAULT_LAYOUTS:
+        assert f"pytorchjob-{n}x{p}.yaml" in text and f"slurm-pyxis-{n}x{p}.sbatch" in text
+
+
+def test_other_targets_render():
+    for target in ("cpu", "cu118-hvd", "cu121-ds"):
+        plan = make_plan(resolve_target(target))
+        fs = render_jobs(plan, image=f"envbuilder:{target}", gpus=target != "cpu")
+        (job,) = docs(fs["jobs/pytorchjob-3x4.yaml"])
+        assert job["metadata"]["labels"]["envbuilder.io/tag"] == plan.stack.tag
+        assert job["metadata"]["name"] == job_name(target, 3, 4)
+
+
+@pytest.mark.parametrize("kw,match", [
+    ({"image": "bad image; rm -rf /"}, "image"),
+    ({"image": "x:1", "layouts": ((2, 5),)}, "10 ranks"),
+    ({"image": "x:1", "layouts": ((0, 12),)}, "1..64"),
+    ({"image": "x:1", "layouts": ((1, 12), (1, 12))}, "twice"),
+    ({"image": "x:1", "shm_size": "8G; x"}, "quantity"),
+    ({"image": "x:1", "apptainer_image": "a b.sif"}, "apptainer"),
+    ({"image": "x:1", "apptainer_image": "$(id).sif"}, "apptainer"),
+    ({"image": "x:1", "timeout": 1}, "timeout"),
+])
+def test_rejects(plan, kw, match):
+    with pytest.raises(InputError, match=re.escape(match)):
+        render_jobs(plan, **kw)
+
+
+def test_job_name_sanitises():
+    assert job_name("cu121-torch2.1-py310", 2, 6) == "smoke-cu121-torch2-1-py310-2x6"
+    assert len(job_name("x" * 200, 12, 1)) <= 40

@@ -1,0 +1,367 @@
+"""envbuilder lock: real uv resolutions against PyPI (few: cu121-torch2.1-py310 once per module,
+then warm re-resolutions), the unreachable PyTorch index, refusals, the per-layer split, SBOM."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+from envbuilder.api import resolve_target
+from envbuilder.errors import (IncompatibleError, InputError, MissingExtraError,
+                               OperationError)
+from envbuilder.lock import (LOCK_NAME, cross_check, lock_digest, lock_target, read_lock,
+                             split_by_layer)
+from envbuilder.plan import make_plan
+from envbuilder.render import render_files
+
+TARGET = "cu121-torch2.1-py310"
+
+
+@pytest.fixture(scope="session")
+def uv_cache(tmp_path_factory):
+    """One uv cache for the session (shared with test_conda): later resolutions are warm."""
+    path = tmp_path_factory.getbasetemp() / "uv-cache"
+    path.mkdir(exist_ok=True)
+    old = {k: os.environ.get(k) for k in ("UV_CACHE_DIR", "UV_PYTHON_DOWNLOADS")}
+    os.environ["UV_CACHE_DIR"] = str(path)
+    os.environ["UV_PYTHON_DOWNLOADS"] = "never"
+    yield path
+    for k, v in old.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+
+
+@pytest.fixture(scope="module")
+def stack():
+    return resolve_target(TARGET)
+
+
+@pytest.fixture(scope="module")
+def locked(uv_cache, stack, tmp_path_factory):
+    out = tmp_path_factory.mktemp("lock")
+    report = lock_target(stack, out)
+    return out, report
+
+
+def _copy(locked, tmp_path) -> Path:
+    d = tmp_path / "copy"
+    d.mkdir()
+    shutil.copy(locked[0] / LOCK_NAME, d / LOCK_NAME)
+    return d
+
+
+def _only_lock_left(d: Path) -> None:
+    assert sorted(p.name for p in d.iterdir()) == [LOCK_NAME]
+
+
+# -- the lock ---------------------------------------------------------------------------------
+
+def test_lock_pins_torch_and_nccl_with_hashes(locked, stack):
+    out, report = locked
+    path = out / LOCK_NAME
+    _only_lock_left(out)  # no temp files left next to it
+    text = path.read_text()
+    pkgs = {p.name: p for p in read_lock(text)}
+    assert pkgs["torch"].version.startswith("2.1.")
+    assert pkgs["nvidia-nccl-cu12"].version == "2.18.1"
+    # every requirement line is ==-pinned and followed by sha256 hashes
+    lines = text.splitlines()
+    for i, line in enumerate(lines):
+        if line and not line[0].isspace() and not line.startswith("#"):
+            assert "==" in line and line.endswith("\\"), line
+            assert lines[i + 1].strip().startswith("--hash=sha256:"), line
+    assert all(p.hashes and all(h.startswith("sha256:") and len(h) == 71 for h in p.hashes)
+               for p in pkgs.values())
+    # the header says how it was made and how to install it
+    assert f"# stack: {stack.tag}" in text
+    assert stack.matrix.digest in text
+    assert "pip install --require-hashes --no-deps -r requirements.lock" in text
+    assert "uv pip compile - " in text and "--generate-hashes" in text
+    assert "--python-version 3.10 --python-platform x86_64-manylinux_2_28" in text
+    assert "timestamp" not in text.lower()
+    d = report.to_dict()
+    assert d["path"] == str(path) and d["packages"]["torch"] == pkgs["torch"].version
+    assert d["index"] == "https://pypi.org/simple" and d["checked"] is False
+    assert d["digest"] == lock_digest(path)
+    json.dumps(d)
+
+
+def test_lock_digest_is_the_file_sha256_and_locking_is_deterministic(locked, stack, tmp_path):
+    path = locked[0] / LOCK_NAME
+    digest = lock_digest(path)
+    assert digest == "sha256:" + hashlib.sha256(path.read_bytes()).hexdigest()
+    assert lock_digest(path) == digest
+    again = lock_target(stack, tmp_path / "again")  # warm cache: same bytes, same digest
+    assert again.digest == digest
+
+
+def test_check_passes_on_a_fresh_lock(locked, stack):
+    r = lock_target(stack, locked[0], check=True)
+    assert r.checked and r.diff is None
+
+
+def test_check_fails_when_a_hash_is_altered(locked, stack, tmp_path):
+    d = _copy(locked, tmp_path)
+    path = d / LOCK_NAME
+    text = path.read_text()
+    i = text.index("nvidia-nccl-cu12==2.18.1")
+    j = text.index("--hash=sha256:", i) + len("--hash=sha256:")
+    ch = text[j]
+    path.write_text(text[:j] + ("0" if ch != "0" else "1") + text[j + 1:])
+    with pytest.raises(OperationError) as e:
+        lock_target(stack, d, check=True)
+    assert e.value.exit_code == 1
+    assert "nvidia-nccl-cu12" in str(e.value) and "hash" in str(e.value)
+    assert "\n" not in str(e.value)
+    diff = e.value.report.diff
+    assert diff and diff.startswith("---") and "+++ fresh resolution" in diff
+    assert any(ln.startswith("-") and "--hash=sha256:" in ln for ln in diff.splitlines())
+    assert e.value.report.checked is True
+    assert path.read_text() != text  # --check never rewrites the lock
+
+
+def test_check_fails_on_a_malformed_hash(locked, stack, tmp_path):
+    d = _copy(locked, tmp_path)
+    path = d / LOCK_NAME
+    text = path.read_text()
+    j = text.index("--hash=sha256:") + len("--hash=sha256:")
+    path.write_text(text[:j] + "Z" + text[j + 1:])
+    with pytest.raises(OperationError) as e:
+        lock_target(stack, d, check=True)
+    assert "malformed hash" in str(e.value)
+
+
+def test_check_without_a_lock_is_a_usage_error(stack, tmp_path):
+    with pytest.raises(InputError) as e:
+        lock_target(stack, tmp_path, check=True)
+    assert e.value.exit_code == 2 and "envbuilder lock" in str(e.value)
+
+
+# -- failures ---------------------------------------------------------------------------------
+
+def test_unreachable_pytorch_index_is_one_line_exit_1(uv_cache, tmp_path, monkeypatch):
+    monkeypatch.setenv("UV_HTTP_RETRIES", "0")
+    st = resolve_target("cu118")
+    assert st.torch_index.startswith("https://download.pytorch.org/")
+    out = tmp_path / "out"
+    with pytest.raises(OperationError) as e:
+        lock_target(st, out)
+    msg = str(e.value)
+    assert e.value.exit_code == 1 and "\n" not in msg
+    assert st.torch_index in msg and "--pip-index-url" in msg and "wheelhouse" in msg
+    assert not out.exists()  # no partial lock, no empty folder
+
+
+def test_unreachable_index_keeps_an_existing_lock(uv_cache, locked, tmp_path, monkeypatch):
+    monkeypatch.setenv("UV_HTTP_RETRIES", "0")
+    d = _copy(locked, tmp_path)
+    before = (d / LOCK_NAME).read_bytes()
+    with pytest.raises(OperationError):
+        lock_target(resolve_target(TARGET), d, index_url="http://127.0.0.1:9/simple")
+    assert (d / LOCK_NAME).read_bytes() == before
+    _only_lock_left(d)
+
+
+def test_requirements_pinning_another_torch_is_refused(stack, tmp_path):
+    req = tmp_path / "extra.txt"
+    req.write_text("# extras\nnumpy<2\ntorch==2.0.0\n")
+    out = tmp_path / "out"
+    with pytest.raises(IncompatibleError) as e:
+        lock_target(stack, out, requirements_file=req)
+    assert e.value.exit_code == 3
+    assert "torch==2.0.0" in str(e.value) and "2.1.2" in str(e.value)
+    assert not out.exists()
+
+
+def test_requirements_with_another_nccl_major_is_refused(stack, tmp_path):
+    req = tmp_path / "extra.txt"
+    req.write_text("nvidia-nccl-cu11\n")
+    with pytest.raises(IncompatibleError, match="nvidia-nccl-cu12"):
+        lock_target(stack, tmp_path / "out", requirements_file=req)
+
+
+@pytest.mark.parametrize("line, what", [
+    ("foo bar baz", "not a valid requirement"),
+    ("-e .", "options"),
+    ("--index-url https://example.org/simple", "options"),
+    ("pkg @ https://example.org/pkg.whl", "direct URL"),
+])
+def test_malformed_requirements_lines(stack, tmp_path, line, what):
+    req = tmp_path / "extra.txt"
+    req.write_text(f"numpy\n\n{line}\n")
+    out = tmp_path / "out"
+    with pytest.raises(InputError) as e:
+        lock_target(stack, out, requirements_file=req)
+    assert e.value.exit_code == 2
+    assert f"{req}:3" in str(e.value) and what in str(e.value)
+    assert "\n" not in str(e.value)
+    assert not out.exists()
+
+
+def test_uv_resolution_conflict_is_exit_3(uv_cache, stack, tmp_path):
+    req = tmp_path / "extra.txt"
+    req.write_text("networkx>=999\n")
+    out = tmp_path / "out"
+    with pytest.raises(IncompatibleError) as e:
+        lock_target(stack, out, requirements_file=req)
+    assert "networkx" in str(e.value) and e.value.exit_code == 3
+    assert not out.exists()
+
+
+def test_missing_uv_is_a_missing_extra(stack, tmp_path, monkeypatch):
+    import envbuilder.lock as lock
+
+    monkeypatch.setitem(sys.modules, "uv", None)
+    monkeypatch.setattr(lock.shutil, "which", lambda name: None)
+    with pytest.raises(MissingExtraError, match=r"envbuilder\[lock\]"):
+        lock_target(stack, tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
+# -- cross-checks (no network) ----------------------------------------------------------------
+
+def _entry(name, version, via=()):
+    v = "".join(f"    #   {x}\n" for x in via)
+    return (f"{name}=={version} \\\n    --hash=sha256:{'a' * 64}\n"
+            + (f"    # via\n{v}" if via else ""))
+
+
+def test_cross_check_names_fact_source_and_line(stack):
+    text = _entry("torch", "2.1.2") + _entry("nvidia-nccl-cu12", "2.19.3", ["torch"])
+    with pytest.raises(IncompatibleError) as e:
+        cross_check(stack, read_lock(text), "requirements.lock")
+    msg = str(e.value)
+    assert "NCCL 2.18.1" in msg and "torch.yaml" in msg
+    assert "requirements.lock:3: nvidia-nccl-cu12==2.19.3" in msg
+
+
+def test_cross_check_torch_version_and_variant(stack):
+    cross_check(stack, read_lock(_entry("torch", "2.1.2+cu121")), "x")  # local tag is fine
+    with pytest.raises(IncompatibleError, match="torch 2.1.2"):
+        cross_check(stack, read_lock(_entry("torch", "2.1.1")), "x")
+    with pytest.raises(IncompatibleError, match="cu121"):
+        cross_check(stack, read_lock(_entry("torch", "2.1.2+cu118")), "x")
+
+
+def test_cross_check_pytorch_index_variant():
+    st = resolve_target("cu118")
+    v = st.torch.version
+    nccl = f"nvidia-nccl-cu11=={st.torch_variant.nccl}"
+    cross_check(st, read_lock(_entry("torch", f"{v}+cu118") + _entry(*nccl.split("=="))), "x")
+    # PyPI's torch (a CUDA 12 build) instead of the cu118 wheel: refused
+    with pytest.raises(IncompatibleError, match=r"\+cu118"):
+        cross_check(st, read_lock(_entry("torch", str(v))), "x")
+    with pytest.raises(IncompatibleError, match="nvidia-nccl-cu11"):
+        cross_check(st, read_lock(_entry("torch", f"{v}+cu118")
+                                  + _entry("nvidia-nccl-cu12", "2.21.5")), "lock")
+
+
+def test_cross_check_two_nccl_majors(stack):
+    text = (_entry("torch", "2.1.2") + _entry("nvidia-nccl-cu12", "2.18.1", ["torch"])
+            + _entry("nvidia-nccl-cu11", "2.21.5"))
+    with pytest.raises(IncompatibleError, match="two CUDA majors"):
+        cross_check(stack, read_lock(text), "x")
+
+
+# -- split by layer ---------------------------------------------------------------------------
+
+def test_split_by_layer_real_deepspeed_lock(uv_cache, tmp_path):
+    st = resolve_target("cu121-torch2.1-py310-ds0.14")
+    r = lock_target(st, tmp_path / "ds")
+    text = Path(r.path).read_text()
+    plan = make_plan(st, hashes=True)
+    parts = split_by_layer(text, plan)
+    assert set(parts) == {"torch", "deepspeed.build", "deepspeed"}
+    names = {k: {p.name for p in read_lock(v)} for k, v in parts.items()}
+    assert {"torch", "triton", "nvidia-nccl-cu12"} <= names["torch"]
+    locked_names = {p.name for p in read_lock(text)}
+    cuda_wheels = {n for n in locked_names if n.startswith("nvidia-") and n != "nvidia-ml-py"}
+    assert cuda_wheels and cuda_wheels <= names["torch"]  # torch's CUDA wheels: torch layer
+    assert "nvidia-ml-py" in names["deepspeed"]  # deepspeed's own dependency
+    assert "deepspeed" in names["deepspeed"] and {"hjson", "pydantic"} <= names["deepspeed"]
+    assert {"ninja", "setuptools", "wheel", "py-cpuinfo", "psutil"} <= names["deepspeed.build"]
+    # a partition: every locked package exactly once, with its hashes
+    every = [p for v in parts.values() for p in read_lock(v)]
+    assert sorted(p.name for p in every) == sorted(p.name for p in read_lock(text))
+    full = {p.name: p.hashes for p in read_lock(text)}
+    assert all(p.hashes == full[p.name] for p in every)
+    files = render_files(plan, layer_requirements=parts)
+    assert files["requirements/deepspeed.build.txt"] == parts["deepspeed.build"]
+    assert "--require-hashes" in files["Dockerfile"]
+
+
+def test_split_by_layer_horovod_and_extras(stack):
+    # a hand-written lock: horovod's build deps, a package both layers need, a user extra
+    from dataclasses import replace
+
+    text = "\n".join([
+        "# target: synthetic",
+        _entry("torch", "2.1.2", ["deepspeed", "horovod"]),
+        _entry("filelock", "3.0", ["torch"]),
+        _entry("horovod", "0.28.1"),
+        _entry("cloudpickle", "3.0", ["horovod"]),
+        _entry("packaging", "24.0", ["deepspeed", "horovod"]),
+        _entry("setuptools", "70.0"),
+        _entry("deepspeed", "0.14.5"),
+        _entry("hjson", "3.1.0", ["deepspeed"]),
+        _entry("ninja", "1.11", ["deepspeed"]),
+        _entry("rich", "13.0"),
+        _entry("markdown-it-py", "3.0", ["rich"]),
+    ])
+    from envbuilder.plan import PipLayer
+
+    plan = make_plan(stack, hashes=True)
+    plan = replace(plan, layers=(plan.layers[0],
+                                 PipLayer("horovod", ("horovod==0.28.1",), None),
+                                 PipLayer("deepspeed", ("deepspeed==0.14.5",), None)))
+    parts = split_by_layer(text, plan)
+    assert list(parts) == ["torch", "horovod.build", "horovod", "deepspeed.build", "deepspeed"]
+    names = {k: [p.name for p in read_lock(v)] for k, v in parts.items()}
+    assert names["torch"] == ["torch", "filelock"]
+    assert set(names["horovod.build"]) == {"cloudpickle", "packaging", "setuptools"}
+    assert names["horovod"] == ["horovod"]
+    assert names["deepspeed.build"] == ["ninja"]
+    # user extras (not needed by any layer) go to the last layer with their dependencies
+    assert names["deepspeed"] == ["deepspeed", "hjson", "rich", "markdown-it-py"]
+    assert all("--hash=sha256:" in v for v in parts.values())
+
+
+# -- SBOM -------------------------------------------------------------------------------------
+
+def test_sbom_cyclonedx(locked, stack, tmp_path):
+    from envbuilder.sbom import write_sbom
+
+    out = tmp_path / "sbom.cdx.json"
+    doc = write_sbom(locked[0] / LOCK_NAME, out, stack)
+    data = json.loads(out.read_text())
+    assert data == doc
+    assert data["bomFormat"] == "CycloneDX" and data["specVersion"] == "1.5"
+    assert data["serialNumber"].startswith("urn:uuid:") and data["version"] == 1
+    assert data["metadata"]["component"]["name"] == stack.tag
+    assert data["metadata"]["tools"]["components"][0]["name"] == "envbuilder"
+    comps = {c["name"]: c for c in data["components"]}
+    pkgs = read_lock((locked[0] / LOCK_NAME).read_text())
+    assert set(comps) == {p.name for p in pkgs}
+    torch = comps["torch"]
+    assert torch["purl"] == f"pkg:pypi/torch@{torch['version']}" and torch["type"] == "library"
+    assert torch["hashes"] and all(h["alg"] == "SHA-256" and len(h["content"]) == 64
+                                   for c in comps.values() for h in c["hashes"])
+    refs = {c["bom-ref"] for c in data["components"]} | {data["metadata"]["component"]["bom-ref"]}
+    assert all(d["ref"] in refs and set(d["dependsOn"]) <= refs for d in data["dependencies"])
+    # the same lock gives the same SBOM
+    assert write_sbom(locked[0] / LOCK_NAME, tmp_path / "again.json", stack) == doc
+    validation = pytest.importorskip("cyclonedx.validation.json")
+    from cyclonedx.schema import SchemaVersion
+
+    validator = validation.JsonStrictValidator(SchemaVersion.V1_5)
+    assert validator.validate_str(out.read_text()) is None
+    broken = dict(data, components=[{"name": "x"}])
+    assert validator.validate_str(json.dumps(broken)) is not None

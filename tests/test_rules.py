@@ -1,0 +1,322 @@
+"""Every compatibility rule both ways, on facts of the built-in matrix.
+
+``CASES`` is the table: each row names a rule, says whether the rule must accept or refuse,
+and builds the assignment from matrix objects. ``test_every_rule_is_covered_both_ways`` fails
+when a rule is added to envbuilder.rules without a row of each kind here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Callable
+
+import pytest
+from packaging.specifiers import SpecifierSet
+
+from core_helpers import (
+    builtin, component, copy_matrix, edit, newest_toolkit, nccl, os_, toolkit, torch,
+)
+from envbuilder.api import check_combination, resolve_target
+from envbuilder.errors import IncompatibleError
+from envbuilder.matrix import Matrix, load_matrix
+from envbuilder.rules import RULES, Context, Violation, all_rules, needs_devel, rules_by_name
+
+ACCEPT, REFUSE, WARN = "accept", "refuse", "warn"
+
+
+def base(m: Matrix, **over) -> dict:
+    """A full assignment that breaks no rule (cu121, torch 2.1.2, py3.10, ubuntu22.04)."""
+    a = {"cuda": toolkit(m, "12.1.1"), "torch": torch(m, "2.1.2"), "python": "3.10",
+         "os": os_(m, "ubuntu22.04"), "nccl": nccl(m, "2.18.1"), "deepspeed": None,
+         "horovod": None}
+    a.update(over)
+    return a
+
+
+def hvd_strict(m: Matrix) -> Matrix:
+    """The built-in matrix with Horovod 0.28 declaring torch <2.0 (no built-in Horovod release
+    declares a torch or Python bound the matrix's torch/Python versions can break)."""
+    rels = tuple(replace(r, requires={**r.requires, "torch": SpecifierSet(">=1.5.0,<2.0")})
+                 if r.line == "0.28" else r for r in m.horovod.releases)
+    return replace(m, horovod=replace(m.horovod, releases=rels))
+
+
+# (id, rule, expectation, build(m) -> (assignment, context kwargs, matrix or None), message needles)
+Case = tuple[str, str, str, Callable, tuple[str, ...]]
+CASES: list[Case] = [
+    # driver_cuda: 12.1 needs 530.30.02; 525.60.13 is the CUDA 12 minor-compatibility floor
+    ("cu121-driver535", "driver_cuda", ACCEPT,
+     lambda m: (base(m), {"driver": "535.104.05"}, None), ()),
+    ("cu121-driver530.30.02-exact", "driver_cuda", ACCEPT,
+     lambda m: (base(m), {"driver": "530.30.02"}, None), ()),
+    ("cpu-any-driver", "driver_cuda", ACCEPT,
+     lambda m: (base(m, cuda=None, nccl=None), {"driver": "470.82.01"}, None), ()),
+    ("cu121-driver470", "driver_cuda", REFUSE,
+     lambda m: (base(m), {"driver": "470.82.01"}, None), ("530.30.02", "470.82.01", "11.8")),
+    ("cu121-driver528-minor-compat", "driver_cuda", WARN,
+     lambda m: (base(m), {"driver": "528.02"}, None), ("530.30.02", "525.60.13")),
+    # torch_cuda_variant: torch 2.8 has no cu118 wheels, 2.7.1 has
+    ("cu118-torch2.7.1", "torch_cuda_variant", ACCEPT,
+     lambda m: (base(m, cuda=toolkit(m, "11.8.0"), torch=torch(m, "2.7.1"), nccl=None), {}, None), ()),
+    ("cpu-torch2.8", "torch_cuda_variant", ACCEPT,
+     lambda m: (base(m, cuda=None, torch=torch(m, "2.8.0"), nccl=None), {}, None), ()),
+    ("cu118-torch2.8", "torch_cuda_variant", REFUSE,
+     lambda m: (base(m, cuda=toolkit(m, "11.8.0"), torch=torch(m, "2.8.0"), nccl=None), {}, None),
+     ("2.8.0", "cu118", "2.7")),
+    # torch_python: torch 2.1 has wheels for 3.8-3.11, not 3.12
+    ("torch2.1-py311", "torch_python", ACCEPT,
+     lambda m: (base(m, python="3.11"), {}, None), ()),
+    ("torch2.1-py312", "torch_python", REFUSE,
+     lambda m: (base(m, python="3.12"), {}, None), ("2.1.2", "3.12")),
+    # os_python: debian12 ships only 3.11; ubuntu24.04 cannot install 3.8
+    ("debian12-py311", "os_python", ACCEPT,
+     lambda m: (base(m, os=os_(m, "debian12"), python="3.11"), {}, None), ()),
+    ("debian12-py310", "os_python", REFUSE,
+     lambda m: (base(m, os=os_(m, "debian12")), {}, None), ("debian12", "3.10")),
+    ("ubuntu24.04-py38", "os_python", REFUSE,
+     lambda m: (base(m, os=os_(m, "ubuntu24.04"), python="3.8"), {}, None), ("ubuntu24.04", "3.8")),
+    # base_image: nvidia/cuda has 11.8.0 for ubuntu20.04/22.04 only; none at all for 13.3.x
+    ("cu118-ubuntu22.04", "base_image", ACCEPT,
+     lambda m: (base(m, cuda=toolkit(m, "11.8.0")), {}, None), ()),
+    ("cpu-ubuntu24.04", "base_image", ACCEPT,
+     lambda m: (base(m, cuda=None, os=os_(m, "ubuntu24.04")), {}, None), ()),
+    ("cu118-ubuntu24.04", "base_image", REFUSE,
+     lambda m: (base(m, cuda=toolkit(m, "11.8.0"), os=os_(m, "ubuntu24.04")), {}, None),
+     ("11.8.0", "ubuntu24.04", "ubuntu22.04")),
+    ("cu133-no-images", "base_image", REFUSE,
+     lambda m: (base(m, cuda=newest_toolkit(m, "13.3")), {}, None), ("no images",)),
+    # nccl_pin: torch 2.1.2 cu121 bundles NCCL 2.18.1
+    ("cu121-torch2.1-nccl2.18", "nccl_pin", ACCEPT,
+     lambda m: (base(m), {"nccl_pin": "2.18"}, None), ()),
+    ("cu121-torch2.1-nccl2.18.1", "nccl_pin", ACCEPT,
+     lambda m: (base(m), {"nccl_pin": "2.18.1"}, None), ()),
+    ("cu121-torch2.1-nccl2.19", "nccl_pin", REFUSE,
+     lambda m: (base(m), {"nccl_pin": "2.19"}, None), ("2.18.1", "2.19")),
+    ("cu121-torch2.1-nccl2.18.3", "nccl_pin", REFUSE,
+     lambda m: (base(m), {"nccl_pin": "2.18.3"}, None), ("2.18.1", "2.18.3")),
+    ("cpu-nccl2.18", "nccl_pin", REFUSE,
+     lambda m: (base(m, cuda=None, nccl=None), {"nccl_pin": "2.18"}, None), ("CPU",)),
+    # nccl_cuda: NCCL 2.18.x is built for CUDA 11/12, not 13
+    ("cu121-nccl2.18.1", "nccl_cuda", ACCEPT,
+     lambda m: (base(m), {}, None), ()),
+    ("cu130-nccl2.18.3", "nccl_cuda", REFUSE,
+     lambda m: (base(m, cuda=newest_toolkit(m, "13.0"), nccl=nccl(m, "2.18.3")), {}, None),
+     ("2.18.3", "CUDA 13")),
+    # deepspeed_requires: 0.19.2 declares torch>=2.0.0; 0.13 declares python>=3.8
+    ("ds0.19.2-torch2.1", "deepspeed_requires", ACCEPT,
+     lambda m: (base(m, deepspeed=component(m, "deepspeed", "0.19.2")), {}, None), ()),
+    ("ds0.19.2-torch1.13", "deepspeed_requires", REFUSE,
+     lambda m: (base(m, cuda=toolkit(m, "11.7.1"), torch=torch(m, "1.13.1"), nccl=None,
+                     deepspeed=component(m, "deepspeed", "0.19.2")), {}, None),
+     ("0.19.2", ">=2.0.0", "1.13.1")),
+    ("ds0.13-py37", "deepspeed_requires", REFUSE,
+     lambda m: (base(m, cuda=toolkit(m, "11.7.1"), torch=torch(m, "1.13.1"), python="3.7",
+                     os=os_(m, "ubuntu20.04"), nccl=None,
+                     deepspeed=component(m, "deepspeed", "0.13.5")), {}, None),
+     ("0.13.5", "python", "3.7")),
+    # horovod_requires: 0.28.1 declares torch>=1.5.0, python>=3.6 (refusal on a stricter copy)
+    ("hvd0.28.1-torch2.0.1", "horovod_requires", ACCEPT,
+     lambda m: (base(m, cuda=toolkit(m, "11.8.0"), torch=torch(m, "2.0.1"), nccl=nccl(m, "2.14.3"),
+                     horovod=component(m, "horovod", "0.28.1")), {}, None), ()),
+    ("hvd0.28.1-torch2.0.1-strict", "horovod_requires", REFUSE,
+     lambda m: (base(m, cuda=toolkit(m, "11.8.0"), torch=torch(m, "2.0.1"), nccl=nccl(m, "2.14.3"),
+                     horovod=component(hvd_strict(m), "horovod", "0.28.1")), {}, hvd_strict(m)),
+     ("0.28.1", "<2.0", "2.0.1")),
+    # known_incompatibility: Horovod <=0.28.1 does not build against torch >=2.1 (C++17)
+    ("cu118-hvd0.28", "known_incompatibility", ACCEPT,
+     lambda m: (base(m, cuda=toolkit(m, "11.8.0"), torch=torch(m, "2.0.1"), nccl=nccl(m, "2.14.3"),
+                     horovod=component(m, "horovod", "0.28.1")), {}, None), ()),
+    ("cu124-hvd0.28", "known_incompatibility", REFUSE,
+     lambda m: (base(m, cuda=newest_toolkit(m, "12.4"), torch=torch(m, "2.6.0"), nccl=None,
+                     horovod=component(m, "horovod", "0.28.1")), {}, None),
+     ("horovod-0.28-torch-2.1-cxx17", "0.28.1", "2.6.0")),
+    ("hvd0.28.0-gcc12-is-a-warning", "known_incompatibility", WARN,
+     lambda m: (base(m, cuda=toolkit(m, "11.8.0"), torch=torch(m, "2.0.1"), nccl=nccl(m, "2.14.3"),
+                     horovod=component(m, "horovod", "0.28.0")), {}, None),
+     ("horovod-0.28.0-gcc12-gloo",)),
+]
+
+
+def _run(rule_name: str, m: Matrix, a: dict, ctx: dict) -> list[Violation]:
+    rules = [r for r in all_rules(m) if r.name == rule_name]
+    assert rules, f"no rule named {rule_name}"
+    out: list[Violation] = []
+    for r in rules:
+        assert all(ax in a for ax in r.axes)
+        out += r.check(a, Context(m, **ctx))
+    return out
+
+
+@pytest.mark.parametrize("case", CASES, ids=[f"{c[1]}:{c[2]}:{c[0]}" for c in CASES])
+def test_rule(case):
+    _, name, expect, build, needles = case
+    m0 = builtin()
+    a, ctx, m = build(m0)
+    m = m or m0
+    vs = _run(name, m, a, ctx)
+    errors = [v for v in vs if v.severity == "error"]
+    warnings = [v for v in vs if v.severity == "warning"]
+    if expect == ACCEPT:
+        assert not errors, [str(v) for v in errors]
+        return
+    if expect == REFUSE:
+        assert errors, f"{name} accepted a combination it must refuse"
+        found = errors
+    else:
+        assert not errors and warnings, f"{name} should warn, not refuse: {vs}"
+        found = warnings
+    for v in found:
+        assert v.rule == name
+        assert v.message and v.fix, "a violation says what is wrong and what to do"
+        assert v.source and all(s.startswith(("https://", "http://")) for s in v.source)
+        d = v.to_dict()
+        assert d["rule"] == name and d["severity"] == v.severity and d["source"] == list(v.source)
+    text = " ".join(f"{v.message} {v.fix} {str(v)}" for v in found)
+    for n in needles:
+        assert n in text, f"{n!r} not in {text!r}"
+
+
+def test_every_rule_is_covered_both_ways():
+    names = {r.name for r in all_rules(builtin())}
+    assert {r.name for r in RULES} <= names
+    accepted = {c[1] for c in CASES if c[2] == ACCEPT}
+    refused = {c[1] for c in CASES if c[2] == REFUSE}
+    assert names - accepted == set(), f"rules without an accept case: {names - accepted}"
+    assert names - refused == set(), f"rules without a refuse case: {names - refused}"
+    assert accepted | refused <= names, "the table names a rule that does not exist"
+
+
+def test_rules_are_documented():
+    assert set(rules_by_name()) == {r.name for r in RULES}
+    for r in RULES:
+        assert r.doc, f"rule {r.name} has no docstring"
+        assert r.axes
+
+
+def test_the_base_assignment_breaks_no_rule():
+    m = builtin()
+    a = base(m)
+    for r in all_rules(m):
+        assert not [v for v in r.check(a, Context(m)) if v.severity == "error"], r.name
+
+
+def test_needs_devel():
+    m = builtin()
+    assert not needs_devel(base(m), m)
+    assert needs_devel(base(m, deepspeed=component(m, "deepspeed", "0.16.9")), m)
+    assert needs_devel(base(m, horovod=component(m, "horovod", "0.28.1")), m)
+    assert not needs_devel(base(m, cuda=None, horovod=component(m, "horovod", "0.28.1")), m)
+
+
+# -- base_image branches the built-in data cannot reach (no image set lacks a flavour, none is
+#    marked removed): on edited copies of the matrix
+
+def test_base_image_without_devel_refuses_compiling_stacks(tmp_path):
+    folder = copy_matrix(tmp_path / "m")
+    edit(folder, "base_images.yaml",
+         '- cuda: "11.8.0"\n  os:\n  - ubuntu22.04\n  - ubuntu20.04\n  flavours:\n  - base\n  - runtime\n  - devel\n',
+         '- cuda: "11.8.0"\n  os:\n  - ubuntu22.04\n  - ubuntu20.04\n  flavours:\n  - base\n  - runtime\n')
+    m = load_matrix(folder)
+    plain = base(m, cuda=toolkit(m, "11.8.0"))
+    assert not _run("base_image", m, plain, {})
+    ds = base(m, cuda=toolkit(m, "11.8.0"), deepspeed=component(m, "deepspeed", "0.16.9"))
+    vs = _run("base_image", m, ds, {})
+    assert vs and "devel" in vs[0].message
+
+
+def test_base_image_removed_tags_are_refused(tmp_path):
+    folder = copy_matrix(tmp_path / "m")
+    edit(folder, "base_images.yaml",
+         '- cuda: "11.8.0"\n  os:\n  - ubuntu22.04\n  - ubuntu20.04\n  flavours:\n  - base\n  - runtime\n'
+         '  - devel\n  cudnn: cudnn8\n  removed: false\n',
+         '- cuda: "11.8.0"\n  os:\n  - ubuntu22.04\n  - ubuntu20.04\n  flavours:\n  - base\n  - runtime\n'
+         '  - devel\n  cudnn: cudnn8\n  removed: true\n')
+    m = load_matrix(folder)
+    vs = _run("base_image", m, base(m, cuda=toolkit(m, "11.8.0")), {})
+    assert vs and "no longer serves" in vs[0].message
+    # and the resolver then refuses cu118, suggesting something else
+    with pytest.raises(IncompatibleError) as ei:
+        resolve_target("cu118", matrix=m)
+    assert any(v.rule == "base_image" for v in ei.value.violations)
+
+
+# -- the same rules through `envbuilder check` / resolve (the library calls behind the CLI) ---
+
+CHECKS = [
+    ("driver_cuda", dict(cuda="12.1", driver="470.82.01"), dict(cuda="12.1", driver="535.104.05")),
+    ("torch_cuda_variant", dict(cuda="11.8", torch="2.8"), dict(cuda="11.8", torch="2.7.1")),
+    ("torch_python", dict(torch="2.1", python="3.12"), dict(torch="2.1", python="3.11")),
+    ("os_python", dict(os="ubuntu24.04", python="3.8"), dict(os="ubuntu24.04", python="3.9")),
+    ("base_image", dict(cuda="11.8", os="ubuntu24.04"), dict(cuda="11.8", os="ubuntu22.04")),
+    ("nccl_pin", dict(cuda="12.1", torch="2.1", nccl="2.19"), dict(cuda="12.1", torch="2.1", nccl="2.18")),
+    ("nccl_cuda", dict(cuda="13.0", nccl="2.18"), dict(cuda="12.1", nccl="2.18")),
+    ("deepspeed_requires", dict(torch="1.13", deepspeed="0.19.2"), dict(torch="2.1", deepspeed="0.19.2")),
+    ("known_incompatibility", dict(torch="2.6", horovod="0.28"), dict(torch="2.0", horovod="0.28")),
+]
+
+
+@pytest.mark.parametrize("rule,bad,good", CHECKS, ids=[c[0] for c in CHECKS])
+def test_check_combination(rule, bad, good):
+    with pytest.raises(IncompatibleError) as ei:
+        check_combination(**bad)
+    assert ei.value.exit_code == 3
+    assert rule in {v.rule for v in ei.value.violations}
+    r = check_combination(**good)
+    assert r["ok"] is True
+    for k in good:
+        if k != "driver":
+            assert k in r["satisfied_by"]
+
+
+def test_check_driver_warning_is_not_a_refusal():
+    r = check_combination(cuda="12.1", driver="528.02")
+    assert r["ok"] is True
+    assert [w["rule"] for w in r["warnings"]] == ["driver_cuda"]
+    assert r["warnings"][0]["severity"] == "warning"
+    assert "530.30.02" in r["warnings"][0]["message"]
+
+
+def test_check_refusal_names_the_driver_needed():
+    with pytest.raises(IncompatibleError) as ei:
+        check_combination(cuda="12.1", driver="470.82.01")
+    assert "530.30.02" in str(ei.value)
+    assert "\n" not in str(ei.value)
+
+
+def test_resolve_nccl_pin_both_ways():
+    st = resolve_target("cu121-torch2.1-nccl2.18")
+    assert str(st.nccl.version) == "2.18.1" and str(st.torch.version) == "2.1.2"
+    with pytest.raises(IncompatibleError) as ei:
+        resolve_target("cu121-torch2.1-nccl2.19")
+    assert {v.rule for v in ei.value.violations} == {"nccl_pin"}
+
+
+def test_check_judges_a_component_requirement_without_python():
+    """deepspeed 0.19.2 declares torch>=2.0.0: `check --torch 1.13 --deepspeed 0.19.2` refuses
+    without --python, and `check --python 3.7 --deepspeed 0.19.2` without --torch."""
+    with pytest.raises(IncompatibleError) as ei:
+        check_combination(torch="1.13", deepspeed="0.19.2")
+    assert "requires torch >=2.0.0" in str(ei.value)
+    with pytest.raises(IncompatibleError) as ei:
+        check_combination(python="3.7", deepspeed="0.19.2")
+    assert "requires python >=3.8" in str(ei.value)
+
+
+def test_component_cuda_and_nccl_requirements_are_enforced(tmp_path):
+    """The schema lets a release declare cuda/nccl specifiers; the rules honour them."""
+    folder = copy_matrix(tmp_path / "m")
+    edit(folder, "deepspeed.yaml",
+         '"0.16.8", "0.16.9"]\n    requires: {torch: ">=1.9", python: ">=3.8"}',
+         '"0.16.8", "0.16.9"]\n    requires: {torch: ">=1.9", python: ">=3.8", cuda: ">=12", nccl: ">=2.19"}')
+    m = load_matrix(folder)
+    with pytest.raises(IncompatibleError) as ei:
+        resolve_target("cu118-ds0.16", matrix=m)
+    assert "deepspeed_requires" in {v.rule for v in ei.value.violations}
+    assert "requires cuda >=12" in str(ei.value)
+    st = resolve_target("cu121-ds0.16", matrix=m)  # torch 2.5.1 cu121 bundles NCCL 2.21.5
+    assert st.deepspeed.line == "0.16" and str(st.nccl.version) == "2.21.5"
+    st = resolve_target("cpu-ds0.16", matrix=m)  # no CUDA, no NCCL: nothing to judge
+    assert st.deepspeed.line == "0.16"
+    with pytest.raises(IncompatibleError) as ei:
+        resolve_target("cu121-torch2.1-ds0.16", matrix=m)  # torch 2.1.2 bundles NCCL 2.18.1
+    assert "requires nccl >=2.19" in str(ei.value)
