@@ -96,19 +96,62 @@ def check_combination(*, matrix_dir: str | Path | None = None, cuda: str | None 
 def render_target(target: str, out: str | Path, *, matrix_dir: str | Path | None = None,
                   pins: Pins | None = None, base_image: str | None = None,
                   pip_index_url: str | None = None, extra_index_urls: Sequence[str] = (),
-                  nproc: int = 12, lock_dir: str | Path | None = None,
+                  nproc: int = 12, lock: bool = False, requirements_file: str | Path | None = None,
+                  image: str | None = None, gpus: bool | None = None, infiniband: bool = False,
                   matrix: Matrix | None = None) -> dict:
-    """Resolve and write the build folder. Returns a report (paths, stack)."""
+    """Resolve and write the build folder. Returns a report (paths, stack).
+
+    A ``requirements.lock`` already in ``out`` (from ``envbuilder lock``), or one made now with
+    ``lock=True``, is cross-checked against the stack, cut into per-layer hash-pinned files,
+    and installed with ``--require-hashes``; stack.json records its digest.
+    """
+    import tempfile
+
     from .plan import make_plan
     from .render import render_files, write_tree
 
     m = matrix or load_matrix(matrix_dir)
     stack = resolve_target(target, pins=pins, matrix=m)
+    out = Path(out)
+    lock_text = None
+    existing = out / "requirements.lock"
+    if lock:
+        from .lock import lock_target
+
+        with tempfile.TemporaryDirectory(prefix=".envbuilder-lock-") as d:
+            lock_target(stack, d, requirements_file=requirements_file, index_url=pip_index_url,
+                        extra_index_urls=extra_index_urls)
+            lock_text = (Path(d) / "requirements.lock").read_text(encoding="utf-8")
+    elif existing.is_file():
+        lock_text = existing.read_text(encoding="utf-8")
+    layer_reqs = None
+    if lock_text is not None:
+        from .lock import cross_check, read_lock, split_by_layer
+
+        cross_check(stack, read_lock(lock_text), str(existing))
     plan = make_plan(stack, base_image=base_image, pip_index_url=pip_index_url,
-                     extra_index_urls=tuple(extra_index_urls), smoke_nproc=nproc)
-    files = render_files(plan)
-    dest = write_tree(Path(out), files)
-    return {"target": target, "out": str(dest), "files": sorted(files), "stack": stack.to_dict()}
+                     extra_index_urls=tuple(extra_index_urls), smoke_nproc=nproc,
+                     hashes=lock_text is not None)
+    if lock_text is not None:
+        layer_reqs = split_by_layer(lock_text, plan)
+    files = render_files(plan, layer_requirements=layer_reqs)
+    from .jobs import render_jobs
+
+    files.update(render_jobs(plan, image=image or f"envbuilder:{stack.tag}",
+                             gpus=stack.toolkit is not None if gpus is None else gpus,
+                             infiniband=infiniband))
+    if lock_text is not None:
+        import hashlib
+        import json as _json
+
+        files["requirements.lock"] = lock_text
+        data = _json.loads(files["stack.json"])
+        data["lock"] = {"file": "requirements.lock",
+                        "digest": "sha256:" + hashlib.sha256(lock_text.encode()).hexdigest()}
+        files["stack.json"] = _json.dumps(data, indent=2) + "\n"
+    dest = write_tree(out, files)
+    return {"target": target, "out": str(dest), "files": sorted(files), "stack": stack.to_dict(),
+            "locked": lock_text is not None}
 
 
 def render_all(out: str | Path, *, matrix_dir: str | Path | None = None,

@@ -39,6 +39,7 @@ class BuildOptions:
     shm_size: str = "2g"
     context: Path | None = None  # keep the build context here (default: a temp folder)
     nocache: bool = False
+    lock: Path | None = None  # a requirements.lock: install with --require-hashes
     alias: bool = True  # push the moving alias (the target name, e.g. cu121) after the smoke passed
 
     def validate(self) -> None:
@@ -129,10 +130,26 @@ def prepare_context(stack, opts: BuildOptions, dest: Path, *, lock_dir: Path | N
     from .render import LAYER_BUILD_DEPS, render_files, write_tree
     from . import wheelhouse as wh
 
+    lock_text = None
+    if opts.lock is not None:
+        from .lock import cross_check, read_lock
+
+        try:
+            lock_text = Path(opts.lock).read_text(encoding="utf-8")
+        except OSError as e:
+            raise InputError(f"--lock {opts.lock} cannot be read: {e.strerror}") from None
+        cross_check(stack, read_lock(lock_text), str(opts.lock))
     plan = make_plan(stack, base_image=opts.base_image, pip_index_url=opts.pip_index_url,
                      extra_index_urls=opts.extra_index_urls, wheelhouse=opts.wheelhouse is not None,
-                     smoke_nproc=opts.nproc)
-    files = render_files(plan)
+                     smoke_nproc=opts.nproc, hashes=lock_text is not None)
+    layer_reqs = None
+    if lock_text is not None:
+        from .lock import split_by_layer
+
+        layer_reqs = split_by_layer(lock_text, plan)
+    files = render_files(plan, layer_requirements=layer_reqs)
+    if lock_text is not None:
+        files["requirements.lock"] = lock_text
     split = None
     if opts.wheelhouse is not None:
         layers = {}
@@ -190,6 +207,10 @@ def build_target(target: str, opts: BuildOptions, *, matrix_dir: str | Path | No
             client = engine.connect()
         base = opts.base_image or stack.runtime_image
         labels = {"io.envbuilder.base-digest": _base_digest(client, base)}
+        if opts.lock is not None:
+            from .lock import lock_digest
+
+            labels["io.envbuilder.lock-digest"] = lock_digest(opts.lock)
         t0 = time.monotonic()
         res = engine.build(client, ctx_dir, tag=f"envbuilder:{stack.tag}", nocache=opts.nocache,
                            buildargs=_proxy_args(opts), labels=labels,

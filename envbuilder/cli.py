@@ -142,7 +142,9 @@ def targets(matrix: Optional[str] = MatrixOpt, as_json: bool = JsonOpt,
                          "description": alias.description if alias else "", "ok": False,
                          "error": str(e)})
     if github_matrix:
-        _echo_json({"include": [{"target": r["name"], "tag": r["tag"]} for r in rows if r["ok"]]})
+        from .ci import github_matrix as gh
+
+        _echo_json(gh(m))
         return
     if as_json:
         _echo_json({"matrix": {"path": str(m.path), "digest": m.digest}, "targets": rows})
@@ -213,6 +215,10 @@ def render(target: Optional[str] = typer.Argument(None, help="The target; omit w
            pip_index_url: Optional[str] = typer.Option(None, "--pip-index-url", help="PyPI mirror."),
            extra_index_url: Optional[List[str]] = typer.Option(None, "--extra-index-url"),
            nproc: int = typer.Option(12, "--nproc", min=1, help="Ranks of the smoke job."),
+           lock: bool = typer.Option(False, "--lock", help="Lock first (uv, hashes) and install with --require-hashes."),
+           requirements: Optional[Path] = typer.Option(None, "--requirements", help="With --lock: extra requirements to lock."),
+           image: Optional[str] = typer.Option(None, "--image", help="The image the jobs/ files run (by digest when known)."),
+           infiniband: bool = typer.Option(False, "--infiniband", help="Job files request IPC_LOCK for RDMA."),
            matrix: Optional[str] = MatrixOpt, as_json: bool = JsonOpt) -> None:
     """Write the Dockerfile, envbuilder.def, requirements, stack.json, smoke job and job files."""
     from .api import render_all, render_target
@@ -220,7 +226,10 @@ def render(target: Optional[str] = typer.Argument(None, help="The target; omit w
 
     pins = _pins(torch, python, deepspeed, horovod, nccl, os_, driver, with_, without)
     kw = dict(matrix_dir=matrix, pins=pins, base_image=base_image, pip_index_url=pip_index_url,
-              extra_index_urls=tuple(extra_index_url or ()), nproc=nproc)
+              extra_index_urls=tuple(extra_index_url or ()), nproc=nproc, lock=lock,
+              requirements_file=requirements, image=image, infiniband=infiniband)
+    if image is not None and all_:
+        raise InputError("--image names one image: use it without --all")
     if all_:
         if target is not None:
             raise InputError("render --all takes no TARGET: it renders every built-in target")
@@ -243,6 +252,103 @@ def render(target: Optional[str] = typer.Argument(None, help="The target; omit w
         sys.stdout.write(f"  {Path(r['out']) / f}\n")
     for w in d["warnings"]:
         sys.stdout.write(f"warning: {w['rule']}: {w['message']}. {w['fix']}\n")
+
+
+# -- lock, bake, ci -------------------------------------------------------------------------
+
+@app.command()
+@command
+def lock(target: str = typer.Argument(..., help="The target to lock."),
+         out: Optional[Path] = typer.Option(None, "-o", "--out", help="Folder for requirements.lock (default build/<target>)."),
+         check_: bool = typer.Option(False, "--check", help="Re-resolve and fail (exit 1, with a diff) when the lock on disk differs."),
+         requirements: Optional[Path] = typer.Option(None, "--requirements", help="Extra requirements to lock with the stack."),
+         conda: bool = typer.Option(False, "--conda", help="Also write environment.yml and conda-lock.yml (extra: conda)."),
+         conda_channel: Optional[List[str]] = typer.Option(None, "--conda-channel", help="Conda channel (default conda-forge)."),
+         sbom: bool = typer.Option(False, "--sbom", help="Also write a CycloneDX SBOM (sbom.cdx.json)."),
+         pip_index_url: Optional[str] = typer.Option(None, "--pip-index-url", help="Index (mirror) to lock from."),
+         extra_index_url: Optional[List[str]] = typer.Option(None, "--extra-index-url"),
+         torch: Optional[str] = TorchOpt, python: Optional[str] = PythonOpt,
+         deepspeed: Optional[str] = DsOpt, horovod: Optional[str] = HvdOpt,
+         nccl: Optional[str] = NcclOpt, os_: Optional[str] = OsOpt,
+         driver: Optional[str] = DriverOpt, with_: Optional[List[str]] = WithOpt,
+         without: Optional[List[str]] = WithoutOpt,
+         matrix: Optional[str] = MatrixOpt, as_json: bool = JsonOpt) -> None:
+    """Write the hash-pinned lock for a target; --check fails on drift (the CI gate)."""
+    from .api import resolve_target
+    from .lock import lock_target
+    from .validate import url
+
+    if pip_index_url:
+        url(pip_index_url, "--pip-index-url")
+    for u in extra_index_url or ():
+        url(u, "--extra-index-url")
+    stack = resolve_target(target, matrix_dir=matrix,
+                           pins=_pins(torch, python, deepspeed, horovod, nccl, os_, driver, with_, without))
+    dest = out or Path("build") / target
+    rep = lock_target(stack, dest, requirements_file=requirements, index_url=pip_index_url,
+                      extra_index_urls=tuple(extra_index_url or ()), check=check_)
+    data = {"lock": rep.to_dict(), "target": target, "tag": stack.tag}
+    if conda and not check_:
+        from .conda import write_conda
+
+        data["conda"] = write_conda(stack, dest, lock_path=Path(rep.path),
+                                    channels=tuple(conda_channel or ("conda-forge",)),
+                                    index_url=pip_index_url,
+                                    extra_index_urls=tuple(extra_index_url or ())).to_dict()
+    if sbom and not check_:
+        from .sbom import write_sbom
+
+        write_sbom(rep.path, dest / "sbom.cdx.json", stack)
+        data["sbom"] = str(dest / "sbom.cdx.json")
+    if as_json:
+        _echo_json(data)
+        return
+    if check_:
+        sys.stdout.write(f"ok: {rep.path} matches a fresh resolution ({len(rep.packages)} packages, hashes verified)\n")
+    else:
+        sys.stdout.write(f"{rep.path}: {len(rep.packages)} packages, {rep.digest}\n")
+        for extra in ("conda", "sbom"):
+            if extra in data:
+                sys.stdout.write(f"{extra}: {data[extra] if isinstance(data[extra], str) else ', '.join(str(v) for k, v in data[extra].items() if k.endswith('path') or k.endswith('file'))}\n")
+
+
+@app.command()
+@command
+def bake(out: Path = typer.Option(Path("build"), "-o", "--out", help="Folder for the targets and docker-bake.hcl."),
+         registry: Optional[str] = typer.Option(None, "--registry", help="Repository the tags go under."),
+         matrix: Optional[str] = MatrixOpt, as_json: bool = JsonOpt) -> None:
+    """Render every built-in target and write a docker-bake.hcl for docker buildx bake."""
+    from .bake import bake_all
+    from .validate import repository
+
+    if registry:
+        repository(registry, "--registry")
+    r = bake_all(out, matrix_dir=matrix, registry=registry)
+    if as_json:
+        _echo_json(r)
+    else:
+        sys.stdout.write(f"{Path(out) / 'docker-bake.hcl'}: run `docker buildx bake -f docker-bake.hcl` in {out}\n")
+
+
+@app.command()
+@command
+def ci(github: bool = typer.Option(False, "--github", help="Write a GitHub Actions workflow."),
+       out: Path = typer.Option(Path("."), "-o", "--out", help="Repository root to write .github/workflows/ into."),
+       registry: str = typer.Option(..., "--registry", help="Repository to push to, e.g. ghcr.io/org/train."),
+       matrix: Optional[str] = MatrixOpt, as_json: bool = JsonOpt) -> None:
+    """Write CI that locks, renders, builds, smoke-tests and pushes every target."""
+    from .ci import write_github_workflow
+    from .errors import InputError
+    from .validate import repository
+
+    if not github:
+        raise InputError("ci needs a CI system: --github")
+    repository(registry, "--registry")
+    path = write_github_workflow(out, registry=registry)
+    if as_json:
+        _echo_json({"workflow": str(path)})
+    else:
+        sys.stdout.write(f"{path}\n")
 
 
 # -- build and smoke ------------------------------------------------------------------------
@@ -287,7 +393,7 @@ class _Progress:
 
 def _build_opts(base_image, ca_cert, pip_index_url, extra_index_url, wheelhouse, http_proxy,
                 https_proxy, no_proxy, tag, push, no_smoke, nproc, backend, smoke_timeout,
-                shm_size, context, no_alias):
+                shm_size, context, no_alias, lock=None):
     from .build import BuildOptions
 
     proxies = {k: v for k, v in (("HTTP_PROXY", http_proxy), ("HTTPS_PROXY", https_proxy),
@@ -296,7 +402,7 @@ def _build_opts(base_image, ca_cert, pip_index_url, extra_index_url, wheelhouse,
                         extra_index_urls=tuple(extra_index_url or ()), wheelhouse=wheelhouse,
                         proxies=proxies, tags=tuple(tag or ()), push=push, smoke=not no_smoke,
                         nproc=nproc, backend=backend, smoke_timeout=smoke_timeout,
-                        shm_size=shm_size, context=context, alias=not no_alias)
+                        shm_size=shm_size, context=context, alias=not no_alias, lock=lock)
 
 
 @app.command()
@@ -327,6 +433,7 @@ def build(target: Optional[str] = typer.Argument(None, help="The target; omit wi
           smoke_timeout: int = typer.Option(120, "--smoke-timeout", min=5),
           shm_size: str = typer.Option("2g", "--shm-size"),
           context: Optional[Path] = typer.Option(None, "--context", help="Keep the build context in this folder."),
+          lock: Optional[Path] = typer.Option(None, "--lock", help="Install from this requirements.lock with --require-hashes."),
           report: Optional[Path] = typer.Option(None, "--report", help="Also write the JSON report here."),
           matrix: Optional[str] = MatrixOpt, as_json: bool = JsonOpt) -> None:
     """Build the image with the Docker engine, run the smoke job in it, optionally push it."""
@@ -337,7 +444,7 @@ def build(target: Optional[str] = typer.Argument(None, help="The target; omit wi
         raise InputError(f"--backend {backend!r} is not one of auto, nccl, gloo")
     opts = _build_opts(base_image, ca_cert, pip_index_url, extra_index_url, wheelhouse,
                        http_proxy, https_proxy, no_proxy, tag, push, no_smoke, nproc, backend,
-                       smoke_timeout, shm_size, context, no_alias)
+                       smoke_timeout, shm_size, context, no_alias, lock)
     pins = _pins(torch, python, deepspeed, horovod, nccl, os_, driver, with_, without)
     if all_:
         if target is not None:

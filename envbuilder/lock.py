@@ -308,20 +308,16 @@ def _sources(stack, name: str) -> list[str]:
 
 
 def input_requirements(stack, extras: Sequence[Requirement] = ()) -> list[str]:
-    """The top-level requirements a lock of ``stack`` resolves."""
+    """The top-level requirements a lock of ``stack`` resolves: every layer's requirements as
+    the build plan states them (torch with numpy, then Horovod, DeepSpeed) plus the build
+    dependencies of the layers that compile, plus the user's extras."""
+    from .plan import make_plan
     from .render import LAYER_BUILD_DEPS
 
-    lines = [f"torch=={stack.torch.version}"]
-    layers = []
-    if stack.horovod is not None:
-        lines.append(f"horovod=={stack.horovod.version}")
-        layers.append("horovod")
-    if stack.deepspeed is not None:
-        lines.append(f"deepspeed=={stack.deepspeed.version}")
-        layers.append("deepspeed")
-    for layer in layers:
-        lines += LAYER_BUILD_DEPS[layer]
-    # the smoke job (smoke/ddp_smoke.py) needs torch only
+    lines: list[str] = []
+    for layer in make_plan(stack).layers:
+        lines += list(layer.requirements)
+        lines += list(LAYER_BUILD_DEPS.get(layer.name, ()))
     lines += [str(r) for r in extras]
     return list(dict.fromkeys(lines))
 
