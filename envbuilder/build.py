@@ -240,7 +240,7 @@ def build_target(target: str, opts: BuildOptions, *, matrix_dir: str | Path | No
             report.smoke = _smoke_summary(result)
             if not result.ok:
                 report.steps["smoke"] = "failed"
-                report.causes = explain_log(result.log)
+                report.causes = explain_log(result.log, details=result.details)
                 raise OperationError(
                     f"the smoke job failed in {stack.tag}: {', '.join(result.failed) or 'unknown check'}"
                     + (f" ({result.details.get(result.failed[0], '')[:200]})" if result.failed and result.details.get(result.failed[0]) else ""),
@@ -310,14 +310,16 @@ def _smoke_summary(result) -> dict:
             "seconds": round(result.seconds, 3), "exit_code": result.exit_code}
 
 
-def explain_log(log: str, top: int = 3) -> list[dict]:
-    """The likely causes of a failed smoke job, from its log (envbuilder explain)."""
+def explain_log(log: str, top: int = 3, details: dict | None = None) -> list[dict]:
+    """The likely causes of a failed smoke job, from its log and the failed checks' details
+    (what each rank recorded), through envbuilder explain."""
     try:
         from .explain import explain_lines
     except ImportError:  # pragma: no cover
         return []
     try:
-        causes = explain_lines(log.splitlines(), name="smoke-log")
+        lines = log.splitlines() + [f"{k}: {v}" for k, v in (details or {}).items()]
+        causes = explain_lines(lines, name="smoke-log")
     except Exception:
         return []
     return [c.to_dict() for c in causes[:top]]

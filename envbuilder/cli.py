@@ -435,6 +435,7 @@ def build(target: Optional[str] = typer.Argument(None, help="The target; omit wi
           context: Optional[Path] = typer.Option(None, "--context", help="Keep the build context in this folder."),
           lock: Optional[Path] = typer.Option(None, "--lock", help="Install from this requirements.lock with --require-hashes."),
           report: Optional[Path] = typer.Option(None, "--report", help="Also write the JSON report here."),
+          fmt: str = typer.Option("docker", "--format", help="docker, or apptainer: also build a SIF from the image (needs apptainer)."),
           matrix: Optional[str] = MatrixOpt, as_json: bool = JsonOpt) -> None:
     """Build the image with the Docker engine, run the smoke job in it, optionally push it."""
     from .build import BuildFailed, build_many, build_target
@@ -442,6 +443,14 @@ def build(target: Optional[str] = typer.Argument(None, help="The target; omit wi
 
     if backend not in ("auto", "nccl", "gloo"):
         raise InputError(f"--backend {backend!r} is not one of auto, nccl, gloo")
+    if fmt not in ("docker", "apptainer"):
+        raise InputError(f"--format {fmt!r} is not one of docker, apptainer")
+    if fmt == "apptainer":
+        from .apptainer import find_apptainer
+
+        if find_apptainer() is None:
+            raise InputError("--format apptainer needs apptainer (or singularity) on PATH; "
+                             "without it, build envbuilder.def on your cluster: apptainer build X.sif envbuilder.def")
     opts = _build_opts(base_image, ca_cert, pip_index_url, extra_index_url, wheelhouse,
                        http_proxy, https_proxy, no_proxy, tag, push, no_smoke, nproc, backend,
                        smoke_timeout, shm_size, context, no_alias, lock)
@@ -458,7 +467,14 @@ def build(target: Optional[str] = typer.Argument(None, help="The target; omit wi
         with _Progress(not as_json) as prog:
             reports = build_many(names, opts, jobs=jobs, matrix_dir=matrix, pins=pins,
                                  on_event=prog.event)
-        data = {"ok": all(r.ok for r in reports), "builds": [r.to_dict() for r in reports]}
+        data = {"ok": all(r.ok for r in reports), "builds": [r.to_dict() for r in reports],
+                # the manifest of everything published: what a registry now serves, and why
+                "published": [{"target": r.target, "tag": r.tag,
+                               "digest": r.pushed[0]["digest"] if r.pushed else None,
+                               "tags": [p["tag"] for p in r.pushed],
+                               "smoke": None if r.smoke is None else {
+                                   "ok": r.smoke["ok"], "world_size": r.smoke["world_size"]}}
+                              for r in reports if r.pushed]}
         _write_report(report, data)
         if as_json:
             _echo_json(data)
@@ -481,6 +497,12 @@ def build(target: Optional[str] = typer.Argument(None, help="The target; omit wi
             _print_build(e.report.to_dict())
         raise
     data = r.to_dict()
+    if fmt == "apptainer":
+        from .apptainer import build_sif
+
+        sif = Path(f"{r.tag}.sif")
+        build_sif(r.local_tags[0], sif)
+        data["sif"] = str(sif)
     _write_report(report, data)
     if as_json:
         _echo_json(data)
@@ -523,6 +545,7 @@ def smoke(image: Optional[str] = typer.Argument(None, help="The image to test (o
           host: bool = typer.Option(False, "--host", help="Run on this host with its torch, not in a container."),
           nproc: int = typer.Option(12, "--nproc", "--nproc-per-node", min=1, help="Ranks per node."),
           nnodes: int = typer.Option(1, "--nnodes", min=1, help="Nodes (one container each, on a private network)."),
+          layout: Optional[str] = typer.Option(None, "--layout", help="Ranks on each node for an uneven split, e.g. 7,5."),
           backend: str = typer.Option("auto", "--backend", help="auto, nccl or gloo."),
           timeout: int = typer.Option(60, "--timeout", min=5, help="Seconds before a collective counts as hung."),
           progressive: bool = typer.Option(False, "--progressive", help="Run 2, then 4, then all ranks; stop at the first failing size."),
@@ -547,9 +570,19 @@ def smoke(image: Optional[str] = typer.Argument(None, help="The image to test (o
             raise InputError("--nnodes > 1 runs one container per node: give an IMAGE, not --host")
         from .multinode import run_smoke_multinode
 
+        counts = None
+        if layout:
+            try:
+                counts = [int(x) for x in layout.split(",")]
+            except ValueError:
+                raise InputError(f"--layout {layout!r} is not a list of rank counts, e.g. 7,5") from None
+            if progressive:
+                raise InputError("--progressive runs even layouts: drop --layout")
+        mn_backend = "gloo" if backend == "auto" and not gpus else backend
+
         def run_one(n: int):
-            return run_smoke_multinode(image, nnodes=nnodes, nproc_per_node=n, backend=backend,
-                                       timeout=timeout, shm_size=shm_size)
+            return run_smoke_multinode(image, nnodes=nnodes, nproc_per_node=n, layout=counts,
+                                       backend=mn_backend, timeout=timeout, shm_size=shm_size)
     elif host:
         def run_one(n: int):
             return sm.run_smoke_host(nproc=n, backend=backend, timeout=timeout)
@@ -572,7 +605,7 @@ def smoke(image: Optional[str] = typer.Argument(None, help="The image to test (o
     if not result.ok:
         from .build import explain_log
 
-        causes = explain_log(result.log)
+        causes = explain_log(result.log, details=result.details)
     data = result.to_dict()
     data.pop("log", None)
     data["causes"] = causes

@@ -207,9 +207,12 @@ def summary_from_log(log: str) -> dict | None:
 
 def build_result(*, summary: dict | None, ranks: list[dict], log: str, exit_code: int,
                  nproc_per_node: int, nnodes: int, backend: str, seconds: float, where: str,
-                 timed_out: bool = False, timeout: int | None = None) -> SmokeResult:
-    """Turn what came back (records, summary, log, exit status) into a ``SmokeResult``."""
-    world = nproc_per_node * nnodes
+                 timed_out: bool = False, timeout: int | None = None,
+                 world_size: int | None = None) -> SmokeResult:
+    """Turn what came back (records, summary, log, exit status) into a ``SmokeResult``.
+
+    ``world_size`` defaults to nproc_per_node x nnodes (give it for uneven layouts)."""
+    world = world_size or nproc_per_node * nnodes
     if summary is None and not ranks:
         summary = summary_from_log(log)
     if ranks and (summary is None or summary.get("incomplete")):

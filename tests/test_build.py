@@ -212,3 +212,29 @@ def test_deepspeed_change_does_not_rebuild_the_torch_layer(cpu_build, docker_cli
                "python -c 'import deepspeed, torch; print(\"VERSIONS\", deepspeed.__version__, torch.__version__)'")
     line = next(ln for ln in out.splitlines() if ln.startswith("VERSIONS"))  # deepspeed logs too
     assert line.split()[1] == "0.17.6" and line.split()[2].startswith("2.13.0")
+
+
+def test_ctrl_c_during_push_exits_1_and_records_nothing(cpu_build, base_image, wheelhouse,
+                                                        registry, tmp_path):
+    import signal
+    import time
+
+    repo = f"{registry.address}/ml/interrupted"
+    report = tmp_path / "report.json"
+    p = subprocess.Popen([sys.executable, "-c", "from envbuilder.cli import main; main()", "build",
+                          CPU, "--base-image", base_image, "--wheelhouse", str(wheelhouse),
+                          "--no-smoke", "--push", repo, "--report", str(report)],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    seen = []
+    for line in p.stderr:
+        seen.append(line)
+        if ": push " in line:
+            break
+    time.sleep(0.5)
+    p.send_signal(signal.SIGINT)
+    out, err = p.communicate(timeout=300)
+    err = "".join(seen) + err
+    assert p.returncode == 1, err[-2000:]
+    assert "interrupted during push" in err and "Traceback" not in err
+    d = json.loads(report.read_text())
+    assert d["steps"]["push"] == "interrupted" and d["pushed"] == []

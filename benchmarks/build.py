@@ -1,0 +1,81 @@
+"""Build and smoke benchmarks for the cpu target (ratios, not asserts).
+
+Needs the test engine and inputs: `eval "$(bash scripts/test-services.sh)"` first.
+Prints: cold build, warm rebuild and their ratio (aim: warm < 1/10 of cold); the rebuild after
+changing only the DeepSpeed pin; the image size against a naive single-stage build of the same
+packages; the smoke job's time against bare torchrun of the same script in the same image (the
+harness's overhead; aim: under 20%).
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from pathlib import Path
+
+import docker
+
+from envbuilder.build import BuildOptions, build_target
+from envbuilder.smoke import run_smoke_container
+
+CPU = "cpu-torch2.13-debian12"
+BASE = os.environ.get("ENVBUILDER_TEST_BASE_IMAGE", "envbuilder-test/debian:12")
+WHEELS = Path(os.environ.get("ENVBUILDER_TEST_WHEELHOUSE",
+                             Path.home() / ".cache/envbuilder-test/wheelhouse"))
+
+NAIVE = """FROM {base}
+RUN apt-get update && apt-get install -y --no-install-recommends python3.11 python3.11-venv \\
+ && python3.11 -m venv /opt/venv
+COPY wheels/ /tmp/wheels/
+RUN /opt/venv/bin/pip install --no-index --find-links /tmp/wheels torch==2.13.0 numpy
+"""
+
+
+def timed(fn):
+    t = time.monotonic()
+    out = fn()
+    return out, time.monotonic() - t
+
+
+def main() -> None:
+    client = docker.from_env(timeout=1800)
+    with tempfile.TemporaryDirectory() as d:
+        d = Path(d)
+
+        def build(target: str, ctx: str, nocache: bool = False):
+            return build_target(target, BuildOptions(base_image=BASE, wheelhouse=WHEELS, smoke=False,
+                                                     context=d / ctx, nocache=nocache), client=client)
+
+        cold, t_cold = timed(lambda: build(CPU, "cold", nocache=True))
+        _, t_warm = timed(lambda: build(CPU, "warm"))
+        print(f"cold build            {t_cold:8.1f} s")
+        print(f"warm rebuild          {t_warm:8.1f} s   warm/cold = {t_warm / t_cold:.3f}")
+
+        build(f"{CPU}-ds0.16.9", "ds1")
+        _, t_ds = timed(lambda: build(f"{CPU}-ds0.17.6", "ds2"))
+        print(f"DeepSpeed-only change {t_ds:8.1f} s   (rebuilds the DeepSpeed layer only) ds/cold = {t_ds / t_cold:.3f}")
+
+        naive_ctx = d / "naive"
+        (naive_ctx / "wheels").mkdir(parents=True)
+        for p in WHEELS.iterdir():
+            if p.suffix == ".whl":
+                os.link(p, naive_ctx / "wheels" / p.name)
+        (naive_ctx / "Dockerfile").write_text(NAIVE.format(base=BASE))
+        naive, _ = client.images.build(path=str(naive_ctx), tag="envbuilder-bench:naive", rm=True)
+        ours = client.images.get(cold.image_id)
+        print(f"image size            {ours.attrs['Size'] / 1e9:8.2f} GB   naive single-stage "
+              f"{naive.attrs['Size'] / 1e9:.2f} GB   ratio = {ours.attrs['Size'] / naive.attrs['Size']:.3f}")
+
+        result, t_smoke = timed(lambda: run_smoke_container(client, cold.image_id, nproc=12, timeout=60))
+        bare_cmd = ["python", "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "12",
+                    "/opt/envbuilder/smoke/ddp_smoke.py", "--out", "/tmp/out", "--backend", "gloo"]
+        _, t_bare = timed(lambda: client.containers.run(cold.image_id, bare_cmd, remove=True,
+                                                        shm_size="2g"))
+        print(f"smoke job (12 ranks)  {t_smoke:8.1f} s   bare torchrun {t_bare:.1f} s   "
+              f"overhead = {(t_smoke - t_bare) / t_bare:+.1%}   ok={result.ok}")
+        client.images.remove("envbuilder-bench:naive", force=True)
+
+
+if __name__ == "__main__":
+    main()

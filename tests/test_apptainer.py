@@ -1,0 +1,55 @@
+"""The Apptainer definition, proven without Apptainer (not installable on the CI machine): its
+stages run in Docker the way `apptainer build` runs them (%files, %post per stage, %files from
+the builder stage), then %test runs with %environment sourced, as an unprivileged user."""
+
+from __future__ import annotations
+
+import pytest
+
+from envbuilder.apptainer import parse_definition, run_definition_in_docker
+from envbuilder.errors import InputError
+
+CPU = "cpu-torch2.13-debian12"
+
+
+def test_parse_definition_stages_and_sections(tmp_path):
+    from envbuilder.api import render_target
+
+    render_target("cu118-hvd", tmp_path / "out")
+    stages = parse_definition((tmp_path / "out" / "envbuilder.def").read_text())
+    assert [s.name for s in stages] == ["builder", "runtime"]
+    assert stages[0].header["From"].endswith("-devel-ubuntu22.04")
+    assert stages[1].header["From"].endswith("-runtime-ubuntu22.04")
+    assert stages[1].section("files")[0][0] == "from builder"
+    assert "horovod" in stages[0].section("post")[0][1]
+
+
+def test_parse_definition_rejects_garbage():
+    with pytest.raises(InputError):
+        parse_definition("%post\n echo hi\n")
+    with pytest.raises(InputError):
+        parse_definition("Bootstrap: library\nFrom: x\n")
+
+
+@pytest.mark.docker
+@pytest.mark.slow
+def test_definition_builds_and_tests_in_docker(docker_client, base_image, wheelhouse, tmp_path):
+    from envbuilder.api import resolve_target
+    from envbuilder.apptainer import environment_of
+    from envbuilder.build import BuildOptions, prepare_context
+
+    stack = resolve_target(CPU)
+    folder, _ = prepare_context(stack, BuildOptions(base_image=base_image, wheelhouse=wheelhouse),
+                                tmp_path / "ctx")
+    runs = run_definition_in_docker(folder, docker_client, keep=True)
+    try:
+        assert [r.stage for r in runs] == ["builder", "runtime", "%test"]
+        assert all(r.exit_code == 0 for r in runs)
+        assert "torch 2.13.0" in runs[-1].log and "gloo True" in runs[-1].log
+        env = environment_of(folder, docker_client, runs[-1].image,
+                             ["NCCL_DEBUG", "VIRTUAL_ENV", "NCCL_SOCKET_IFNAME"])
+        assert env["NCCL_DEBUG"] == "WARN" and env["VIRTUAL_ENV"] == "/opt/venv"
+        assert env["NCCL_SOCKET_IFNAME"]  # chosen by nccl-defaults.sh at start
+    finally:
+        for img in docker_client.images.list("envbuilder-apptainer-sim"):
+            docker_client.images.remove(img.id, force=True)

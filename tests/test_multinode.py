@@ -1,0 +1,88 @@
+"""The smoke job across nodes, for real: one container per node on a private Docker network,
+torchrun with a c10d rendezvous on the first node (envbuilder smoke IMAGE --nnodes N)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from envbuilder.errors import InputError
+from envbuilder.multinode import layout_of, run_smoke_multinode
+
+pytestmark = [pytest.mark.docker, pytest.mark.slow]
+
+
+def _leftovers(client) -> tuple[list, list]:
+    from envbuilder.smoke import SMOKE_LABEL
+
+    # multi-node runs name their containers and network envbuilder-smoke-<id>[-node-N]
+    return ([c for c in client.containers.list(all=True, filters={"label": SMOKE_LABEL})
+             if c.name.startswith("envbuilder-smoke-")],
+            client.networks.list(filters={"label": SMOKE_LABEL}))
+
+
+def test_3x4_passes_across_nodes(smoke_image, docker_client):
+    p = subprocess.run([sys.executable, "-c", "from envbuilder.cli import main; main()", "smoke",
+                        smoke_image, "--nnodes", "3", "--nproc-per-node", "4", "--json"],
+                       capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr[-3000:]
+    d = json.loads(p.stdout)
+    assert d["ok"] and d["world_size"] == 12 and d["nnodes"] == 3
+    assert d["summary"]["ranks_per_node"] == {"node-0": 4, "node-1": 4, "node-2": 4}
+    assert d["checks"]["hostnames"] == "pass" and d["checks"]["layout"] == "pass"
+    for check in ("rendezvous", "all_reduce", "all_gather", "broadcast", "barrier", "ddp"):
+        assert d["checks"][check] == "pass"
+    assert _leftovers(docker_client) == ([], [])
+
+
+def test_uneven_layout_as_asked(smoke_image, docker_client):
+    r = run_smoke_multinode(smoke_image, nnodes=2, layout=(7, 5), timeout=60, client=docker_client)
+    assert r.ok, r.details
+    assert r.world_size == 12
+    assert r.summary["ranks_per_node"] == {"node-0": 7, "node-1": 5}
+
+
+def test_layout_that_does_not_match_the_nodes_is_refused():
+    with pytest.raises(InputError):
+        layout_of(3, None, (7, 5))
+    assert layout_of(2, None, (7, 5)) == [7, 5]
+    assert layout_of(3, 4, None) == [4, 4, 4]
+
+
+def test_interface_setting_naming_no_interface_fails_fast_and_is_explained(smoke_image, docker_client):
+    r = run_smoke_multinode(smoke_image, nnodes=2, nproc_per_node=2, timeout=30,
+                            client=docker_client,
+                            env={"GLOO_SOCKET_IFNAME": "eth9", "NCCL_SOCKET_IFNAME": "eth9"})
+    assert not r.ok
+    assert r.seconds < 3 * 30 + 120  # within the job's deadline, not a hang
+    assert "nodes" in r.failed
+    from envbuilder.build import explain_log
+
+    causes = explain_log(r.log, details=r.details)
+    assert causes and causes[0]["category"] == "network_interface", causes[:2]
+    assert _leftovers(docker_client) == ([], [])
+
+
+def test_node_that_cannot_reach_the_rendezvous(smoke_image, docker_client):
+    def cut(network, containers):
+        network.disconnect(containers[2])  # node-2 never reaches node-0
+
+    r = run_smoke_multinode(smoke_image, nnodes=3, nproc_per_node=2, timeout=20,
+                            client=docker_client, before_start=cut)
+    assert not r.ok
+    assert "node-2" in r.details["nodes"]
+    assert r.seconds < 3 * 20 + 120
+    assert _leftovers(docker_client) == ([], [])
+
+
+def test_rank_that_dies_mid_job(smoke_image, docker_client):
+    r = run_smoke_multinode(smoke_image, nnodes=3, nproc_per_node=2, timeout=20,
+                            client=docker_client, env={"ENVBUILDER_SMOKE_INJECT": "crash:3"})
+    assert not r.ok
+    assert r.failed and "nodes" in r.failed
+    assert r.seconds < 3 * 20 + 120
+    assert _leftovers(docker_client) == ([], [])
