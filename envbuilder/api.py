@@ -70,7 +70,6 @@ def check_combination(*, matrix_dir: str | Path | None = None, cuda: str | None 
                       os: str | None = None) -> dict:
     """Judge a partial combination using only the axes given (envbuilder check)."""
     from .resolve import check
-    from .rules import needs_devel  # noqa: F401  (documents the dependency)
 
     m = load_matrix(matrix_dir)
     given = {ax for ax, v in (("cuda", cuda), ("torch", torch), ("python", python),

@@ -96,11 +96,11 @@ def _table(title: str, columns: list[str], rows: list[list[Any]]) -> None:
     from rich.table import Table
 
     t = Table(title=title, title_justify="left")
-    for c in columns:
-        t.add_column(c)
+    for i, c in enumerate(columns):
+        t.add_column(c, no_wrap=i == 0)  # names stay whole, so they can be grepped
     for r in rows:
         t.add_row(*["" if v is None else str(v) for v in r])
-    Console().print(t)
+    Console(width=None if sys.stdout.isatty() else 200).print(t)
 
 
 def _print_stack(d: dict) -> None:

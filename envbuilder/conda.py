@@ -214,21 +214,14 @@ def pip_wheels_from_uv(lock_path: Path, stack, *, index_url: str | None = None,
     """name -> (wheel or sdist URL, sha256) for the lock's pins, from uv's pylock.toml."""
     import tomllib
 
-    from .lock import _indexes
+    from .lock import _indexes, _uv_command
 
     pkgs = read_lock(lock_path.read_text("utf-8"))
     idx = _indexes(stack, index_url, extra_index_urls)
     uv_bin = find_uv(uv)
     with tempfile.TemporaryDirectory(prefix="envbuilder-pylock-") as d:
         out = Path(d) / "pylock.toml"
-        cmd = [uv_bin, "pip", "compile", "-", "--no-config", "--no-deps", "--no-header",
-               "--python-version", stack.python, "--python-platform", PLATFORM,
-               "--index-url", idx.index]
-        for u in idx.extras:
-            cmd += ["--extra-index-url", u]
-        if idx.best_match:
-            cmd += ["--index-strategy", "unsafe-best-match"]
-        cmd += ["-o", str(out)]
+        cmd = _uv_command(uv_bin, stack, idx, out, mode=("--no-deps",))
         env = dict(os.environ)
         env.setdefault("UV_PYTHON_DOWNLOADS", "never")
         r = subprocess.run(cmd, input="".join(f"{p.name}=={p.version}\n" for p in pkgs),

@@ -371,8 +371,11 @@ def _indexes(stack, index_url: str | None, extra_index_urls: Sequence[str]) -> _
     return _Indexes(torch_index, (PYPI, *mirrors), True)
 
 
-def _uv_command(uv_bin: str, stack, idx: _Indexes, out: Path) -> list[str]:
-    cmd = [uv_bin, "pip", "compile", "-", "--no-config", "--generate-hashes", "--no-header",
+def _uv_command(uv_bin: str, stack, idx: _Indexes, out: Path,
+                mode: Sequence[str] = ("--generate-hashes",)) -> list[str]:
+    """``uv pip compile`` for this stack's Python and platform from ``idx``; ``mode`` adds the
+    output flags (hashes for a lock; ``--no-deps`` for conda's pylock of pinned wheels)."""
+    cmd = [uv_bin, "pip", "compile", "-", "--no-config", *mode, "--no-header",
            "--python-version", stack.python, "--python-platform", PLATFORM,
            "--index-url", idx.index]
     for u in idx.extras:

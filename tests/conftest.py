@@ -157,3 +157,19 @@ def auth_registry(tmp_path):
     r = Registry(tmp_path, user="ml", password="s3cret-pass").start()
     yield r
     r.stop()
+
+
+@pytest.fixture(scope="session")
+def uv_cache(tmp_path_factory):
+    """One uv cache for the session (test_lock and test_conda): later resolutions are warm."""
+    path = tmp_path_factory.getbasetemp() / "uv-cache"
+    path.mkdir(exist_ok=True)
+    old = {k: os.environ.get(k) for k in ("UV_CACHE_DIR", "UV_PYTHON_DOWNLOADS")}
+    os.environ["UV_CACHE_DIR"] = str(path)
+    os.environ["UV_PYTHON_DOWNLOADS"] = "never"
+    yield path
+    for k, v in old.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v

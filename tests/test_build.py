@@ -69,7 +69,6 @@ def cpu_build_context(report):
 def test_nccl_interface_defaults_and_overrides(cpu_build, docker_client):
     img = cpu_build.image_id
     # the entrypoint fills defaults; a bridge network has eth0 besides lo
-    env = _run(docker_client, img, "env", entrypoint=None)  # noqa: F841 (entrypoint kept)
     out = docker_client.containers.run(img, ["sh", "-c", "echo $NCCL_SOCKET_IFNAME $GLOO_SOCKET_IFNAME"],
                                        remove=True).decode().split()
     assert out == ["^docker,lo,veth,virbr,br-", "eth0"]
@@ -238,3 +237,23 @@ def test_ctrl_c_during_push_exits_1_and_records_nothing(cpu_build, base_image, w
     assert "interrupted during push" in err and "Traceback" not in err
     d = json.loads(report.read_text())
     assert d["steps"]["push"] == "interrupted" and d["pushed"] == []
+
+
+def test_build_all_keeps_going_and_reports_each_target(cpu_build, base_image, wheelhouse, tmp_path):
+    import shutil
+
+    from envbuilder.resources import matrices_dir
+
+    m = tmp_path / "matrix"
+    shutil.copytree(matrices_dir(), m)
+    (m / "targets.yaml").write_text(
+        "schema_version: 1\ntargets:\n  - name: cpu-torch2.13-debian12\n  - name: cu121\n")
+    report = tmp_path / "all.json"
+    p = _cli("build", "--all", "--jobs", "2", "--matrix", str(m), "--base-image", base_image,
+             "--wheelhouse", str(wheelhouse), "--no-smoke", "--report", str(report))
+    assert p.returncode == 1  # cu121's torch is not in the wheelhouse
+    d = json.loads(report.read_text())
+    by = {b["target"]: b for b in d["builds"]}
+    assert by["cpu-torch2.13-debian12"]["steps"]["build"] == "ok"
+    assert by["cu121"]["failed_step"] == "render" and "wheelhouse" in by["cu121"]["error"]
+    assert "cpu-torch2.13-debian12" in p.stdout and "cu121" in p.stdout  # the summary table

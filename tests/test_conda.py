@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import sys
 import tarfile
 from pathlib import Path
@@ -59,21 +58,6 @@ def channel(tmp_path_factory) -> Path:
         asyncio.run(done)
     assert (ch / "noarch" / "repodata.json").is_file()
     return ch
-
-
-@pytest.fixture(scope="session")
-def uv_cache(tmp_path_factory):
-    path = tmp_path_factory.getbasetemp() / "uv-cache"  # the one test_lock uses
-    path.mkdir(exist_ok=True)
-    old = {k: os.environ.get(k) for k in ("UV_CACHE_DIR", "UV_PYTHON_DOWNLOADS")}
-    os.environ["UV_CACHE_DIR"] = str(path)
-    os.environ["UV_PYTHON_DOWNLOADS"] = "never"
-    yield path
-    for k, v in old.items():
-        if v is None:
-            os.environ.pop(k, None)
-        else:
-            os.environ[k] = v
 
 
 @pytest.fixture(scope="module")

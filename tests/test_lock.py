@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import shutil
 import sys
 from pathlib import Path
@@ -21,22 +20,6 @@ from envbuilder.plan import make_plan
 from envbuilder.render import render_files
 
 TARGET = "cu121-torch2.1-py310"
-
-
-@pytest.fixture(scope="session")
-def uv_cache(tmp_path_factory):
-    """One uv cache for the session (shared with test_conda): later resolutions are warm."""
-    path = tmp_path_factory.getbasetemp() / "uv-cache"
-    path.mkdir(exist_ok=True)
-    old = {k: os.environ.get(k) for k in ("UV_CACHE_DIR", "UV_PYTHON_DOWNLOADS")}
-    os.environ["UV_CACHE_DIR"] = str(path)
-    os.environ["UV_PYTHON_DOWNLOADS"] = "never"
-    yield path
-    for k, v in old.items():
-        if v is None:
-            os.environ.pop(k, None)
-        else:
-            os.environ[k] = v
 
 
 @pytest.fixture(scope="module")
@@ -365,3 +348,37 @@ def test_sbom_cyclonedx(locked, stack, tmp_path):
     assert validator.validate_str(out.read_text()) is None
     broken = dict(data, components=[{"name": "x"}])
     assert validator.validate_str(json.dumps(broken)) is not None
+
+
+def test_render_installs_from_a_lock_in_the_output_folder(locked, stack, tmp_path):
+    import json
+    import shutil
+
+    from envbuilder.api import render_target
+    from envbuilder.lock import lock_digest
+
+    out = tmp_path / "out"
+    out.mkdir()
+    shutil.copy(locked[0] / "requirements.lock", out / "requirements.lock")
+    r = render_target(TARGET, out)
+    assert r["locked"]
+    dockerfile = (out / "Dockerfile").read_text()
+    assert "--require-hashes" in dockerfile
+    torch_layer = (out / "requirements" / "torch.txt").read_text()
+    assert "torch==2.1.2" in torch_layer and "--hash=sha256:" in torch_layer
+    data = json.loads((out / "stack.json").read_text())
+    assert data["lock"]["digest"] == lock_digest(out / "requirements.lock")
+
+
+def test_render_refuses_a_lock_that_contradicts_the_stack(locked, tmp_path):
+    import shutil
+
+    from envbuilder.api import render_target
+    from envbuilder.errors import IncompatibleError
+
+    out = tmp_path / "out"
+    out.mkdir()
+    shutil.copy(locked[0] / "requirements.lock", out / "requirements.lock")
+    with pytest.raises(IncompatibleError):
+        render_target("cu121-torch2.2-py310", out)  # the lock holds torch 2.1.2
+    assert (out / "requirements.lock").exists() and not (out / "Dockerfile").exists()

@@ -4,7 +4,6 @@ torchrun with a c10d rendezvous on the first node (envbuilder smoke IMAGE --nnod
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 
