@@ -698,7 +698,32 @@ def explain(logs: List[str] = typer.Argument(..., help="Log files, or - for stdi
 
 
 def main() -> None:  # console-script entry point
-    app()
+    """Run the CLI; usage errors (unknown option, missing argument) become one line, exit 2."""
+    try:
+        from typer._click.exceptions import NoArgsIsHelpError, UsageError
+    except ImportError:  # pragma: no cover - typer before it vendored click
+        from click.exceptions import UsageError
+
+        NoArgsIsHelpError = ()  # type: ignore[assignment]
+    import typer.main
+
+    cmd = typer.main.get_command(app)
+    try:
+        rv = cmd.main(prog_name="envbuilder", standalone_mode=False)
+    except NoArgsIsHelpError as e:  # type: ignore[misc]
+        sys.stdout.write(e.ctx.get_help() + "\n")
+        rv = 0
+    except UsageError as e:
+        where = e.ctx.command_path if e.ctx else "envbuilder"
+        msg = " ".join(e.format_message().split())
+        if "--json" in sys.argv[1:]:
+            _echo_json({"error": "UsageError", "message": msg, "details": [], "exit_code": 2})
+        sys.stderr.write(f"envbuilder: error: {msg} (see: {where} --help)\n")
+        rv = 2
+    except typer.Abort:
+        sys.stderr.write("envbuilder: interrupted\n")
+        rv = EXIT_FAILED
+    sys.exit(rv if isinstance(rv, int) else 0)
 
 
 if __name__ == "__main__":  # pragma: no cover

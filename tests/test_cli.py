@@ -289,3 +289,16 @@ def test_module_and_console_script_agree(tmp_path):
                        capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert p.returncode == 0, p.stderr
     assert json.loads(p.stdout)["os"] == "debian12"
+
+
+def test_usage_errors_are_one_line_with_exit_2():
+    import subprocess
+    import sys
+
+    for args in (["render", "--nope"], ["resolve"], ["smoke", "x:1", "--nproc", "0"]):
+        p = subprocess.run([sys.executable, "-c", "from envbuilder.cli import main; main()", *args],
+                           capture_output=True, text=True)
+        assert p.returncode == 2, (args, p.stderr)
+        lines = p.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("envbuilder: error:"), p.stderr
+        assert "--help" in lines[0]
