@@ -207,10 +207,10 @@ def _labels(stack: Stack, extra: Mapping[str, str], base_image: str | None = Non
         "io.envbuilder.torch-variant": d["torch_variant"],
         "io.envbuilder.python": d["python"],
         "io.envbuilder.os": d["os"],
+        "io.envbuilder.cuda": d["cuda"] or "cpu",  # doctor --image reads it; "cpu" for CPU images
         "io.envbuilder.matrix-digest": stack.matrix.digest,
     }
     optional = {
-        "io.envbuilder.cuda": d["cuda"],
         "io.envbuilder.cuda-toolkit": d["cuda_toolkit"],
         "io.envbuilder.driver-min": d["driver_min"]["version"] if d["driver_min"] else None,
         "io.envbuilder.driver-minor-compat":

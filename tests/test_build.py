@@ -257,3 +257,15 @@ def test_build_all_keeps_going_and_reports_each_target(cpu_build, base_image, wh
     assert by["cpu-torch2.13-debian12"]["steps"]["build"] == "ok"
     assert by["cu121"]["failed_step"] == "render" and "wheelhouse" in by["cu121"]["error"]
     assert "cpu-torch2.13-debian12" in p.stdout and "cu121" in p.stdout  # the summary table
+
+
+def test_doctor_reads_a_built_image_labels(cpu_build):
+    p = _cli("doctor", "--image", cpu_build.local_tags[0], "--nproc", "12", "--json")
+    d = json.loads(p.stdout)
+    names = {c["name"]: c for c in d["checks"]}
+    # the labels say CPU-only: no driver is needed, so this GPU-less host passes
+    assert p.returncode == 0, p.stderr
+    assert names["driver"]["status"] == "skip" and "CPU-only" in names["driver"]["detail"]
+    assert names["stack-driver"]["status"] == "skip"
+    assert names["shm"]["value"] is not None
+    assert "Traceback" not in p.stderr
