@@ -19,7 +19,7 @@ from . import __version__
 from .errors import IncompatibleError
 from .matrix import Matrix, NcclRelease, OsInfo, Toolkit, minor
 from .rules import Context, Rule, Violation, all_rules, needs_devel, variant_of
-from .target import COMPONENTS, Request
+from .target import COMPONENTS, Request, check_pins_known
 
 AXIS_ORDER = ("cuda", "torch", "os", "python", "nccl", "horovod", "deepspeed")
 PYPI = "https://pypi.org/simple"
@@ -300,6 +300,7 @@ def _search(req: Request, m: Matrix, active: tuple[str, ...]) -> _Search:
 
 def resolve(req: Request, m: Matrix) -> Stack:
     """Resolve every axis; raise IncompatibleError (exit 3) with the reasons when none works."""
+    check_pins_known(req, m)
     s = _search(req, m, AXIS_ORDER)
     a = s.first()
     if a is None:
@@ -309,6 +310,7 @@ def resolve(req: Request, m: Matrix) -> Stack:
 
 def check(req: Request, m: Matrix, given: set[str]) -> tuple[dict[str, Any], list[Violation]]:
     """Judge a partial combination using only the axes given; raises IncompatibleError."""
+    check_pins_known(req, m)
     active = tuple(ax for ax in AXIS_ORDER if ax in given)
     s = _search(req, m, active)
     a = s.first()

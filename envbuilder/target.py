@@ -241,3 +241,35 @@ def apply_options(req: Request, matrix: Matrix, *, torch: str | None = None,
                 w.discard(comp)
         updates["with_"], updates["without"] = frozenset(w), frozenset(wo)
     return replace(req, **updates)
+
+
+def known_values(axis: str, matrix: Matrix) -> list[Version]:
+    """Every version the matrix knows for an axis (what a pin may match)."""
+    if axis == "torch":
+        return [t.version for t in matrix.torch]
+    if axis == "python":
+        return [Version(p) for p in matrix.pythons]
+    if axis in COMPONENTS:
+        return [c.version for c in matrix.component(axis).releases]
+    if axis == "nccl":
+        vs = {n.version for n in matrix.nccl}
+        vs |= {v.nccl for t in matrix.torch for v in t.variants.values() if v.nccl}
+        return sorted(vs, reverse=True)
+    raise KeyError(axis)
+
+
+def check_pins_known(req: Request, matrix: Matrix) -> None:
+    """A pin the matrix has never heard of is bad input (exit 2), not an incompatibility."""
+    names = {"torch": "torch", "python": "Python", "deepspeed": "DeepSpeed",
+             "horovod": "Horovod", "nccl": "NCCL"}
+    for axis, label in names.items():
+        pin = getattr(req, axis)
+        if pin is None:
+            continue
+        known = known_values(axis, matrix)
+        if any(pin.matches(v) for v in known):
+            continue
+        lines = list(dict.fromkeys(f"{v.major}.{v.minor}" for v in known))
+        near = validate.suggest(pin.text, lines)
+        raise InputError(f"{label} {pin.text} is not in the matrix{near}; known {label} releases: "
+                         f"{', '.join(lines[:12])}{' ...' if len(lines) > 12 else ''}")

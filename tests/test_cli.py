@@ -302,3 +302,19 @@ def test_usage_errors_are_one_line_with_exit_2():
         lines = p.stderr.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("envbuilder: error:"), p.stderr
         assert "--help" in lines[0]
+
+
+@pytest.mark.parametrize("target, word", [
+    ("cu118-torch9.9", "did you mean 2.9"),
+    ("cu118-nccl2.99", "NCCL 2.99 is not in the matrix"),
+    ("cu118-ds9.1", "DeepSpeed 9.1 is not in the matrix"),
+    ("cu118-hvd0.1", "Horovod 0.1 is not in the matrix"),
+])
+def test_a_version_the_matrix_does_not_know_is_bad_input(target, word):
+    import subprocess
+    import sys
+
+    p = subprocess.run([sys.executable, "-c", "from envbuilder.cli import main; main()",
+                        "resolve", target], capture_output=True, text=True)
+    assert p.returncode == 2
+    assert word in p.stderr and len(p.stderr.strip().splitlines()) == 1
