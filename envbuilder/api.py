@@ -13,7 +13,7 @@ from typing import Mapping, Sequence
 
 from .errors import InputError
 from .matrix import Matrix, load_matrix
-from .target import COMPONENTS, Request, apply_options, parse_target
+from .target import Request, apply_options, parse_target
 
 
 @dataclass(frozen=True)
@@ -92,6 +92,34 @@ def check_combination(*, matrix_dir: str | Path | None = None, cuda: str | None 
             "warnings": [w.to_dict() for w in warnings]}
 
 
+def build_files(stack, *, lock_text: str | None = None, lock_source: str = "requirements.lock",
+                **plan_kw) -> tuple:
+    """The files of a build folder for ``stack``: (plan, {relative path: content}).
+
+    With ``lock_text`` (a requirements.lock) the lock is cross-checked against the stack, cut
+    into per-layer hash-pinned files installed with ``--require-hashes``, kept beside them, and
+    its digest recorded in stack.json. ``plan_kw`` are make_plan's options."""
+    import hashlib
+    import json
+
+    from .plan import make_plan
+    from .render import render_files
+
+    if lock_text is None:
+        plan = make_plan(stack, **plan_kw)
+        return plan, render_files(plan)
+    from .lock import apply_lock
+
+    plan, layer_reqs = apply_lock(stack, plan_kw, lock_text, lock_source)
+    files = render_files(plan, layer_requirements=layer_reqs)
+    files["requirements.lock"] = lock_text
+    data = json.loads(files["stack.json"])
+    data["lock"] = {"file": "requirements.lock",
+                    "digest": "sha256:" + hashlib.sha256(lock_text.encode()).hexdigest()}
+    files["stack.json"] = json.dumps(data, indent=2) + "\n"
+    return plan, files
+
+
 def render_target(target: str, out: str | Path, *, matrix_dir: str | Path | None = None,
                   pins: Pins | None = None, base_image: str | None = None,
                   pip_index_url: str | None = None, extra_index_urls: Sequence[str] = (),
@@ -101,13 +129,12 @@ def render_target(target: str, out: str | Path, *, matrix_dir: str | Path | None
     """Resolve and write the build folder. Returns a report (paths, stack).
 
     A ``requirements.lock`` already in ``out`` (from ``envbuilder lock``), or one made now with
-    ``lock=True``, is cross-checked against the stack, cut into per-layer hash-pinned files,
-    and installed with ``--require-hashes``; stack.json records its digest.
+    ``lock=True``, is installed with ``--require-hashes`` (see build_files).
     """
     import tempfile
 
-    from .plan import make_plan
-    from .render import render_files, write_tree
+    from .jobs import render_jobs
+    from .render import write_tree
 
     m = matrix or load_matrix(matrix_dir)
     stack = resolve_target(target, pins=pins, matrix=m)
@@ -123,31 +150,12 @@ def render_target(target: str, out: str | Path, *, matrix_dir: str | Path | None
             lock_text = (Path(d) / "requirements.lock").read_text(encoding="utf-8")
     elif existing.is_file():
         lock_text = existing.read_text(encoding="utf-8")
-    layer_reqs = None
-    if lock_text is not None:
-        from .lock import cross_check, read_lock, split_by_layer
-
-        cross_check(stack, read_lock(lock_text), str(existing))
-    plan = make_plan(stack, base_image=base_image, pip_index_url=pip_index_url,
-                     extra_index_urls=tuple(extra_index_urls), smoke_nproc=nproc,
-                     hashes=lock_text is not None)
-    if lock_text is not None:
-        layer_reqs = split_by_layer(lock_text, plan)
-    files = render_files(plan, layer_requirements=layer_reqs)
-    from .jobs import render_jobs
-
+    plan, files = build_files(stack, lock_text=lock_text, lock_source=str(existing),
+                              base_image=base_image, pip_index_url=pip_index_url,
+                              extra_index_urls=tuple(extra_index_urls), smoke_nproc=nproc)
     files.update(render_jobs(plan, image=image or f"envbuilder:{stack.tag}",
                              gpus=stack.toolkit is not None if gpus is None else gpus,
                              infiniband=infiniband))
-    if lock_text is not None:
-        import hashlib
-        import json as _json
-
-        files["requirements.lock"] = lock_text
-        data = _json.loads(files["stack.json"])
-        data["lock"] = {"file": "requirements.lock",
-                        "digest": "sha256:" + hashlib.sha256(lock_text.encode()).hexdigest()}
-        files["stack.json"] = _json.dumps(data, indent=2) + "\n"
     dest = write_tree(out, files)
     return {"target": target, "out": str(dest), "files": sorted(files), "stack": stack.to_dict(),
             "locked": lock_text is not None}
@@ -185,10 +193,6 @@ def _parent(p: Path) -> Path:
     parent = p.resolve().parent
     parent.mkdir(parents=True, exist_ok=True)
     return parent
-
-
-def components() -> tuple[str, ...]:
-    return COMPONENTS
 
 
 def image_labels(image: str, client=None) -> Mapping[str, str]:

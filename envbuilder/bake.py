@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from . import __version__, validate
-from .errors import InputError, OperationError
+from .errors import InputError
 
 LOCAL_REPOSITORY = "envbuilder"
 
@@ -190,13 +190,9 @@ def write_bake(targets: list[tuple[str, Path]], out: Path, *, registry: str | No
             fields.append(("contexts", {"builder": f"target:{shared[i['key']]['name']}"}))
         blocks.append(_block("target", i["name"], fields))
     text = "\n\n".join(blocks) + "\n"
-    try:
-        base.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.tmp")
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, path)
-    except OSError as e:
-        raise OperationError(f"cannot write {path}: {e.strerror or e}", step="bake") from None
+    from .render import write_file_atomic
+
+    write_file_atomic(path, text, step="bake")
     return text
 
 

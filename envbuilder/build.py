@@ -124,43 +124,28 @@ def _proxy_args(opts: BuildOptions) -> dict[str, str]:
     return out
 
 
-def prepare_context(stack, opts: BuildOptions, dest: Path, *, lock_dir: Path | None = None) -> tuple[Path, Any]:
+def prepare_context(stack, opts: BuildOptions, dest: Path) -> tuple[Path, Any]:
     """Render the build folder for ``stack`` into ``dest``, with wheels and CA bundle added."""
-    from .plan import make_plan
-    from .render import LAYER_BUILD_DEPS, render_files, write_tree
     from . import wheelhouse as wh
+    from .api import build_files
+    from .render import LAYER_BUILD_DEPS, write_tree
 
     lock_text = None
     if opts.lock is not None:
-        from .lock import cross_check, read_lock
-
         try:
             lock_text = Path(opts.lock).read_text(encoding="utf-8")
         except OSError as e:
             raise InputError(f"--lock {opts.lock} cannot be read: {e.strerror}") from None
-        cross_check(stack, read_lock(lock_text), str(opts.lock))
-    plan = make_plan(stack, base_image=opts.base_image, pip_index_url=opts.pip_index_url,
-                     extra_index_urls=opts.extra_index_urls, wheelhouse=opts.wheelhouse is not None,
-                     smoke_nproc=opts.nproc, hashes=lock_text is not None)
-    layer_reqs = None
-    if lock_text is not None:
-        from .lock import split_by_layer
-
-        layer_reqs = split_by_layer(lock_text, plan)
-    files = render_files(plan, layer_requirements=layer_reqs)
-    if lock_text is not None:
-        files["requirements.lock"] = lock_text
+    plan, files = build_files(stack, lock_text=lock_text, lock_source=str(opts.lock),
+                              base_image=opts.base_image, pip_index_url=opts.pip_index_url,
+                              extra_index_urls=opts.extra_index_urls,
+                              wheelhouse=opts.wheelhouse is not None, smoke_nproc=opts.nproc)
     split = None
     if opts.wheelhouse is not None:
-        layers = {}
-        for layer in plan.layers:
-            layers[layer.name] = list(layer.requirements) + list(LAYER_BUILD_DEPS.get(layer.name, ()))
-        split = wh.split(Path(opts.wheelhouse), layers, stack.python)
-        missing = [la.name for la in plan.layers if not any(
-            p.name.lower().startswith(la.name.replace("-", "_")) for p in split[la.name])]
-        if missing:
-            raise InputError(f"--wheelhouse {opts.wheelhouse} has no distribution for "
-                             f"{', '.join(missing)} ({', '.join(r for la in plan.layers if la.name in missing for r in la.requirements)})")
+        layers = {la.name: [*la.requirements, *LAYER_BUILD_DEPS.get(la.name, ())]
+                  for la in plan.layers}
+        split = wh.split(Path(opts.wheelhouse), layers, stack.python,
+                         required=[r for la in plan.layers for r in la.requirements])
     ca = _read_ca(opts.ca_cert) if opts.ca_cert else None
 
     def extra(tmp: Path) -> None:

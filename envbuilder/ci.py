@@ -20,12 +20,11 @@ the smoke job passed) and uploads the JSON report as an artifact, also when the 
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Sequence
 
 from . import validate
-from .errors import IncompatibleError, InputError, OperationError
+from .errors import IncompatibleError, InputError
 
 GPU_RUNNER: tuple[str, ...] = ("self-hosted", "linux", "x64", "gpu")
 CPU_RUNNER = "ubuntu-latest"
@@ -148,11 +147,7 @@ def write_github_workflow(out: Path, *, registry: str, **kw) -> Path:
             "# target; the moving alias tag is pushed by `envbuilder build` only after its smoke job passed.\n"
             + yaml.dump(data, Dumper=Dumper, sort_keys=False, width=100))
     path = Path(out) / WORKFLOW
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.tmp")
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, path)
-    except OSError as e:
-        raise OperationError(f"cannot write {path}: {e.strerror or e}", step="ci") from None
+    from .render import write_file_atomic
+
+    write_file_atomic(path, text, step="ci")
     return path

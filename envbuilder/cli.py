@@ -515,7 +515,7 @@ def _write_report(path: Optional[Path], data: dict) -> None:
         return
     from .render import write_file_atomic
 
-    write_file_atomic(path, json.dumps(data, indent=2, default=str) + "\n")
+    write_file_atomic(path, json.dumps(data, indent=2, default=str) + "\n", step="report")
 
 
 def _print_build(d: dict) -> None:

@@ -116,6 +116,18 @@ def lock_digest(path: str | Path) -> str:
     return "sha256:" + hashlib.sha256(data).hexdigest()
 
 
+def apply_lock(stack, plan_kw: dict, lock_text: str, where: str):
+    """A build plan that installs ``lock_text`` with --require-hashes, and its per-layer files.
+
+    The lock is cross-checked against the stack first (exit 3 naming the fact and lock line).
+    Returns (plan, layer_requirements) for ``render_files``."""
+    from .plan import make_plan
+
+    cross_check(stack, read_lock(lock_text), where)
+    plan = make_plan(stack, hashes=True, **plan_kw)
+    return plan, split_by_layer(lock_text, plan)
+
+
 def read_lock(text: str) -> list[LockedPackage]:
     """Parse uv's ``pip compile --generate-hashes`` output (and envbuilder's header)."""
     out: list[LockedPackage] = []

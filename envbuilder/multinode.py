@@ -12,7 +12,6 @@ Every container and the network are removed afterwards.
 from __future__ import annotations
 
 import secrets
-import shlex
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Mapping, Sequence
@@ -32,10 +31,7 @@ def _node_script(nnodes: int, nproc: int, backend: str, timeout: int, rdzv: str,
     # a node that never joins must not hold the others for torchrun's default 600 s
     i = cmd.index("--rdzv_id")
     cmd[i + 2:i + 2] = ["--rdzv_conf", f"join_timeout={int(timeout)},read_timeout={int(timeout)}"]
-    rest = " ".join(shlex.quote(c) for c in cmd[1:])
-    return ('PY=$(command -v python3 || command -v python) || '
-            '{ echo "envbuilder-smoke: no python3 or python in the image" >&2; exit 127; }; '
-            f'exec "$PY" {rest}')
+    return sm.shell_wrap(cmd)
 
 
 def layout_of(nnodes: int, nproc_per_node: int | None, layout: Sequence[int] | None) -> list[int]:

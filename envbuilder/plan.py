@@ -80,10 +80,6 @@ class BuildPlan:
     smoke_nproc: int = 12
 
     @property
-    def compiles(self) -> bool:
-        return any(layer.no_build_isolation for layer in self.layers)
-
-    @property
     def torch_layer(self) -> PipLayer:
         return self.layers[0]
 

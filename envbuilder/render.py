@@ -209,16 +209,23 @@ def write_tree(dest: Path, files: Mapping[str, str | bytes], *, force: bool = Tr
     return dest
 
 
-def write_file_atomic(path: Path, content: str) -> Path:
-    """Write one file through a temp file beside it and os.replace."""
+def write_file_atomic(path: Path, content: str, *, step: str = "write") -> Path:
+    """Write one file through a temp file beside it and os.replace: a reader sees the old file
+    or the new one, never half of it. An OSError becomes an OperationError naming the file."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(content)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                f.write(content)
+            umask = os.umask(0)
+            os.umask(umask)
+            os.chmod(tmp, 0o666 & ~umask)
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+    except OSError as e:
+        raise OperationError(f"cannot write {path}: {e.strerror or e}", step=step) from None
     return path

@@ -87,10 +87,6 @@ def needs_devel(a: Assignment, m: Matrix) -> bool:
     return any(a.get(c) is not None and m.component(c).needs_nvcc for c in ("horovod", "deepspeed"))
 
 
-def _cuda_name(t: Toolkit | None) -> str:
-    return "CPU" if t is None else f"CUDA {t.version}"
-
-
 # -- driver ---------------------------------------------------------------------------------
 
 @rule("driver_cuda", "cuda")

@@ -11,14 +11,12 @@ the lock's digest: the same lock gives the same bytes.
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 import uuid
 from pathlib import Path
 from urllib.parse import quote
 
 from . import __version__
-from .errors import InputError, OperationError
+from .errors import InputError
 from .lock import lock_digest, read_lock
 
 SPEC_VERSION = "1.5"
@@ -84,20 +82,8 @@ def sbom(lock_path: str | Path, stack) -> dict:
 
 def write_sbom(lock_path: str | Path, out_path: str | Path, stack) -> dict:
     """Write the SBOM of ``lock_path`` to ``out_path`` (temp file + rename); return it."""
+    from .render import write_file_atomic
+
     doc = sbom(lock_path, stack)
-    out = Path(out_path)
-    try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", dir=out.parent)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                json.dump(doc, f, indent=2)
-                f.write("\n")
-            os.chmod(tmp, 0o644)
-            os.replace(tmp, out)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
-    except OSError as e:
-        raise OperationError(f"cannot write SBOM {out}: {e.strerror or e}", step="sbom") from None
+    write_file_atomic(Path(out_path), json.dumps(doc, indent=2) + "\n", step="sbom")
     return doc

@@ -275,14 +275,19 @@ def _last_line(text: str) -> str:
 
 # ----------------------------------------------------------------------------- container
 
-def _container_script(nproc: int, backend: str, timeout: int, script_args: Sequence[str]) -> str:
-    cmd = torchrun_command("PY", f"{CONTAINER_DIR}/ddp_smoke.py", nproc_per_node=nproc,
-                           out=CONTAINER_OUT, backend=backend, timeout=timeout,
-                           script_args=script_args)
+def shell_wrap(cmd: Sequence[str]) -> str:
+    """An ``sh -c`` line that runs ``cmd`` (whose first word is the placeholder "PY") with the
+    image's python3 or python, and says so when the image has neither."""
     rest = " ".join(shlex.quote(c) for c in cmd[1:])
     return ('PY=$(command -v python3 || command -v python) || '
             '{ echo "envbuilder-smoke: no python3 or python in the image" >&2; exit 127; }; '
             f'exec "$PY" {rest}')
+
+
+def _container_script(nproc: int, backend: str, timeout: int, script_args: Sequence[str]) -> str:
+    return shell_wrap(torchrun_command("PY", f"{CONTAINER_DIR}/ddp_smoke.py", nproc_per_node=nproc,
+                                       out=CONTAINER_OUT, backend=backend, timeout=timeout,
+                                       script_args=script_args))
 
 
 def _payload_tar() -> bytes:

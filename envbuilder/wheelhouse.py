@@ -120,9 +120,29 @@ def closure(dists: Iterable[Dist], roots: Iterable[str], python: str) -> set[Pat
     return files
 
 
-def split(folder: Path, layers: Mapping[str, list[str]], python: str) -> dict[str, list[Path]]:
-    """Files per layer: each layer gets its closure minus what earlier layers already have."""
+def missing(dists: Iterable[Dist], requirements: Iterable[str]) -> list[str]:
+    """The requirements no distribution in ``dists`` satisfies (by name and version)."""
+    out = []
+    for r in requirements:
+        req = Requirement(r)
+        name = canonicalize_name(req.name)
+        if not any(d.name == name and (not req.specifier or req.specifier.contains(d.version, prereleases=True))
+                   for d in dists):
+            out.append(r)
+    return out
+
+
+def split(folder: Path, layers: Mapping[str, list[str]], python: str,
+          required: Iterable[str] = ()) -> dict[str, list[Path]]:
+    """Files per layer: each layer gets its closure minus what earlier layers already have.
+
+    ``required`` requirements must be in the folder (the layers' own packages, not their build
+    helpers): an InputError names the ones that are not."""
     dists = scan(folder)
+    absent = missing(dists, required)
+    if absent:
+        raise InputError(f"--wheelhouse {folder} has no distribution for {', '.join(absent)}: "
+                         f"add it (pip download -d {folder} ...) or build with network access")
     taken: set[Path] = set()
     out: dict[str, list[Path]] = {}
     for name, roots in layers.items():
