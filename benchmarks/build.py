@@ -16,8 +16,8 @@ from pathlib import Path
 
 import docker
 
-from envbuilder.build import BuildOptions, build_target
-from envbuilder.smoke import run_smoke_container
+from envbuilder.run.build import BuildOptions, build_target
+from envbuilder.run.smoke import run_smoke_container
 
 CPU = "cpu-torch2.13-debian12"
 BASE = os.environ.get("ENVBUILDER_TEST_BASE_IMAGE", "envbuilder-test/debian:12")

@@ -43,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
 
     from envbuilder.api import builtin_targets, render_target
-    from envbuilder.matrix import load_matrix
+    from envbuilder.core.matrix import load_matrix
 
     t0 = time.perf_counter()
     m = load_matrix(args.matrix)

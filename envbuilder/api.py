@@ -11,9 +11,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from .errors import InputError
-from .matrix import Matrix, load_matrix
-from .target import Request, apply_options, parse_target
+from envbuilder.errors import InputError
+from envbuilder.core.matrix import Matrix, load_matrix
+from envbuilder.core.target import Request, apply_options, parse_target
 
 
 @dataclass(frozen=True)
@@ -53,7 +53,7 @@ def request(target: str, matrix: Matrix, pins: Pins | None = None) -> Request:
 
 def resolve_target(target: str, *, matrix_dir: str | Path | None = None, pins: Pins | None = None,
                    matrix: Matrix | None = None):
-    from .resolve import resolve
+    from envbuilder.core.resolve import resolve
 
     m = matrix or load_matrix(matrix_dir)
     return resolve(request(target, m, pins), m)
@@ -69,7 +69,7 @@ def check_combination(*, matrix_dir: str | Path | None = None, cuda: str | None 
                       deepspeed: str | None = None, horovod: str | None = None,
                       os: str | None = None) -> dict:
     """Judge a partial combination using only the axes given (envbuilder check)."""
-    from .resolve import check
+    from envbuilder.core.resolve import check
 
     m = load_matrix(matrix_dir)
     given = {ax for ax, v in (("cuda", cuda), ("torch", torch), ("python", python),
@@ -84,7 +84,7 @@ def check_combination(*, matrix_dir: str | Path | None = None, cuda: str | None 
     req = apply_options(req, m, cuda=cuda, driver=driver, torch=torch, python=python,
                         nccl=nccl, deepspeed=deepspeed, horovod=horovod, os=os)
     assignment, warnings = check(req, m, given)
-    from .resolve import _show
+    from envbuilder.core.resolve import _show
     return {"ok": True,
             "given": {k: v for k, v in req.pins().items()} | ({"driver": driver} if driver else {}),
             "satisfied_by": {k: "cpu" if k == "cuda" and v is None else _show(v)
@@ -102,13 +102,13 @@ def build_files(stack, *, lock_text: str | None = None, lock_source: str = "requ
     import hashlib
     import json
 
-    from .plan import make_plan
-    from .render import render_files
+    from envbuilder.render.plan import make_plan
+    from envbuilder.render.templating import render_files
 
     if lock_text is None:
         plan = make_plan(stack, **plan_kw)
         return plan, render_files(plan)
-    from .lock import apply_lock
+    from envbuilder.lock.requirements import apply_lock
 
     plan, layer_reqs = apply_lock(stack, plan_kw, lock_text, lock_source)
     files = render_files(plan, layer_requirements=layer_reqs)
@@ -133,8 +133,8 @@ def render_target(target: str, out: str | Path, *, matrix_dir: str | Path | None
     """
     import tempfile
 
-    from .jobs import render_jobs
-    from .render import write_tree
+    from envbuilder.render.jobs import render_jobs
+    from envbuilder.render.templating import write_tree
 
     m = matrix or load_matrix(matrix_dir)
     stack = resolve_target(target, pins=pins, matrix=m)
@@ -142,7 +142,7 @@ def render_target(target: str, out: str | Path, *, matrix_dir: str | Path | None
     lock_text = None
     existing = out / "requirements.lock"
     if lock:
-        from .lock import lock_target
+        from envbuilder.lock.requirements import lock_target
 
         with tempfile.TemporaryDirectory(prefix=".envbuilder-lock-") as d:
             lock_target(stack, d, requirements_file=requirements_file, index_url=pip_index_url,
@@ -167,7 +167,7 @@ def render_all(out: str | Path, *, matrix_dir: str | Path | None = None,
     import shutil
     import tempfile
 
-    from .render import write_tree
+    from envbuilder.render.templating import write_tree
 
     m = load_matrix(matrix_dir)
     names = list(targets or builtin_targets(m))
@@ -197,6 +197,6 @@ def _parent(p: Path) -> Path:
 
 def image_labels(image: str, client=None) -> Mapping[str, str]:
     """The labels of a local image (docker SDK), for doctor --image."""
-    from .engine import connect, image_labels as _labels
+    from envbuilder.run.engine import connect, image_labels as _labels
 
     return _labels(client or connect(), image)

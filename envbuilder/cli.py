@@ -16,7 +16,7 @@ from typing import Any, Callable, List, Optional
 
 import typer
 
-from .errors import EXIT_FAILED, EnvbuilderError
+from envbuilder.errors import EXIT_FAILED, EnvbuilderError
 
 app = typer.Typer(
     name="envbuilder",
@@ -85,7 +85,7 @@ def command(fn: Callable) -> Callable:
 
 
 def _pins(torch, python, deepspeed, horovod, nccl, os_, driver, with_, without):
-    from .api import Pins
+    from envbuilder.api import Pins
 
     return Pins(torch=torch, python=python, deepspeed=deepspeed, horovod=horovod, nccl=nccl,
                 os=os_, driver=driver, with_=tuple(with_ or ()), without=tuple(without or ()))
@@ -122,9 +122,9 @@ def targets(matrix: Optional[str] = MatrixOpt, as_json: bool = JsonOpt,
             github_matrix: bool = typer.Option(False, "--github-matrix",
                                                help="Print the JSON a GitHub Actions matrix consumes.")) -> None:
     """List the built-in targets and what each resolves to."""
-    from .api import builtin_targets, resolve_target
-    from .errors import IncompatibleError
-    from .matrix import load_matrix
+    from envbuilder.api import builtin_targets, resolve_target
+    from envbuilder.errors import IncompatibleError
+    from envbuilder.core.matrix import load_matrix
 
     m = load_matrix(matrix)
     rows = []
@@ -142,7 +142,7 @@ def targets(matrix: Optional[str] = MatrixOpt, as_json: bool = JsonOpt,
                          "description": alias.description if alias else "", "ok": False,
                          "error": str(e)})
     if github_matrix:
-        from .ci import github_matrix as gh
+        from envbuilder.render.ci import github_matrix as gh
 
         _echo_json(gh(m))
         return
@@ -166,7 +166,7 @@ def resolve(target: str = typer.Argument(..., help="e.g. cu118, cu121-torch2.1-p
             without: Optional[List[str]] = WithoutOpt,
             matrix: Optional[str] = MatrixOpt, as_json: bool = JsonOpt) -> None:
     """Print the resolved stack, or why none exists (exit 3)."""
-    from .api import resolve_target
+    from envbuilder.api import resolve_target
 
     st = resolve_target(target, matrix_dir=matrix,
                         pins=_pins(torch, python, deepspeed, horovod, nccl, os_, driver, with_, without))
@@ -186,7 +186,7 @@ def check(cuda: Optional[str] = typer.Option(None, "--cuda", help="CUDA version,
           os_: Optional[str] = OsOpt, matrix: Optional[str] = MatrixOpt,
           as_json: bool = JsonOpt) -> None:
     """Judge a (partial) combination; explain every violated rule (exit 3)."""
-    from .api import check_combination
+    from envbuilder.api import check_combination
 
     r = check_combination(matrix_dir=matrix, cuda=cuda, driver=driver, torch=torch,
                           python=python, nccl=nccl, deepspeed=deepspeed, horovod=horovod, os=os_)
@@ -221,8 +221,8 @@ def render(target: Optional[str] = typer.Argument(None, help="The target; omit w
            infiniband: bool = typer.Option(False, "--infiniband", help="Job files request IPC_LOCK for RDMA."),
            matrix: Optional[str] = MatrixOpt, as_json: bool = JsonOpt) -> None:
     """Write the Dockerfile, envbuilder.def, requirements, stack.json, smoke job and job files."""
-    from .api import render_all, render_target
-    from .errors import InputError
+    from envbuilder.api import render_all, render_target
+    from envbuilder.errors import InputError
 
     pins = _pins(torch, python, deepspeed, horovod, nccl, os_, driver, with_, without)
     kw = dict(matrix_dir=matrix, pins=pins, base_image=base_image, pip_index_url=pip_index_url,
@@ -274,9 +274,9 @@ def lock(target: str = typer.Argument(..., help="The target to lock."),
          without: Optional[List[str]] = WithoutOpt,
          matrix: Optional[str] = MatrixOpt, as_json: bool = JsonOpt) -> None:
     """Write the hash-pinned lock for a target; --check fails on drift (the CI gate)."""
-    from .api import resolve_target
-    from .lock import lock_target
-    from .validate import url
+    from envbuilder.api import resolve_target
+    from envbuilder.lock.requirements import lock_target
+    from envbuilder.core.validate import url
 
     if pip_index_url:
         url(pip_index_url, "--pip-index-url")
@@ -289,14 +289,14 @@ def lock(target: str = typer.Argument(..., help="The target to lock."),
                       extra_index_urls=tuple(extra_index_url or ()), check=check_)
     data = {"lock": rep.to_dict(), "target": target, "tag": stack.tag}
     if conda and not check_:
-        from .conda import write_conda
+        from envbuilder.lock.conda import write_conda
 
         data["conda"] = write_conda(stack, dest, lock_path=Path(rep.path),
                                     channels=tuple(conda_channel or ("conda-forge",)),
                                     index_url=pip_index_url,
                                     extra_index_urls=tuple(extra_index_url or ())).to_dict()
     if sbom and not check_:
-        from .sbom import write_sbom
+        from envbuilder.lock.sbom import write_sbom
 
         write_sbom(rep.path, dest / "sbom.cdx.json", stack)
         data["sbom"] = str(dest / "sbom.cdx.json")
@@ -318,8 +318,8 @@ def bake(out: Path = typer.Option(Path("build"), "-o", "--out", help="Folder for
          registry: Optional[str] = typer.Option(None, "--registry", help="Repository the tags go under."),
          matrix: Optional[str] = MatrixOpt, as_json: bool = JsonOpt) -> None:
     """Render every built-in target and write a docker-bake.hcl for docker buildx bake."""
-    from .bake import bake_all
-    from .validate import repository
+    from envbuilder.render.bake import bake_all
+    from envbuilder.core.validate import repository
 
     if registry:
         repository(registry, "--registry")
@@ -337,9 +337,9 @@ def ci(github: bool = typer.Option(False, "--github", help="Write a GitHub Actio
        registry: str = typer.Option(..., "--registry", help="Repository to push to, e.g. ghcr.io/org/train."),
        matrix: Optional[str] = MatrixOpt, as_json: bool = JsonOpt) -> None:
     """Write CI that locks, renders, builds, smoke-tests and pushes every target."""
-    from .ci import write_github_workflow
-    from .errors import InputError
-    from .validate import repository
+    from envbuilder.render.ci import write_github_workflow
+    from envbuilder.errors import InputError
+    from envbuilder.core.validate import repository
 
     if not github:
         raise InputError("ci needs a CI system: --github")
@@ -394,7 +394,7 @@ class _Progress:
 def _build_opts(base_image, ca_cert, pip_index_url, extra_index_url, wheelhouse, http_proxy,
                 https_proxy, no_proxy, tag, push, no_smoke, nproc, backend, smoke_timeout,
                 shm_size, context, no_alias, lock=None):
-    from .build import BuildOptions
+    from envbuilder.run.build import BuildOptions
 
     proxies = {k: v for k, v in (("HTTP_PROXY", http_proxy), ("HTTPS_PROXY", https_proxy),
                                  ("NO_PROXY", no_proxy)) if v}
@@ -438,15 +438,15 @@ def build(target: Optional[str] = typer.Argument(None, help="The target; omit wi
           fmt: str = typer.Option("docker", "--format", help="docker, or apptainer: also build a SIF from the image (needs apptainer)."),
           matrix: Optional[str] = MatrixOpt, as_json: bool = JsonOpt) -> None:
     """Build the image with the Docker engine, run the smoke job in it, optionally push it."""
-    from .build import BuildFailed, build_many, build_target
-    from .errors import InputError
+    from envbuilder.run.build import BuildFailed, build_many, build_target
+    from envbuilder.errors import InputError
 
     if backend not in ("auto", "nccl", "gloo"):
         raise InputError(f"--backend {backend!r} is not one of auto, nccl, gloo")
     if fmt not in ("docker", "apptainer"):
         raise InputError(f"--format {fmt!r} is not one of docker, apptainer")
     if fmt == "apptainer":
-        from .apptainer import find_apptainer
+        from envbuilder.run.apptainer import find_apptainer
 
         if find_apptainer() is None:
             raise InputError("--format apptainer needs apptainer (or singularity) on PATH; "
@@ -458,8 +458,8 @@ def build(target: Optional[str] = typer.Argument(None, help="The target; omit wi
     if all_:
         if target is not None:
             raise InputError("build --all takes no TARGET")
-        from .api import builtin_targets
-        from .matrix import load_matrix
+        from envbuilder.api import builtin_targets
+        from envbuilder.core.matrix import load_matrix
 
         names = [t for t in builtin_targets(load_matrix(matrix))
                  if not only or any(o in t for o in only)]
@@ -498,7 +498,7 @@ def build(target: Optional[str] = typer.Argument(None, help="The target; omit wi
         raise
     data = r.to_dict()
     if fmt == "apptainer":
-        from .apptainer import build_sif
+        from envbuilder.run.apptainer import build_sif
 
         sif = Path(f"{r.tag}.sif")
         build_sif(r.local_tags[0], sif)
@@ -513,7 +513,7 @@ def build(target: Optional[str] = typer.Argument(None, help="The target; omit wi
 def _write_report(path: Optional[Path], data: dict) -> None:
     if path is None:
         return
-    from .render import write_file_atomic
+    from envbuilder.render.templating import write_file_atomic
 
     write_file_atomic(path, json.dumps(data, indent=2, default=str) + "\n", step="report")
 
@@ -554,21 +554,21 @@ def smoke(image: Optional[str] = typer.Argument(None, help="The image to test (o
           gpus: Optional[bool] = typer.Option(None, "--gpus/--no-gpus", help="Request GPUs (default: when the engine has the NVIDIA runtime)."),
           matrix: Optional[str] = MatrixOpt, as_json: bool = JsonOpt) -> None:
     """Run the distributed smoke job in an image (or --host) and report every check."""
-    from . import smoke as sm
-    from .errors import InputError
+    from envbuilder.run import smoke as sm
+    from envbuilder.errors import InputError
 
     if backend not in ("auto", "nccl", "gloo"):
         raise InputError(f"--backend {backend!r} is not one of auto, nccl, gloo")
     if host == (image is not None):
         raise InputError("smoke needs an IMAGE or --host (not both)")
     if image is not None:
-        from .validate import image_ref
+        from envbuilder.core.validate import image_ref
 
         image_ref(image, "IMAGE")
     if nnodes > 1:
         if host:
             raise InputError("--nnodes > 1 runs one container per node: give an IMAGE, not --host")
-        from .multinode import run_smoke_multinode
+        from envbuilder.run.multinode import run_smoke_multinode
 
         counts = None
         if layout:
@@ -587,7 +587,7 @@ def smoke(image: Optional[str] = typer.Argument(None, help="The image to test (o
         def run_one(n: int):
             return sm.run_smoke_host(nproc=n, backend=backend, timeout=timeout)
     else:
-        from .engine import connect
+        from envbuilder.run.engine import connect
 
         client = connect()
 
@@ -603,7 +603,7 @@ def smoke(image: Optional[str] = typer.Argument(None, help="The image to test (o
         result = sm.check_min_busbw(result, min_busbw)
     causes = []
     if not result.ok:
-        from .build import explain_log
+        from envbuilder.run.build import explain_log
 
         causes = explain_log(result.log, details=result.details)
     data = result.to_dict()
@@ -643,19 +643,19 @@ def doctor(target: Optional[str] = typer.Option(None, "--target", help="Also jud
            nproc: Optional[int] = typer.Option(None, "--nproc", min=1, help="Ranks the job will run on this host."),
            matrix: Optional[str] = MatrixOpt, as_json: bool = JsonOpt) -> None:
     """Check this host: driver, GPUs, topology, /dev/shm, InfiniBand, NCCL settings, container."""
-    from .doctor import run_doctor, stack_from_image_labels
-    from .errors import InputError
+    from envbuilder.diagnose.doctor import run_doctor, stack_from_image_labels
+    from envbuilder.errors import InputError
 
     stack = None
     if target and image:
         raise InputError("doctor takes --target or --image, not both")
     if target:
-        from .api import resolve_target
+        from envbuilder.api import resolve_target
 
         stack = resolve_target(target, matrix_dir=matrix).to_dict()
     elif image:
-        from .api import image_labels
-        from .validate import image_ref
+        from envbuilder.api import image_labels
+        from envbuilder.core.validate import image_ref
 
         stack = stack_from_image_labels(image_labels(image_ref(image, "--image")))
     if stack is not None and nproc is not None:
@@ -681,7 +681,7 @@ def explain(logs: List[str] = typer.Argument(..., help="Log files, or - for stdi
             top: int = typer.Option(5, "--top", min=1, help="How many causes to show."),
             as_json: bool = JsonOpt, matrix: Optional[str] = MatrixOpt) -> None:
     """Name the likely causes of a failed distributed job from its logs, with fixes."""
-    from .explain import explain_files
+    from envbuilder.diagnose.explain import explain_files
 
     causes = explain_files(logs)[:top]
     if as_json:

@@ -74,7 +74,7 @@ def ca_bundle() -> Path:
 @pytest.fixture(scope="session")
 def cpu_build(docker_client, base_image, wheelhouse, ca_bundle, tmp_path_factory):
     """The cpu target built once for the session (offline, from the wheelhouse), no smoke."""
-    from envbuilder.build import BuildOptions, build_target
+    from envbuilder.run.build import BuildOptions, build_target
 
     ctx = tmp_path_factory.mktemp("cpu-context") / "ctx"
     opts = BuildOptions(base_image=base_image, wheelhouse=wheelhouse, ca_cert=ca_bundle,

@@ -10,10 +10,10 @@ import shutil
 from functools import lru_cache
 from pathlib import Path
 
-from envbuilder.matrix import (
+from envbuilder.core.matrix import (
     ComponentRelease, Matrix, NcclRelease, OsInfo, Toolkit, TorchRelease, load_matrix,
 )
-from envbuilder.resources import matrices_dir
+from envbuilder.core.resources import matrices_dir
 
 MATRICES = matrices_dir()
 REPO = Path(__file__).resolve().parent.parent

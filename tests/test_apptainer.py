@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from envbuilder.apptainer import parse_definition, run_definition_in_docker
+from envbuilder.run.apptainer import parse_definition, run_definition_in_docker
 from envbuilder.errors import InputError
 
 CPU = "cpu-torch2.13-debian12"
@@ -35,8 +35,8 @@ def test_parse_definition_rejects_garbage():
 @pytest.mark.slow
 def test_definition_builds_and_tests_in_docker(docker_client, base_image, wheelhouse, tmp_path):
     from envbuilder.api import resolve_target
-    from envbuilder.apptainer import environment_of
-    from envbuilder.build import BuildOptions, prepare_context
+    from envbuilder.run.apptainer import environment_of
+    from envbuilder.run.build import BuildOptions, prepare_context
 
     stack = resolve_target(CPU)
     folder, _ = prepare_context(stack, BuildOptions(base_image=base_image, wheelhouse=wheelhouse),

@@ -13,10 +13,10 @@ import pytest
 import yaml
 
 from envbuilder.api import builtin_targets, render_target, resolve_target
-from envbuilder.bake import bake_all, write_bake
-from envbuilder.ci import github_matrix, write_github_workflow
+from envbuilder.render.bake import bake_all, write_bake
+from envbuilder.render.ci import github_matrix, write_github_workflow
 from envbuilder.errors import InputError
-from envbuilder.matrix import load_matrix
+from envbuilder.core.matrix import load_matrix
 
 REGISTRY = "ghcr.io/acme/envbuilder"
 

@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from envbuilder.build import BuildFailed, BuildOptions, build_target
+from envbuilder.run.build import BuildFailed, BuildOptions, build_target
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
@@ -242,7 +242,7 @@ def test_ctrl_c_during_push_exits_1_and_records_nothing(cpu_build, base_image, w
 def test_build_all_keeps_going_and_reports_each_target(cpu_build, base_image, wheelhouse, tmp_path):
     import shutil
 
-    from envbuilder.resources import matrices_dir
+    from envbuilder.core.resources import matrices_dir
 
     m = tmp_path / "matrix"
     shutil.copytree(matrices_dir(), m)

@@ -14,12 +14,12 @@ import yaml
 
 from envbuilder.api import resolve_target
 from envbuilder.errors import IncompatibleError, MissingExtraError, OperationError
-from envbuilder.lock import LOCK_NAME, lock_target, read_lock
+from envbuilder.lock.requirements import LOCK_NAME, lock_target, read_lock
 
 rattler = pytest.importorskip("rattler", reason="the conda extra (py-rattler) is not installed")
 conda_lock = pytest.importorskip("conda_lock", reason="the conda extra (conda-lock) is not installed")
 
-from envbuilder.conda import (CONDA_LOCK_NAME, ENV_NAME, environment_yml, pip_entries,  # noqa: E402
+from envbuilder.lock.conda import (CONDA_LOCK_NAME, ENV_NAME, environment_yml, pip_entries,  # noqa: E402
                               solve_rattler, write_conda)
 
 TARGET = "cu121-torch2.1-py310"

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from envbuilder.doctor import (
+from envbuilder.diagnose.doctor import (
     Check,
     Probe,
     RecordedProbe,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from envbuilder import engine
+from envbuilder.run import engine
 from envbuilder.errors import OperationError
 
 

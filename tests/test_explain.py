@@ -18,7 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from envbuilder.errors import InputError
-from envbuilder.explain import (
+from envbuilder.diagnose.explain import (
     CATEGORIES,
     Cause,
     Evidence,

@@ -24,8 +24,8 @@ import yaml
 
 from envbuilder.api import resolve_target
 from envbuilder.errors import InputError
-from envbuilder.jobs import DEFAULT_LAYOUTS, job_name, render_jobs
-from envbuilder.plan import make_plan
+from envbuilder.render.jobs import DEFAULT_LAYOUTS, job_name, render_jobs
+from envbuilder.render.plan import make_plan
 
 DATA = Path(__file__).parent / "data"
 DIGEST = "registry.example.com:5000/ml/envbuilder@sha256:" + "0123456789abcdef" * 4

@@ -14,10 +14,10 @@ import pytest
 from envbuilder.api import resolve_target
 from envbuilder.errors import (IncompatibleError, InputError, MissingExtraError,
                                OperationError)
-from envbuilder.lock import (LOCK_NAME, cross_check, lock_digest, lock_target, read_lock,
+from envbuilder.lock.requirements import (LOCK_NAME, cross_check, lock_digest, lock_target, read_lock,
                              split_by_layer)
-from envbuilder.plan import make_plan
-from envbuilder.render import render_files
+from envbuilder.render.plan import make_plan
+from envbuilder.render.templating import render_files
 
 TARGET = "cu121-torch2.1-py310"
 
@@ -200,7 +200,7 @@ def test_uv_resolution_conflict_is_exit_3(uv_cache, stack, tmp_path):
 
 
 def test_missing_uv_is_a_missing_extra(stack, tmp_path, monkeypatch):
-    import envbuilder.lock as lock
+    import envbuilder.lock.requirements as lock
 
     monkeypatch.setitem(sys.modules, "uv", None)
     monkeypatch.setattr(lock.shutil, "which", lambda name: None)
@@ -299,7 +299,7 @@ def test_split_by_layer_horovod_and_extras(stack):
         _entry("rich", "13.0"),
         _entry("markdown-it-py", "3.0", ["rich"]),
     ])
-    from envbuilder.plan import PipLayer
+    from envbuilder.render.plan import PipLayer
 
     plan = make_plan(stack, hashes=True)
     plan = replace(plan, layers=(plan.layers[0],
@@ -320,7 +320,7 @@ def test_split_by_layer_horovod_and_extras(stack):
 # -- SBOM -------------------------------------------------------------------------------------
 
 def test_sbom_cyclonedx(locked, stack, tmp_path):
-    from envbuilder.sbom import write_sbom
+    from envbuilder.lock.sbom import write_sbom
 
     out = tmp_path / "sbom.cdx.json"
     doc = write_sbom(locked[0] / LOCK_NAME, out, stack)
@@ -355,7 +355,7 @@ def test_render_installs_from_a_lock_in_the_output_folder(locked, stack, tmp_pat
     import shutil
 
     from envbuilder.api import render_target
-    from envbuilder.lock import lock_digest
+    from envbuilder.lock.requirements import lock_digest
 
     out = tmp_path / "out"
     out.mkdir()

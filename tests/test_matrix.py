@@ -9,10 +9,10 @@ import pytest
 import yaml
 
 from core_helpers import MATRICES, builtin, copy_matrix, edit
-from envbuilder import schema
+from envbuilder.core import schema
 from envbuilder.errors import EXIT_USAGE, InputError, MatrixError
-from envbuilder.matrix import load_matrix
-from envbuilder.target import parse_target
+from envbuilder.core.matrix import load_matrix
+from envbuilder.core.target import parse_target
 
 
 # -- the built-in matrix ----------------------------------------------------------------------

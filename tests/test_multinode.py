@@ -10,13 +10,13 @@ import sys
 import pytest
 
 from envbuilder.errors import InputError
-from envbuilder.multinode import layout_of, run_smoke_multinode
+from envbuilder.run.multinode import layout_of, run_smoke_multinode
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
 
 def _leftovers(client) -> tuple[list, list]:
-    from envbuilder.smoke import SMOKE_LABEL
+    from envbuilder.run.smoke import SMOKE_LABEL
 
     # multi-node runs name their containers and network envbuilder-smoke-<id>[-node-N]
     return ([c for c in client.containers.list(all=True, filters={"label": SMOKE_LABEL})
@@ -59,7 +59,7 @@ def test_interface_setting_naming_no_interface_fails_fast_and_is_explained(smoke
     assert not r.ok
     assert r.seconds < 3 * 30 + 120  # within the job's deadline, not a hang
     assert "nodes" in r.failed
-    from envbuilder.build import explain_log
+    from envbuilder.run.build import explain_log
 
     causes = explain_log(r.log, details=r.details)
     assert causes and causes[0]["category"] == "network_interface", causes[:2]

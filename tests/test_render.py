@@ -29,8 +29,8 @@ from core_helpers import (
 from envbuilder import __version__
 from envbuilder.api import Pins, render_all, render_target, resolve_target
 from envbuilder.errors import IncompatibleError, InputError
-from envbuilder.plan import make_plan
-from envbuilder.render import render_files, write_tree
+from envbuilder.render.plan import make_plan
+from envbuilder.render.templating import render_files, write_tree
 
 UPDATE = os.environ.get("ENVBUILDER_UPDATE_GOLDEN") == "1"
 

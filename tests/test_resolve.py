@@ -13,9 +13,9 @@ from packaging.version import Version
 from core_helpers import builtin
 from envbuilder.api import Pins, request, resolve_target
 from envbuilder.errors import IncompatibleError, InputError
-from envbuilder.resolve import AXIS_ORDER, resolve
-from envbuilder.rules import Context, all_rules
-from envbuilder.target import parse_target
+from envbuilder.core.resolve import AXIS_ORDER, resolve
+from envbuilder.core.rules import Context, all_rules
+from envbuilder.core.target import parse_target
 
 
 def _is_url(s: str) -> bool:

@@ -18,8 +18,8 @@ from core_helpers import (
 )
 from envbuilder.api import check_combination, resolve_target
 from envbuilder.errors import IncompatibleError
-from envbuilder.matrix import Matrix, load_matrix
-from envbuilder.rules import RULES, Context, Violation, all_rules, needs_devel, rules_by_name
+from envbuilder.core.matrix import Matrix, load_matrix
+from envbuilder.core.rules import RULES, Context, Violation, all_rules, needs_devel, rules_by_name
 
 ACCEPT, REFUSE, WARN = "accept", "refuse", "warn"
 

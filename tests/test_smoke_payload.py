@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from envbuilder.payload import ddp_smoke
+from envbuilder.run.payload import ddp_smoke
 
 PAYLOAD = Path(ddp_smoke.__file__).resolve()
 CPU_SKIPPED = {"gpu_uuid", "deepspeed_zero"}  # never run on the CPU

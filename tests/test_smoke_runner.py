@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from envbuilder import smoke
+from envbuilder.run import smoke
 from envbuilder.errors import OperationError
-from envbuilder.payload import ddp_smoke
+from envbuilder.run.payload import ddp_smoke
 
 SMALL = ("--sizes", "4K,64K", "--iters", "2", "--warmup", "1", "--ddp-steps", "2")
 MUST_PASS = {"rendezvous", "all_reduce", "all_gather", "broadcast", "barrier", "ddp", "bandwidth"}
@@ -92,7 +92,7 @@ def test_torchrun_accepts_the_flag_spellings():
 
 
 def test_import_is_light():
-    code = ("import sys, envbuilder.smoke; "
+    code = ("import sys, envbuilder.run.smoke; "
             "print(sorted(m for m in ('docker', 'torch', 'requests') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          cwd=Path(__file__).resolve().parents[1],

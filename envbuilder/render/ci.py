@@ -23,8 +23,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Sequence
 
-from . import validate
-from .errors import IncompatibleError, InputError
+from envbuilder.core import validate
+from envbuilder.errors import IncompatibleError, InputError
 
 GPU_RUNNER: tuple[str, ...] = ("self-hosted", "linux", "x64", "gpu")
 CPU_RUNNER = "ubuntu-latest"
@@ -37,8 +37,8 @@ def github_matrix(matrix=None, *, gpu_runner: Sequence[str] | str = GPU_RUNNER,
     """The GitHub Actions matrix of every built-in target (``matrix``: a Matrix, or None for
     the built-in one). A target the resolver refuses is left out (or raises, when
     ``skip_refused`` is false)."""
-    from .api import builtin_targets, resolve_target
-    from .matrix import load_matrix
+    from envbuilder.api import builtin_targets, resolve_target
+    from envbuilder.core.matrix import load_matrix
 
     m = matrix if matrix is not None else load_matrix(None)
     include = []
@@ -147,7 +147,7 @@ def write_github_workflow(out: Path, *, registry: str, **kw) -> Path:
             "# target; the moving alias tag is pushed by `envbuilder build` only after its smoke job passed.\n"
             + yaml.dump(data, Dumper=Dumper, sort_keys=False, width=100))
     path = Path(out) / WORKFLOW
-    from .render import write_file_atomic
+    from envbuilder.render.templating import write_file_atomic
 
     write_file_atomic(path, text, step="ci")
     return path

@@ -55,9 +55,9 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
-from . import __version__
-from .errors import IncompatibleError, InputError, MissingExtraError, OperationError
-from .resolve import PYPI
+from envbuilder import __version__
+from envbuilder.errors import IncompatibleError, InputError, MissingExtraError, OperationError
+from envbuilder.core.resolve import PYPI
 
 LOCK_NAME = "requirements.lock"
 PLATFORM = "x86_64-manylinux_2_28"
@@ -121,7 +121,7 @@ def apply_lock(stack, plan_kw: dict, lock_text: str, where: str):
 
     The lock is cross-checked against the stack first (exit 3 naming the fact and lock line).
     Returns (plan, layer_requirements) for ``render_files``."""
-    from .plan import make_plan
+    from envbuilder.render.plan import make_plan
 
     cross_check(stack, read_lock(lock_text), where)
     plan = make_plan(stack, hashes=True, **plan_kw)
@@ -182,7 +182,7 @@ def split_by_layer(lock_text: str, plan) -> dict[str, str]:
     the closure of the layer's own requirements to ``<layer>``. Whatever is left (user
     extras from ``--requirements`` and their dependencies) goes to the last layer.
     """
-    from .render import LAYER_BUILD_DEPS
+    from envbuilder.render.templating import LAYER_BUILD_DEPS
 
     pkgs = read_lock(lock_text)
     by_name = {p.name: p for p in pkgs}
@@ -323,8 +323,8 @@ def input_requirements(stack, extras: Sequence[Requirement] = ()) -> list[str]:
     """The top-level requirements a lock of ``stack`` resolves: every layer's requirements as
     the build plan states them (torch with numpy, then Horovod, DeepSpeed) plus the build
     dependencies of the layers that compile, plus the user's extras."""
-    from .plan import make_plan
-    from .render import LAYER_BUILD_DEPS
+    from envbuilder.render.plan import make_plan
+    from envbuilder.render.templating import LAYER_BUILD_DEPS
 
     lines: list[str] = []
     for layer in make_plan(stack).layers:
@@ -369,7 +369,7 @@ class _Indexes:
 
 
 def _indexes(stack, index_url: str | None, extra_index_urls: Sequence[str]) -> _Indexes:
-    from . import validate
+    from envbuilder.core import validate
 
     mirrors = tuple(validate.url(u, "--extra-index-url") for u in extra_index_urls)
     base = validate.url(index_url, "--pip-index-url") if index_url else PYPI

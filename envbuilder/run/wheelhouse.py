@@ -24,7 +24,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name, parse_sdist_filename, parse_wheel_filename
 from packaging.version import Version
 
-from .errors import InputError
+from envbuilder.errors import InputError
 
 
 @dataclass(frozen=True)

@@ -17,9 +17,9 @@ import yaml
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import Version
 
-from . import schema
-from .errors import MatrixError
-from .resources import matrices_dir
+from envbuilder.core import schema
+from envbuilder.errors import MatrixError
+from envbuilder.core.resources import matrices_dir
 
 AXES = ("cuda", "torch", "python", "nccl", "deepspeed", "horovod", "os")
 

@@ -14,9 +14,10 @@ from typing import Mapping
 
 from packaging.version import Version
 
-from . import __version__, validate
-from .errors import InputError
-from .resolve import PYPI, Stack
+from envbuilder import __version__
+from envbuilder.core import validate
+from envbuilder.errors import InputError
+from envbuilder.core.resolve import PYPI, Stack
 
 VENV = "/opt/venv"
 HOME = "/opt/envbuilder"

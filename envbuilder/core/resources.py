@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-_PKG = Path(__file__).resolve().parent
+_PKG = Path(__file__).resolve().parent.parent  # the envbuilder package
 
 
 def _find(name: str) -> Path:
@@ -27,4 +27,4 @@ def templates_dir() -> Path:
 
 
 def payload_dir() -> Path:
-    return _PKG / "payload"
+    return _PKG / "run" / "payload"

@@ -16,8 +16,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Mapping, Sequence
 
-from . import smoke as sm
-from .errors import InputError, OperationError
+from envbuilder.run import smoke as sm
+from envbuilder.errors import InputError, OperationError
 
 RDZV_PORT = 29400
 
@@ -64,7 +64,7 @@ def run_smoke_multinode(image: str, *, nnodes: int, nproc_per_node: int | None =
 
     counts = layout_of(nnodes, nproc_per_node, layout)
     if client is None:
-        from .engine import connect
+        from envbuilder.run.engine import connect
 
         client = connect()
     run_id = "envbuilder-smoke-" + secrets.token_hex(4)

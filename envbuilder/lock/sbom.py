@@ -15,9 +15,9 @@ import uuid
 from pathlib import Path
 from urllib.parse import quote
 
-from . import __version__
-from .errors import InputError
-from .lock import lock_digest, read_lock
+from envbuilder import __version__
+from envbuilder.errors import InputError
+from envbuilder.lock.requirements import lock_digest, read_lock
 
 SPEC_VERSION = "1.5"
 
@@ -82,7 +82,7 @@ def sbom(lock_path: str | Path, stack) -> dict:
 
 def write_sbom(lock_path: str | Path, out_path: str | Path, stack) -> dict:
     """Write the SBOM of ``lock_path`` to ``out_path`` (temp file + rename); return it."""
-    from .render import write_file_atomic
+    from envbuilder.render.templating import write_file_atomic
 
     doc = sbom(lock_path, stack)
     write_file_atomic(Path(out_path), json.dumps(doc, indent=2) + "\n", step="sbom")

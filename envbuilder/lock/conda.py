@@ -35,9 +35,9 @@ from typing import Mapping, Sequence
 
 import yaml
 
-from .errors import IncompatibleError, InputError, MissingExtraError, OperationError
-from .lock import LOCK_NAME, PLATFORM, find_uv, read_lock
-from .resolve import PYPI
+from envbuilder.errors import IncompatibleError, InputError, MissingExtraError, OperationError
+from envbuilder.lock.requirements import LOCK_NAME, PLATFORM, find_uv, read_lock
+from envbuilder.core.resolve import PYPI
 
 ENV_NAME = "environment.yml"
 CONDA_LOCK_NAME = "conda-lock.yml"
@@ -89,7 +89,7 @@ def environment_yml(stack, lock_path: str | Path | None = None, *,
     if lock_path is not None:
         pins = [f"{p.name}=={p.version}" for p in read_lock(Path(lock_path).read_text("utf-8"))]
     else:
-        from .lock import input_requirements
+        from envbuilder.lock.requirements import input_requirements
 
         pins = input_requirements(stack)
     pip: list[str] = []
@@ -214,7 +214,7 @@ def pip_wheels_from_uv(lock_path: Path, stack, *, index_url: str | None = None,
     """name -> (wheel or sdist URL, sha256) for the lock's pins, from uv's pylock.toml."""
     import tomllib
 
-    from .lock import _indexes, _uv_command
+    from envbuilder.lock.requirements import _indexes, _uv_command
 
     pkgs = read_lock(lock_path.read_text("utf-8"))
     idx = _indexes(stack, index_url, extra_index_urls)
@@ -227,7 +227,7 @@ def pip_wheels_from_uv(lock_path: Path, stack, *, index_url: str | None = None,
         r = subprocess.run(cmd, input="".join(f"{p.name}=={p.version}\n" for p in pkgs),
                            capture_output=True, text=True, env=env, cwd=d, timeout=1800)
         if r.returncode != 0:
-            from .lock import _uv_failure
+            from envbuilder.lock.requirements import _uv_failure
 
             raise _uv_failure(r.stderr, stack, idx)
         data = tomllib.loads(out.read_text("utf-8"))

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Mapping
 
-from .errors import InputError, OperationError
+from envbuilder.errors import InputError, OperationError
 
 MIN_API = (1, 41)
 _STEP_RE = re.compile(r"^Step (\d+)/(\d+) : (.*)")

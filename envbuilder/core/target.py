@@ -14,9 +14,9 @@ from typing import Mapping
 
 from packaging.version import Version
 
-from . import validate
-from .errors import InputError
-from .matrix import Matrix
+from envbuilder.core import validate
+from envbuilder.errors import InputError
+from envbuilder.core.matrix import Matrix
 
 COMPONENTS = ("deepspeed", "horovod")
 

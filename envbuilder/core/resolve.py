@@ -15,11 +15,11 @@ from typing import Any, Iterator
 
 from packaging.version import Version
 
-from . import __version__
-from .errors import IncompatibleError
-from .matrix import Matrix, NcclRelease, OsInfo, Toolkit, minor
-from .rules import Context, Rule, Violation, all_rules, needs_devel, variant_of
-from .target import COMPONENTS, Request, check_pins_known
+from envbuilder import __version__
+from envbuilder.errors import IncompatibleError
+from envbuilder.core.matrix import Matrix, NcclRelease, OsInfo, Toolkit, minor
+from envbuilder.core.rules import Context, Rule, Violation, all_rules, needs_devel, variant_of
+from envbuilder.core.target import COMPONENTS, Request, check_pins_known
 
 AXIS_ORDER = ("cuda", "torch", "os", "python", "nccl", "horovod", "deepspeed")
 PYPI = "https://pypi.org/simple"
@@ -214,7 +214,7 @@ def _domain(axis: str, a: dict[str, Any], req: Request, m: Matrix) -> list[Any]:
             if var is None or var.nccl is None:
                 return [None]
             return [m.nccl_release(var.nccl) or NcclRelease(var.nccl, (), a["torch"].source)]
-        from .target import Pin
+        from envbuilder.core.target import Pin
         pin = req.nccl
         return [n for n in m.nccl if pin is None or Pin.parse(pin.text, "nccl").matches(n.version)]
     if axis in COMPONENTS:

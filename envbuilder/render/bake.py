@@ -38,8 +38,9 @@ import os
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from . import __version__, validate
-from .errors import InputError
+from envbuilder import __version__
+from envbuilder.core import validate
+from envbuilder.errors import InputError
 
 LOCAL_REPOSITORY = "envbuilder"
 
@@ -190,7 +191,7 @@ def write_bake(targets: list[tuple[str, Path]], out: Path, *, registry: str | No
             fields.append(("contexts", {"builder": f"target:{shared[i['key']]['name']}"}))
         blocks.append(_block("target", i["name"], fields))
     text = "\n\n".join(blocks) + "\n"
-    from .render import write_file_atomic
+    from envbuilder.render.templating import write_file_atomic
 
     write_file_atomic(path, text, step="bake")
     return text
@@ -200,7 +201,7 @@ def bake_all(out: str | Path, *, matrix_dir: str | Path | None = None,
              registry: str | None = None, targets: Sequence[str] | None = None, **kw) -> dict:
     """Render every built-in target (or ``targets``) into OUT/<target>/ and write
     OUT/docker-bake.hcl. Returns {"bake_file", "targets": [render reports]}."""
-    from .api import render_all
+    from envbuilder.api import render_all
 
     if registry is not None:
         validate.repository(registry, "--registry")

@@ -45,7 +45,7 @@ CATEGORIES: tuple[str, ...] = (
     "mpi_mismatch", "container_build",
 )
 
-DEFAULT_SIGNATURES = Path(__file__).resolve().parent / "data" / "signatures.yaml"
+DEFAULT_SIGNATURES = Path(__file__).resolve().parent.parent / "data" / "signatures.yaml"
 
 _SNIFF_BYTES = 8192
 _CHUNK_BYTES = 1 << 16

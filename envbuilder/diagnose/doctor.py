@@ -52,7 +52,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from envbuilder.errors import InputError
-from envbuilder.probe import UNLIMITED, Probe, RecordedProbe
+from envbuilder.diagnose.probe import UNLIMITED, Probe, RecordedProbe
 
 __all__ = ["Check", "Probe", "RecordedProbe", "run_doctor", "stack_from_image_labels",
            "parse_nvidia_smi_xml", "parse_nvidia_smi_text", "parse_topology",

@@ -13,7 +13,7 @@ from typing import Iterable
 
 from packaging.version import InvalidVersion, Version
 
-from .errors import InputError
+from envbuilder.errors import InputError
 
 _VERSION_RE = re.compile(r"^[0-9]+(\.[0-9]+){0,3}$")
 # docker/distribution reference grammar, simplified but strict: [host[:port]/]path[:tag][@digest]

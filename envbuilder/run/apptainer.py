@@ -19,7 +19,7 @@ import tarfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .errors import InputError, OperationError
+from envbuilder.errors import InputError, OperationError
 
 
 @dataclass

@@ -30,13 +30,13 @@ from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
 from envbuilder.errors import OperationError
-from envbuilder.payload import ddp_smoke
+from envbuilder.run.payload import ddp_smoke
 
 SUMMARY_MARKER = ddp_smoke.SUMMARY_MARKER
 CONTAINER_DIR = "/tmp/envbuilder-smoke"
 CONTAINER_OUT = CONTAINER_DIR + "/out"
 LOG_TAIL = 2000
-SMOKE_LABEL = "envbuilder.smoke"  # on every smoke container, so leftovers can be found
+SMOKE_LABEL = "envbuilder.run.smoke"  # on every smoke container, so leftovers can be found
 
 
 @dataclass(frozen=True)

@@ -40,10 +40,11 @@ import shlex
 from pathlib import PurePosixPath
 from typing import Iterable
 
-from . import __version__, validate
-from .errors import InputError
-from .plan import BuildPlan
-from .resources import templates_dir
+from envbuilder import __version__
+from envbuilder.core import validate
+from envbuilder.errors import InputError
+from envbuilder.render.plan import BuildPlan
+from envbuilder.core.resources import templates_dir
 
 DEFAULT_LAYOUTS: tuple[tuple[int, int], ...] = ((1, 12), (2, 6), (3, 4))
 MASTER_PORT = 23456  # the training operator's default for the port named pytorchjob-port

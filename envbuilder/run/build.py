@@ -16,8 +16,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from . import validate
-from .errors import InputError, OperationError
+from envbuilder.core import validate
+from envbuilder.errors import InputError, OperationError
 
 STEPS = ("render", "build", "smoke", "push")
 
@@ -126,9 +126,9 @@ def _proxy_args(opts: BuildOptions) -> dict[str, str]:
 
 def prepare_context(stack, opts: BuildOptions, dest: Path) -> tuple[Path, Any]:
     """Render the build folder for ``stack`` into ``dest``, with wheels and CA bundle added."""
-    from . import wheelhouse as wh
-    from .api import build_files
-    from .render import LAYER_BUILD_DEPS, write_tree
+    from envbuilder.run import wheelhouse as wh
+    from envbuilder.api import build_files
+    from envbuilder.render.templating import LAYER_BUILD_DEPS, write_tree
 
     lock_text = None
     if opts.lock is not None:
@@ -162,8 +162,8 @@ def build_target(target: str, opts: BuildOptions, *, matrix_dir: str | Path | No
                  pins=None, client=None, on_event: Callable[[str, Any], None] | None = None,
                  matrix=None) -> BuildReport:
     """Render, build, smoke-test and (with opts.push) push one target."""
-    from .api import resolve_target
-    from .matrix import load_matrix
+    from envbuilder.api import resolve_target
+    from envbuilder.core.matrix import load_matrix
 
     opts.validate()
     m = matrix or load_matrix(matrix_dir)
@@ -186,14 +186,14 @@ def build_target(target: str, opts: BuildOptions, *, matrix_dir: str | Path | No
         emit("step", ("render", "ok"))
 
         step = "build"
-        from . import engine
+        from envbuilder.run import engine
 
         if client is None:
             client = engine.connect()
         base = opts.base_image or stack.runtime_image
         labels = {"io.envbuilder.base-digest": _base_digest(client, base)}
         if opts.lock is not None:
-            from .lock import lock_digest
+            from envbuilder.lock.requirements import lock_digest
 
             labels["io.envbuilder.lock-digest"] = lock_digest(opts.lock)
         t0 = time.monotonic()
@@ -214,7 +214,7 @@ def build_target(target: str, opts: BuildOptions, *, matrix_dir: str | Path | No
         step = "smoke"
         smoke_passed = False
         if opts.smoke:
-            from .smoke import run_smoke_container
+            from envbuilder.run.smoke import run_smoke_container
 
             t0 = time.monotonic()
             emit("step", ("smoke", "running"))
@@ -280,7 +280,7 @@ def build_target(target: str, opts: BuildOptions, *, matrix_dir: str | Path | No
 
 
 def _base_digest(client, base: str) -> str:
-    from . import engine
+    from envbuilder.run import engine
 
     try:
         return engine.image_digest_ref(client, base)
@@ -299,7 +299,7 @@ def explain_log(log: str, top: int = 3, details: dict | None = None) -> list[dic
     """The likely causes of a failed smoke job, from its log and the failed checks' details
     (what each rank recorded), through envbuilder explain."""
     try:
-        from .explain import explain_lines
+        from envbuilder.diagnose.explain import explain_lines
     except ImportError:  # pragma: no cover
         return []
     try:
@@ -315,7 +315,7 @@ def build_many(targets: Sequence[str], opts: BuildOptions, *, jobs: int = 1, mat
     """Build several targets, at most ``jobs`` at once; keep going past failures."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from .matrix import load_matrix
+    from envbuilder.core.matrix import load_matrix
 
     m = load_matrix(matrix_dir)
 

@@ -18,10 +18,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Mapping
 
-from . import __version__
-from .errors import InputError, OperationError
-from .plan import BuildPlan, PipLayer
-from .resources import payload_dir, templates_dir
+from envbuilder import __version__
+from envbuilder.errors import InputError, OperationError
+from envbuilder.render.plan import BuildPlan, PipLayer
+from envbuilder.core.resources import payload_dir, templates_dir
 
 LAYER_BUILD_DEPS: dict[str, tuple[str, ...]] = {
     # what each compiled layer's setup.py imports while building (no build isolation: they

@@ -1,0 +1,1 @@
+"""Hash-pinned locks (uv), conda environments and SBOMs for a resolved stack."""
