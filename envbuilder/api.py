@@ -29,6 +29,8 @@ class Pins:
     driver: str | None = None
     with_: tuple[str, ...] = ()
     without: tuple[str, ...] = ()
+    flavour: str | None = None
+    ds_ops: str | None = None
 
     def components(self) -> dict[str, bool]:
         out: dict[str, bool] = {}
@@ -48,7 +50,8 @@ def request(target: str, matrix: Matrix, pins: Pins | None = None) -> Request:
     req = parse_target(target, matrix)
     return apply_options(req, matrix, torch=pins.torch, python=pins.python,
                          deepspeed=pins.deepspeed, horovod=pins.horovod, nccl=pins.nccl,
-                         os=pins.os, driver=pins.driver, with_=pins.components())
+                         os=pins.os, driver=pins.driver, with_=pins.components(),
+                         flavour=pins.flavour, ds_ops=pins.ds_ops)
 
 
 def resolve_target(target: str, *, matrix_dir: str | Path | None = None, pins: Pins | None = None,
@@ -67,22 +70,22 @@ def check_combination(*, matrix_dir: str | Path | None = None, cuda: str | None 
                       driver: str | None = None, torch: str | None = None,
                       python: str | None = None, nccl: str | None = None,
                       deepspeed: str | None = None, horovod: str | None = None,
-                      os: str | None = None) -> dict:
+                      os: str | None = None, flavour: str | None = None) -> dict:
     """Judge a partial combination using only the axes given (envbuilder check)."""
     from envbuilder.core.resolve import check
 
     m = load_matrix(matrix_dir)
     given = {ax for ax, v in (("cuda", cuda), ("torch", torch), ("python", python),
                               ("nccl", nccl), ("deepspeed", deepspeed), ("horovod", horovod),
-                              ("os", os)) if v is not None}
+                              ("os", os), ("flavour", flavour)) if v is not None}
     if cuda is None and driver is not None:
         raise InputError("--driver needs --cuda: a driver is judged against a CUDA version")
     if not given:
         raise InputError("check needs at least one of --cuda, --torch, --python, --nccl, "
-                         "--deepspeed, --horovod, --os")
+                         "--deepspeed, --horovod, --os, --flavour")
     req = Request(target="check")
     req = apply_options(req, m, cuda=cuda, driver=driver, torch=torch, python=python,
-                        nccl=nccl, deepspeed=deepspeed, horovod=horovod, os=os)
+                        nccl=nccl, deepspeed=deepspeed, horovod=horovod, os=os, flavour=flavour)
     assignment, warnings = check(req, m, given)
     from envbuilder.core.resolve import _show
     return {"ok": True,
@@ -125,7 +128,8 @@ def render_target(target: str, out: str | Path, *, matrix_dir: str | Path | None
                   pip_index_url: str | None = None, extra_index_urls: Sequence[str] = (),
                   nproc: int = 12, lock: bool = False, requirements_file: str | Path | None = None,
                   image: str | None = None, gpus: bool | None = None, infiniband: bool = False,
-                  matrix: Matrix | None = None) -> dict:
+                  matrix: Matrix | None = None, builder_image: str | None = None,
+                  cuda_arch: tuple[str, ...] = (), cpu_isa: str | None = None) -> dict:
     """Resolve and write the build folder. Returns a report (paths, stack).
 
     A ``requirements.lock`` already in ``out`` (from ``envbuilder lock``), or one made now with
@@ -152,7 +156,9 @@ def render_target(target: str, out: str | Path, *, matrix_dir: str | Path | None
         lock_text = existing.read_text(encoding="utf-8")
     plan, files = build_files(stack, lock_text=lock_text, lock_source=str(existing),
                               base_image=base_image, pip_index_url=pip_index_url,
-                              extra_index_urls=tuple(extra_index_urls), smoke_nproc=nproc)
+                              extra_index_urls=tuple(extra_index_urls), smoke_nproc=nproc,
+                              builder_image=builder_image, cuda_arch=cuda_arch or None,
+                              cpu_isa=cpu_isa)
     files.update(render_jobs(plan, image=image or f"envbuilder:{stack.tag}",
                              gpus=stack.toolkit is not None if gpus is None else gpus,
                              infiniband=infiniband))
@@ -200,3 +206,16 @@ def image_labels(image: str, client=None) -> Mapping[str, str]:
     from envbuilder.run.engine import connect, image_labels as _labels
 
     return _labels(client or connect(), image)
+
+
+def verify_image(image: str, *, matrix_dir: str | Path | None = None, client=None):
+    """Run the verification payload in ``image`` and compare with its labels (envbuilder verify)."""
+    from envbuilder.core import validate
+    from envbuilder.run.engine import connect, image_labels as _labels
+    from envbuilder.run.verify import verify_image_labels
+
+    validate.image_ref(image, "IMAGE")
+    c = client or connect()
+    m = load_matrix(matrix_dir)
+    ops = {n: o.module for n, o in m.toolchains.deepspeed_ops.items() if o.module}
+    return verify_image_labels(c, image, _labels(c, image), ops)

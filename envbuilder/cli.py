@@ -42,6 +42,16 @@ OsOpt = typer.Option(None, "--os", help="Pin the base OS, e.g. ubuntu22.04.")
 DriverOpt = typer.Option(None, "--driver", help="The driver of the hosts the image must run on, e.g. 525.60.13.")
 WithOpt = typer.Option(None, "--with", help="Include components: deepspeed,horovod.")
 WithoutOpt = typer.Option(None, "--without", help="Exclude components: deepspeed,horovod.")
+FlavourOpt = typer.Option(None, "--flavour", metavar="NAME",
+                          help="Runtime base flavour: cuda-base (default), cuda-runtime, cudnn-runtime or os.")
+DsOpsOpt = typer.Option(None, "--ds-ops", metavar="OPS",
+                        help="DeepSpeed ops to pre-build, e.g. fused_adam,cpu_adam (default: none, JIT).")
+BuilderImageOpt = typer.Option(None, "--builder-image", metavar="IMAGE",
+                               help="The builder stage's image (a CUDA devel image when something compiles).")
+CudaArchOpt = typer.Option(None, "--cuda-arch", metavar="LIST",
+                           help="Narrow the CUDA archs compiled code is built for, e.g. 8.0,9.0 (default: torch's own).")
+CpuIsaOpt = typer.Option(None, "--cpu-isa", metavar="ISA",
+                         help="-march of compiled CPU code (DeepSpeed CPU ops): x86-64-v3 (default), x86-64-v4, x86-64-v2.")
 
 
 def _echo_json(data: Any) -> None:
@@ -84,11 +94,17 @@ def command(fn: Callable) -> Callable:
     return wrapper
 
 
-def _pins(torch, python, deepspeed, horovod, nccl, os_, driver, with_, without):
+def _pins(torch, python, deepspeed, horovod, nccl, os_, driver, with_, without, flavour=None,
+          ds_ops=None):
     from envbuilder.api import Pins
 
     return Pins(torch=torch, python=python, deepspeed=deepspeed, horovod=horovod, nccl=nccl,
-                os=os_, driver=driver, with_=tuple(with_ or ()), without=tuple(without or ()))
+                os=os_, driver=driver, with_=tuple(with_ or ()), without=tuple(without or ()),
+                flavour=flavour, ds_ops=ds_ops)
+
+
+def _arch(value: Optional[str]) -> tuple[str, ...]:
+    return tuple(a.strip() for a in (value or "").replace(";", ",").split(",") if a.strip())
 
 
 def _table(title: str, columns: list[str], rows: list[list[Any]]) -> None:
@@ -164,12 +180,13 @@ def resolve(target: str = typer.Argument(..., help="e.g. cu118, cu121-torch2.1-p
             nccl: Optional[str] = NcclOpt, os_: Optional[str] = OsOpt,
             driver: Optional[str] = DriverOpt, with_: Optional[List[str]] = WithOpt,
             without: Optional[List[str]] = WithoutOpt,
+           flavour: Optional[str] = FlavourOpt, ds_ops: Optional[str] = DsOpsOpt,
             matrix: Optional[str] = MatrixOpt, as_json: bool = JsonOpt) -> None:
     """Print the resolved stack, or why none exists (exit 3)."""
     from envbuilder.api import resolve_target
 
     st = resolve_target(target, matrix_dir=matrix,
-                        pins=_pins(torch, python, deepspeed, horovod, nccl, os_, driver, with_, without))
+                        pins=_pins(torch, python, deepspeed, horovod, nccl, os_, driver, with_, without, flavour, ds_ops))
     d = st.to_dict()
     if as_json:
         _echo_json(d)
@@ -183,13 +200,14 @@ def check(cuda: Optional[str] = typer.Option(None, "--cuda", help="CUDA version,
           driver: Optional[str] = DriverOpt, torch: Optional[str] = TorchOpt,
           python: Optional[str] = PythonOpt, nccl: Optional[str] = NcclOpt,
           deepspeed: Optional[str] = DsOpt, horovod: Optional[str] = HvdOpt,
-          os_: Optional[str] = OsOpt, matrix: Optional[str] = MatrixOpt,
-          as_json: bool = JsonOpt) -> None:
+          os_: Optional[str] = OsOpt, flavour: Optional[str] = FlavourOpt,
+          matrix: Optional[str] = MatrixOpt, as_json: bool = JsonOpt) -> None:
     """Judge a (partial) combination; explain every violated rule (exit 3)."""
     from envbuilder.api import check_combination
 
     r = check_combination(matrix_dir=matrix, cuda=cuda, driver=driver, torch=torch,
-                          python=python, nccl=nccl, deepspeed=deepspeed, horovod=horovod, os=os_)
+                          python=python, nccl=nccl, deepspeed=deepspeed, horovod=horovod, os=os_,
+                          flavour=flavour)
     if as_json:
         _echo_json(r)
         return
@@ -211,7 +229,10 @@ def render(target: Optional[str] = typer.Argument(None, help="The target; omit w
            nccl: Optional[str] = NcclOpt, os_: Optional[str] = OsOpt,
            driver: Optional[str] = DriverOpt, with_: Optional[List[str]] = WithOpt,
            without: Optional[List[str]] = WithoutOpt,
-           base_image: Optional[str] = typer.Option(None, "--base-image", help="Use this base image (both stages)."),
+           flavour: Optional[str] = FlavourOpt, ds_ops: Optional[str] = DsOpsOpt,
+           base_image: Optional[str] = typer.Option(None, "--base-image", help="The runtime base image (and the builder's, unless it is a CUDA devel image)."),
+           builder_image: Optional[str] = BuilderImageOpt, cuda_arch: Optional[str] = CudaArchOpt,
+           cpu_isa: Optional[str] = CpuIsaOpt,
            pip_index_url: Optional[str] = typer.Option(None, "--pip-index-url", help="PyPI mirror."),
            extra_index_url: Optional[List[str]] = typer.Option(None, "--extra-index-url"),
            nproc: int = typer.Option(12, "--nproc", min=1, help="Ranks of the smoke job."),
@@ -224,10 +245,11 @@ def render(target: Optional[str] = typer.Argument(None, help="The target; omit w
     from envbuilder.api import render_all, render_target
     from envbuilder.errors import InputError
 
-    pins = _pins(torch, python, deepspeed, horovod, nccl, os_, driver, with_, without)
+    pins = _pins(torch, python, deepspeed, horovod, nccl, os_, driver, with_, without, flavour, ds_ops)
     kw = dict(matrix_dir=matrix, pins=pins, base_image=base_image, pip_index_url=pip_index_url,
               extra_index_urls=tuple(extra_index_url or ()), nproc=nproc, lock=lock,
-              requirements_file=requirements, image=image, infiniband=infiniband)
+              requirements_file=requirements, image=image, infiniband=infiniband,
+              builder_image=builder_image, cuda_arch=_arch(cuda_arch), cpu_isa=cpu_isa)
     if image is not None and all_:
         raise InputError("--image names one image: use it without --all")
     if all_:
@@ -272,6 +294,7 @@ def lock(target: str = typer.Argument(..., help="The target to lock."),
          nccl: Optional[str] = NcclOpt, os_: Optional[str] = OsOpt,
          driver: Optional[str] = DriverOpt, with_: Optional[List[str]] = WithOpt,
          without: Optional[List[str]] = WithoutOpt,
+           flavour: Optional[str] = FlavourOpt, ds_ops: Optional[str] = DsOpsOpt,
          matrix: Optional[str] = MatrixOpt, as_json: bool = JsonOpt) -> None:
     """Write the hash-pinned lock for a target; --check fails on drift (the CI gate)."""
     from envbuilder.api import resolve_target
@@ -283,7 +306,7 @@ def lock(target: str = typer.Argument(..., help="The target to lock."),
     for u in extra_index_url or ():
         url(u, "--extra-index-url")
     stack = resolve_target(target, matrix_dir=matrix,
-                           pins=_pins(torch, python, deepspeed, horovod, nccl, os_, driver, with_, without))
+                           pins=_pins(torch, python, deepspeed, horovod, nccl, os_, driver, with_, without, flavour, ds_ops))
     dest = out or Path("build") / target
     rep = lock_target(stack, dest, requirements_file=requirements, index_url=pip_index_url,
                       extra_index_urls=tuple(extra_index_url or ()), check=check_)
@@ -416,7 +439,11 @@ def build(target: Optional[str] = typer.Argument(None, help="The target; omit wi
           nccl: Optional[str] = NcclOpt, os_: Optional[str] = OsOpt,
           driver: Optional[str] = DriverOpt, with_: Optional[List[str]] = WithOpt,
           without: Optional[List[str]] = WithoutOpt,
-          base_image: Optional[str] = typer.Option(None, "--base-image", help="Base image for both stages."),
+           flavour: Optional[str] = FlavourOpt, ds_ops: Optional[str] = DsOpsOpt,
+          base_image: Optional[str] = typer.Option(None, "--base-image", help="The runtime base image (and the builder's, unless it is a CUDA devel image)."),
+          builder_image: Optional[str] = BuilderImageOpt, cuda_arch: Optional[str] = CudaArchOpt,
+          cpu_isa: Optional[str] = CpuIsaOpt,
+          no_verify: bool = typer.Option(False, "--no-verify", help="Skip checking the image against its labels."),
           ca_cert: Optional[Path] = typer.Option(None, "--ca-cert", help="A PEM CA bundle trusted in the builder stage only."),
           pip_index_url: Optional[str] = typer.Option(None, "--pip-index-url"),
           extra_index_url: Optional[List[str]] = typer.Option(None, "--extra-index-url"),
@@ -454,7 +481,9 @@ def build(target: Optional[str] = typer.Argument(None, help="The target; omit wi
     opts = _build_opts(base_image, ca_cert, pip_index_url, extra_index_url, wheelhouse,
                        http_proxy, https_proxy, no_proxy, tag, push, no_smoke, nproc, backend,
                        smoke_timeout, shm_size, context, no_alias, lock)
-    pins = _pins(torch, python, deepspeed, horovod, nccl, os_, driver, with_, without)
+    opts.builder_image, opts.cuda_arch, opts.cpu_isa = builder_image, _arch(cuda_arch), cpu_isa
+    opts.verify = not no_verify
+    pins = _pins(torch, python, deepspeed, horovod, nccl, os_, driver, with_, without, flavour, ds_ops)
     if all_:
         if target is not None:
             raise InputError("build --all takes no TARGET")
@@ -479,8 +508,8 @@ def build(target: Optional[str] = typer.Argument(None, help="The target; omit wi
         if as_json:
             _echo_json(data)
         else:
-            _table("envbuilder build --all", ["target", "tag", "render", "build", "smoke", "push", "error"],
-                   [[r.target, r.tag, *[r.steps[s] for s in ("render", "build", "smoke", "push")],
+            _table("envbuilder build --all", ["target", "tag", "render", "build", "verify", "smoke", "push", "error"],
+                   [[r.target, r.tag, *[r.steps[s] for s in ("render", "build", "verify", "smoke", "push")],
                      (r.error or "")[:80]] for r in reports])
         if not data["ok"]:
             raise typer.Exit(EXIT_FAILED)
@@ -635,6 +664,28 @@ def smoke(image: Optional[str] = typer.Argument(None, help="The image to test (o
 
 
 # -- doctor and explain ---------------------------------------------------------------------
+
+@app.command()
+@command
+def verify(image: str = typer.Argument(..., help="An image built by envbuilder (its labels say what it holds)."),
+           matrix: Optional[str] = MatrixOpt, as_json: bool = JsonOpt) -> None:
+    """Check that an image is what its labels say: torch, CUDA, the one NCCL loaded, cuDNN,
+    Python, Horovod's NCCL, DeepSpeed ops, the NVIDIA variables (no GPU needed; exit 1 on a
+    mismatch)."""
+    from envbuilder.api import verify_image
+
+    r = verify_image(image, matrix_dir=matrix)
+    d = r.to_dict()
+    if as_json:
+        _echo_json(d)
+    else:
+        _table(f"envbuilder verify {image}", ["check", "ok", "detail"],
+               [[c["name"], "ok" if c["ok"] else "FAIL", c["detail"]] for c in d["checks"]])
+    if not r.ok:
+        if not as_json:
+            sys.stderr.write(f"envbuilder: error: {image} is not what its labels say: {r.summary()}\n")
+        raise typer.Exit(EXIT_FAILED)
+
 
 @app.command()
 @command

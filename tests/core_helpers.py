@@ -19,7 +19,20 @@ MATRICES = matrices_dir()
 REPO = Path(__file__).resolve().parent.parent
 HADOLINT_CONFIG = REPO / ".hadolint.yaml"
 GOLDEN = Path(__file__).resolve().parent / "golden"
-GOLDEN_TARGETS = ("cpu", "cu118", "cu121-ds", "cu118-hvd")
+# golden folder -> (target, pins): every base flavour and every kind of builder
+GOLDEN_CASES: dict[str, tuple[str, dict]] = {
+    "cpu": ("cpu", {}),
+    "cu118": ("cu118", {}),  # cuda-base, nothing compiles
+    "cu121-ds": ("cu121-ds", {}),  # DeepSpeed ops pre-built on the nvidia/cuda devel builder
+    "cu118-hvd": ("cu118-hvd", {}),  # Horovod against torch's NCCL, devel builder
+    "cu121-cuda-runtime": ("cu121", {"flavour": "cuda-runtime"}),
+    "cu121-cudnn-runtime": ("cu121", {"flavour": "cudnn-runtime"}),
+    "cu124-debian12-os": ("cu124-torch2.6-debian12", {}),  # plain OS image, CUDA from the wheels
+    "cu117-hvd-debian12": ("cu117-torch2.0-hvd0.28-debian12", {}),  # Debian's non-free nvcc 11.8, GCC 11
+    "cu124-ds-debian13": ("cu124-torch2.6-debian13", {"ds_ops": "fused_adam,cpu_adam"}),  # nvcc 12.4, GCC 13
+    "cu130-ds-pip-nvcc": ("cu130-torch2.11-debian12", {"ds_ops": "fused_adam"}),  # NVIDIA's CUDA 13 wheels
+}
+GOLDEN_TARGETS = tuple(GOLDEN_CASES)
 GOLDEN_FILES = ("Dockerfile", "envbuilder.def", "requirements.in")
 
 

@@ -19,7 +19,7 @@ def test_parse_definition_stages_and_sections(tmp_path):
     stages = parse_definition((tmp_path / "out" / "envbuilder.def").read_text())
     assert [s.name for s in stages] == ["builder", "runtime"]
     assert stages[0].header["From"].endswith("-devel-ubuntu22.04")
-    assert stages[1].header["From"].endswith("-runtime-ubuntu22.04")
+    assert stages[1].header["From"].endswith("-base-ubuntu22.04")  # the cuda-base flavour
     assert stages[1].section("files")[0][0] == "from builder"
     assert "horovod" in stages[0].section("post")[0][1]
 

@@ -213,7 +213,7 @@ JSON_OK = [
 JSON_ERR = [
     (["targets", "--matrix", "nope"], 2),
     (["resolve", "cu118-nope"], 2),
-    (["resolve", "cu121", "--driver", "470.82.01"], 3),
+    (["resolve", "cu121", "--driver", "470.82.01", "--flavour", "os"], 3),
     (["check"], 2),
     (["check", "--cuda", "11.8", "--torch", "2.8"], 3),
     (["render", "cu118", "-o", "out", "--base-image", "bad image"], 2),

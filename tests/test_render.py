@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from core_helpers import (
-    GOLDEN, GOLDEN_FILES, GOLDEN_TARGETS, HADOLINT_CONFIG, PIP_RE, apptainer_stages, builtin,
+    GOLDEN, GOLDEN_CASES, GOLDEN_FILES, GOLDEN_TARGETS, HADOLINT_CONFIG, PIP_RE, apptainer_stages, builtin,
     dockerfile_kv, dockerfile_stages, run_commands, section,
 )
 from envbuilder import __version__
@@ -55,7 +55,8 @@ def all_out(tmp_path_factory) -> Path:
 @pytest.mark.parametrize("name", GOLDEN_FILES)
 @pytest.mark.parametrize("target", GOLDEN_TARGETS)
 def test_golden(target, name):
-    text = rendered(target)[name]
+    t, pins = GOLDEN_CASES[target]
+    text = rendered(t, pins=Pins(**pins))[name]
     path = GOLDEN / target / name
     if UPDATE:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -100,6 +101,17 @@ def test_hadolint_passes_on_every_builtin_target(all_out):
     assert not bad, json.dumps(bad, indent=1)
 
 
+def test_hadolint_passes_on_every_flavour_and_builder(tmp_path):
+    files = []
+    for name, (t, pins) in GOLDEN_CASES.items():
+        f = tmp_path / name / "Dockerfile"
+        f.parent.mkdir()
+        f.write_text(rendered(t, pins=Pins(**pins))["Dockerfile"])
+        files.append(f)
+    bad = [f for f in _hadolint(files) if f["level"] in ("error", "warning")]
+    assert not bad, json.dumps(bad, indent=1)
+
+
 def test_hadolint_catches_a_bad_dockerfile(tmp_path):
     """The check above is not vacuous: hadolint with our config does flag problems."""
     f = tmp_path / "Dockerfile"
@@ -117,6 +129,8 @@ def test_hadolint_passes_with_options(tmp_path):
 # -- Dockerfile and envbuilder.def agree --------------------------------------------------------
 
 AGREEMENT_TARGETS = [t.name for t in builtin().targets] + [
+    "cu117-torch2.0-hvd0.28-debian12",  # Debian non-free nvcc, GCC 11
+    "cu124-torch2.6-debian12",  # os flavour
     "cu118-hvd0.28-ds0.14",   # both compiled layers
     "cu121-torch2.2-py312",   # Python from the deadsnakes PPA
     "cpu-hvd0.28-torch2.0",   # Horovod on CPU (no NCCL operations)
@@ -144,7 +158,7 @@ def _docker_view(text: str) -> dict:
     b_run = [c for w, r in builder["instructions"] if w == "RUN" for c in run_commands(r)]
     r_run = [c for w, r in runtime["instructions"] if w == "RUN" for c in run_commands(r)]
     return {"builder": builder["image"], "runtime": runtime["image"], "pip": pip, "env": env,
-            "labels": labels, "builder_apt": [c for c in b_run if "apt" in c or "venv" in c],
+            "labels": labels, "builder_apt": [c for c in b_run if "apt" in c or " -m venv " in c],
             "runtime_apt": [c for c in r_run if c.startswith("apt-get") or c.startswith("rm -rf /var")]}
 
 
@@ -161,7 +175,7 @@ def _apptainer_view(text: str) -> dict:
     r_post = section(runtime, "%post")
     return {"builder": builder["headers"]["From"], "runtime": runtime["headers"]["From"],
             "pip": [c for c in post if PIP_RE.search(c)], "env": env, "labels": labels,
-            "builder_apt": [c for c in post if ("apt" in c or "venv" in c) and not c.startswith("export")],
+            "builder_apt": [c for c in post if ("apt" in c or " -m venv " in c) and not c.startswith("export")],
             "runtime_apt": [c for c in r_post if c.startswith("apt-get") or c.startswith("rm -rf /var")]}
 
 
@@ -186,13 +200,21 @@ def test_dockerfile_and_apptainer_agree(target):
 
 
 def test_agreement_with_options():
-    files = rendered("cu118-hvd", base_image="nvcr.io/nvidia/cuda:11.8.0-cudnn8-devel-ubuntu22.04",
+    files = rendered("cu118-hvd", base_image="nvcr.io/nvidia/cuda:11.8.0-base-ubuntu22.04",
                      pip_index_url="https://mirror.example/simple",
                      extra_index_urls=("https://extra.example/simple",))
     d = _docker_view(files["Dockerfile"])
     a = _apptainer_view(files["envbuilder.def"])
-    assert d["builder"] == a["builder"] == d["runtime"] == a["runtime"] == \
-        "nvcr.io/nvidia/cuda:11.8.0-cudnn8-devel-ubuntu22.04"
+    # --base-image replaces the runtime base, never the devel builder that compiles Horovod
+    assert d["runtime"] == a["runtime"] == "nvcr.io/nvidia/cuda:11.8.0-base-ubuntu22.04"
+    assert d["builder"] == a["builder"] == "nvidia/cuda:11.8.0-devel-ubuntu22.04"
+    files = rendered("cu118-hvd", base_image="nvcr.io/nvidia/cuda:11.8.0-base-ubuntu22.04",
+                     builder_image="nvcr.io/nvidia/cuda:11.8.0-devel-ubuntu22.04",
+                     pip_index_url="https://mirror.example/simple",
+                     extra_index_urls=("https://extra.example/simple",))
+    d = _docker_view(files["Dockerfile"])
+    a = _apptainer_view(files["envbuilder.def"])
+    assert d["builder"] == a["builder"] == "nvcr.io/nvidia/cuda:11.8.0-devel-ubuntu22.04"
     assert d["pip"] == a["pip"]
     assert all("--extra-index-url https://extra.example/simple" in c for c in d["pip"]
                if c.startswith(("pip install", "env ")))

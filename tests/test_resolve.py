@@ -33,8 +33,9 @@ def test_cu118_is_the_newest_torch_with_cu118_wheels():
     assert s.torch.line == "2.7"  # per the issue (torch 2.8 dropped cu118)
     assert s.variant == "cu118"
     assert s.torch_index == "https://download.pytorch.org/whl/cu118"
-    assert s.runtime_image.startswith("nvidia/cuda:11.8.0-") and s.runtime_image.endswith("-runtime-" + s.os.name)
-    assert s.deepspeed is None and s.horovod is None
+    assert s.flavour == "cuda-base"
+    assert s.runtime_image == f"nvidia/cuda:11.8.0-base-{s.os.name}"
+    assert s.deepspeed is None and s.horovod is None and s.builder is None
 
 
 def test_cu121_torch21_py310():
@@ -75,9 +76,13 @@ def test_options_pin_like_target_parts():
 def test_with_adds_a_component_and_without_removes_it():
     m = builtin()
     s = resolve_target("cu121", matrix=m, pins=Pins(with_=("deepspeed",)))
-    assert s.deepspeed is not None and s.flavour == "devel"
-    assert s.builder_image.endswith("-devel-" + s.os.name)
-    assert s.runtime_image.endswith("-runtime-" + s.os.name)
+    assert s.deepspeed is not None and s.builder is None, "JIT ops (the default) compile nothing"
+    assert s.builder_image == s.runtime_image == f"nvidia/cuda:12.1.1-base-{s.os.name}"
+    s = resolve_target("cu121", matrix=m, pins=Pins(ds_ops="fused_adam"))
+    assert s.deepspeed is not None and s.ds_ops == ("fused_adam",), "--ds-ops implies DeepSpeed"
+    assert s.builder is not None and s.builder.image_kind == "devel" and str(s.builder.nvcc) == "12.1.1"
+    assert s.builder_image == f"nvidia/cuda:12.1.1-devel-{s.os.name}"
+    assert s.runtime_image.endswith("-base-" + s.os.name)
     with pytest.raises(InputError):
         resolve_target("cu121-ds0.16", matrix=m, pins=Pins(without=("deepspeed",)))
     with pytest.raises(InputError):
@@ -89,12 +94,17 @@ def test_with_adds_a_component_and_without_removes_it():
 def test_driver_excludes_stacks():
     m = builtin()
     with pytest.raises(IncompatibleError) as ei:
-        resolve_target("cu121", matrix=m, pins=Pins(driver="470.82.01"))
+        resolve_target("cu121", matrix=m, pins=Pins(driver="470.82.01", flavour="os"))
     e = ei.value
     assert e.exit_code == 3
     assert "530.30.02" in str(e) and "470.82.01" in str(e)
     assert [v.rule for v in e.violations] == ["driver_cuda"]
     assert any("cu118" in a for a in e.alternatives)
+    assert "cuda-compat" in str(e) and "os flavour" in str(e)
+    # on an nvidia/cuda base it can run only through forward compatibility (cuda-compat): a warning
+    s = resolve_target("cu121", matrix=m, pins=Pins(driver="470.82.01"))
+    assert s.flavour == "cuda-base"
+    assert [w.rule for w in s.warnings] == ["driver_cuda"] and "forward compatibility" in s.warnings[0].message
     # the same driver runs CUDA 11.8 through minor-version compatibility: a warning, not a refusal
     s = resolve_target("cu118", matrix=m, pins=Pins(driver="470.82.01"))
     assert [w.rule for w in s.warnings] == ["driver_cuda"]
@@ -133,7 +143,8 @@ def test_cu118_hvd_uses_the_last_torch_horovod_builds_against():
     s = resolve_target("cu118-hvd0.28", matrix=builtin())
     assert s.torch.version < Version("2.1")
     assert str(s.horovod.version) == "0.28.1"  # 0.28.0 only warns (GCC 12): 0.28.1 is newer anyway
-    assert s.flavour == "devel"
+    assert s.flavour == "cuda-base" and s.builder is not None and s.builder.image_kind == "devel"
+    assert s.builder_image == f"nvidia/cuda:11.8.0-devel-{s.os.name}" and s.builder.gcc == 11
 
 
 def test_no_alternative_when_nothing_resolves():
@@ -287,3 +298,74 @@ def test_property_resolution_is_deterministic(t):
         assert str(again.value) == str(e)
         return
     assert resolve(request(text, m), m).tag == first
+
+
+# -- base flavours and builders (issues 11 and 12) --------------------------------------------
+
+def test_debian_targets_resolve_to_the_os_flavour():
+    d = resolve_target("cu124-torch2.6-debian12", matrix=builtin()).to_dict()
+    assert d["flavour"] == "os" and d["base_image"] == "debian:12" and d["builder_image"] == "debian:12"
+    assert d["cuda"] == "12.4" and d["nccl"] == "2.21.5" and d["nccl_package"] == "nvidia-nccl-cu12"
+    assert d["builder"] is None
+
+
+def test_cuda_base_is_the_default_flavour():
+    d = resolve_target("cu121", matrix=builtin()).to_dict()
+    assert d["flavour"] == "cuda-base" and "-base-" in d["base_image"]
+    assert "pinned" not in d["choices"]["flavour"]["reason"]
+
+
+@pytest.mark.parametrize("flavour,image", [
+    ("cuda-runtime", "nvidia/cuda:12.1.1-runtime-ubuntu22.04"),
+    ("cudnn-runtime", "nvidia/cuda:12.1.1-cudnn8-runtime-ubuntu22.04"),
+    ("os", "ubuntu:22.04"),
+])
+def test_flavour_pin(flavour, image):
+    s = resolve_target("cu121-ubuntu22.04", matrix=builtin(), pins=Pins(flavour=flavour))
+    assert s.flavour == flavour and s.runtime_image == image
+    assert "pinned" in s.choices["flavour"].reason
+
+
+def test_unknown_flavour_is_bad_input():
+    with pytest.raises(InputError) as ei:
+        resolve_target("cu121", matrix=builtin(), pins=Pins(flavour="cuda-bse"))
+    assert ei.value.exit_code == 2 and "cuda-base" in str(ei.value)
+
+
+def test_cpu_targets_have_no_cuda_flavour():
+    assert resolve_target("cpu", matrix=builtin()).flavour == "os"
+    with pytest.raises(IncompatibleError) as ei:
+        resolve_target("cpu", matrix=builtin(), pins=Pins(flavour="cuda-base"))
+    assert {v.rule for v in ei.value.violations} == {"base_image"}
+
+
+def test_horovod_on_debian12_compiles_with_the_archive_nvcc():
+    s = resolve_target("cu117-torch2.0-hvd0.28-debian12", matrix=builtin())
+    b = s.builder
+    assert s.flavour == "os" and b is not None and b.image_kind == "os"
+    assert str(b.nvcc) == "11.8.89" and b.toolkit.install == "apt" and b.cuda_home == "/usr"
+    assert b.gcc == 11 and b.gcc_packages == ("gcc-11", "g++-11"), "nvcc 11.8 refuses Debian 12's GCC 12"
+    assert [w.rule for w in s.warnings] == ["builder"], "nvcc 11.8 for torch's CUDA 11.7: a warning"
+
+
+def test_a_compiling_stack_without_a_same_major_nvcc_is_refused():
+    with pytest.raises(IncompatibleError) as ei:
+        resolve_target("cu124-torch2.6-hvd0.28-debian12", matrix=builtin())
+    assert "builder" in {v.rule for v in ei.value.violations} or \
+        "known_incompatibility" in {v.rule for v in ei.value.violations}
+    with pytest.raises(IncompatibleError) as ei:
+        resolve_target("cu124-torch2.6-debian12", matrix=builtin(), pins=Pins(ds_ops="fused_adam"))
+    v = [v for v in ei.value.violations if v.rule == "builder"]
+    assert v and "CUDA 12.x" in v[0].message and "debian12" in v[0].message
+
+
+def test_deepspeed_ops_on_debian13_and_cuda13_wheels():
+    s = resolve_target("cu124-torch2.6-debian13", matrix=builtin(), pins=Pins(ds_ops="fused_adam,cpu_adam"))
+    assert s.ds_ops == ("fused_adam", "cpu_adam") and str(s.builder.nvcc) == "12.4.131"
+    assert s.builder.gcc == 13, "nvcc 12.4 accepts GCC <= 13; Debian 13's default is 14"
+    assert not s.warnings
+    s = resolve_target("cu130-torch2.11-debian12", matrix=builtin(), pins=Pins(ds_ops="fused_adam"))
+    assert s.builder.toolkit.install == "pip" and str(s.builder.nvcc).startswith("13.0")
+    with pytest.raises(InputError) as ei:
+        resolve_target("cu121", matrix=builtin(), pins=Pins(ds_ops="fused_adm"))
+    assert "fused_adam" in str(ei.value)

@@ -27,8 +27,8 @@ ACCEPT, REFUSE, WARN = "accept", "refuse", "warn"
 def base(m: Matrix, **over) -> dict:
     """A full assignment that breaks no rule (cu121, torch 2.1.2, py3.10, ubuntu22.04)."""
     a = {"cuda": toolkit(m, "12.1.1"), "torch": torch(m, "2.1.2"), "python": "3.10",
-         "os": os_(m, "ubuntu22.04"), "nccl": nccl(m, "2.18.1"), "deepspeed": None,
-         "horovod": None}
+         "os": os_(m, "ubuntu22.04"), "flavour": "cuda-base", "nccl": nccl(m, "2.18.1"),
+         "deepspeed": None, "horovod": None}
     a.update(over)
     return a
 
@@ -51,8 +51,13 @@ CASES: list[Case] = [
      lambda m: (base(m), {"driver": "530.30.02"}, None), ()),
     ("cpu-any-driver", "driver_cuda", ACCEPT,
      lambda m: (base(m, cuda=None, nccl=None), {"driver": "470.82.01"}, None), ()),
-    ("cu121-driver470", "driver_cuda", REFUSE,
-     lambda m: (base(m), {"driver": "470.82.01"}, None), ("530.30.02", "470.82.01", "11.8")),
+    ("cu121-driver470-os-flavour", "driver_cuda", REFUSE,
+     lambda m: (base(m, flavour="os"), {"driver": "470.82.01"}, None),
+     ("530.30.02", "470.82.01", "cuda-compat", "--flavour cuda-base")),
+    # below the minor-compatibility floor, an nvidia/cuda base can still run it through forward
+    # compatibility (its cuda-compat package, datacenter GPUs): a warning, not a refusal
+    ("cu121-driver470-forward-compat", "driver_cuda", WARN,
+     lambda m: (base(m), {"driver": "470.82.01"}, None), ("forward compatibility", "cuda-compat")),
     ("cu121-driver528-minor-compat", "driver_cuda", WARN,
      lambda m: (base(m), {"driver": "528.02"}, None), ("530.30.02", "525.60.13")),
     # torch_cuda_variant: torch 2.8 has no cu118 wheels, 2.7.1 has
@@ -79,12 +84,35 @@ CASES: list[Case] = [
     ("cu118-ubuntu22.04", "base_image", ACCEPT,
      lambda m: (base(m, cuda=toolkit(m, "11.8.0")), {}, None), ()),
     ("cpu-ubuntu24.04", "base_image", ACCEPT,
-     lambda m: (base(m, cuda=None, os=os_(m, "ubuntu24.04")), {}, None), ()),
+     lambda m: (base(m, cuda=None, os=os_(m, "ubuntu24.04"), flavour="os"), {}, None), ()),
+    ("cu124-debian12-os-flavour", "base_image", ACCEPT,
+     lambda m: (base(m, cuda=toolkit(m, "12.4.1"), os=os_(m, "debian12"), flavour="os"), {}, None), ()),
+    ("cu124-debian12-cuda-base", "base_image", REFUSE,
+     lambda m: (base(m, cuda=toolkit(m, "12.4.1"), os=os_(m, "debian12")), {}, None),
+     ("debian12", "--flavour os")),
+    ("cpu-cuda-base", "base_image", REFUSE,
+     lambda m: (base(m, cuda=None, nccl=None), {}, None), ("CPU", "--flavour os")),
     ("cu118-ubuntu24.04", "base_image", REFUSE,
      lambda m: (base(m, cuda=toolkit(m, "11.8.0"), os=os_(m, "ubuntu24.04")), {}, None),
      ("11.8.0", "ubuntu24.04", "ubuntu22.04")),
     ("cu133-no-images", "base_image", REFUSE,
      lambda m: (base(m, cuda=newest_toolkit(m, "13.3")), {}, None), ("no images",)),
+    # builder: Horovod compiles with nvcc of torch's CUDA major and a GCC nvcc accepts
+    ("cu118-hvd-ubuntu22.04-devel", "builder", ACCEPT,
+     lambda m: (base(m, cuda=toolkit(m, "11.8.0"), torch=torch(m, "2.0.1"),
+                     horovod=component(m, "horovod", "0.28.1")), {}, None), ()),
+    ("cu117-hvd-debian12-apt-nvcc11.8", "builder", WARN,
+     lambda m: (base(m, cuda=newest_toolkit(m, "11.7"), torch=torch(m, "2.0.1"), os=os_(m, "debian12"),
+                     python="3.11", flavour="os", horovod=component(m, "horovod", "0.28.1")), {}, None),
+     ("11.8", "11.7", "minor")),
+    ("cu121-hvd-debian12-no-cuda12-nvcc", "builder", REFUSE,
+     lambda m: (base(m, os=os_(m, "debian12"), python="3.11", flavour="os",
+                     horovod=component(m, "horovod", "0.28.1")), {}, None),
+     ("CUDA 12.x", "debian12", "11.8")),
+    ("cu124-ds-ops-debian13-apt-nvcc12.4", "builder", ACCEPT,
+     lambda m: (base(m, cuda=toolkit(m, "12.4.1"), torch=torch(m, "2.6.0"), os=os_(m, "debian13"),
+                     python="3.13", flavour="os", deepspeed=component(m, "deepspeed", "0.16.9")),
+                {"ds_ops": ("fused_adam", "cpu_adam")}, None), ()),
     # nccl_pin: torch 2.1.2 cu121 bundles NCCL 2.18.1
     ("cu121-torch2.1-nccl2.18", "nccl_pin", ACCEPT,
      lambda m: (base(m), {"nccl_pin": "2.18"}, None), ()),
@@ -143,6 +171,8 @@ def _run(rule_name: str, m: Matrix, a: dict, ctx: dict) -> list[Violation]:
     out: list[Violation] = []
     for r in rules:
         assert all(ax in a for ax in r.axes)
+        if any(ax in a for ax in r.unless):
+            continue  # the search does not apply it either when those axes are assigned
         out += r.check(a, Context(m, **ctx))
     return out
 
@@ -203,7 +233,10 @@ def test_the_base_assignment_breaks_no_rule():
 def test_needs_devel():
     m = builtin()
     assert not needs_devel(base(m), m)
-    assert needs_devel(base(m, deepspeed=component(m, "deepspeed", "0.16.9")), m)
+    ds = base(m, deepspeed=component(m, "deepspeed", "0.16.9"))
+    assert not needs_devel(ds, m), "DeepSpeed without --ds-ops JIT-compiles: nothing to build"
+    assert needs_devel(ds, m, ("fused_adam",))
+    assert needs_devel(ds, m, ("cpu_adam",)), "on a CUDA torch, CPU ops link cudart and cuBLAS"
     assert needs_devel(base(m, horovod=component(m, "horovod", "0.28.1")), m)
     assert not needs_devel(base(m, cuda=None, horovod=component(m, "horovod", "0.28.1")), m)
 
@@ -219,9 +252,11 @@ def test_base_image_without_devel_refuses_compiling_stacks(tmp_path):
     m = load_matrix(folder)
     plain = base(m, cuda=toolkit(m, "11.8.0"))
     assert not _run("base_image", m, plain, {})
+    assert not _run("builder", m, plain, {})
     ds = base(m, cuda=toolkit(m, "11.8.0"), deepspeed=component(m, "deepspeed", "0.16.9"))
-    vs = _run("base_image", m, ds, {})
-    assert vs and "devel" in vs[0].message
+    assert not _run("builder", m, ds, {}), "JIT ops (no --ds-ops) compile nothing"
+    vs = _run("builder", m, ds, {"ds_ops": ("fused_adam",)})
+    assert vs and "devel" in vs[0].message and "fused_adam" in vs[0].message
 
 
 def test_base_image_removed_tags_are_refused(tmp_path):
@@ -234,10 +269,14 @@ def test_base_image_removed_tags_are_refused(tmp_path):
     m = load_matrix(folder)
     vs = _run("base_image", m, base(m, cuda=toolkit(m, "11.8.0")), {})
     assert vs and "no longer serves" in vs[0].message
-    # and the resolver then refuses cu118, suggesting something else
+    # the resolver then refuses cu118 on an nvidia/cuda flavour, suggesting something else...
+    from envbuilder.api import Pins
     with pytest.raises(IncompatibleError) as ei:
-        resolve_target("cu118", matrix=m)
+        resolve_target("cu118", matrix=m, pins=Pins(flavour="cuda-base"))
     assert any(v.rule == "base_image" for v in ei.value.violations)
+    # ...and, left open, falls back to a plain OS image with CUDA from torch's wheels
+    st = resolve_target("cu118", matrix=m)
+    assert st.flavour == "os" and st.runtime_image == st.os.image and not st.runtime_image.startswith("nvidia")
 
 
 # -- the same rules through `envbuilder check` / resolve (the library calls behind the CLI) ---
@@ -247,7 +286,8 @@ CHECKS = [
     ("torch_cuda_variant", dict(cuda="11.8", torch="2.8"), dict(cuda="11.8", torch="2.7.1")),
     ("torch_python", dict(torch="2.1", python="3.12"), dict(torch="2.1", python="3.11")),
     ("os_python", dict(os="ubuntu24.04", python="3.8"), dict(os="ubuntu24.04", python="3.9")),
-    ("base_image", dict(cuda="11.8", os="ubuntu24.04"), dict(cuda="11.8", os="ubuntu22.04")),
+    ("base_image", dict(cuda="11.8", os="ubuntu24.04", flavour="cuda-base"),
+     dict(cuda="11.8", os="ubuntu22.04", flavour="cuda-base")),
     ("nccl_pin", dict(cuda="12.1", torch="2.1", nccl="2.19"), dict(cuda="12.1", torch="2.1", nccl="2.18")),
     ("nccl_cuda", dict(cuda="13.0", nccl="2.18"), dict(cuda="12.1", nccl="2.18")),
     ("deepspeed_requires", dict(torch="1.13", deepspeed="0.19.2"), dict(torch="2.1", deepspeed="0.19.2")),

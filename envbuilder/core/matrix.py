@@ -67,10 +67,11 @@ class BaseImages:
     removed: bool
     source: tuple[str, ...]
 
-    def tag(self, flavour: str, os_name: str) -> str:
-        cudnn = self.cudnn if flavour != "base" and (
+    def tag(self, flavour: str, os_name: str, *, cudnn: bool = True) -> str:
+        """nvidia/cuda's tag: 12.1.1-cudnn8-runtime-ubuntu22.04 (cudnn) or 12.1.1-runtime-ubuntu22.04."""
+        cudnn_part = self.cudnn if cudnn and flavour != "base" and (
             self.cudnn_os is None or os_name in self.cudnn_os) else None
-        parts = [str(self.cuda)] + ([cudnn] if cudnn else []) + [flavour, os_name]
+        parts = [str(self.cuda)] + ([cudnn_part] if cudnn_part else []) + [flavour, os_name]
         return "-".join(parts)
 
 
@@ -165,11 +166,118 @@ class Incompatibility:
     source: tuple[str, ...]
 
 
+FLAVOURS = ("cuda-base", "cuda-runtime", "cudnn-runtime", "os")
+
+
+@dataclass(frozen=True)
+class Flavour:
+    """A kind of runtime base image (toolchains.yaml ``flavours``), in order of preference."""
+
+    name: str  # cuda-base | cuda-runtime | cudnn-runtime | os
+    nvidia_tag: str | None  # the nvidia/cuda tag flavour (base, runtime); None: a plain OS image
+    cudnn: bool  # the tag with the cuDNN infix
+    forward_compat: bool  # carries NVIDIA's cuda-compat package (forward compatibility)
+    env: Mapping[str, str]  # set in the runtime image (the os flavour: NVIDIA container variables)
+    description: str
+    source: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class GccRange:
+    """The host GCC majors nvcc of a CUDA range accepts (crt/host_config.h)."""
+
+    cuda: SpecifierSet
+    gcc_max: int
+    gcc_min: int | None
+    source: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class BuilderToolkit:
+    """A CUDA toolkit (nvcc) a builder stage on a plain OS image can install."""
+
+    os: str  # an OS name, or "*" for any
+    cuda: Version
+    install: str  # apt | pip
+    apt_components: tuple[str, ...]
+    packages: tuple[str, ...]
+    cuda_home: str
+    gcc_max: int | None  # the distribution's own cap when it differs from NVIDIA's
+    source: tuple[str, ...]
+
+    @property
+    def minor(self) -> str:
+        return minor(self.cuda)
+
+
+@dataclass(frozen=True)
+class HostCompilers:
+    os: str
+    default: int
+    packages: Mapping[int, tuple[str, ...]]  # GCC major -> apt packages (gcc-N, g++-N)
+    source: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class DsOp:
+    name: str  # fused_adam
+    env: str  # DS_BUILD_FUSED_ADAM
+    cuda: bool  # needs nvcc (False: a CPU op, g++ only)
+    module: str | None  # the extension module that loads it (deepspeed.ops.adam...)
+    source: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class CpuIsa:
+    name: str  # x86-64-v3: a -march value every node of the fleet runs
+    simd: str  # the SIMD width DeepSpeed's CPU ops compile for at that ISA
+    source: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class BuildTool:
+    component: str
+    versions: SpecifierSet
+    env: Mapping[str, str]
+    reason: str
+    source: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Toolchains:
+    flavours: tuple[Flavour, ...]  # in order of preference
+    nvcc_host_gcc: tuple[GccRange, ...]
+    builder_toolkits: tuple[BuilderToolkit, ...]
+    host_compilers: Mapping[str, HostCompilers]
+    deepspeed_ops: Mapping[str, DsOp]
+    cpu_isas: Mapping[str, CpuIsa]
+    build_tools: tuple[BuildTool, ...]
+
+    def flavour(self, name: str) -> Flavour:
+        for f in self.flavours:
+            if f.name == name:
+                return f
+        raise KeyError(name)
+
+    def gcc_range(self, cuda: Version) -> GccRange | None:
+        for r in self.nvcc_host_gcc:
+            if r.cuda.contains(cuda, prereleases=True):
+                return r
+        return None
+
+    def toolkits_for_os(self, os_name: str) -> list[BuilderToolkit]:
+        """Toolkits a plain-OS builder can install, newest first."""
+        found = [t for t in self.builder_toolkits if t.os in (os_name, "*")]
+        return sorted(found, key=lambda t: t.cuda, reverse=True)
+
+
 @dataclass(frozen=True)
 class TargetAlias:
     name: str
     target: str
     description: str
+    flavour: str | None = None  # options the alias carries (a target string cannot say them)
+    ds_ops: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -188,6 +296,7 @@ class Matrix:
     horovod: Component
     incompatibilities: tuple[Incompatibility, ...]
     targets: tuple[TargetAlias, ...]
+    toolchains: Toolchains
     extra: Mapping[str, Any] = field(default_factory=dict)
 
     # -- lookups ---------------------------------------------------------------------------
@@ -389,14 +498,45 @@ def _build(root: Path, raw: dict[str, Any], digest: str) -> Matrix:
                                         x.get("severity", "error"), _sources(x["source"])))
     _dupes(root / "incompatibilities.yaml", "incompatibilities", (x.id for x in incompat))
 
-    targets = tuple(TargetAlias(t["name"], t.get("target", t["name"]), t.get("description", ""))
+    targets = tuple(TargetAlias(t["name"], t.get("target", t["name"]), t.get("description", ""),
+                                t.get("flavour"), tuple(t.get("ds_ops", ())))
                     for t in raw["targets.yaml"]["targets"])
     _dupes(root / "targets.yaml", "targets", (t.name for t in targets))
 
     return Matrix(
+        toolchains=_toolchains(root / "toolchains.yaml", raw["toolchains.yaml"], oses),
         path=root, digest=digest, toolkits=toolkits, minor_compat=compat,
         base_repository=bi.get("repository", "nvidia/cuda"), base_images=base_images,
         nccl=nccl, os=oses, torch_index=tdata.get("index", "https://download.pytorch.org/whl/{variant}"),
         torch=tuple(releases), deepspeed=component("deepspeed"), horovod=component("horovod"),
         incompatibilities=tuple(incompat), targets=targets,
     )
+
+
+def _toolchains(path: Path, data: dict[str, Any], oses: Mapping[str, OsInfo]) -> Toolchains:
+    flavours = tuple(Flavour(f["name"], f["nvidia_tag"], f["cudnn"], f["forward_compat"],
+                             dict(f.get("env", {})), f["description"], _sources(f["source"]))
+                     for f in data["flavours"])
+    _dupes(path, "flavours", (f.name for f in flavours))
+    gcc = tuple(GccRange(_spec(path, f"nvcc_host_gcc/{i}/cuda", r["cuda"]), r["gcc_max"],
+                         r.get("gcc_min"), _sources(r["source"]))
+                for i, r in enumerate(data["nvcc_host_gcc"]))
+    tks = tuple(BuilderToolkit(t["os"], Version(t["cuda"]), t["install"],
+                               tuple(t.get("apt_components", ())), tuple(t["packages"]),
+                               t["cuda_home"], t.get("gcc_max"), _sources(t["source"]))
+                for t in data["builder_toolkits"])
+    for i, t in enumerate(tks):
+        if t.os != "*" and t.os not in oses:
+            raise MatrixError(f"matrix file {path}, key builder_toolkits/{i}/os: {t.os} is not "
+                              f"an OS of os.yaml")
+    hc = {h["os"]: HostCompilers(h["os"], h["default"],
+                                 {int(k): tuple(v) for k, v in h["packages"].items()},
+                                 _sources(h["source"])) for h in data["host_compilers"]}
+    ops = {o["name"]: DsOp(o["name"], o["env"], o["cuda"], o.get("module"), _sources(o["source"]))
+           for o in data["deepspeed_ops"]}
+    _dupes(path, "deepspeed_ops", (o["name"] for o in data["deepspeed_ops"]))
+    isas = {i["name"]: CpuIsa(i["name"], i["simd"], _sources(i["source"])) for i in data["cpu_isas"]}
+    tools = tuple(BuildTool(b["component"], _spec(path, f"build_tools/{i}/versions", b["versions"]),
+                            dict(b["env"]), b["reason"], _sources(b["source"]))
+                  for i, b in enumerate(data.get("build_tools", ())))
+    return Toolchains(flavours, gcc, tks, hc, ops, isas, tools)

@@ -1,7 +1,7 @@
 """The resolver: from a Request to a consistent Stack, or a refusal that says why.
 
-Axes are assigned in a fixed order of preference (CUDA toolkit, torch, OS, Python, NCCL,
-Horovod, DeepSpeed), each trying its candidates newest first; every rule is applied as soon
+Axes are assigned in a fixed order of preference (CUDA toolkit, torch, base flavour, OS,
+Python, NCCL, Horovod, DeepSpeed), each trying its candidates newest first; every rule is applied as soon
 as the axes it reads are assigned, and the first complete assignment that breaks no rule is
 the answer. When none exists, a second search finds the assignment that breaks the fewest
 rules, whose violations are the reasons given, and each pin is dropped in turn to say what
@@ -18,10 +18,12 @@ from packaging.version import Version
 from envbuilder import __version__
 from envbuilder.errors import IncompatibleError
 from envbuilder.core.matrix import Matrix, NcclRelease, OsInfo, Toolkit, minor
-from envbuilder.core.rules import Context, Rule, Violation, all_rules, needs_devel, variant_of
+from envbuilder.core.builder import Builder, builder_for, compiled
+from envbuilder.core.matrix import Flavour
+from envbuilder.core.rules import Context, Rule, Violation, all_rules, variant_of
 from envbuilder.core.target import COMPONENTS, Request, check_pins_known
 
-AXIS_ORDER = ("cuda", "torch", "os", "python", "nccl", "horovod", "deepspeed")
+AXIS_ORDER = ("cuda", "torch", "flavour", "os", "python", "nccl", "horovod", "deepspeed")
 PYPI = "https://pypi.org/simple"
 _NODE_LIMIT = 500_000
 
@@ -98,27 +100,48 @@ class Stack:
 
     @property
     def flavour(self) -> str:
-        return "devel" if needs_devel(self.assignment, self.matrix) else "runtime"
+        """The runtime base flavour: cuda-base, cuda-runtime, cudnn-runtime or os."""
+        return self.assignment["flavour"]
+
+    @property
+    def base_flavour(self) -> Flavour:
+        return self.matrix.toolchains.flavour(self.flavour)
+
+    @property
+    def ds_ops(self) -> tuple[str, ...]:
+        return self.request.ds_ops if self.deepspeed is not None else ()
 
     @property
     def compiles(self) -> bool:
         """Something is built from source in the image (Horovod, DeepSpeed ops)."""
-        return self.flavour == "devel" or self.horovod is not None
+        return compiled(self.assignment, self.matrix, self.ds_ops)[0]
 
-    def image(self, flavour: str) -> str:
-        if self.toolkit is None:
-            return self.os.image
+    @property
+    def builder(self) -> Builder | None:
+        """The builder stage's compilers (None when nothing compiles); the rules made sure it exists."""
+        return builder_for(self.assignment, self.matrix, self.ds_ops)
+
+    def _nvidia(self, tag_flavour: str, cudnn: bool) -> str:
+        assert self.toolkit is not None
         imgs = self.matrix.base_images_for(self.toolkit.version, self.os.name)
         assert imgs is not None
-        return f"{self.matrix.base_repository}:{imgs.tag(flavour, self.os.name)}"
+        return f"{self.matrix.base_repository}:{imgs.tag(tag_flavour, self.os.name, cudnn=cudnn)}"
 
     @property
     def runtime_image(self) -> str:
-        return self.image("runtime")
+        fl = self.base_flavour
+        if self.toolkit is None or fl.nvidia_tag is None:
+            return self.os.image
+        return self._nvidia(fl.nvidia_tag, fl.cudnn)
 
     @property
     def builder_image(self) -> str:
-        return self.image(self.flavour)
+        """The devel image when the builder compiles with NVIDIA's toolkit; else the runtime base
+        (a plain OS builder installs its toolkit itself)."""
+        b = self.builder
+        if b is not None and b.image_kind == "devel":
+            return self._nvidia("devel", self.base_flavour.cudnn)
+        return self.runtime_image
 
     @property
     def torch_index(self) -> str:
@@ -168,6 +191,8 @@ class Stack:
             "flavour": self.flavour,
             "base_image": self.runtime_image,
             "builder_image": self.builder_image,
+            "builder": None if self.builder is None else self.builder.to_dict(),
+            "deepspeed_ops": list(self.ds_ops),
             "tag": self.tag,
             "choices": {k: c.to_dict() for k, c in self.choices.items()},
             "warnings": [w.to_dict() for w in self.warnings],
@@ -198,6 +223,12 @@ def _domain(axis: str, a: dict[str, Any], req: Request, m: Matrix) -> list[Any]:
         if req.os:
             return [m.os[req.os]]
         return _os_order(m, a.get("cuda", 0) is None)
+    if axis == "flavour":
+        if req.flavour:
+            return [req.flavour]
+        if "cuda" in a and a["cuda"] is None:
+            return ["os"]  # a CPU image starts from its OS image
+        return [f.name for f in m.toolchains.flavours]
     if axis == "python":
         if req.python:
             return [req.python.text]
@@ -239,7 +270,7 @@ class _Search:
     def __post_init__(self) -> None:
         known = set(self.active) | set(self.base)
         for r in self.rules:
-            if not all(ax in known for ax in r.axes):
+            if not all(ax in known for ax in r.axes) or any(ax in known for ax in r.unless):
                 continue
             pos = [self.active.index(ax) for ax in r.axes if ax in self.active]
             if pos:
@@ -294,7 +325,8 @@ class _Search:
 
 def _search(req: Request, m: Matrix, active: tuple[str, ...]) -> _Search:
     base = {c: None for c in COMPONENTS if c not in active}
-    ctx = Context(m, driver=req.driver, nccl_pin=req.nccl.text if req.nccl else None)
+    ctx = Context(m, driver=req.driver, nccl_pin=req.nccl.text if req.nccl else None,
+                  ds_ops=req.ds_ops)
     return _Search(req, m, ctx, active, base, all_rules(m))
 
 
@@ -399,7 +431,7 @@ def _stack(req: Request, m: Matrix, s: _Search, a: dict[str, Any]) -> Stack:
             if len(skipped) < 5:
                 skipped.append((_show(cand), names))
         choices[axis] = Choice(axis, _show(value), _reason(axis, value, pins, req),
-                               _source(axis, value, a), tuple(skipped))
+                               _source(axis, value, a, m), tuple(skipped))
     return Stack(req, m, a, choices, tuple(_warnings(s, a)))
 
 
@@ -420,6 +452,12 @@ def _reason(axis: str, value: Any, pins: dict[str, str], req: Request) -> str:
         return f"newest CUDA {minor(value.version)} toolkit with a base image{_pinned(axis, pins, req)}"
     if axis == "nccl":
         return "not used (CPU)" if value is None else "the NCCL the torch wheel bundles"
+    if axis == "flavour":
+        if axis in pins:
+            return f"pinned --flavour {value}"
+        return ("a CPU image starts from its OS image" if value == "os" and req.cpu
+                else "the smallest base that exists for this CUDA and OS (torch's wheels bring "
+                     "cuBLAS, cuDNN and NCCL)")
     if axis in COMPONENTS and value is None:
         return "not requested (add ds/hvd to the target or --with)"
     if axis in pins:
@@ -433,9 +471,11 @@ def _pinned(axis: str, pins: dict[str, str], req: Request) -> str:
     return f" (pinned by {req.target!r})" if axis in pins else ""
 
 
-def _source(axis: str, value: Any, a: dict[str, Any]) -> tuple[str, ...]:
+def _source(axis: str, value: Any, a: dict[str, Any], m: Matrix) -> tuple[str, ...]:
     if value is None:
         return ()
     if axis == "python":
         return a["os"].source
+    if axis == "flavour":
+        return m.toolchains.flavour(value).source
     return tuple(value.source)

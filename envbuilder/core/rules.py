@@ -9,7 +9,7 @@ reads is assigned, so the same rules judge a full stack (``resolve``) and a part
 An assignment maps axis names to matrix objects:
 ``cuda`` Toolkit | None (CPU), ``torch`` TorchRelease, ``python`` str, ``os`` OsInfo,
 ``nccl`` NcclRelease | None, ``deepspeed``/``horovod`` ComponentRelease | None.
-``flavour`` (base image flavour) is derived: devel when something compiles.
+``flavour`` str (the runtime base flavour: cuda-base, cuda-runtime, cudnn-runtime, os).
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from typing import Any, Callable, Mapping
 
 from packaging.version import Version
 
+from envbuilder.core.builder import NoBuilder, builder_for, compiled
 from envbuilder.core.matrix import ComponentRelease, Matrix, OsInfo, Toolkit, TorchRelease
 
 Assignment = Mapping[str, Any]
@@ -53,6 +54,7 @@ class Context:
     matrix: Matrix
     driver: str | None = None
     nccl_pin: str | None = None
+    ds_ops: tuple[str, ...] = ()  # DeepSpeed ops pre-built at install time (--ds-ops)
 
 
 CheckFn = Callable[[Assignment, Context], list[Violation]]
@@ -64,14 +66,15 @@ class Rule:
     axes: tuple[str, ...]
     doc: str
     check: CheckFn
+    unless: tuple[str, ...] = ()  # not applied when these axes are part of the search
 
 
 RULES: list[Rule] = []
 
 
-def rule(name: str, *axes: str) -> Callable[[CheckFn], CheckFn]:
+def rule(name: str, *axes: str, unless: tuple[str, ...] = ()) -> Callable[[CheckFn], CheckFn]:
     def deco(fn: CheckFn) -> CheckFn:
-        RULES.append(Rule(name, tuple(axes), (fn.__doc__ or "").strip(), fn))
+        RULES.append(Rule(name, tuple(axes), (fn.__doc__ or "").strip(), fn, unless))
         return fn
     return deco
 
@@ -80,18 +83,17 @@ def variant_of(cuda: Toolkit | None) -> str:
     return "cpu" if cuda is None else cuda.variant
 
 
-def needs_devel(a: Assignment, m: Matrix) -> bool:
-    """Something compiles against CUDA: Horovod, or DeepSpeed's pre-built ops."""
-    if a.get("cuda") is None:
-        return False
-    return any(a.get(c) is not None and m.component(c).needs_nvcc for c in ("horovod", "deepspeed"))
+def needs_devel(a: Assignment, m: Matrix, ds_ops: tuple[str, ...] = ()) -> bool:
+    """Something compiles against CUDA: Horovod, or DeepSpeed's pre-built ops (--ds-ops)."""
+    return compiled(a, m, ds_ops)[1]
 
 
 # -- driver ---------------------------------------------------------------------------------
 
-@rule("driver_cuda", "cuda")
 def _driver_cuda(a: Assignment, ctx: Context) -> list[Violation]:
-    """The host driver must be new enough for the image's CUDA toolkit."""
+    """The host driver must be new enough for the image's CUDA toolkit (minor-version
+    compatibility works with every base flavour; forward compatibility needs the cuda-compat
+    package of the nvidia/cuda bases)."""
     t: Toolkit | None = a["cuda"]
     if t is None or ctx.driver is None:
         return []
@@ -110,6 +112,26 @@ def _driver_cuda(a: Assignment, ctx: Context) -> list[Violation]:
             severity="warning")]
     need = f">= {t.driver_min}" + (
         f" (>= {floor.driver_min} with minor-version compatibility)" if floor else "")
+    fname = a.get("flavour")
+    if fname is not None:
+        fl = ctx.matrix.toolchains.flavour(fname)
+        if fl.forward_compat:
+            return [Violation(
+                "driver_cuda",
+                f"driver {ctx.driver} is older than CUDA {t.version}'s minimum ({need}); it can run only "
+                f"through forward compatibility: the {fname} image's cuda-compat package, on datacenter "
+                f"GPUs (not GeForce/RTX) with a driver branch NVIDIA supports for it",
+                t.source + (floor.source if floor else ()) + fl.source,
+                f"update the driver to >= {t.driver_min}, or check NVIDIA's forward-compatibility "
+                f"support table for your GPUs and driver branch", severity="warning")]
+        if fl.nvidia_tag is None:
+            return [Violation(
+                "driver_cuda",
+                f"CUDA {t.version} needs driver {need}; driver {ctx.driver} could run it only through "
+                f"forward compatibility, which needs the cuda-compat package of the nvidia/cuda bases: "
+                f"the {fname} flavour has none",
+                t.source + (floor.source if floor else ()) + fl.source,
+                f"--flavour cuda-base (on an OS nvidia/cuda publishes), or update the driver to >= {t.driver_min}")]
     ok = [x.minor for x in ctx.matrix.toolkits if _driver_runs(ctx.matrix, x, drv)]
     alt = f"a CUDA this driver runs: {', '.join(dict.fromkeys(ok))}" if ok else "a newer driver"
     return [Violation(
@@ -117,6 +139,11 @@ def _driver_cuda(a: Assignment, ctx: Context) -> list[Violation]:
         f"CUDA {t.version} needs driver {need}; driver {ctx.driver} is too old",
         t.source + (floor.source if floor else ()),
         f"update the driver to >= {t.driver_min}, or use {alt}")]
+
+
+# applied with the base flavour when the search has one (resolve), without it otherwise (check)
+rule("driver_cuda", "cuda", unless=("flavour",))(_driver_cuda)
+rule("driver_cuda", "cuda", "flavour")(_driver_cuda)
 
 
 def _driver_runs(m: Matrix, t: Toolkit, drv: Version) -> bool:
@@ -169,35 +196,57 @@ def _os_python(a: Assignment, ctx: Context) -> list[Violation]:
                       o.source, f"use Python {o.python_default} on {o.name}, or another OS")]
 
 
-@rule("base_image", "cuda", "os", "horovod", "deepspeed")
+@rule("base_image", "cuda", "os", "flavour")
 def _base_image(a: Assignment, ctx: Context) -> list[Violation]:
-    """An nvidia/cuda image must exist for the CUDA toolkit, OS and flavour (devel when compiling)."""
+    """The runtime base image must exist: an nvidia/cuda tag of the flavour for the CUDA toolkit
+    and OS, or the plain OS image (os flavour; the only flavour of CPU images)."""
     t: Toolkit | None = a["cuda"]
     o: OsInfo = a["os"]
     m = ctx.matrix
+    fl = m.toolchains.flavour(a["flavour"])
     if t is None:
+        if fl.nvidia_tag is None:
+            return []
+        return [Violation("base_image", f"a CPU image has no CUDA base: flavour {fl.name} needs a CUDA target",
+                          fl.source, "use --flavour os (the default for CPU targets), or a CUDA target")]
+    if fl.nvidia_tag is None:
         return []
-    flavours = ["runtime"] + (["devel"] if needs_devel(a, m) else [])
     if m.base_images_for(t.version) is None:
         return [Violation("base_image", f"{m.base_repository} has no images for CUDA {t.version}",
-                          t.source, "use another CUDA toolkit of the matrix, or --base-image")]
+                          t.source, "use another CUDA toolkit of the matrix, --flavour os, or --base-image")]
     imgs = m.base_images_for(t.version, o.name)
     if imgs is None:
         have = m.base_image_oses(t.version)
         return [Violation("base_image",
                           f"{m.base_repository} has no CUDA {t.version} image for {o.name} "
                           f"(it has {', '.join(have)})", m.base_images_for(t.version).source,
-                          f"use one of {', '.join(have)}")]
-    missing = [f for f in flavours if f not in imgs.flavours]
-    if missing:
+                          f"use one of {', '.join(have)}, or --flavour os")]
+    if fl.nvidia_tag not in imgs.flavours:
         return [Violation("base_image",
-                          f"{m.base_repository} has no {missing[0]} image for CUDA {t.version} on {o.name}",
-                          imgs.source, "use another CUDA toolkit")]
+                          f"{m.base_repository} has no {fl.nvidia_tag} image for CUDA {t.version} on {o.name}",
+                          imgs.source, "use another flavour or CUDA toolkit")]
+    if fl.cudnn and (imgs.cudnn is None or (imgs.cudnn_os is not None and o.name not in imgs.cudnn_os)):
+        return [Violation("base_image",
+                          f"{m.base_repository} has no cuDNN image for CUDA {t.version} on {o.name}",
+                          imgs.source, "use --flavour cuda-runtime or cuda-base (torch's wheels bring cuDNN)")]
     if imgs.removed:
         return [Violation("base_image",
                           f"{m.base_repository} no longer serves CUDA {t.version} tags (end of life)",
-                          imgs.source, "use a supported CUDA toolkit, or --base-image with your mirror")]
+                          imgs.source, "use a supported CUDA toolkit, --flavour os, or --base-image with your mirror")]
     return []
+
+
+@rule("builder", "cuda", "os", "flavour", "horovod", "deepspeed")
+def _builder(a: Assignment, ctx: Context) -> list[Violation]:
+    """What compiles (Horovod, DeepSpeed ops) needs a builder with nvcc of torch's CUDA major
+    and a host GCC that nvcc accepts."""
+    try:
+        b = builder_for(a, ctx.matrix, ctx.ds_ops)
+    except NoBuilder as e:
+        return [Violation("builder", str(e), e.source, e.fix)]
+    if b is None:
+        return []
+    return [Violation("builder", msg, src, fix, severity="warning") for msg, fix, src in b.warnings]
 
 
 # -- NCCL -----------------------------------------------------------------------------------

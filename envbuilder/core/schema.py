@@ -123,10 +123,63 @@ TARGETS = _file(
     "targets",
     _obj(["name"], {"name": {"type": "string", "pattern": r"^[a-z0-9][a-z0-9.-]*$"},
                     "target": {"type": "string", "pattern": r"^[a-z0-9][a-z0-9.-]*$"},
+                    "flavour": {"type": "string", "pattern": r"^[a-z-]+$"},
+                    "ds_ops": {"type": "array", "items": {"type": "string", "pattern": r"^[a-z][a-z0-9_]*$"}},
                     "description": {"type": "string"}}),
 )
 
+_ENV = {"type": "object", "propertyNames": {"pattern": r"^[A-Z_][A-Z0-9_]*$"},
+        "additionalProperties": {"type": "string", "pattern": r"^[A-Za-z0-9_.,;:/=+-]*$"}}
+_PKG = {"type": "string", "pattern": r"^[A-Za-z0-9][A-Za-z0-9.+_-]*([=<>~!]=?[0-9][0-9.*]*)?$"}
+
+TOOLCHAINS = _obj(
+    ["schema_version", "flavours", "nvcc_host_gcc", "builder_toolkits", "host_compilers",
+     "deepspeed_ops", "cpu_isas"],
+    {"schema_version": {"const": 1}, "note": _NOTE,
+     "flavours": {"type": "array", "minItems": 1, "items": _obj(
+         ["name", "nvidia_tag", "cudnn", "forward_compat", "description", "source"],
+         {"name": {"enum": ["cuda-base", "cuda-runtime", "cudnn-runtime", "os"]},
+          "nvidia_tag": {"enum": ["base", "runtime", None]},
+          "cudnn": {"type": "boolean"}, "forward_compat": {"type": "boolean"},
+          "env": _ENV, "description": {"type": "string"}, "source": _SOURCE, "note": _NOTE})},
+     "nvcc_host_gcc": {"type": "array", "minItems": 1, "items": _obj(
+         ["cuda", "gcc_max", "source"],
+         {"cuda": _SPEC, "gcc_max": {"type": "integer"}, "gcc_min": {"type": "integer"},
+          "source": _SOURCE, "note": _NOTE})},
+     "builder_toolkits": {"type": "array", "items": _obj(
+         ["os", "cuda", "install", "packages", "cuda_home", "source"],
+         {"os": {"type": "string", "pattern": r"^([a-z][a-z0-9.]*|\*)$"}, "cuda": _VERSION,
+          "install": {"enum": ["apt", "pip"]},
+          "apt_components": {"type": "array", "items": {"type": "string", "pattern": r"^[a-z-]+$"}},
+          "packages": {"type": "array", "minItems": 1, "items": _PKG},
+          "cuda_home": {"type": "string", "pattern": r"^/[A-Za-z0-9._/-]*$"},
+          "gcc_max": {"type": "integer"}, "source": _SOURCE, "note": _NOTE})},
+     "host_compilers": {"type": "array", "items": _obj(
+         ["os", "default", "packages", "source"],
+         {"os": _NAME, "default": {"type": "integer"},
+          "packages": {"type": "object", "patternProperties": {r"^[0-9]+$": {
+              "type": "array", "minItems": 1, "items": _PKG}}, "additionalProperties": False},
+          "source": _SOURCE, "note": _NOTE})},
+     "deepspeed_ops": {"type": "array", "items": _obj(
+         ["name", "env", "cuda", "source"],
+         {"name": {"type": "string", "pattern": r"^[a-z][a-z0-9_]*$"},
+          "env": {"type": "string", "pattern": r"^DS_BUILD_[A-Z0-9_]+$"},
+          "cuda": {"type": "boolean"}, "module": {"type": "string", "pattern": r"^[a-z0-9_.]+$"},
+          "source": _SOURCE, "note": _NOTE})},
+     "cpu_isas": {"type": "array", "minItems": 1, "items": _obj(
+         ["name", "simd", "source"],
+         {"name": {"type": "string", "pattern": r"^[a-z0-9-]+$"},
+          "simd": {"enum": ["__SCALAR__", "__AVX256__", "__AVX512__"]},
+          "source": _SOURCE, "note": _NOTE})},
+     "build_tools": {"type": "array", "items": _obj(
+         ["component", "versions", "env", "reason", "source"],
+         {"component": {"enum": ["horovod", "deepspeed"]}, "versions": _SPEC, "env": _ENV,
+          "reason": {"type": "string"}, "source": _SOURCE, "note": _NOTE})},
+     },
+)
+
 FILES: dict[str, dict] = {
+    "toolchains.yaml": TOOLCHAINS,
     "cuda.yaml": CUDA,
     "base_images.yaml": BASE_IMAGES,
     "nccl.yaml": NCCL,

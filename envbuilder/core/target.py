@@ -57,9 +57,11 @@ class Request:
     deepspeed: Pin | None = None
     horovod: Pin | None = None
     os: str | None = None
+    flavour: str | None = None  # the runtime base flavour (--flavour)
     driver: str | None = None
     with_: frozenset[str] = field(default_factory=frozenset)
     without: frozenset[str] = field(default_factory=frozenset)
+    ds_ops: tuple[str, ...] = ()  # DeepSpeed ops to pre-build (--ds-ops); () = JIT
 
     def pins(self) -> dict[str, str]:
         out: dict[str, str] = {}
@@ -73,6 +75,8 @@ class Request:
                 out[axis] = pin.text
         if self.os:
             out["os"] = self.os
+        if self.flavour:
+            out["flavour"] = self.flavour
         return out
 
     def wants(self, component: str) -> bool:
@@ -142,9 +146,14 @@ def parse_target(text: str, matrix: Matrix) -> Request:
         raise InputError(f"target {text!r} is not a target: expected e.g. cu118, "
                          f"cu121-torch2.1-py310 or cpu-debian12")
     alias = matrix.alias(text)
-    if alias is not None and alias.target != text:
-        req = parse_target(alias.target, matrix)
-        return replace(req, target=text)
+    if alias is not None and (alias.target != text or alias.flavour or alias.ds_ops):
+        req = parse_target(alias.target, matrix) if alias.target != text else parse_target(
+            text, replace(matrix, targets=tuple(t for t in matrix.targets if t.name != text)))
+        req = replace(req, target=text)
+        if alias.flavour or alias.ds_ops:
+            req = apply_options(req, matrix, flavour=alias.flavour,
+                                ds_ops=",".join(alias.ds_ops) if alias.ds_ops else None)
+        return req
     base, *parts = text.split("-")
     kw: dict = {"target": text}
     if base == "cpu":
@@ -186,7 +195,8 @@ def apply_options(req: Request, matrix: Matrix, *, torch: str | None = None,
                   python: str | None = None, deepspeed: str | None = None,
                   horovod: str | None = None, nccl: str | None = None, os: str | None = None,
                   driver: str | None = None, cuda: str | None = None,
-                  with_: Mapping[str, bool] | None = None) -> Request:
+                  with_: Mapping[str, bool] | None = None, flavour: str | None = None,
+                  ds_ops: str | None = None) -> Request:
     """Merge command-line pins into a request; a conflict with the target is an input error."""
     updates: dict = {}
 
@@ -197,6 +207,24 @@ def apply_options(req: Request, matrix: Matrix, *, torch: str | None = None,
                              f"give the version once")
         updates[axis] = value
 
+    if flavour is not None:
+        names = [f.name for f in matrix.toolchains.flavours]
+        if flavour not in names:
+            raise InputError(f"--flavour {flavour!r} is not a base flavour"
+                             f"{validate.suggest(flavour, names)}; known: {', '.join(names)}")
+        updates["flavour"] = flavour
+    if ds_ops is not None:
+        ops = tuple(dict.fromkeys(o.strip() for o in ds_ops.split(",") if o.strip()))
+        known = matrix.toolchains.deepspeed_ops
+        for op in ops:
+            if op not in known:
+                raise InputError(f"--ds-ops: {op[:40]!r} is not a DeepSpeed op envbuilder can pre-build"
+                                 f"{validate.suggest(op, known)}; known: {', '.join(known)}")
+        if ops and "deepspeed" in req.without:
+            raise InputError("--ds-ops conflicts with --without deepspeed")
+        updates["ds_ops"] = ops
+        if ops:  # pre-built ops imply DeepSpeed
+            updates["with_"] = req.with_ | {"deepspeed"}
     if cuda is not None:
         if cuda == "cpu":
             updates["cpu"] = True
@@ -225,7 +253,7 @@ def apply_options(req: Request, matrix: Matrix, *, torch: str | None = None,
     if driver is not None:
         updates["driver"] = validate.driver_version(driver)
     if with_:
-        w, wo = set(req.with_), set(req.without)
+        w, wo = set(updates.get("with_", req.with_)), set(req.without)
         for comp, on in with_.items():
             if comp not in COMPONENTS:
                 raise InputError(f"--with/--without {comp!r} is not a component"

@@ -178,11 +178,10 @@ def split_by_layer(lock_text: str, plan) -> dict[str, str]:
 
     Each package goes to the earliest layer that needs it: torch's dependency closure to
     ``torch``; for each later layer (horovod, deepspeed, in the plan's order) the closure of
-    its build deps (render.LAYER_BUILD_DEPS) not already placed to ``<layer>.build``, then
+    its build requirements (PipLayer.build_requirements) not already placed to ``<layer>.build``, then
     the closure of the layer's own requirements to ``<layer>``. Whatever is left (user
     extras from ``--requirements`` and their dependencies) goes to the last layer.
     """
-    from envbuilder.render.templating import LAYER_BUILD_DEPS
 
     pkgs = read_lock(lock_text)
     by_name = {p.name: p for p in pkgs}
@@ -208,10 +207,10 @@ def split_by_layer(lock_text: str, plan) -> dict[str, str]:
     layers = list(plan.layers)
     for layer in layers:
         roots = [Requirement(r).name for r in layer.requirements]
-        if layer.name != layers[0].name and layer.name in LAYER_BUILD_DEPS:
+        if layer.name != layers[0].name and layer.build_requirements:
             key = f"{layer.name}.build"
             order.append(key)
-            for n in closure(LAYER_BUILD_DEPS[layer.name]):
+            for n in closure(Requirement(r).name for r in layer.build_requirements):
                 placed[n] = key
         order.append(layer.name)
         for n in closure(roots):
@@ -324,12 +323,11 @@ def input_requirements(stack, extras: Sequence[Requirement] = ()) -> list[str]:
     the build plan states them (torch with numpy, then Horovod, DeepSpeed) plus the build
     dependencies of the layers that compile, plus the user's extras."""
     from envbuilder.render.plan import make_plan
-    from envbuilder.render.templating import LAYER_BUILD_DEPS
 
     lines: list[str] = []
     for layer in make_plan(stack).layers:
         lines += list(layer.requirements)
-        lines += list(LAYER_BUILD_DEPS.get(layer.name, ()))
+        lines += list(layer.build_requirements)
     lines += [str(r) for r in extras]
     return list(dict.fromkeys(lines))
 

@@ -36,6 +36,14 @@ RUNTIME_ENV: dict[str, str] = {
 }
 
 
+LAYER_BUILD_DEPS: dict[str, tuple[str, ...]] = {
+    # what each compiled layer's setup.py imports while building (no build isolation: they
+    # import torch, which must come from the torch layer, not a fresh build environment)
+    "horovod": ("setuptools", "wheel", "packaging", "cmake", "psutil", "pyyaml", "cloudpickle"),
+    "deepspeed": ("setuptools", "wheel", "packaging", "ninja", "py-cpuinfo", "psutil"),
+}
+
+
 @dataclass(frozen=True)
 class PipLayer:
     """One group of Python packages installed in its own stage and layer."""
@@ -46,6 +54,13 @@ class PipLayer:
     extra_index_url: bool = True  # also look at PIP_INDEX_URL (deps not on the torch index)
     build_env: Mapping[str, str] = field(default_factory=dict)
     no_build_isolation: bool = False  # builds that import torch (Horovod, DeepSpeed)
+    extra_build: tuple[str, ...] = ()  # more build requirements (e.g. the NCCL wheel Horovod links)
+    pre_install: tuple[str, ...] = ()  # shell lines between the build requirements and the build
+
+    @property
+    def build_requirements(self) -> tuple[str, ...]:
+        """What the layer's build imports or links, installed before it (compiled layers)."""
+        return LAYER_BUILD_DEPS.get(self.name, ()) + self.extra_build
 
     @property
     def stage(self) -> str:
@@ -57,6 +72,25 @@ class PipLayer:
 
 
 @dataclass(frozen=True)
+class BuilderSetup:
+    """What the builder stage installs to compile (Horovod, DeepSpeed ops) beyond Python."""
+
+    apt_components: tuple[str, ...] = ()  # enabled on the OS's apt sources (builder only): non-free
+    pip_toolkit: tuple[str, ...] = ()  # NVIDIA's CUDA 13 wheels, installed into PIP_TOOLKIT_DIR
+    cuda_home: str | None = None
+    gcc: int | None = None  # host GCC major given to nvcc and the C++ compiles
+    cc: str | None = None  # gcc-11 when it is not the OS default
+    cxx: str | None = None
+    cpu_isa: str | None = None  # -march for compiled CPU code (DeepSpeed CPU ops)
+    cpu_simd: str | None = None
+
+
+PIP_TOOLKIT_DIR = "/opt/cuda-pip"
+CXX_WRAPPER = "/usr/local/libexec/envbuilder/c++"  # files/cxx-isa.sh in the builder stage only
+DEFAULT_CPU_ISA = "x86-64-v3"
+
+
+@dataclass(frozen=True)
 class BuildPlan:
     target: str
     stack: Stack
@@ -65,7 +99,7 @@ class BuildPlan:
     os_family: str
     python: str
     python_apt: tuple[str, ...]  # runtime apt packages for Python
-    builder_apt: tuple[str, ...]  # builder apt packages (Python dev, compilers)
+    builder_apt: tuple[str, ...]  # builder apt packages (Python dev, compilers, CUDA toolkit)
     ppa: str | None  # e.g. ppa:deadsnakes/ppa
     layers: tuple[PipLayer, ...]
     env: Mapping[str, str]
@@ -79,6 +113,8 @@ class BuildPlan:
     user: str = USER
     uid: int = UID
     smoke_nproc: int = 12
+    builder: BuilderSetup = field(default_factory=BuilderSetup)
+    cuda_arch: tuple[str, ...] = ()  # TORCH_CUDA_ARCH_LIST entries compiled code is built for
 
     @property
     def torch_layer(self) -> PipLayer:
@@ -87,6 +123,14 @@ class BuildPlan:
     @property
     def extra_layers(self) -> tuple[PipLayer, ...]:
         return self.layers[1:]
+
+    @property
+    def site_packages(self) -> str:
+        return f"{self.venv}/lib/python{self.python}/site-packages"
+
+    @property
+    def compiles(self) -> bool:
+        return self.stack.compiles
 
     def requirements_in(self) -> str:
         lines = [f"# {self.target}: the top-level requirements envbuilder resolved",
@@ -99,8 +143,15 @@ class BuildPlan:
 def make_plan(stack: Stack, *, base_image: str | None = None, builder_image: str | None = None,
               pip_index_url: str | None = None, extra_index_urls: tuple[str, ...] = (),
               wheelhouse: bool = False, hashes: bool = False,
-              labels: Mapping[str, str] | None = None, smoke_nproc: int = 12) -> BuildPlan:
-    """Turn a resolved stack and the build options into a plan."""
+              labels: Mapping[str, str] | None = None, smoke_nproc: int = 12,
+              cuda_arch: tuple[str, ...] | None = None, cpu_isa: str | None = None) -> BuildPlan:
+    """Turn a resolved stack and the build options into a plan.
+
+    ``base_image`` replaces the runtime base (and the builder when the builder is a plain OS
+    image that installs its own toolkit, or nothing compiles); an nvidia/cuda devel builder is
+    replaced only by ``builder_image``. ``cuda_arch`` narrows the CUDA architectures compiled
+    code is built for (a subset of torch's own); ``cpu_isa`` is the -march of compiled CPU code.
+    """
     if base_image is not None:
         validate.image_ref(base_image, "--base-image")
     if builder_image is not None:
@@ -113,10 +164,31 @@ def make_plan(stack: Stack, *, base_image: str | None = None, builder_image: str
     if os_py is None:  # the resolver's os_python rule makes this unreachable
         raise InputError(f"{stack.os.name} cannot install Python {stack.python}")
     py = stack.python
-    compiles = stack.compiles
+    gpu = stack.toolkit is not None
+    b = stack.builder
+    arch = _narrow_arch(_arch_list(stack.torch_variant.arch), cuda_arch) if gpu else ()
+    isa = m.toolchains.cpu_isas.get(cpu_isa or DEFAULT_CPU_ISA)
+    if isa is None:
+        raise InputError(f"--cpu-isa {cpu_isa!r} is not known{validate.suggest(cpu_isa or '', m.toolchains.cpu_isas)};"
+                         f" known: {', '.join(m.toolchains.cpu_isas)}")
+
     builder_apt = [*os_py.packages, "ca-certificates"]
-    if compiles:
+    setup = BuilderSetup()
+    if b is not None:
         builder_apt += [f"python{py}-dev", "build-essential", "git"]
+        cc = cxx = None
+        if b.gcc is not None and not b.gcc_is_default:
+            builder_apt += list(b.gcc_packages)
+            cc, cxx = f"gcc-{b.gcc}", f"g++-{b.gcc}"
+        tk = b.toolkit
+        if tk is not None and tk.install == "apt":
+            builder_apt += list(tk.packages)
+        cpu_ops = any(not m.toolchains.deepspeed_ops[o].cuda for o in stack.ds_ops)
+        setup = BuilderSetup(
+            apt_components=tk.apt_components if tk is not None and tk.install == "apt" else (),
+            pip_toolkit=tk.packages if tk is not None and tk.install == "pip" else (),
+            cuda_home=b.cuda_home, gcc=b.gcc, cc=cc, cxx=cxx,
+            cpu_isa=isa.name if cpu_ops else None, cpu_simd=isa.simd if cpu_ops else None)
     if stack.horovod is not None:
         builder_apt += ["cmake"]
 
@@ -131,33 +203,40 @@ def make_plan(stack: Stack, *, base_image: str | None = None, builder_image: str
         torch_index = None
     layers = [PipLayer("torch", tuple(torch_req), torch_index,
                        extra_index_url=torch_index is not None)]
-    gpu = stack.toolkit is not None
+    site = f"{VENV}/lib/python{py}/site-packages"
+    compile_env = _compile_env(setup)
     if stack.horovod is not None:
-        env = dict(m.horovod.build_env)
-        env.setdefault("HOROVOD_WITH_PYTORCH", "1")
-        env.update({"HOROVOD_WITHOUT_TENSORFLOW": "1", "HOROVOD_WITHOUT_MXNET": "1",
-                    "HOROVOD_WITH_GLOO": "1", "HOROVOD_WITHOUT_MPI": "1"})
-        if not gpu:
-            env.pop("HOROVOD_GPU_OPERATIONS", None)
-        layers.append(PipLayer("horovod", (f"horovod=={stack.horovod.version}",), None,
-                               build_env=env, no_build_isolation=True))
+        layers.append(_horovod_layer(stack, setup, compile_env, arch, site))
     if stack.deepspeed is not None:
-        arch = ";".join(_arch_list(stack.torch_variant.arch))
         env = {"DS_BUILD_OPS": "0"}
-        if gpu:
-            # pre-build the ops a ZeRO training step needs; the rest JIT-compile where nvcc exists
-            env.update({"DS_BUILD_FUSED_ADAM": "1", "DS_BUILD_CPU_ADAM": "1",
-                        "TORCH_CUDA_ARCH_LIST": arch})
+        if stack.ds_ops:
+            # DeepSpeed picks its accelerator at build time from the GPUs it sees: the builder
+            # has none, so the CUDA op builders are chosen explicitly (else CPU ops are built)
+            env["DS_ACCELERATOR"] = "cuda" if gpu else "cpu"
+            env.update({m.toolchains.deepspeed_ops[o].env: "1" for o in stack.ds_ops})
+            env.update(compile_env)
+            if gpu:
+                env["TORCH_CUDA_ARCH_LIST"] = ";".join(arch)
+            if setup.cpu_isa:
+                env.update({"ENVBUILDER_CPU_ISA": setup.cpu_isa, "ENVBUILDER_CPU_SIMD": setup.cpu_simd or "",
+                            "ENVBUILDER_REAL_CXX": setup.cxx or "g++", "CXX": CXX_WRAPPER})
         layers.append(PipLayer("deepspeed", (f"deepspeed=={stack.deepspeed.version}",), None,
                                build_env=env, no_build_isolation=True))
     for layer in layers:
         for k, v in layer.build_env.items():
             validate.env_pair(k, v, "build environment")
 
+    runtime_env = dict(RUNTIME_ENV)
+    if gpu:
+        runtime_env.update(stack.base_flavour.env)
+    if b is not None and b.image_kind == "devel":
+        builder = builder_image or stack.builder_image
+    else:
+        builder = builder_image or base_image or stack.builder_image
     return BuildPlan(
         target=stack.target,
         stack=stack,
-        builder_image=builder_image or base_image or stack.builder_image,
+        builder_image=builder,
         runtime_image=base_image or stack.runtime_image,
         os_family=stack.os.family,
         python=py,
@@ -165,14 +244,77 @@ def make_plan(stack: Stack, *, base_image: str | None = None, builder_image: str
         builder_apt=tuple(dict.fromkeys(builder_apt)),
         ppa=os_py.ppa,
         layers=tuple(layers),
-        env=dict(RUNTIME_ENV),
-        labels=_labels(stack, labels or {}, base_image),
+        env=runtime_env,
+        labels=_labels(stack, labels or {}, base_image, setup=setup,
+                       arch=arch if b is not None and b.nvcc is not None else ()),
         wheelhouse=wheelhouse,
         hashes=hashes,
         pip_index_url=index,
         extra_index_urls=extras,
         smoke_nproc=smoke_nproc,
+        builder=setup,
+        cuda_arch=tuple(arch),
     )
+
+
+def _compile_env(setup: BuilderSetup) -> dict[str, str]:
+    env: dict[str, str] = {}
+    if setup.cuda_home:
+        env["CUDA_HOME"] = setup.cuda_home
+    if setup.cc and setup.cxx:
+        # CC also becomes nvcc's -ccbin in torch.utils.cpp_extension; CMake reads CUDAHOSTCXX
+        env.update({"CC": setup.cc, "CXX": setup.cxx, "CUDAHOSTCXX": setup.cxx})
+    return env
+
+
+def _horovod_layer(stack: Stack, setup: BuilderSetup, compile_env: dict[str, str],
+                   arch: tuple[str, ...] | list[str], site: str) -> PipLayer:
+    m = stack.matrix
+    gpu = stack.toolkit is not None
+    env = dict(m.horovod.build_env)
+    env.setdefault("HOROVOD_WITH_PYTORCH", "1")
+    env.update({"HOROVOD_WITHOUT_TENSORFLOW": "1", "HOROVOD_WITHOUT_MXNET": "1",
+                "HOROVOD_WITH_GLOO": "1", "HOROVOD_WITHOUT_MPI": "1"})
+    for tool in m.toolchains.build_tools:
+        if tool.component == "horovod" and tool.versions.contains(stack.horovod.version, prereleases=True):
+            env.update(tool.env)
+    reqs = [f"horovod=={stack.horovod.version}"]
+    extra_build: list[str] = []
+    pre: list[str] = []
+    if not gpu:
+        env.pop("HOROVOD_GPU_OPERATIONS", None)
+    else:
+        env.update(compile_env)
+        tv = stack.torch_variant
+        # link Horovod against the NCCL torch loads: the nvidia-nccl wheel in the venv (for torch
+        # builds that link NCCL statically, the wheel of exactly that NCCL version)
+        if tv.nccl_package is None and tv.nccl is not None:
+            extra_build.append(f"nvidia-nccl-cu{stack.toolkit.version.major}=={tv.nccl}")
+        # the wheel ships only libnccl.so.2; Horovod's CMake looks for libnccl.so
+        pre.append(f"ln -sf libnccl.so.2 {site}/nvidia/nccl/lib/libnccl.so")
+        env.update({"HOROVOD_GPU_OPERATIONS": "NCCL", "HOROVOD_NCCL_HOME": f"{site}/nvidia/nccl",
+                    "HOROVOD_NCCL_LINK": "SHARED"})
+        if setup.cuda_home:
+            env["HOROVOD_CUDA_HOME"] = setup.cuda_home
+        if arch:
+            env["HOROVOD_BUILD_CUDA_CC_LIST"] = ",".join(a.split("+")[0].replace(".", "") for a in arch)
+    return PipLayer("horovod", tuple(reqs), None, build_env=env, no_build_isolation=True,
+                    extra_build=tuple(extra_build), pre_install=tuple(pre))
+
+
+def _narrow_arch(archs: list[str], want: tuple[str, ...] | None) -> tuple[str, ...]:
+    if not want:
+        return tuple(archs)
+    bare = {a.split("+")[0]: a for a in archs}
+    out = []
+    for w in want:
+        key = w.replace("sm_", "").replace("compute_", "")
+        key = key if "." in key else (f"{key[:-1]}.{key[-1]}" if key.isdigit() and len(key) >= 2 else key)
+        if key not in bare:
+            raise InputError(f"--cuda-arch {w[:20]!r}: torch {'' if not archs else 'was built for ' + ', '.join(bare)}"
+                             f"; choose among those (e.g. --cuda-arch 8.0,9.0)")
+        out.append(bare[key])
+    return tuple(dict.fromkeys(out))
 
 
 def _arch_list(arch: tuple[str, ...]) -> list[str]:
@@ -187,7 +329,8 @@ def _arch_list(arch: tuple[str, ...]) -> list[str]:
     return out or ["7.0", "8.0", "9.0"]
 
 
-def _labels(stack: Stack, extra: Mapping[str, str], base_image: str | None = None) -> dict[str, str]:
+def _labels(stack: Stack, extra: Mapping[str, str], base_image: str | None = None, *,
+            setup: BuilderSetup | None = None, arch: tuple[str, ...] | list[str] = ()) -> dict[str, str]:
     d = stack.to_dict()
     labels = {
         "org.opencontainers.image.title": f"envbuilder {stack.target}",
@@ -216,6 +359,12 @@ def _labels(stack: Stack, extra: Mapping[str, str], base_image: str | None = Non
         "io.envbuilder.nccl": d["nccl"],
         "io.envbuilder.deepspeed": d["deepspeed"],
         "io.envbuilder.horovod": d["horovod"],
+        "io.envbuilder.flavour": d["flavour"],
+        "io.envbuilder.nccl-package": d["nccl_package"],
+        "io.envbuilder.deepspeed-ops": ",".join(d["deepspeed_ops"]) or None,
+        "io.envbuilder.cuda-arch-list": ";".join(arch) or None,
+        "io.envbuilder.builder-nvcc": (d["builder"] or {}).get("nvcc"),
+        "io.envbuilder.cpu-isa": setup.cpu_isa if setup else None,
     }
     labels.update({k: v for k, v in optional.items() if v})
     for k, v in extra.items():

@@ -20,15 +20,9 @@ from typing import Callable, Mapping
 
 from envbuilder import __version__
 from envbuilder.errors import InputError, OperationError
-from envbuilder.render.plan import BuildPlan, PipLayer
+from envbuilder.render.plan import CXX_WRAPPER, PIP_TOOLKIT_DIR, BuildPlan, PipLayer
 from envbuilder.core.resources import payload_dir, templates_dir
 
-LAYER_BUILD_DEPS: dict[str, tuple[str, ...]] = {
-    # what each compiled layer's setup.py imports while building (no build isolation: they
-    # import torch, which must come from the torch layer, not a fresh build environment)
-    "horovod": ("setuptools", "wheel", "packaging", "cmake", "psutil", "pyyaml", "cloudpickle"),
-    "deepspeed": ("setuptools", "wheel", "packaging", "ninja", "py-cpuinfo", "psutil"),
-}
 
 
 @dataclass(frozen=True)
@@ -74,8 +68,25 @@ def make_steps(plan: BuildPlan) -> Steps:
         builder += ["apt-get update",
                     "apt-get install -y --no-install-recommends software-properties-common gpg-agent",
                     f"add-apt-repository -y {_q(plan.ppa)}"]
+    if plan.builder.apt_components:
+        # the OS archive's CUDA toolkit lives in other components (Debian: contrib non-free);
+        # they are enabled in the builder stage only
+        comps = " ".join(plan.builder.apt_components)
+        builder += [
+            "if [ -f /etc/apt/sources.list.d/debian.sources ]; then sed -i -E "
+            f"'s/^Components: main$/Components: main {comps}/' /etc/apt/sources.list.d/debian.sources; fi",
+            "if [ -f /etc/apt/sources.list ]; then sed -i -E "
+            f"'s/^(deb [^#]* main)$/\\1 {comps}/' /etc/apt/sources.list; fi"]
     builder += _apt(plan.builder_apt)
     builder += ["update-ca-certificates", f"python{py} -m venv {plan.venv}"]
+    if plan.builder.pip_toolkit:
+        # NVIDIA's CUDA 13 wheels carry nvcc; composed into one CUDA_HOME (nvcc.profile links
+        # from lib64, torch's extensions link -lcudart): builder stage only
+        home = plan.builder.cuda_home
+        builder += [f"{plan.venv}/bin/pip install --no-cache-dir --no-deps --index-url \"${{PIP_INDEX_URL}}\" "
+                    f"--target {PIP_TOOLKIT_DIR} " + " ".join(_q(p) for p in plan.builder.pip_toolkit),
+                    f"ln -s lib {home}/lib64", f"ln -s libcudart.so.13 {home}/lib/libcudart.so",
+                    f"{home}/bin/nvcc --version"]
 
     runtime_pkgs = [p for p in plan.python_apt if not p.endswith("-venv")]
     user = [f"if getent passwd {plan.uid} >/dev/null; then userdel --remove \"$(getent passwd {plan.uid} | cut -d: -f1)\"; fi",
@@ -105,7 +116,9 @@ def make_steps(plan: BuildPlan) -> Steps:
         core = [
             *([] if plan.hashes else ["pip freeze > /tmp/envbuilder/constraints.txt"]),
             " ".join([pip, *hashes, *constraints, "-r", build_req]),
-            " ".join(["env", env, pip, "--no-build-isolation", *hashes, *constraints, "-r", req]),
+            *layer.pre_install,
+            " ".join(["env", env, pip, "--no-build-isolation", "--verbose" if plan.compiles else "",
+                      *hashes, *constraints, "-r", req]).replace("  ", " "),
         ]
         install[layer.name] = (["touch /tmp/envbuilder/stamp"] + core +
                                [f"sh /tmp/envbuilder/collect-layer.sh /tmp/envbuilder/stamp "
@@ -132,7 +145,7 @@ def render_files(plan: BuildPlan, *, layer_requirements: Mapping[str, str] | Non
     """Every file of the build folder, as relative path -> content."""
     env = _env(template_dir)
     steps = make_steps(plan)
-    ctx = {"plan": plan, "steps": steps, "version": __version__}
+    ctx = {"plan": plan, "steps": steps, "version": __version__, "cxx_wrapper": CXX_WRAPPER}
     out: dict[str, str | bytes] = {
         "Dockerfile": env.get_template("Dockerfile.j2").render(ctx),
         "envbuilder.def": env.get_template("apptainer.def.j2").render(ctx),
@@ -144,12 +157,14 @@ def render_files(plan: BuildPlan, *, layer_requirements: Mapping[str, str] | Non
     for layer in plan.layers:
         reqs = (layer_requirements or {}).get(layer.name)
         out[layer.file] = reqs if reqs is not None else "\n".join(layer.requirements) + "\n"
-        if layer.name in LAYER_BUILD_DEPS:
+        if layer.build_requirements:
             build = (layer_requirements or {}).get(f"{layer.name}.build")
             out[f"requirements/{layer.name}.build.txt"] = (
-                build if build is not None else "\n".join(LAYER_BUILD_DEPS[layer.name]) + "\n")
+                build if build is not None else "\n".join(layer.build_requirements) + "\n")
     for name in ("entrypoint.sh", "nccl-defaults.sh", "collect-layer.sh"):
         out[f"files/{name}"] = (templates_dir() / "files" / name).read_text()
+    if plan.builder.cpu_isa:
+        out["files/cxx-isa.sh"] = (templates_dir() / "files" / "cxx-isa.sh").read_text()
     out["smoke/ddp_smoke.py"] = (payload_dir() / "ddp_smoke.py").read_bytes() \
         if (payload_dir() / "ddp_smoke.py").exists() else b""
     out["smoke/run.sh"] = env.get_template("smoke_run.sh.j2").render(ctx)

@@ -19,12 +19,16 @@ from typing import Any, Callable, Sequence
 from envbuilder.core import validate
 from envbuilder.errors import InputError, OperationError
 
-STEPS = ("render", "build", "smoke", "push")
+STEPS = ("render", "build", "verify", "smoke", "push")
 
 
 @dataclass
 class BuildOptions:
     base_image: str | None = None
+    builder_image: str | None = None  # replaces the builder (an nvidia/cuda devel image when compiling)
+    cuda_arch: tuple[str, ...] = ()  # narrows TORCH_CUDA_ARCH_LIST for compiled code
+    cpu_isa: str | None = None  # -march for compiled CPU code (DeepSpeed CPU ops)
+    verify: bool = True  # check the image against its labels before the smoke job
     ca_cert: Path | None = None
     pip_index_url: str | None = None
     extra_index_urls: tuple[str, ...] = ()
@@ -45,6 +49,8 @@ class BuildOptions:
     def validate(self) -> None:
         if self.base_image:
             validate.image_ref(self.base_image, "--base-image")
+        if self.builder_image:
+            validate.image_ref(self.builder_image, "--builder-image")
         if self.push:
             validate.repository(self.push, "--push")
         for t in self.tags:
@@ -76,6 +82,8 @@ class BuildReport:
     cached_steps: int = 0
     total_steps: int = 0
     smoke: dict | None = None
+    verify: dict | None = None
+    size_bytes: int | None = None
     causes: list[dict] = field(default_factory=list)
     pushed: list[dict] = field(default_factory=list)
     labels: dict[str, str] = field(default_factory=dict)
@@ -128,7 +136,7 @@ def prepare_context(stack, opts: BuildOptions, dest: Path) -> tuple[Path, Any]:
     """Render the build folder for ``stack`` into ``dest``, with wheels and CA bundle added."""
     from envbuilder.run import wheelhouse as wh
     from envbuilder.api import build_files
-    from envbuilder.render.templating import LAYER_BUILD_DEPS, write_tree
+    from envbuilder.render.templating import write_tree
 
     lock_text = None
     if opts.lock is not None:
@@ -137,12 +145,14 @@ def prepare_context(stack, opts: BuildOptions, dest: Path) -> tuple[Path, Any]:
         except OSError as e:
             raise InputError(f"--lock {opts.lock} cannot be read: {e.strerror}") from None
     plan, files = build_files(stack, lock_text=lock_text, lock_source=str(opts.lock),
-                              base_image=opts.base_image, pip_index_url=opts.pip_index_url,
+                              base_image=opts.base_image, builder_image=opts.builder_image,
+                              pip_index_url=opts.pip_index_url,
                               extra_index_urls=opts.extra_index_urls,
-                              wheelhouse=opts.wheelhouse is not None, smoke_nproc=opts.nproc)
+                              wheelhouse=opts.wheelhouse is not None, smoke_nproc=opts.nproc,
+                              cuda_arch=opts.cuda_arch or None, cpu_isa=opts.cpu_isa)
     split = None
     if opts.wheelhouse is not None:
-        layers = {la.name: [*la.requirements, *LAYER_BUILD_DEPS.get(la.name, ())]
+        layers = {la.name: [*la.requirements, *la.build_requirements]
                   for la in plan.layers}
         split = wh.split(Path(opts.wheelhouse), layers, stack.python,
                          required=[r for la in plan.layers for r in la.requirements])
@@ -179,7 +189,7 @@ def build_target(target: str, opts: BuildOptions, *, matrix_dir: str | Path | No
         else:
             tmp_root = Path(tempfile.mkdtemp(prefix="envbuilder-build-"))
             ctx_dir = tmp_root / "context"
-        prepare_context(stack, opts, ctx_dir)
+        _, plan = prepare_context(stack, opts, ctx_dir)
         report.context = str(ctx_dir)
         report.steps["render"] = "ok"
         report.seconds["render"] = round(time.monotonic() - t0, 3)
@@ -190,6 +200,8 @@ def build_target(target: str, opts: BuildOptions, *, matrix_dir: str | Path | No
 
         if client is None:
             client = engine.connect()
+        if stack.compiles and stack.builder is not None and stack.builder.image_kind == "devel":
+            _require_builder(client, plan.builder_image, stack)
         base = opts.base_image or stack.runtime_image
         labels = {"io.envbuilder.base-digest": _base_digest(client, base)}
         if opts.lock is not None:
@@ -207,9 +219,29 @@ def build_target(target: str, opts: BuildOptions, *, matrix_dir: str | Path | No
             report.local_tags.append(engine.tag(client, res.image_id, "envbuilder", t))
         report.cached_steps, report.total_steps = res.cached_steps, res.steps
         report.labels = engine.image_labels(client, res.image_id)
+        report.size_bytes = engine.image_size(client, res.image_id)
         report.steps["build"] = "ok"
         report.seconds["build"] = round(time.monotonic() - t0, 3)
         emit("step", ("build", "ok"))
+
+        step = "verify"
+        if opts.verify:
+            from envbuilder.run.verify import verify_image_labels
+
+            t0 = time.monotonic()
+            emit("step", ("verify", "running"))
+            vr = verify_image_labels(client, res.image_id, report.labels,
+                                     {n: o.module for n, o in m.toolchains.deepspeed_ops.items() if o.module})
+            report.verify = vr.to_dict()
+            report.seconds["verify"] = round(time.monotonic() - t0, 3)
+            if not vr.ok:
+                report.steps["verify"] = "failed"
+                raise OperationError(f"{stack.tag} is not what its labels say: {vr.summary()}",
+                                     step="verify")
+            report.steps["verify"] = "ok"
+            emit("step", ("verify", "ok"))
+        else:
+            report.steps["verify"] = "skipped"
 
         step = "smoke"
         smoke_passed = False
@@ -277,6 +309,20 @@ def build_target(target: str, opts: BuildOptions, *, matrix_dir: str | Path | No
     finally:
         if tmp_root is not None:
             shutil.rmtree(tmp_root, ignore_errors=True)
+
+
+def _require_builder(client, image: str, stack) -> None:
+    """A compiling build needs its devel builder: refuse before building when it is missing."""
+    from envbuilder.run import engine
+
+    if engine.image_available(client, image):
+        return
+    what = " and ".join(x for x in (f"Horovod {stack.horovod.version}" if stack.horovod else "",
+                                    f"DeepSpeed ops {','.join(stack.ds_ops)}" if stack.ds_ops else "") if x)
+    raise InputError(f"the builder image {image} (CUDA {stack.cuda} devel, to compile {what}) is not "
+                     f"available to this engine and cannot be pulled: pass --builder-image with a "
+                     f"CUDA {stack.cuda} devel image of {stack.os.name}, or use --flavour os on an OS "
+                     f"whose archive has nvcc")
 
 
 def _base_digest(client, base: str) -> str:

@@ -139,6 +139,32 @@ def image_labels(client, image: str) -> dict[str, str]:
         raise OperationError(f"cannot inspect image {image}: {_short(e)}", step="engine") from None
 
 
+def image_size(client, image: str) -> int | None:
+    """The image's size in bytes, as the engine reports it (uncompressed, all layers)."""
+    try:
+        return int(client.images.get(image).attrs.get("Size") or 0) or None
+    except Exception:
+        return None
+
+
+def image_available(client, image: str) -> bool:
+    """The image is local, or the engine can pull it."""
+    import docker.errors
+
+    try:
+        client.images.get(image)
+        return True
+    except docker.errors.ImageNotFound:
+        pass
+    except docker.errors.APIError:
+        return False
+    try:
+        client.images.pull(image)
+        return True
+    except docker.errors.APIError:
+        return False
+
+
 def image_digest_ref(client, image: str) -> str:
     """The base image's identity for provenance: a repo digest when it has one, else its ID."""
     docker = _docker()

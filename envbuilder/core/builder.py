@@ -1,0 +1,150 @@
+"""What the builder stage needs to compile a stack's compiled parts, and whether it can.
+
+One function, ``builder_for``, answers for the resolver's rules (which refuse a stack whose
+builder cannot exist, with the reason) and for the plan (which installs what it names): which
+image the builder starts from, which nvcc it has (an nvidia/cuda devel image's, the OS
+archive's, or NVIDIA's CUDA 13 wheels'), and which host GCC fits that nvcc.
+
+Facts come from ``toolchains.yaml``: the base flavours, nvcc's host-GCC limits, the toolkits a
+plain OS can install, and the compilers each OS packages.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from packaging.version import Version
+
+from envbuilder.core.matrix import BuilderToolkit, Matrix, OsInfo, Toolkit, minor
+
+
+@dataclass(frozen=True)
+class Builder:
+    """The builder stage of a stack that compiles something."""
+
+    image_kind: str  # "devel": an nvidia/cuda devel image; "os": the OS image, toolkit installed
+    nvcc: Version | None  # None: nothing needs nvcc (CPU ops only, or a CPU target)
+    toolkit: BuilderToolkit | None  # what installs nvcc in an "os" builder (None: the devel image has it)
+    cuda_home: str | None
+    gcc: int | None  # the host GCC major nvcc is given (None: no nvcc)
+    gcc_packages: tuple[str, ...]  # apt packages for that GCC ("gcc", "g++" for the default)
+    gcc_is_default: bool
+    source: tuple[str, ...]
+    warnings: tuple[tuple[str, str, tuple[str, ...]], ...] = ()  # (message, fix, source)
+
+    def to_dict(self) -> dict:
+        return {"image": self.image_kind,
+                "nvcc": None if self.nvcc is None else str(self.nvcc),
+                "toolkit": None if self.toolkit is None else {
+                    "install": self.toolkit.install, "packages": list(self.toolkit.packages),
+                    "apt_components": list(self.toolkit.apt_components)},
+                "cuda_home": self.cuda_home, "gcc": self.gcc,
+                "source": list(self.source)}
+
+
+class NoBuilder(Exception):
+    """No builder can compile this stack; the message says why, ``fix`` what would work."""
+
+    def __init__(self, message: str, fix: str, source: tuple[str, ...]) -> None:
+        super().__init__(message)
+        self.fix = fix
+        self.source = source
+
+
+def compiled(a: Mapping[str, Any], m: Matrix, ds_ops: tuple[str, ...]) -> tuple[bool, bool]:
+    """(something compiles, something needs nvcc) for an assignment and the requested ops."""
+    gpu = a.get("cuda") is not None
+    hvd = a.get("horovod") is not None
+    ds = a.get("deepspeed") is not None and bool(ds_ops)
+    ops = m.toolchains.deepspeed_ops
+    # a CUDA torch makes every DeepSpeed op a CUDA extension (CPU ops link cudart and cuBLAS)
+    ds_nvcc = ds and gpu and any(op in ops for op in ds_ops)
+    return hvd or ds, gpu and (hvd or ds_nvcc)
+
+
+def devel_image_exists(m: Matrix, t: Toolkit, os_name: str) -> bool:
+    imgs = m.base_images_for(t.version, os_name)
+    return imgs is not None and "devel" in imgs.flavours and not imgs.removed
+
+
+def builder_for(a: Mapping[str, Any], m: Matrix, ds_ops: tuple[str, ...]) -> Builder | None:
+    """The builder for an assignment (cuda, os, flavour, horovod, deepspeed), None when nothing
+    compiles; raises NoBuilder when no builder can compile it."""
+    compiles, nvcc_needed = compiled(a, m, ds_ops)
+    if not compiles:
+        return None
+    o: OsInfo = a["os"]
+    tc = m.toolchains
+    if not nvcc_needed:  # CPU-only compiles: the OS's default g++
+        hc = tc.host_compilers.get(o.name)
+        return Builder("os", None, None, None, hc.default if hc else None, ("g++",), True,
+                       hc.source if hc else ())
+    t: Toolkit = a["cuda"]
+    flavour = a.get("flavour") or "os"
+    warnings: list[tuple[str, str, tuple[str, ...]]] = []
+    if devel_image_exists(m, t, o.name):
+        imgs = m.base_images_for(t.version, o.name)
+        kind, nvcc, tk, home = "devel", t.version, None, "/usr/local/cuda"
+        source: tuple[str, ...] = imgs.source if imgs else ()
+    elif flavour != "os":
+        raise NoBuilder(f"{m.base_repository} has no CUDA {t.version} devel image for {o.name} to "
+                        f"compile {_what(a, ds_ops)}", "use --flavour os, or another OS",
+                        m.base_images_for(t.version).source if m.base_images_for(t.version) else t.source)
+    else:
+        same_major = [k for k in tc.toolkits_for_os(o.name) if k.cuda.major == t.version.major]
+        if not same_major:
+            have = ", ".join(f"{k.minor} ({k.install}{'' if k.os == '*' else ' on ' + k.os})"
+                             for k in tc.toolkits_for_os(o.name)) or "none"
+            raise NoBuilder(
+                f"no CUDA {t.version.major}.x compiler can be installed on {o.name} to compile "
+                f"{_what(a, ds_ops)} for torch's CUDA {t.minor} (nvcc must have torch's CUDA major: "
+                f"torch.utils.cpp_extension refuses another); toolkits for {o.name}: {have}",
+                f"use an OS with nvidia/cuda devel images (ubuntu22.04, ubuntu24.04), or a CUDA "
+                f"{'/'.join(k.minor for k in tc.toolkits_for_os(o.name))} target",
+                tuple(s for k in tc.toolkits_for_os(o.name) for s in k.source) or t.source)
+        # the same minor if the OS has it, else the nearest at or above, else the newest below
+        same_major.sort(key=lambda k: (k.cuda.minor != t.version.minor, k.cuda.minor < t.version.minor,
+                                       abs(k.cuda.minor - t.version.minor)))
+        tk = same_major[0]
+        kind, nvcc, home, source = "os", tk.cuda, tk.cuda_home, tk.source
+        if minor(tk.cuda) != t.minor:
+            warnings.append((
+                f"the builder's nvcc is CUDA {minor(tk.cuda)} ({tk.install} on {o.name}), torch's is "
+                f"{t.minor}: same major, so torch.utils.cpp_extension only warns (minor-version "
+                f"compatibility); kernels built by nvcc {minor(tk.cuda)} need a driver for CUDA "
+                f"{minor(tk.cuda)} to JIT their PTX",
+                f"use a CUDA {minor(tk.cuda)} target, or an OS with nvidia/cuda devel images",
+                tk.source + ("https://github.com/pytorch/pytorch/blob/main/torch/utils/cpp_extension.py",)))
+    gcc, pkgs, default, gsrc = _host_gcc(m, o, nvcc, tk)
+    return Builder(kind, nvcc, tk, home, gcc, pkgs, default, source + gsrc, tuple(warnings))
+
+
+def _what(a: Mapping[str, Any], ds_ops: tuple[str, ...]) -> str:
+    parts = []
+    if a.get("horovod") is not None:
+        parts.append(f"Horovod {a['horovod'].version}")
+    if a.get("deepspeed") is not None and ds_ops:
+        parts.append(f"DeepSpeed ops {','.join(ds_ops)}")
+    return " and ".join(parts) or "extensions"
+
+
+def _host_gcc(m: Matrix, o: OsInfo, nvcc: Version,
+              tk: BuilderToolkit | None) -> tuple[int, tuple[str, ...], bool, tuple[str, ...]]:
+    tc = m.toolchains
+    rng = tc.gcc_range(nvcc)
+    hc = tc.host_compilers.get(o.name)
+    if rng is None or hc is None:
+        missing = "nvcc_host_gcc" if rng is None else "host_compilers"
+        raise NoBuilder(f"the matrix does not know which GCC {'nvcc ' + minor(nvcc) + ' accepts' if rng is None else o.name + ' packages'}",
+                        f"add a {missing} entry to toolchains.yaml", ())
+    cap = rng.gcc_max if tk is None or tk.gcc_max is None else min(rng.gcc_max, tk.gcc_max)
+    fits = sorted((g for g in hc.packages if g <= cap and (rng.gcc_min is None or g >= rng.gcc_min)),
+                  reverse=True)
+    if not fits:
+        raise NoBuilder(
+            f"nvcc {minor(nvcc)} accepts GCC {rng.gcc_min or ''}..{cap}, and {o.name} packages only GCC "
+            f"{', '.join(map(str, sorted(hc.packages)))}",
+            "use another OS or CUDA version", rng.source + hc.source)
+    g = fits[0]
+    return g, hc.packages[g], g == hc.default, rng.source + hc.source

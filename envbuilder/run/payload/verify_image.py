@@ -1,0 +1,207 @@
+"""What an image really holds, read from inside it: envbuilder's verification payload.
+
+Run with the image's own Python (no GPU needed):
+
+    python verify_image.py [--ds-ops fused_adam,cpu_adam] [--out FILE]
+
+It imports torch (and Horovod, DeepSpeed and the requested DeepSpeed ops where installed), then
+reports as JSON what the process actually loaded: torch's version, CUDA and NCCL as torch reports
+them, every libnccl / libcudnn / libcudart file the dynamic loader mapped (from
+/proc/self/maps, with the version each library reports about itself through ctypes), which
+libnccl Horovod's extension resolves (``ldd``), and the NVIDIA container variables. It judges
+nothing: envbuilder compares these facts with the image's labels on the host
+(envbuilder/run/verify.py). Standard library only, Python 3.8+, so it runs in any image.
+"""
+
+import argparse
+import ctypes
+import glob
+import json
+import os
+import re
+import subprocess
+import sys
+import traceback
+
+MARKER = "ENVBUILDER_VERIFY_FACTS"
+LIBS = {"nccl": r"libnccl\.so", "cudnn": r"libcudnn\.so", "cudart": r"libcudart\.so"}
+ENV_NAMES = ("NVIDIA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES", "NVIDIA_REQUIRE_CUDA",
+             "LD_LIBRARY_PATH", "CUDA_VERSION", "NCCL_DEBUG")
+
+
+def _err(exc):
+    lines = traceback.format_exception_only(type(exc), exc)
+    return "".join(lines).strip()[-500:]
+
+
+def _lib_version(kind, path):
+    """The version a loaded library reports about itself."""
+    try:
+        lib = ctypes.CDLL(path)
+        v = ctypes.c_int(0)
+        if kind == "nccl":
+            if lib.ncclGetVersion(ctypes.byref(v)) != 0:
+                return None
+            n = v.value  # 2.21.5 -> 22105 (>= 2.9: major*10000 + minor*100 + patch)
+            if n >= 10000:
+                return "%d.%d.%d" % (n // 10000, (n % 10000) // 100, n % 100)
+            return "%d.%d.%d" % (n // 1000, (n % 1000) // 100, n % 100)
+        if kind == "cudnn":
+            lib.cudnnGetVersion.restype = ctypes.c_size_t
+            n = int(lib.cudnnGetVersion())  # 9.1.0 -> 90100; 8.9.2 -> 8902
+            if n >= 90000:
+                return "%d.%d.%d" % (n // 10000, (n % 10000) // 100, n % 100)
+            return "%d.%d.%d" % (n // 1000, (n % 1000) // 100, n % 100)
+        if kind == "cudart":
+            if lib.cudaRuntimeGetVersion(ctypes.byref(v)) != 0:
+                return None
+            return "%d.%d" % (v.value // 1000, (v.value % 1000) // 10)
+    except (OSError, AttributeError) as exc:
+        return "unknown (%s)" % _err(exc)[:120]
+    return None
+
+
+def loaded_libraries():
+    """{kind: [{path, realpath, version}]}: each distinct file the process mapped."""
+    out = {k: [] for k in LIBS}
+    seen = set()
+    try:
+        with open("/proc/self/maps") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return out
+    for line in lines:
+        parts = line.split(None, 5)
+        if len(parts) < 6:
+            continue
+        path = parts[5].strip()
+        base = os.path.basename(path)
+        for kind, rx in LIBS.items():
+            if re.match(rx, base):
+                real = os.path.realpath(path)
+                if (kind, real) in seen:
+                    continue
+                seen.add((kind, real))
+                out[kind].append({"path": path, "realpath": real,
+                                  "version": _lib_version(kind, path)})
+    return out
+
+
+RELEVANT = re.compile(r"lib(nccl|cudnn|cudart|cublas|torch|c10)")
+
+
+def ldd(path):
+    """{soname: resolved path or None} from ldd, for the CUDA and torch libraries."""
+    try:
+        text = subprocess.run(["ldd", path], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              universal_newlines=True, timeout=60).stdout
+    except (OSError, subprocess.SubprocessError) as exc:
+        return {"error": _err(exc)}
+    res = {}
+    for line in text.splitlines():
+        m = re.match(r"\s*(\S+) => (not found|(\S+))", line)
+        if m and RELEVANT.match(m.group(1)):
+            res[m.group(1)] = None if m.group(2) == "not found" else m.group(3)
+    return res
+
+
+def torch_facts():
+    facts = {}
+    try:
+        import torch
+    except Exception as exc:  # noqa: BLE001 - report, never crash
+        return {"error": "import torch: " + _err(exc)}
+    facts["version"] = torch.__version__
+    facts["cuda"] = getattr(torch.version, "cuda", None)
+    facts["file"] = torch.__file__
+    try:
+        v = torch.cuda.nccl.version()
+        facts["nccl"] = ".".join(str(x) for x in v) if isinstance(v, tuple) else str(v)
+    except Exception as exc:  # noqa: BLE001 - CPU builds have no NCCL
+        facts["nccl"] = None
+        facts["nccl_error"] = _err(exc)
+    lib = os.path.join(os.path.dirname(torch.__file__), "lib")
+    cand = [p for p in ("libtorch_cuda.so", "libtorch_cpu.so") if os.path.exists(os.path.join(lib, p))]
+    if cand:
+        facts["ldd"] = {"file": os.path.join(lib, cand[0]), "resolves": ldd(os.path.join(lib, cand[0]))}
+    return facts
+
+
+def horovod_facts():
+    try:
+        import horovod
+    except ImportError:
+        return None
+    facts = {"version": getattr(horovod, "__version__", None)}
+    try:
+        import horovod.torch as hvd
+        facts["nccl_built"] = int(hvd.nccl_built())
+        facts["gloo_built"] = bool(hvd.gloo_built())
+        facts["mpi_built"] = bool(hvd.mpi_built())
+        files = sorted(glob.glob(os.path.join(os.path.dirname(hvd.__file__), "mpi_lib_v2*.so")))
+        if files:
+            facts["extension"] = files[0]
+            facts["ldd"] = ldd(files[0])
+    except Exception as exc:  # noqa: BLE001
+        facts["error"] = _err(exc)
+    return facts
+
+
+def deepspeed_facts(ops):
+    try:
+        import deepspeed
+    except Exception as exc:  # noqa: BLE001
+        if "deepspeed" in str(exc) and isinstance(exc, ImportError) and not ops:
+            return None
+        return {"error": "import deepspeed: " + _err(exc)}
+    facts = {"version": getattr(deepspeed, "__version__", None), "ops": {}}
+    try:
+        from deepspeed.git_version_info import installed_ops
+        facts["installed_ops"] = {k: bool(v) for k, v in dict(installed_ops).items()}
+    except Exception as exc:  # noqa: BLE001
+        facts["installed_ops_error"] = _err(exc)
+    import importlib
+    for op, module in ops:
+        rec = {"module": module}
+        try:
+            mod = importlib.import_module(module)
+            rec["loaded"] = True
+            rec["file"] = getattr(mod, "__file__", None)
+        except Exception as exc:  # noqa: BLE001
+            rec["loaded"] = False
+            rec["error"] = _err(exc)
+        facts["ops"][op] = rec
+    return facts
+
+
+def collect(ds_ops):
+    facts = {"python": "%d.%d.%d" % sys.version_info[:3], "executable": sys.executable,
+             "env": {k: os.environ.get(k) for k in ENV_NAMES}}
+    facts["torch"] = torch_facts()
+    facts["horovod"] = horovod_facts()
+    facts["deepspeed"] = deepspeed_facts(ds_ops)
+    facts["libs"] = loaded_libraries()  # after every import above
+    return facts
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--ds-op", action="append", default=[], metavar="NAME=MODULE",
+                    help="a DeepSpeed op and the module that loads it (repeatable)")
+    ap.add_argument("--out", help="also write the facts to this file")
+    args = ap.parse_args(argv)
+    ops = []
+    for item in args.ds_op:
+        name, _, module = item.partition("=")
+        ops.append((name, module))
+    facts = collect(ops)
+    text = json.dumps(facts, sort_keys=True)
+    if args.out:
+        with open(args.out, "w") as f:
+            f.write(text)
+    print(MARKER + " " + text, flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
