@@ -132,3 +132,11 @@ def test_ubuntu_24_04_has_python_3_14_from_deadsnakes():
     assert o.python["3.14"].repo == "ppa:deadsnakes/ppa"
     st = resolve_target("cu130-py314-ubuntu24.04")
     assert st.python == "3.14" and Version(str(st.torch.version)) >= Version("2.9")
+
+
+def test_deepspeed_0_15_3_import_breakage_with_torch_before_2_3():
+    with pytest.raises(IncompatibleError) as ei:
+        check_combination(torch="2.2", deepspeed="0.15.3")
+    assert "deepspeed-0.15.3-torch-lt-2.3-is-compiling" in str(ei.value)
+    check_combination(torch="2.3", deepspeed="0.15.3")
+    check_combination(torch="2.2", deepspeed="0.15.4")
