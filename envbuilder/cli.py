@@ -748,6 +748,50 @@ def explain(logs: List[str] = typer.Argument(..., help="Log files, or - for stdi
         raise typer.Exit(EXIT_FAILED)
 
 
+# -- matrix: the knowledge itself (logic in envbuilder.knowledge) ----------------------------
+matrix_app = typer.Typer(help="Read the matrix (show) or check it against the package indexes (verify).",
+                         no_args_is_help=True)
+app.add_typer(matrix_app, name="matrix")
+
+
+@matrix_app.command("verify")
+@command
+def matrix_verify(pypi: str = typer.Option("https://pypi.org/simple", "--pypi-index-url", help="PyPI or a mirror."),
+                  torch_index: Optional[str] = typer.Option(None, "--torch-index", help="PyTorch's index template with {variant}."),
+                  matrix: Optional[str] = MatrixOpt, as_json: bool = JsonOpt) -> None:
+    """Check torch releases, variants, NCCL pins and Python tags against the reachable indexes (exit 1 on a disagreement)."""
+    from rich.console import Console
+    from envbuilder.core.matrix import load_matrix
+    from envbuilder.knowledge.indexcheck import verify_matrix
+
+    with Console(stderr=True, quiet=as_json).status("verify") as st:
+        rep = verify_matrix(load_matrix(matrix), pypi=pypi, torch_index=torch_index,
+                            progress=lambda msg: st.update(msg))
+    if as_json:
+        _echo_json(rep.to_dict())
+    else:
+        for f in rep.findings:
+            sys.stdout.write(f"{f.kind}: {f}\n")
+        sys.stdout.write(f"{len(rep.agreed)} facts agree; {len(rep.of('disagree'))} disagreements, "
+                         f"{len(rep.of('new'))} new, {len(rep.of('skipped'))} skipped, {len(rep.of('unverified'))} unverified\n")
+    if not rep.ok:
+        raise typer.Exit(EXIT_FAILED)
+
+
+@matrix_app.command("show")
+@command
+def matrix_show(axis: str = typer.Argument(..., help="cuda, torch, nccl, os, base_images, deepspeed, horovod or incompatibilities."),
+                matrix: Optional[str] = MatrixOpt, as_json: bool = JsonOpt) -> None:
+    """Print one axis of the matrix with the source of every row."""
+    from envbuilder.core.matrix import load_matrix
+    from envbuilder.knowledge.show import show_axis
+
+    t = show_axis(load_matrix(matrix), axis)
+    if as_json:
+        return _echo_json(t.to_dict())
+    _table(f"matrix: {axis}", [*t.columns, "source"], [[*r, " ".join(s)] for r, s in zip(t.rows, t.sources)])
+
+
 def main() -> None:  # console-script entry point
     """Run the CLI; usage errors (unknown option, missing argument) become one line, exit 2."""
     try:

@@ -56,7 +56,7 @@ def test_corpus_is_well_formed() -> None:
     per_category = Counter(c["category"] for c in cases)
     assert set(per_category) == set(CATEGORIES), set(CATEGORIES) - set(per_category)
     assert min(per_category.values()) >= 2, per_category
-    files = {p.name for p in CORPUS.iterdir()} - {"cases.yaml"}
+    files = {p.name for p in CORPUS.iterdir()} - {"cases.yaml", "HELDOUT.txt"}
     assert files == {c["file"] for c in cases}
     for case in cases:
         assert case["source"].startswith("https://github.com/"), case
@@ -377,3 +377,73 @@ def test_large_log_streams_with_bounded_memory(tmp_path: Path) -> None:
     assert causes[0].evidence[0].line_no > 500_000
     assert peak < 8 * 1024 * 1024, f"peak {peak} bytes for a {size} byte log"
     assert peak < size / 10
+
+
+# ----------------------------------------------------------------------------- issue 13 families
+
+
+def test_stack_frames_name_the_timeout_without_the_watchdog_line():
+    frames = [
+        "frame #1: c10d::ProcessGroupNCCL::WorkNCCL::checkTimeout(std::optional<std::chrono::"
+        "duration<long, std::ratio<1l, 1000l> > >) + 0x1d2 (0x1554e9e0f8f2 in libtorch_cuda.so)",
+        "frame #3: c10d::ProcessGroupNCCL::ncclCommWatchdog() + 0x10c (0x1554e9e1871c in libtorch_cuda.so)",
+    ]
+    assert not any("Watchdog caught" in f for f in frames)
+    assert categories(explain_lines(frames))[:1] == ["nccl_timeout"]
+
+
+def test_a_hang_without_an_error_is_read_from_nccl_setup_lines():
+    """Channels set up, then nothing: a low-confidence reading that points at the transport."""
+    p2p = [f"host:1:2 [{r}] NCCL INFO Channel 0{c}/0 : {r}[{r}] -> {(r + 1) % 4}[{(r + 1) % 4}] via P2P/IPC"
+           for r in range(4) for c in range(2)] + ["host:1:2 [0] NCCL INFO Connected all rings"]
+    got = explain_lines(p2p)
+    assert categories(got)[:2] == ["p2p_topology", "nccl_timeout"]
+    assert got[0].confidence < 0.6  # a reading, not a diagnosis
+    ib = [l.replace("via P2P/IPC", "via NET/IB/0/GDRDMA") for l in p2p]
+    assert categories(explain_lines(ib))[0] == "ib_rdma"
+    # any real error outranks the reading
+    assert categories(explain_lines(p2p + [WATCHDOG_LATE]))[0] == "nccl_timeout"
+
+
+@pytest.mark.parametrize("line, category", [
+    ("RuntimeError: Unexpected error from cudaGetDeviceCount(). Error 803: system has unsupported "
+     "display driver / cuda driver combination", "driver_mismatch"),
+    ("W: GPG error: https://developer.download.nvidia.com/compute/cuda/repos/ubuntu2004/x86_64  "
+     "InRelease: The following signatures couldn't be verified because the public key is not "
+     "available: NO_PUBKEY A4B469963BF863CC", "container_build"),
+    ("ValueError: Horovod MPI support has not been built.", "mpi_mismatch"),
+    ("node1:12:34 [0] transport/nvls.cc:153 NCCL WARN Cuda failure 1 'invalid argument'", "fabric_manager"),
+])
+def test_issue13_families(line, category):
+    assert categories(explain_lines([line]))[:1] == [category]
+
+
+def test_second_and_third_causes_when_the_evidence_supports_them():
+    log = ["[Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=1, OpType=ALLREDUCE, "
+           "NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600047 milliseconds before timing out.",
+           "host:1:2 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via NET/IB/0/GDRDMA",
+           "host:1:2 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via NET/Socket/0"]
+    got = categories(explain_lines(log))
+    assert len(got) >= 3 and {"network_interface", "ib_rdma", "nccl_timeout"} <= set(got[:3])
+
+
+def test_heldout_manifest_names_corpus_cases():
+    names = {ln.strip() for ln in (CORPUS / "HELDOUT.txt").read_text().splitlines()
+             if ln.strip() and not ln.startswith("#")}
+    assert len(names) >= 20 and names <= {c["file"] for c in load_cases()}
+
+
+def test_new_patterns_are_re2_compatible():
+    """Patterns added for issue 13 avoid lookaround and backreferences (google-re2 syntax)."""
+    import re as _re
+    sigs = load_signatures()
+    new = {"driver_system_mismatch_803", "driver_error_803_code", "cuda_compat_libs", "apt_no_pubkey_cuda",
+           "apt_no_pubkey", "apt_repo_not_signed", "apt_nvidia_repo", "horovod_mpi_not_built",
+           "horovod_controller_not_built", "horovod_extension_not_built", "nvls_cuda_failure",
+           "nvls_multicast_failure", "nvls_context", "frame_check_timeout", "frame_watchdog",
+           "frame_flight_recorder", "hang_setup_p2p", "hang_setup_net_ib", "hang_setup_net_socket",
+           "hang_setup_done"}
+    found = {s.id: s.regex.pattern for s in sigs.signatures if s.id in new}
+    assert set(found) == new
+    for sid, pat in found.items():
+        assert not _re.search(r"\(\?[=!<]|\\[1-9]", pat), sid

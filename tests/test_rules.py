@@ -125,6 +125,12 @@ CASES: list[Case] = [
     ("cpu-nccl2.18", "nccl_pin", REFUSE,
      lambda m: (base(m, cuda=None, nccl=None), {"nccl_pin": "2.18"}, None), ("CPU",)),
     # nccl_cuda: NCCL 2.18.x is built for CUDA 11/12, not 13
+    # nccl_torch: an NCCL pin without a CUDA axis implies a CUDA build of the torch release
+    ("torch2.1.2-nccl2.18-no-cuda", "nccl_torch", ACCEPT,
+     lambda m: ({k: v for k, v in base(m).items() if k != "cuda"}, {"nccl_pin": "2.18"}, None), ()),
+    ("torch2.6.0-nccl2.18-no-cuda", "nccl_torch", REFUSE,
+     lambda m: ({k: v for k, v in base(m, torch=torch(m, "2.6.0")).items() if k != "cuda"},
+                {"nccl_pin": "2.18"}, None), ("2.6.0", "2.18", "implies a CUDA build")),
     ("cu121-nccl2.18.1", "nccl_cuda", ACCEPT,
      lambda m: (base(m), {}, None), ()),
     ("cu130-nccl2.18.3", "nccl_cuda", REFUSE,

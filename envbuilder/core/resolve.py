@@ -20,8 +20,9 @@ from envbuilder.errors import IncompatibleError
 from envbuilder.core.matrix import Matrix, NcclRelease, OsInfo, Toolkit, minor
 from envbuilder.core.builder import Builder, builder_for, compiled
 from envbuilder.core.matrix import Flavour
-from envbuilder.core.rules import Context, Rule, Violation, all_rules, variant_of
-from envbuilder.core.target import COMPONENTS, Request, check_pins_known
+from envbuilder.core.rules import (Context, Rule, Violation, all_rules, breakages_covering,
+                                   variant_of)
+from envbuilder.core.target import COMPONENTS, Request, check_pins_known, unknown_pins
 
 AXIS_ORDER = ("cuda", "torch", "flavour", "os", "python", "nccl", "horovod", "deepspeed")
 PYPI = "https://pypi.org/simple"
@@ -332,7 +333,7 @@ def _search(req: Request, m: Matrix, active: tuple[str, ...]) -> _Search:
 
 def resolve(req: Request, m: Matrix) -> Stack:
     """Resolve every axis; raise IncompatibleError (exit 3) with the reasons when none works."""
-    check_pins_known(req, m)
+    _pins_known_or_refused(req, m)
     s = _search(req, m, AXIS_ORDER)
     a = s.first()
     if a is None:
@@ -342,13 +343,30 @@ def resolve(req: Request, m: Matrix) -> Stack:
 
 def check(req: Request, m: Matrix, given: set[str]) -> tuple[dict[str, Any], list[Violation]]:
     """Judge a partial combination using only the axes given; raises IncompatibleError."""
-    check_pins_known(req, m)
+    _pins_known_or_refused(req, m)
     active = tuple(ax for ax in AXIS_ORDER if ax in given)
     s = _search(req, m, active)
     a = s.first()
     if a is None:
         raise _refusal(req, m, s, suggest=False)
     return a, _warnings(s, a)
+
+
+def _pins_known_or_refused(req: Request, m: Matrix) -> None:
+    """A pinned version the matrix does not list is refused (exit 3) when a known breakage's
+    range covers it, and is bad input (exit 2) when nothing in the matrix knows it."""
+    pins = req.pins()
+    for axis, pin in unknown_pins(req, m).items():
+        included = frozenset(c for c in COMPONENTS if req.wants(c))
+        vs = breakages_covering(axis, pin.text, pins, m, included)
+        if vs:
+            what = req.target if req.target != "check" else "this combination (" + ", ".join(
+                f"{k} {v}" for k, v in pins.items()) + ")"
+            raise IncompatibleError(
+                f"{what} cannot work: {vs[0].message}" + (
+                    f" (and {len(vs) - 1} more reason{'s' if len(vs) > 2 else ''})" if len(vs) > 1 else ""),
+                violations=vs, details=[f"- {v}" for v in vs])
+    check_pins_known(req, m)
 
 
 def _warnings(s: _Search, a: dict[str, Any]) -> list[Violation]:

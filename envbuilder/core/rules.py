@@ -281,6 +281,30 @@ def _nccl_pin(a: Assignment, ctx: Context) -> list[Violation]:
                       f"not {ctx.nccl_pin}", t.source, alt)]
 
 
+@rule("nccl_torch", "torch", "nccl")
+def _nccl_torch(a: Assignment, ctx: Context) -> list[Violation]:
+    """An NCCL pin implies a CUDA build: without a CUDA axis, some CUDA variant of the torch
+    release must bundle the pinned NCCL (a CPU build bundles none)."""
+    if ctx.nccl_pin is None or "cuda" in a:
+        return []  # with a CUDA axis, nccl_pin judges the one variant
+    from envbuilder.core.target import Pin
+    t: TorchRelease = a["torch"]
+    pin = Pin.parse(ctx.nccl_pin, "nccl")
+    cuda_variants = [v for n, v in t.variants.items() if n != "cpu"]
+    if any(v.nccl is not None and pin.matches(v.nccl) for v in cuda_variants):
+        return []
+    have = ", ".join(f"{v.name}: {v.nccl or 'unknown'}" for v in
+                     sorted(cuda_variants, key=lambda v: (len(v.name), v.name)))
+    with_pin = [f"{r.version} {n}" for r in ctx.matrix.torch for n, rv in r.variants.items()
+                if rv.nccl and pin.matches(rv.nccl)]
+    alt = (f"torch {', '.join(dict.fromkeys(with_pin[:4]))} bundles NCCL {ctx.nccl_pin}" if with_pin
+           else f"drop the NCCL pin (torch {t.version} brings its own)")
+    return [Violation("nccl_torch",
+                      f"no CUDA build of torch {t.version} bundles NCCL {ctx.nccl_pin} "
+                      f"({have or 'it has no CUDA builds'}); an NCCL pin implies a CUDA build",
+                      t.source, alt)]
+
+
 @rule("nccl_cuda", "cuda", "nccl")
 def _nccl_cuda(a: Assignment, ctx: Context) -> list[Violation]:
     """NCCL must be built for the CUDA major of the image."""
@@ -362,6 +386,75 @@ def _first_sentence(text: str) -> str:
 
     m = re.search(r"[.;](\s|$)", text)
     return (text[: m.start()] if m else text).strip()
+
+
+def _candidates(axis: str, pins: Mapping[str, Any], m: Matrix,
+                included: frozenset[str]) -> list[Version | str | None]:
+    """The values an axis can take under the request's pins (None: a CPU build, or a
+    component the request leaves out)."""
+    from envbuilder.core.target import COMPONENTS, Pin
+    pin = pins.get(axis)
+    if axis in COMPONENTS and pin is None and axis not in included:
+        return [None]
+    if axis == "cuda":
+        if pin == "cpu":
+            return [None]
+        return [t.version for t in m.toolkits if pin is None or t.minor == pin] + (
+            [None] if pin is None else [])
+    if axis == "os":
+        return [pin] if pin else list(m.os)
+    if axis == "torch":
+        known = [t.version for t in m.torch]
+    elif axis == "python":
+        known = [Version(p) for p in m.pythons]
+    elif axis in COMPONENTS:
+        known = [c.version for c in m.component(axis).releases]
+    else:  # nccl
+        known = [n.version for n in m.nccl]
+    if pin is None:
+        return list(known)
+    p = Pin.parse(pin, axis)
+    return [v for v in known if p.matches(v)] or _pin_versions(pin)
+
+
+def _pin_versions(text: str) -> list[Version]:
+    """A pin the matrix does not list, as versions: an exact version, or a line's first and
+    last patch release (``0.21`` -> 0.21.0 and 0.21.9999), so a range must cover the line."""
+    v = Version(text)
+    return [v] if len(v.release) > 2 else [v, Version(f"{text}.9999")]
+
+
+def breakages_covering(axis: str, pin: str, pins: Mapping[str, str], m: Matrix,
+                       included: frozenset[str] = frozenset()) -> list[Violation]:
+    """Known breakages that refuse a version the matrix does not list.
+
+    A breakage applies when its range on ``axis`` covers the whole pin and, on each other
+    axis it names, every value the request's pins allow falls in its range (so no choice of
+    the rest avoids it). ``included`` names the components asked for without a pin."""
+    out: list[Violation] = []
+    for x in m.incompatibilities:
+        cond = x.when.get(axis)
+        if x.severity != "error" or cond is None or axis == "os":
+            continue
+        if not all(cond.contains(v, prereleases=True) for v in _pin_versions(pin)):
+            continue
+        covered = True
+        for other, oc in x.when.items():
+            if other == axis:
+                continue
+            values = _candidates(other, pins, m, included)
+            if not values or any(v is None or (v != oc if other == "os"
+                                                else not oc.contains(v, prereleases=True))
+                                 for v in values):
+                covered = False
+                break
+        if covered:
+            desc = ", ".join([f"{axis} {pin}"] + [f"{o} {pins[o]}" for o in x.when
+                                                   if o != axis and o in pins])
+            out.append(Violation("known_incompatibility",
+                                 f"{desc}: {_first_sentence(x.reason)} [{x.id}]",
+                                 x.source, x.fix, severity=x.severity, detail=x.reason))
+    return out
 
 
 def all_rules(matrix: Matrix) -> list[Rule]:

@@ -286,17 +286,23 @@ def known_values(axis: str, matrix: Matrix) -> list[Version]:
     raise KeyError(axis)
 
 
+def unknown_pins(req: Request, matrix: Matrix) -> dict[str, Pin]:
+    """The pins that match no version the matrix lists, by axis."""
+    out: dict[str, Pin] = {}
+    for axis in ("torch", "python", "deepspeed", "horovod", "nccl"):
+        pin = getattr(req, axis)
+        if pin is not None and not any(pin.matches(v) for v in known_values(axis, matrix)):
+            out[axis] = pin
+    return out
+
+
 def check_pins_known(req: Request, matrix: Matrix) -> None:
     """A pin the matrix has never heard of is bad input (exit 2), not an incompatibility."""
     names = {"torch": "torch", "python": "Python", "deepspeed": "DeepSpeed",
              "horovod": "Horovod", "nccl": "NCCL"}
-    for axis, label in names.items():
-        pin = getattr(req, axis)
-        if pin is None:
-            continue
+    for axis, pin in unknown_pins(req, matrix).items():
+        label = names[axis]
         known = known_values(axis, matrix)
-        if any(pin.matches(v) for v in known):
-            continue
         lines = list(dict.fromkeys(f"{v.major}.{v.minor}" for v in known))
         near = validate.suggest(pin.text, lines)
         raise InputError(f"{label} {pin.text} is not in the matrix{near}; known {label} releases: "
