@@ -449,3 +449,40 @@ def test_slurm_scripts_write_the_textfile():
         text = files[f"jobs/{kind}-2x6.yaml"]
         assert "envbuilder smoke --records - --pushgateway" in text
         assert '"envbuilder.io/layout": "2x6"' in text
+
+
+# ----------------------------------------------------------------------------- in an image
+
+@pytest.mark.docker
+def test_build_writes_the_smoke_metrics_with_the_image_digest(cpu_build, docker_client, base_image,
+                                                              wheelhouse, ca_bundle, tmp_path):
+    """envbuilder build --metrics-file: the (cached) cpu build, a 2-rank smoke in the image."""
+    from conftest import CPU_TARGET
+    from envbuilder.run.build import BuildOptions, build_target
+
+    prom = tmp_path / "build.prom"
+    opts = BuildOptions(base_image=base_image, wheelhouse=wheelhouse, ca_cert=ca_bundle,
+                        nproc=2, backend="gloo", smoke_timeout=60, context=tmp_path / "ctx",
+                        metrics=mx.check_target(prom, None))
+    report = build_target(CPU_TARGET, opts, client=docker_client)
+    assert report.smoke["ok"] and report.smoke["metrics"]["written"] == str(prom)
+    text = prom.read_text()
+    image_id = docker_client.images.get(report.image_id).id
+    assert f'image_digest="{image_id}"' in text and f'target="{CPU_TARGET}"' in text
+    assert f'image="envbuilder:{report.tag}"' in text and 'layout="1x2"' in text
+    promtool = need("promtool")
+    r = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+@pytest.mark.docker
+def test_smoke_image_labels_come_from_the_image(smoke_image, docker_client, tmp_path):
+    prom = tmp_path / "smoke.prom"
+    r = CliRunner().invoke(app, ["smoke", smoke_image, "--nproc", "2", "--backend", "gloo",
+                                 "--metrics-file", str(prom), "--label", "node=gpu-07", "--json"])
+    assert r.exit_code == 0, r.output
+    labels = docker_client.images.get(smoke_image).labels
+    text = prom.read_text()
+    assert f'target="{labels["io.envbuilder.target"]}"' in text
+    assert f'image="{smoke_image}"' in text and 'node="gpu-07"' in text
+    assert f'image_digest="{docker_client.images.get(smoke_image).id}"' in text
