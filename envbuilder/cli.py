@@ -576,19 +576,17 @@ def smoke(image: Optional[str] = typer.Argument(None, help="The image to test (o
     metrics_to = mx.check_target(metrics_file, pushgateway)
     label_overrides = mx.parse_label_overrides(label)
     client = None
-    if records is not None:
-        if host or image is not None or progressive:
-            raise InputError("--records judges a finished run: give no IMAGE, --host or --progressive")
-        def run_one(n: int):
-            return mx.result_from_records(records)
-    elif host == (image is not None):
+    if records is not None and (host or image is not None or progressive):
+        raise InputError("--records judges a finished run: give no IMAGE, --host or --progressive")
+    if records is None and host == (image is not None):
         raise InputError("smoke needs an IMAGE or --host (not both)")
     if image is not None:
         from envbuilder.core.validate import image_ref
 
         image_ref(image, "IMAGE")
     if records is not None:
-        pass
+        def run_one(n: int):
+            return mx.result_from_records(records)
     elif nnodes > 1:
         if host:
             raise InputError("--nnodes > 1 runs one container per node: give an IMAGE, not --host")

@@ -421,6 +421,11 @@ def test_render_writes_monitoring_and_prometheus_config_checks(tmp_path):
     for f in ("podmonitor-dcgm-exporter.yaml", "servicemonitor-pushgateway.yaml"):
         doc = yaml.safe_load((mon / f).read_text())
         assert doc["apiVersion"] == "monitoring.coreos.com/v1"
+    pod_monitor = yaml.safe_load((mon / "podmonitor-dcgm-exporter.yaml").read_text())
+    # gpu-operator's DaemonSet names its container port "metrics" (the Service's is gpu-metrics)
+    assert pod_monitor["spec"]["podMetricsEndpoints"][0]["port"] == "metrics"
+    assert yaml.safe_load((mon / "servicemonitor-pushgateway.yaml").read_text())[
+        "spec"]["endpoints"][0]["honorLabels"] is True
     readme = (mon / "README.md").read_text()
     assert all(name in readme for name in mx.METRICS)
     promtool = need("promtool")

@@ -30,9 +30,12 @@ from envbuilder.run.metrics import JOB, METRICS
 
 DASHBOARD_UID = "envbuilder-smoke-gpu"
 DASHBOARD_FILE = "monitoring/dashboard.json"
-# gpu-operator's dcgm-exporter: its pods carry app=nvidia-dcgm-exporter and name port 9400
-# gpu-metrics; a standalone dcgm-exporter chart names it "metrics" (values.yaml, service.port)
+# gpu-operator's dcgm-exporter DaemonSet: pods labelled app=nvidia-dcgm-exporter, container port
+# 9400 named "metrics" (its Service names the same port gpu-metrics), DCGM_EXPORTER_KUBERNETES=true
+# https://github.com/NVIDIA/gpu-operator/blob/main/assets/state-dcgm-exporter/0900_daemonset.yaml
+# https://github.com/NVIDIA/gpu-operator/blob/main/assets/state-dcgm-exporter/0600_service.yaml
 DCGM_PORT = 9400
+DCGM_POD_PORT = "metrics"
 STALE_SECONDS = 2 * 86400
 
 
@@ -231,7 +234,7 @@ def _podmonitor_dcgm() -> dict[str, Any]:
                          "labels": {"app.kubernetes.io/part-of": "envbuilder"}},
             "spec": {"namespaceSelector": {"matchNames": ["gpu-operator"]},
                      "selector": {"matchLabels": {"app": "nvidia-dcgm-exporter"}},
-                     "podMetricsEndpoints": [{"port": "gpu-metrics", "path": "/metrics",
+                     "podMetricsEndpoints": [{"port": DCGM_POD_PORT, "path": "/metrics",
                                               "interval": "15s"}]}}
 
 
@@ -412,7 +415,8 @@ def render_monitoring(*, target: str, job_names: Iterable[str],
                              autoescape=False, trim_blocks=True, lstrip_blocks=True)
     files["monitoring/README.md"] = env.get_template("monitoring/README.md.j2").render(
         version=__version__, target=target, jobs=list(job_names), floor=floor,
-        metrics=METRICS, dcgm_source=counters.source, job=JOB, dcgm_port=DCGM_PORT)
+        metrics=METRICS, dcgm_source=counters.source, job=JOB, dcgm_port=DCGM_PORT,
+        dcgm_pod_port=DCGM_POD_PORT)
     return files
 
 
