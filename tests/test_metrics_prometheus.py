@@ -16,6 +16,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -166,7 +167,7 @@ def test_the_12_rank_run_passed_and_recorded_its_timings(stack):
         assert len(rec["step_seconds"]) == 3 and all(s > 0 for s in rec["step_seconds"])
     assert run["metrics"]["written"] == str(stack["prom_file"])
     assert run["metrics"]["pushed"] == "/metrics/job/envbuilder_smoke/target/cpu/node/%s/layout/1x12" \
-        % __import__("socket").gethostname()
+        % socket.gethostname()
 
 
 def test_promtool_accepts_the_metrics_file(stack):
