@@ -150,7 +150,7 @@ def render_jobs(plan: BuildPlan, *, image: str,
     ``apptainer_image``: the SIF the Apptainer scripts run (default ``<tag>.sif``; the scripts
     also read ``ENVBUILDER_SIF``). ``timeout``: the smoke job's process-group timeout (s).
     """
-    from envbuilder.run.metrics import JOB
+    from envbuilder.core.smoke_metrics import JOB
 
     validate.image_ref(image, "--image")
     world = int(plan.smoke_nproc)

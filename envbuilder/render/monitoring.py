@@ -8,8 +8,8 @@ extra (``envbuilder[monitoring]``): ``scripts/gen-dashboard.py`` writes
 default install renders without the SDK. ``tests/test_metrics_monitoring.py`` regenerates it and
 fails when the shipped file drifted.
 
-Metric names come from two places only: ``envbuilder.run.metrics.METRICS`` (what the smoke job's
-metrics writer emits) and ``templates/monitoring/dcgm-default-counters.yaml`` (the counters
+Metric names come from two places only: ``envbuilder.core.smoke_metrics.METRICS`` (what the
+smoke job's metrics writer, ``envbuilder.run.metrics``, emits) and ``templates/monitoring/dcgm-default-counters.yaml`` (the counters
 NVIDIA's dcgm-exporter enables by default, with its source URL).
 """
 
@@ -25,7 +25,7 @@ import yaml
 from envbuilder import __version__
 from envbuilder.core.resources import templates_dir
 from envbuilder.errors import InputError, MissingExtraError
-from envbuilder.run.metrics import JOB, METRICS
+from envbuilder.core.smoke_metrics import JOB, METRICS
 
 DASHBOARD_UID = "envbuilder-smoke-gpu"
 DASHBOARD_FILE = "monitoring/dashboard.json"

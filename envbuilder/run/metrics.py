@@ -12,8 +12,8 @@ a CI step after ``kubectl logs``.
 Every series carries the labels ``target``, ``image``, ``image_digest``, ``node`` (the host that
 wrote the metrics), ``layout`` (``1x12``, ``2x6``, or ``7,5`` for an uneven split) and
 ``backend``; per-rank series add ``rank`` and ``host`` (the rank's node). Units follow
-Prometheus' conventions (seconds, bytes per second). ``METRICS`` lists every name, so the
-dashboard and the alert rules can be checked against it.
+Prometheus' conventions (seconds, bytes per second). ``envbuilder.core.smoke_metrics.METRICS``
+lists every name, so the dashboard and the alert rules can be checked against it.
 """
 
 from __future__ import annotations
@@ -28,44 +28,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Mapping
 from urllib.parse import urlsplit
 
+from envbuilder.core.smoke_metrics import (CHECK_STATES, GROUPING, JOB, LABELS, METRICS,
+                                            OVERRIDABLE)
 from envbuilder.errors import InputError, MissingExtraError, OperationError
 
 if TYPE_CHECKING:  # pragma: no cover
     from prometheus_client import CollectorRegistry
 
     from envbuilder.run.smoke import SmokeResult
-
-JOB = "envbuilder_smoke"  # the Pushgateway job (and the textfile's file-name stem)
-LABELS = ("target", "image", "image_digest", "node", "layout", "backend")
-GROUPING = ("target", "node", "layout")  # one Pushgateway group per target, node and layout
-OVERRIDABLE = ("target", "image", "image_digest", "node")
-
-# name -> (help, extra label names). Every metric is a gauge: a smoke run is one observation.
-METRICS: dict[str, tuple[str, tuple[str, ...]]] = {
-    "envbuilder_smoke_success": ("1 when every check of the last smoke run passed, else 0.", ()),
-    "envbuilder_smoke_check_status": ("Status of each check of the last smoke run: 1 on the "
-                                      "status it ended in (pass, fail or skip), 0 on the others.",
-                                      ("check", "status")),
-    "envbuilder_smoke_duration_seconds": ("Wall time of the last smoke run.", ()),
-    "envbuilder_smoke_phase_duration_seconds": ("Time of each check (phase) of the last smoke "
-                                                "run, on its slowest rank.", ("phase",)),
-    "envbuilder_smoke_rendezvous_seconds": ("Time to rendezvous (init_process_group) of the "
-                                            "last smoke run, on its slowest rank.", ()),
-    "envbuilder_smoke_rank_rendezvous_seconds": ("Time to rendezvous of each rank.",
-                                                 ("rank", "host")),
-    "envbuilder_smoke_rank_step_seconds": ("Mean DDP step time (forward, backward, optimizer) "
-                                           "of each rank.", ("rank", "host")),
-    "envbuilder_smoke_allreduce_busbw_bytes_per_second": (
-        "All-reduce bus bandwidth (algbw x 2(n-1)/n, as nccl-tests) per message size.",
-        ("message_bytes",)),
-    "envbuilder_smoke_allreduce_algbw_bytes_per_second": (
-        "All-reduce algorithm bandwidth (bytes / time) per message size.", ("message_bytes",)),
-    "envbuilder_smoke_world_size": ("Ranks of the last smoke run.", ()),
-    "envbuilder_smoke_nodes": ("Nodes of the last smoke run.", ()),
-    "envbuilder_smoke_last_run_timestamp_seconds": ("When the last smoke run's metrics were "
-                                                    "written (Unix time).", ()),
-}
-CHECK_STATES = ("pass", "fail", "skip")
 
 
 @dataclass(frozen=True)
