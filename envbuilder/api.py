@@ -128,8 +128,9 @@ def render_target(target: str, out: str | Path, *, matrix_dir: str | Path | None
                   pip_index_url: str | None = None, extra_index_urls: Sequence[str] = (),
                   nproc: int = 12, lock: bool = False, requirements_file: str | Path | None = None,
                   image: str | None = None, gpus: bool | None = None, infiniband: bool = False,
-                  matrix: Matrix | None = None, builder_image: str | None = None,
-                  cuda_arch: tuple[str, ...] = (), cpu_isa: str | None = None) -> dict:
+                  min_busbw: float | None = None, matrix: Matrix | None = None,
+                  builder_image: str | None = None, cuda_arch: tuple[str, ...] = (),
+                  cpu_isa: str | None = None) -> dict:
     """Resolve and write the build folder. Returns a report (paths, stack).
 
     A ``requirements.lock`` already in ``out`` (from ``envbuilder lock``), or one made now with
@@ -137,7 +138,8 @@ def render_target(target: str, out: str | Path, *, matrix_dir: str | Path | None
     """
     import tempfile
 
-    from envbuilder.render.jobs import render_jobs
+    from envbuilder.render.jobs import job_name, render_jobs
+    from envbuilder.render.monitoring import render_monitoring
     from envbuilder.render.templating import write_tree
 
     m = matrix or load_matrix(matrix_dir)
@@ -162,6 +164,8 @@ def render_target(target: str, out: str | Path, *, matrix_dir: str | Path | None
     files.update(render_jobs(plan, image=image or f"envbuilder:{stack.tag}",
                              gpus=stack.toolkit is not None if gpus is None else gpus,
                              infiniband=infiniband))
+    files.update(render_monitoring(target=target, min_busbw_gbps=min_busbw,
+                                   job_names=[job_name(target, 1, plan.smoke_nproc)]))
     dest = write_tree(out, files)
     return {"target": target, "out": str(dest), "files": sorted(files), "stack": stack.to_dict(),
             "locked": lock_text is not None}

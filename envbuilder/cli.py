@@ -240,6 +240,7 @@ def render(target: Optional[str] = typer.Argument(None, help="The target; omit w
            requirements: Optional[Path] = typer.Option(None, "--requirements", help="With --lock: extra requirements to lock."),
            image: Optional[str] = typer.Option(None, "--image", help="The image the jobs/ files run (by digest when known)."),
            infiniband: bool = typer.Option(False, "--infiniband", help="Job files request IPC_LOCK for RDMA."),
+           min_busbw: Optional[float] = typer.Option(None, "--min-busbw", help="monitoring/ alerts when the smoke job's all-reduce busbw falls below this (GB/s)."),
            matrix: Optional[str] = MatrixOpt, as_json: bool = JsonOpt) -> None:
     """Write the Dockerfile, envbuilder.def, requirements, stack.json, smoke job and job files."""
     from envbuilder.api import render_all, render_target
@@ -249,7 +250,8 @@ def render(target: Optional[str] = typer.Argument(None, help="The target; omit w
     kw = dict(matrix_dir=matrix, pins=pins, base_image=base_image, pip_index_url=pip_index_url,
               extra_index_urls=tuple(extra_index_url or ()), nproc=nproc, lock=lock,
               requirements_file=requirements, image=image, infiniband=infiniband,
-              builder_image=builder_image, cuda_arch=_arch(cuda_arch), cpu_isa=cpu_isa)
+              builder_image=builder_image, cuda_arch=_arch(cuda_arch), cpu_isa=cpu_isa,
+              min_busbw=min_busbw)
     if image is not None and all_:
         raise InputError("--image names one image: use it without --all")
     if all_:
@@ -463,6 +465,8 @@ def build(target: Optional[str] = typer.Argument(None, help="The target; omit wi
           lock: Optional[Path] = typer.Option(None, "--lock", help="Install from this requirements.lock with --require-hashes."),
           report: Optional[Path] = typer.Option(None, "--report", help="Also write the JSON report here."),
           fmt: str = typer.Option("docker", "--format", help="docker, or apptainer: also build a SIF from the image (needs apptainer)."),
+          metrics_file: Optional[Path] = typer.Option(None, "--metrics-file", help="Write the smoke result as Prometheus metrics here (*.prom)."),
+          pushgateway: Optional[str] = typer.Option(None, "--pushgateway", help="Push the smoke result as Prometheus metrics to this Pushgateway URL."),
           matrix: Optional[str] = MatrixOpt, as_json: bool = JsonOpt) -> None:
     """Build the image with the Docker engine, run the smoke job in it, optionally push it."""
     from envbuilder.run.build import BuildFailed, build_many, build_target
@@ -483,6 +487,11 @@ def build(target: Optional[str] = typer.Argument(None, help="The target; omit wi
                        smoke_timeout, shm_size, context, no_alias, lock)
     opts.builder_image, opts.cuda_arch, opts.cpu_isa = builder_image, _arch(cuda_arch), cpu_isa
     opts.verify = not no_verify
+    from envbuilder.run.metrics import check_target
+
+    if all_ and metrics_file is not None:
+        raise InputError("--metrics-file holds one run: with --all use --pushgateway (one group per target)")
+    opts.metrics = check_target(metrics_file, pushgateway)
     pins = _pins(torch, python, deepspeed, horovod, nccl, os_, driver, with_, without, flavour, ds_ops)
     if all_:
         if target is not None:
@@ -581,20 +590,33 @@ def smoke(image: Optional[str] = typer.Argument(None, help="The image to test (o
           min_busbw: Optional[float] = typer.Option(None, "--min-busbw", help="Fail below this all-reduce bus bandwidth (GB/s)."),
           shm_size: str = typer.Option("2g", "--shm-size"),
           gpus: Optional[bool] = typer.Option(None, "--gpus/--no-gpus", help="Request GPUs (default: when the engine has the NVIDIA runtime)."),
+          records: Optional[str] = typer.Option(None, "--records", help="Judge a finished run from its records folder or log (- for stdin) instead of running one."),
+          metrics_file: Optional[Path] = typer.Option(None, "--metrics-file", help="Write the result as Prometheus metrics here (*.prom, for node-exporter's textfile collector)."),
+          pushgateway: Optional[str] = typer.Option(None, "--pushgateway", help="Push the result as Prometheus metrics to this Pushgateway URL."),
+          label: Optional[List[str]] = typer.Option(None, "--label", help="A metrics label KEY=VALUE (target, image, image_digest, node)."),
           matrix: Optional[str] = MatrixOpt, as_json: bool = JsonOpt) -> None:
     """Run the distributed smoke job in an image (or --host) and report every check."""
+    from envbuilder.run import metrics as mx
     from envbuilder.run import smoke as sm
     from envbuilder.errors import InputError
 
     if backend not in ("auto", "nccl", "gloo"):
         raise InputError(f"--backend {backend!r} is not one of auto, nccl, gloo")
-    if host == (image is not None):
+    metrics_to = mx.check_target(metrics_file, pushgateway)
+    label_overrides = mx.parse_label_overrides(label)
+    client = None
+    if records is not None and (host or image is not None or progressive):
+        raise InputError("--records judges a finished run: give no IMAGE, --host or --progressive")
+    if records is None and host == (image is not None):
         raise InputError("smoke needs an IMAGE or --host (not both)")
     if image is not None:
         from envbuilder.core.validate import image_ref
 
         image_ref(image, "IMAGE")
-    if nnodes > 1:
+    if records is not None:
+        def run_one(n: int):
+            return mx.result_from_records(records)
+    elif nnodes > 1:
         if host:
             raise InputError("--nnodes > 1 runs one container per node: give an IMAGE, not --host")
         from envbuilder.run.multinode import run_smoke_multinode
@@ -630,6 +652,12 @@ def smoke(image: Optional[str] = typer.Argument(None, help="The image to test (o
         result = run_one(nproc)
     if min_busbw is not None:
         result = sm.check_min_busbw(result, min_busbw)
+    if metrics_to.wanted and image is not None and client is None:
+        from envbuilder.run.engine import connect
+
+        client = connect()
+    exported = mx.export_run(result, metrics_to, image=image, client=client,
+                             overrides=label_overrides)
     causes = []
     if not result.ok:
         from envbuilder.run.build import explain_log
@@ -638,6 +666,7 @@ def smoke(image: Optional[str] = typer.Argument(None, help="The image to test (o
     data = result.to_dict()
     data.pop("log", None)
     data["causes"] = causes
+    data["metrics"] = exported.to_dict() if exported else None
     if progressive:
         data["progressive"] = [{"world_size": r.world_size, "ok": r.ok, "failed": r.failed} for r in runs]
     if as_json:
@@ -654,6 +683,10 @@ def smoke(image: Optional[str] = typer.Argument(None, help="The image to test (o
                              f"busbw {b['busbw_gbps']:.3f} GB/s\n")
         for c in causes:
             sys.stdout.write(f"likely cause: {c['category']} ({c['confidence']:.2f}): {c['title']}\n  fix: {c['fix']}\n")
+        if exported:
+            sys.stdout.write(f"metrics: {exported.series} series"
+                             + (f", written to {exported.written}" if exported.written else "")
+                             + (f", pushed to {pushgateway}{exported.pushed}" if exported.pushed else "") + "\n")
     if not result.ok:
         msg = f"the smoke job failed at world size {result.world_size}: {', '.join(result.failed)}"
         first = result.failed[0] if result.failed else None

@@ -3,6 +3,7 @@
 # prepared one (every step is idempotent):
 #   - a Docker engine (Debian's docker.io), started by hand (no systemd here), on its own socket
 #   - debootstrap + Debian's docker-registry + htpasswd, for a local base image and OCI registry
+#   - Debian's prometheus (promtool), prometheus-pushgateway and prometheus-node-exporter
 #   - a Debian 12 base image, imported from a debootstrap root (no registry can be pulled from)
 #   - a wheelhouse with torch 2.13.0 (CPU) and the smoke job's / DeepSpeed's dependencies
 # Prints the environment to export (DOCKER_HOST, ENVBUILDER_TEST_*) on stdout, last.
@@ -21,6 +22,9 @@ command -v debootstrap >/dev/null || need_pkgs+=(debootstrap)
 command -v docker-registry >/dev/null || need_pkgs+=(docker-registry)
 command -v htpasswd >/dev/null || need_pkgs+=(apache2-utils)
 command -v shellcheck >/dev/null || need_pkgs+=(shellcheck)
+command -v promtool >/dev/null || need_pkgs+=(prometheus)
+command -v prometheus-pushgateway >/dev/null || need_pkgs+=(prometheus-pushgateway)
+command -v prometheus-node-exporter >/dev/null || need_pkgs+=(prometheus-node-exporter)
 if [ ${#need_pkgs[@]} -gt 0 ]; then
   log "apt-get install ${need_pkgs[*]}"
   export DEBIAN_FRONTEND=noninteractive

@@ -112,11 +112,13 @@ def check_layouts(layouts: Iterable[Iterable[int]], world: int) -> tuple[tuple[i
     return tuple(out)
 
 
-def _labels(plan: BuildPlan, name: str) -> dict[str, str]:
+def _labels(plan: BuildPlan, name: str, layout: str) -> dict[str, str]:
+    # envbuilder.io/layout: dashboards join DCGM's per-pod GPU series to the smoke layout
     labels = {"app.kubernetes.io/name": "envbuilder-smoke",
               "app.kubernetes.io/part-of": "envbuilder",
               "app.kubernetes.io/instance": name,
-              "envbuilder.io/tag": plan.stack.tag}
+              "envbuilder.io/tag": plan.stack.tag,
+              "envbuilder.io/layout": layout}
     for k, v in labels.items():
         if len(v) > 63 or not _LABEL_VALUE.fullmatch(v):
             raise InputError(f"label {k}={v!r} is not a Kubernetes label value (63 characters "
@@ -148,6 +150,8 @@ def render_jobs(plan: BuildPlan, *, image: str,
     ``apptainer_image``: the SIF the Apptainer scripts run (default ``<tag>.sif``; the scripts
     also read ``ENVBUILDER_SIF``). ``timeout``: the smoke job's process-group timeout (s).
     """
+    from envbuilder.core.smoke_metrics import JOB
+
     validate.image_ref(image, "--image")
     world = int(plan.smoke_nproc)
     lays = check_layouts(layouts, world)
@@ -180,7 +184,7 @@ def render_jobs(plan: BuildPlan, *, image: str,
             "container": CONTAINER, "sif": sif, "pyxis_image": _pyxis_ref(image),
             "cpus_per_proc": cpus_per_proc, "time_limit": f"{time_limit_min // 60:02d}:"
                                                           f"{time_limit_min % 60:02d}:00",
-            "deadline": timeout * 4 + 600}
+            "deadline": timeout * 4 + 600, "metrics_job": JOB}
     files: dict[str, str] = {}
     entries = []
     for n, p in lays:
@@ -196,7 +200,7 @@ def render_jobs(plan: BuildPlan, *, image: str,
                     f"--rdzv_endpoint={name}-0.{svc}:{RDZV_PORT}", f"--rdzv_id={name}",
                     "--max_restarts=0", *smoke_args]
         ctx = dict(base, nnodes=n, nproc=p, layout=lay, name=name, service=svc,
-                   labels=_labels(plan, name), ptj_args=ptj_args, job_args=job_args,
+                   labels=_labels(plan, name, lay), ptj_args=ptj_args, job_args=job_args,
                    cpus=p * cpus_per_proc)
         for kind, tpl in (("pytorchjob", "jobs/pytorchjob.yaml.j2"),
                           ("indexed-job", "jobs/indexed-job.yaml.j2"),

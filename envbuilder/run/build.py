@@ -14,10 +14,13 @@ import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from envbuilder.core import validate
 from envbuilder.errors import InputError, OperationError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from envbuilder.run.metrics import MetricsTarget
 
 STEPS = ("render", "build", "verify", "smoke", "push")
 
@@ -45,6 +48,7 @@ class BuildOptions:
     nocache: bool = False
     lock: Path | None = None  # a requirements.lock: install with --require-hashes
     alias: bool = True  # push the moving alias (the target name, e.g. cu121) after the smoke passed
+    metrics: "MetricsTarget | None" = None  # write/push the smoke result as Prometheus metrics
 
     def validate(self) -> None:
         if self.base_image:
@@ -255,6 +259,12 @@ def build_target(target: str, opts: BuildOptions, *, matrix_dir: str | Path | No
                                          shm_size=opts.shm_size)
             report.seconds["smoke"] = round(time.monotonic() - t0, 3)
             report.smoke = _smoke_summary(result)
+            if opts.metrics is not None:  # before the verdict: a failed run is a metric too
+                from envbuilder.run.metrics import export_run
+
+                exported = export_run(result, opts.metrics, image=f"envbuilder:{stack.tag}",
+                                      client=client, target=target)
+                report.smoke["metrics"] = exported.to_dict() if exported else None
             if not result.ok:
                 report.steps["smoke"] = "failed"
                 report.causes = explain_log(result.log, details=result.details)

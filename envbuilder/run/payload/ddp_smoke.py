@@ -140,6 +140,14 @@ def build_summary(records, *, world_size, backend, torch_version, seconds, hosts
     for rec in records:
         if rec.get("rank") == 0:
             bandwidth = rec.get("bandwidth", [])
+    # per-rank timings travel in the summary (and its log line), so a runner that only has the
+    # log (kubectl logs) still has every figure the metrics need
+    timings = [{"rank": rec.get("rank"), "hostname": rec.get("hostname"),
+                "local_rank": rec.get("local_rank"),
+                "rendezvous_seconds": rec.get("rendezvous_seconds"),
+                "step_seconds": rec.get("step_seconds", []),
+                "checks": {c["name"]: c.get("seconds", 0.0) for c in rec.get("checks", [])}}
+               for rec in records]
     return {
         "ok": not failed,
         "world_size": world_size,
@@ -151,6 +159,7 @@ def build_summary(records, *, world_size, backend, torch_version, seconds, hosts
         "failed": failed,
         "details": details,
         "bandwidth": bandwidth,
+        "rank_timings": timings,
         "seconds": round(seconds, 3),
     }
 
@@ -241,6 +250,8 @@ class Smoke(object):
         self.inject_check, self.inject_rank = parse_inject(env.get(INJECT_ENV))
         self.results = []
         self.bandwidth = []
+        self.rendezvous_seconds = None  # init_process_group, this rank
+        self.step_seconds = []  # each DDP step (forward, backward, optimizer), this rank
         self.broken = None  # the name of the check that broke the process group
         self.hosts = None
         self.backend = None
@@ -284,6 +295,8 @@ class Smoke(object):
             "python_version": sys.version.split()[0],
             "checks": list(self.results),
             "bandwidth": list(self.bandwidth),
+            "rendezvous_seconds": self.rendezvous_seconds,
+            "step_seconds": list(self.step_seconds),
             "ok": not failed and len(self.results) > 0,
             "seconds": round(time.monotonic() - self.t0, 3),
         }
@@ -380,6 +393,7 @@ class Smoke(object):
             return self.finish()
         self.watchdog.disarm()
         init_s = time.monotonic() - start
+        self.rendezvous_seconds = round(init_s, 4)
 
         self.run_check("rendezvous", lambda: self.check_rendezvous(init_s))
         if self.inject_check == "crash" and self.inject_rank == self.rank:
@@ -656,11 +670,14 @@ class Smoke(object):
         opt = torch.optim.SGD(ddp.parameters(), lr=0.1, momentum=0.9)
         loss = None
         for step in range(self.args.ddp_steps):
+            t_step = time.perf_counter()
             x, y = self._batch(step)
             opt.zero_grad()
             loss = torch.nn.functional.mse_loss(ddp(x), y)
             loss.backward()
             opt.step()
+            self.sync()
+            self.step_seconds.append(round(time.perf_counter() - t_step, 6))
             self.watchdog.beat()
         self.sync()
         if self.injected("ddp"):
