@@ -121,6 +121,14 @@ def compare(facts: Mapping[str, Any], labels: Mapping[str, str],
                       f"the label says NCCL {want_nccl}, the process loaded {paths[0]}")
         out.append(VerifyCheck("nccl_loaded", ok, want_nccl,
                                [{"path": n["realpath"], "version": n.get("version")} for n in nccl], detail))
+        resolved = ((t.get("ldd") or {}).get("resolves") or {}).get("libnccl.so.2")
+        if resolved is not None:
+            real = os.path.normpath(resolved)
+            ok = real in [n["realpath"] for n in nccl]
+            out.append(VerifyCheck(
+                "torch_ldd_nccl", ok, [n["realpath"] for n in nccl], real,
+                f"{(t.get('ldd') or {}).get('file')} resolves libnccl.so.2 to {real}" +
+                ("" if ok else f", not to the NCCL the process loaded ({', '.join(paths) or 'none'})")))
     elif nccl:
         out.append(VerifyCheck("nccl_loaded", False, None, [n["realpath"] for n in nccl],
                                "a CPU image loads NCCL: " + ", ".join(n["realpath"] for n in nccl)))
@@ -173,7 +181,7 @@ def _horovod_checks(h: Mapping[str, Any] | None, lab: Mapping[str, str], gpu: bo
                                "Horovod was built without NCCL operations (hvd.nccl_built() = 0)"))
         resolved = (h.get("ldd") or {}).get("libnccl.so.2")
         torch_nccl = [n["realpath"] for n in nccl]
-        real = os.path.realpath(resolved) if resolved else None
+        real = os.path.normpath(resolved) if resolved else None
         hv = None
         if built:
             hv = f"{built // 10000}.{(built % 10000) // 100}.{built % 100}" if built >= 10000 else str(built)
@@ -207,6 +215,14 @@ def _deepspeed_checks(d: Mapping[str, Any] | None, lab: Mapping[str, str],
                   f"{'worked' if rec.get('loaded') else 'failed: ' + str(rec.get('error', 'not tried'))}")
         out.append(VerifyCheck(f"ds_op_{op}", ok, "installed and loads",
                                {"installed": inst, "loaded": rec.get("loaded")}, detail))
+    isa = lab.get("cpu-isa")
+    marches = sorted({m for rec in (d.get("ops") or {}).values() for m in rec.get("march") or ()})
+    if isa and marches:
+        ok = marches == [isa]
+        out.append(VerifyCheck("cpu_isa", ok, isa, marches,
+                               f"compiled CPU code targets -march={isa}" if ok else
+                               f"the label says -march={isa}; the op libraries were compiled with "
+                               f"{', '.join('-march=' + m for m in marches)}"))
     return out
 
 

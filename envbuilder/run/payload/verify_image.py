@@ -147,6 +147,19 @@ def horovod_facts():
     return facts
 
 
+def march_flags(path):
+    """The -march values GCC recorded in a shared object (DW_AT_producer keeps the compile
+    flags of objects built with -g): what CPU the compiled code assumes."""
+    if not path:
+        return []
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError:
+        return []
+    return sorted({m.decode() for m in re.findall(rb"-march=([A-Za-z0-9_.-]+)", data)})
+
+
 def deepspeed_facts(ops):
     try:
         import deepspeed
@@ -167,6 +180,7 @@ def deepspeed_facts(ops):
             mod = importlib.import_module(module)
             rec["loaded"] = True
             rec["file"] = getattr(mod, "__file__", None)
+            rec["march"] = march_flags(rec["file"])
         except Exception as exc:  # noqa: BLE001
             rec["loaded"] = False
             rec["error"] = _err(exc)
