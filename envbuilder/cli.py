@@ -275,7 +275,7 @@ def lock(target: str = typer.Argument(..., help="The target to lock."),
          matrix: Optional[str] = MatrixOpt, as_json: bool = JsonOpt) -> None:
     """Write the hash-pinned lock for a target; --check fails on drift (the CI gate)."""
     from envbuilder.api import resolve_target
-    from envbuilder.lock.requirements import lock_target
+    from envbuilder.lock.requirements import write_locks
     from envbuilder.core.validate import url
 
     if pip_index_url:
@@ -285,21 +285,15 @@ def lock(target: str = typer.Argument(..., help="The target to lock."),
     stack = resolve_target(target, matrix_dir=matrix,
                            pins=_pins(torch, python, deepspeed, horovod, nccl, os_, driver, with_, without))
     dest = out or Path("build") / target
-    rep = lock_target(stack, dest, requirements_file=requirements, index_url=pip_index_url,
-                      extra_index_urls=tuple(extra_index_url or ()), check=check_)
+    res = write_locks(stack, dest, requirements_file=requirements, index_url=pip_index_url,
+                      extra_index_urls=tuple(extra_index_url or ()), check=check_, conda=conda,
+                      conda_channels=tuple(conda_channel or ("conda-forge",)), sbom=sbom)
+    rep = res["lock"]
     data = {"lock": rep.to_dict(), "target": target, "tag": stack.tag}
-    if conda and not check_:
-        from envbuilder.lock.conda import write_conda
-
-        data["conda"] = write_conda(stack, dest, lock_path=Path(rep.path),
-                                    channels=tuple(conda_channel or ("conda-forge",)),
-                                    index_url=pip_index_url,
-                                    extra_index_urls=tuple(extra_index_url or ())).to_dict()
-    if sbom and not check_:
-        from envbuilder.lock.sbom import write_sbom
-
-        write_sbom(rep.path, dest / "sbom.cdx.json", stack)
-        data["sbom"] = str(dest / "sbom.cdx.json")
+    if res["conda"] is not None:
+        data["conda"] = res["conda"].to_dict()
+    if res["sbom"] is not None:
+        data["sbom"] = res["sbom"]
     if as_json:
         _echo_json(data)
         return
