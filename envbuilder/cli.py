@@ -49,13 +49,18 @@ def _echo_json(data: Any) -> None:
 
 
 def _fail(err: EnvbuilderError, as_json: bool) -> None:
+    from envbuilder._safety import cut, terminal_safe
+
     if as_json:
-        _echo_json(err.to_dict())
-    msg = str(err).replace("\n", " ")
+        doc = err.to_dict()
+        doc["message"] = cut(doc["message"])
+        doc["details"] = [cut(str(d), 500) for d in doc["details"][:40]]
+        _echo_json(doc)
+    msg = terminal_safe(cut(str(err).replace("\n", " ")))
     sys.stderr.write(f"envbuilder: error: {msg}\n")
     if not as_json:
-        for line in err.details:
-            sys.stderr.write(f"  {line}\n")
+        for line in err.details[:40]:
+            sys.stderr.write(f"  {terminal_safe(cut(str(line), 500))}\n")
     raise typer.Exit(err.exit_code)
 
 
@@ -64,17 +69,25 @@ def command(fn: Callable) -> Callable:
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
+        from envbuilder import _safety
+
         as_json = bool(kwargs.get("as_json"))
         try:
+            _safety.check_arguments(kwargs)
             return fn(*args, **kwargs)
         except EnvbuilderError as e:
             _fail(e, as_json)
-        except KeyboardInterrupt:
+        except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM/SIGHUP (_safety.Terminated)
             sys.stderr.write("envbuilder: interrupted; nothing was recorded for the step in progress\n")
-            raise typer.Exit(130) from None
+            raise typer.Exit(_safety.interrupted_exit_code(e)) from None
         except typer.Exit:
             raise
         except Exception as e:  # a bug: one line, the trace only on request
+            if _safety.is_broken_pipe(e):
+                raise typer.Exit(_safety.stdout_gone()) from None
+            clean = _safety.as_clean_error(e)
+            if clean is not None and not os.environ.get("ENVBUILDER_DEBUG"):
+                _fail(clean, as_json)
             if os.environ.get("ENVBUILDER_DEBUG"):
                 raise
             sys.stderr.write(f"envbuilder: internal error: {type(e).__name__}: {e} "
@@ -98,8 +111,10 @@ def _table(title: str, columns: list[str], rows: list[list[Any]]) -> None:
     t = Table(title=title, title_justify="left")
     for i, c in enumerate(columns):
         t.add_column(c, no_wrap=i == 0)  # names stay whole, so they can be grepped
+    from envbuilder._safety import rich_text
+
     for r in rows:
-        t.add_row(*["" if v is None else str(v) for v in r])
+        t.add_row(*[rich_text(v) for v in r])  # user text: never markup, never escapes
     Console(width=None if sys.stdout.isatty() else 200).print(t)
 
 
@@ -378,11 +393,17 @@ class _Progress:
             i, n, text = data
             if target not in self.tasks:
                 self.tasks[target] = self.progress.add_task(f"{target}: build", total=n)
+            from rich.markup import escape
+
+            from envbuilder._safety import terminal_safe
+
             self.progress.update(self.tasks[target], completed=i, total=n,
-                                 description=f"{target}: {text[:60]}")
+                                 description=escape(terminal_safe(f"{target}: {text[:60]}")))
         elif kind == "step":
+            from envbuilder._safety import rich_text
+
             name, state = data
-            self.progress.console.print(f"{target}: {name} {state}")
+            self.progress.console.print(rich_text(f"{target}: {name} {state}"))
 
 
 def _build_opts(base_image, ca_cert, pip_index_url, extra_index_url, wheelhouse, http_proxy,
@@ -677,6 +698,8 @@ def explain(logs: List[str] = typer.Argument(..., help="Log files, or - for stdi
     """Name the likely causes of a failed distributed job from its logs, with fixes."""
     from envbuilder.diagnose.explain import explain_files
 
+    from envbuilder._safety import terminal_safe
+
     causes = explain_files(logs)[:top]
     if as_json:
         _echo_json({"causes": [c.to_dict() for c in causes]})
@@ -684,7 +707,8 @@ def explain(logs: List[str] = typer.Argument(..., help="Log files, or - for stdi
         for i, c in enumerate(causes, 1):
             sys.stdout.write(f"{i}. {c.category} ({c.confidence:.0%}): {c.title}\n")
             for ev in c.evidence[:3]:
-                sys.stdout.write(f"   {ev.file}:{ev.line_no}: {ev.text.strip()[:160]}\n")
+                sys.stdout.write(terminal_safe(f"   {ev.file}:{ev.line_no}: {ev.text.strip()[:160]}")
+                                 + "\n")
             sys.stdout.write(f"   check: {c.check}\n   fix:   {c.fix}\n   see:   {c.source}\n")
     if not causes:
         sys.stderr.write("envbuilder: nothing in the log matched a known failure\n")
@@ -701,9 +725,19 @@ def main() -> None:  # console-script entry point
         NoArgsIsHelpError = ()  # type: ignore[assignment]
     import typer.main
 
+    from envbuilder import _safety
+
+    _safety.install_signal_handlers()
     cmd = typer.main.get_command(app)
     try:
         rv = cmd.main(prog_name="envbuilder", standalone_mode=False)
+    except KeyboardInterrupt as e:  # outside a command (while parsing)
+        sys.stderr.write("envbuilder: interrupted\n")
+        rv = _safety.interrupted_exit_code(e)
+    except OSError as e:
+        if not _safety.is_broken_pipe(e):
+            raise
+        rv = _safety.stdout_gone()
     except NoArgsIsHelpError as e:  # type: ignore[misc]
         sys.stdout.write(e.ctx.get_help() + "\n")
         rv = 0
@@ -717,6 +751,12 @@ def main() -> None:  # console-script entry point
     except typer.Abort:
         sys.stderr.write("envbuilder: interrupted\n")
         rv = EXIT_FAILED
+    try:
+        sys.stdout.flush()
+    except OSError as e:
+        if not _safety.is_broken_pipe(e):
+            raise
+        rv = _safety.stdout_gone()
     sys.exit(rv if isinstance(rv, int) else 0)
 
 
