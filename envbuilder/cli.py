@@ -353,7 +353,11 @@ def ci(github: bool = typer.Option(False, "--github", help="Write a GitHub Actio
     if not github:
         raise InputError("ci needs a CI system: --github")
     repository(registry, "--registry")
-    path = write_github_workflow(out, registry=registry)
+    if matrix is not None:
+        from envbuilder.core.matrix import load_matrix
+
+        load_matrix(matrix)  # the folder must exist and be a valid matrix
+    path = write_github_workflow(out, registry=registry, matrix=matrix)
     if as_json:
         _echo_json({"workflow": str(path)})
     else:
