@@ -47,6 +47,14 @@ def install_signal_handlers() -> None:
             pass
 
 
+def restore_signal_handlers() -> None:
+    for s in (signal.SIGTERM, signal.SIGHUP):
+        try:
+            signal.signal(s, signal.SIG_DFL)
+        except (ValueError, OSError):  # pragma: no cover
+            pass
+
+
 def interrupted_exit_code(e: BaseException) -> int:
     return 128 + (e.signum if isinstance(e, Terminated) else signal.SIGINT)
 

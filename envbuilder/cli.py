@@ -118,6 +118,12 @@ def _table(title: str, columns: list[str], rows: list[list[Any]]) -> None:
     Console(width=None if sys.stdout.isatty() else 200).print(t)
 
 
+def _warn(w: dict) -> None:
+    from envbuilder._safety import terminal_safe
+
+    sys.stdout.write(terminal_safe(f"warning: {w['rule']}: {w['message']}. {w['fix']}") + "\n")
+
+
 def _print_stack(d: dict) -> None:
     rows = [[k, d[k] if not isinstance(d[k], dict) else d[k].get("version"),
              d["choices"].get(k, {}).get("reason", "") if k in d["choices"] else ""]
@@ -126,7 +132,7 @@ def _print_stack(d: dict) -> None:
     rows[0][2] = d["choices"]["cuda"]["reason"]
     _table(f"{d['target']} -> {d['tag']}", ["axis", "value", "why"], rows)
     for w in d["warnings"]:
-        sys.stdout.write(f"warning: {w['rule']}: {w['message']}. {w['fix']}\n")
+        _warn(w)
 
 
 # -- targets, resolve, check, render ---------------------------------------------------------
@@ -213,7 +219,7 @@ def check(cuda: Optional[str] = typer.Option(None, "--cuda", help="CUDA version,
     sat = {k: v for k, v in r["satisfied_by"].items() if k not in r["given"] or v != r["given"][k]}
     sys.stdout.write(f" (e.g. {', '.join(f'{k} {v}' for k, v in sat.items())})\n" if sat else "\n")
     for w in r["warnings"]:
-        sys.stdout.write(f"warning: {w['rule']}: {w['message']}. {w['fix']}\n")
+        _warn(w)
 
 
 @app.command()
@@ -266,7 +272,7 @@ def render(target: Optional[str] = typer.Argument(None, help="The target; omit w
     for f in r["files"]:
         sys.stdout.write(f"  {Path(r['out']) / f}\n")
     for w in d["warnings"]:
-        sys.stdout.write(f"warning: {w['rule']}: {w['message']}. {w['fix']}\n")
+        _warn(w)
 
 
 # -- lock, bake, ci -------------------------------------------------------------------------
@@ -755,6 +761,7 @@ def main() -> None:  # console-script entry point
     except typer.Abort:
         sys.stderr.write("envbuilder: interrupted\n")
         rv = EXIT_FAILED
+    _safety.restore_signal_handlers()  # the work is done: a late signal just ends us
     try:
         sys.stdout.flush()
     except OSError as e:
