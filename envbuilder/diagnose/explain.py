@@ -414,12 +414,11 @@ def _sniff_encoding(head: bytes, name: str) -> str:
         return "utf-16"
     if b"\x00" in head:
         n = len(head) - len(head) % 4
-        if n >= 4:
-            quads = [head[i:i + 4] for i in range(0, n, 4)]
-            if all(q[1:] == b"\0\0\0" for q in quads if q[0]):
-                return "utf-32-le"
-            if all(q[:3] == b"\0\0\0" for q in quads if q[3]):
-                return "utf-32-be"
+        quads = [head[i:i + 4] for i in range(0, n, 4)]
+        if quads and sum(q[0] != 0 and q[1:] == b"\0\0\0" for q in quads) >= 0.9 * len(quads):
+            return "utf-32-le"
+        if quads and sum(q[3] != 0 and q[:3] == b"\0\0\0" for q in quads) >= 0.9 * len(quads):
+            return "utf-32-be"
         n = len(head) - len(head) % 2
         pairs = [head[i:i + 2] for i in range(0, n, 2)]
         if pairs and sum(p[1] == 0 and p[0] != 0 for p in pairs) >= 0.9 * len(pairs):
