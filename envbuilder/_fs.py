@@ -152,9 +152,15 @@ def _sha(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+BIG_FILE = 32 << 20  # wheels in a build context: fingerprinted by size and mtime, not hashed
+
+
 def _file_sha(p: Path) -> str | None:
     h = hashlib.sha256()
     try:
+        st = os.stat(p)
+        if st.st_size > BIG_FILE:
+            return f"stat:{st.st_size}:{st.st_mtime_ns}"
         with open(p, "rb") as f:
             for chunk in iter(lambda: f.read(1 << 20), b""):
                 h.update(chunk)

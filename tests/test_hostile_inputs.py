@@ -138,6 +138,23 @@ def test_full_disk_during_lock_names_the_file(tmp_path, real_lock, uv_cache):
         assert leftovers(mnt) == [] and not (out / "requirements.lock").exists()
 
 
+def test_failing_conda_does_not_replace_the_lock(tmp_path, real_lock, uv_cache):
+    """lock --conda (and --sbom) write together with requirements.lock, or nothing."""
+    from envbuilder._fs import Outputs
+
+    out = tmp_path / "o"
+    older = real_lock.replace("# requirements.lock:", "# an older requirements.lock:", 1)
+    with Outputs("lock") as tx:  # an earlier `envbuilder lock` left this one
+        tx.add(out, {"requirements.lock": older}, group="lock")
+        tx.commit()
+    p = cli("lock", TARGET, "-o", str(out), "--sbom", "--conda", "--conda-channel",
+            f"file://{tmp_path}/no-such-channel", UV_CACHE_DIR=str(uv_cache))
+    assert p.returncode in (1, 2) and "Traceback" not in p.stderr, p.stderr
+    assert (out / "requirements.lock").read_text() == older
+    assert not (out / "sbom.cdx.json").exists() and not (out / "environment.yml").exists()
+    assert leftovers(tmp_path) == []
+
+
 def test_lock_with_invalid_utf8(tmp_path):
     p = _render_with_lock(tmp_path, b"torch==2.1.2 \\\n    --hash=sha256:\xff\xfe\n")
     assert_clean_failure(p, 2, "requirements.lock", "UTF-8")
