@@ -175,7 +175,7 @@ def solve_rattler(specs: Sequence[str], channels: Sequence[str], *, platform: st
     return sorted(out, key=lambda p: p["name"])
 
 
-_CHANNEL_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:/@+~%-]{0,511}$")
+_CHANNEL_RE = re.compile(r"^[A-Za-z0-9/.~][A-Za-z0-9_.:/@+~%-]{0,511}$")
 
 
 def _check_channel(c: str) -> str:
