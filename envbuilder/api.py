@@ -155,6 +155,8 @@ def target_files(target: str, out: str | Path, *, matrix_dir: str | Path | None 
     files.update(render_jobs(plan, image=image or f"envbuilder:{stack.tag}",
                              gpus=stack.toolkit is not None if gpus is None else gpus,
                              infiniband=infiniband))
+    if lock_text is not None and not lock:
+        files.pop("requirements.lock", None)  # already there: it stays `lock`'s file
     return stack, files, lock_text is not None
 
 

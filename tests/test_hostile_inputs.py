@@ -138,6 +138,37 @@ def test_full_disk_during_lock_names_the_file(tmp_path, real_lock, uv_cache):
         assert leftovers(mnt) == [] and not (out / "requirements.lock").exists()
 
 
+def test_readme_sequence_lock_sbom_conda_then_render(tmp_path, real_lock, uv_cache):
+    """The README's `lock -o D --sbom --conda` then `render -o D`: all outputs stay."""
+    import asyncio
+    import inspect
+
+    test_conda = pytest.importorskip("test_conda")  # skips where the conda extra is missing
+    from rattler.index import index_fs
+
+    ch = tmp_path / "channel"
+    test_conda._package(ch, "python", "3.10.14", ["libzlib >=1.2"])
+    test_conda._package(ch, "libzlib", "1.3.1")
+    test_conda._package(ch, "pip", "24.0", ["python >=3.8"])
+    (ch / "linux-64").mkdir()
+    done = index_fs(ch)
+    if inspect.iscoroutine(done):
+        asyncio.run(done)
+    out = tmp_path / "D"
+    p = cli("lock", TARGET, "-o", str(out), "--sbom", "--conda", "--conda-channel", str(ch),
+            UV_CACHE_DIR=str(uv_cache))
+    assert p.returncode == 0, p.stderr
+    names = ("requirements.lock", "sbom.cdx.json", "environment.yml", "conda-lock.yml")
+    before = {n: (out / n).read_bytes() for n in names}
+    p = cli("render", TARGET, "-o", str(out))
+    assert p.returncode == 0, p.stderr
+    assert {n: (out / n).read_bytes() for n in names} == before
+    assert (out / "Dockerfile").is_file() and leftovers(tmp_path) == []
+    p = cli("lock", TARGET, "-o", str(out), UV_CACHE_DIR=str(uv_cache))  # lock alone again
+    assert p.returncode == 0, p.stderr
+    assert all((out / n).is_file() for n in names)
+
+
 def test_failing_conda_does_not_replace_the_lock(tmp_path, real_lock, uv_cache):
     """lock --conda (and --sbom) write together with requirements.lock, or nothing."""
     from envbuilder._fs import Outputs
