@@ -655,7 +655,9 @@ def smoke(image: Optional[str] = typer.Argument(None, help="The image to test (o
         first = result.failed[0] if result.failed else None
         if first and result.details.get(first):
             msg += f" ({result.details[first].splitlines()[0][:200]})"
-        sys.stderr.write(f"envbuilder: error: {msg}\n")
+        from envbuilder._safety import terminal_safe
+
+        sys.stderr.write(f"envbuilder: error: {terminal_safe(msg)}\n")
         raise typer.Exit(EXIT_FAILED)
 
 

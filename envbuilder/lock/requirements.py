@@ -13,6 +13,17 @@ What to call (the CLI and ``render --lock`` use exactly these):
   the resolved lock contradict the stack), OperationError (exit 1: index unreachable, uv
   failed, ``--check`` found a difference; the unified diff is in ``err.details`` and
   ``err.report.diff``), MissingExtraError (uv is not installed: ``envbuilder[lock]``).
+* ``write_locks(stack, out_dir, *, ..., conda=False, conda_channels=..., sbom=False,
+  check=False) -> {"lock", "conda", "sbom"}``: what ``envbuilder lock`` runs; the lock, the
+  conda files and the SBOM are committed together through ``envbuilder._fs.Outputs`` (a
+  failing conda solve leaves the old lock), into the output folder only (uv prints the lock on
+  stdout; scratch files live in the folder's staging area).
+* ``resolve_lock_text(stack, ...) -> str``: a fresh, cross-checked lock, written nowhere
+  (``render --lock``).
+* ``lock_problems(text, where, python=...)`` / ``check_lock_text``: a lock fit for
+  ``--require-hashes``: pinned entries with well-formed hashes only, no pip options, no
+  control characters, made for the stack's Python; ``render`` refuses anything else (exit 2).
+  A package no index has is bad input (exit 2, naming it), not an incompatible combination.
 * ``split_by_layer(lock_text, plan) -> dict[str, str]``: the lock cut into the per-layer
   files ``render_files(plan, layer_requirements=...)`` takes (keys ``torch``, ``horovod``,
   ``horovod.build``, ``deepspeed``, ``deepspeed.build`` for the layers the plan has); build
