@@ -123,39 +123,38 @@ def build_files(stack, *, lock_text: str | None = None, lock_source: str = "requ
     return plan, files
 
 
-def render_target(target: str, out: str | Path, *, matrix_dir: str | Path | None = None,
-                  pins: Pins | None = None, base_image: str | None = None,
-                  pip_index_url: str | None = None, extra_index_urls: Sequence[str] = (),
-                  nproc: int = 12, lock: bool = False, requirements_file: str | Path | None = None,
-                  image: str | None = None, gpus: bool | None = None, infiniband: bool = False,
-                  min_busbw: float | None = None, matrix: Matrix | None = None,
-                  builder_image: str | None = None, cuda_arch: tuple[str, ...] = (),
-                  cpu_isa: str | None = None) -> dict:
-    """Resolve and write the build folder. Returns a report (paths, stack).
+def target_files(target: str, out: str | Path, *, matrix_dir: str | Path | None = None,
+                 pins: Pins | None = None, base_image: str | None = None,
+                 pip_index_url: str | None = None, extra_index_urls: Sequence[str] = (),
+                 nproc: int = 12, lock: bool = False, requirements_file: str | Path | None = None,
+                 image: str | None = None, gpus: bool | None = None, infiniband: bool = False,
+                 min_busbw: float | None = None, matrix: Matrix | None = None,
+                 builder_image: str | None = None, cuda_arch: tuple[str, ...] = (),
+                 cpu_isa: str | None = None) -> tuple:
+    """(stack, {relative path: content}, locked) of the build folder ``out`` would get.
 
     A ``requirements.lock`` already in ``out`` (from ``envbuilder lock``), or one made now with
-    ``lock=True``, is installed with ``--require-hashes`` (see build_files).
-    """
-    import tempfile
-
+    ``lock=True``, is installed with ``--require-hashes`` (see build_files)."""
     from envbuilder.render.jobs import job_name, render_jobs
     from envbuilder.render.monitoring import render_monitoring
-    from envbuilder.render.templating import write_tree
 
+    if requirements_file is not None and not lock:
+        raise InputError("--requirements is locked with the stack: add --lock (or run "
+                         "envbuilder lock TARGET --requirements FILE first)")
     m = matrix or load_matrix(matrix_dir)
     stack = resolve_target(target, pins=pins, matrix=m)
     out = Path(out)
     lock_text = None
     existing = out / "requirements.lock"
     if lock:
-        from envbuilder.lock.requirements import lock_target
+        from envbuilder.lock.requirements import resolve_lock_text
 
-        with tempfile.TemporaryDirectory(prefix=".envbuilder-lock-") as d:
-            lock_target(stack, d, requirements_file=requirements_file, index_url=pip_index_url,
-                        extra_index_urls=extra_index_urls)
-            lock_text = (Path(d) / "requirements.lock").read_text(encoding="utf-8")
+        lock_text = resolve_lock_text(stack, requirements_file=requirements_file,
+                                      index_url=pip_index_url, extra_index_urls=extra_index_urls)
     elif existing.is_file():
-        lock_text = existing.read_text(encoding="utf-8")
+        from envbuilder._fs import read_text_capped
+
+        lock_text = read_text_capped(existing, "lock")
     plan, files = build_files(stack, lock_text=lock_text, lock_source=str(existing),
                               base_image=base_image, pip_index_url=pip_index_url,
                               extra_index_urls=tuple(extra_index_urls), smoke_nproc=nproc,
@@ -166,43 +165,39 @@ def render_target(target: str, out: str | Path, *, matrix_dir: str | Path | None
                              infiniband=infiniband))
     files.update(render_monitoring(target=target, min_busbw_gbps=min_busbw,
                                    job_names=[job_name(target, 1, plan.smoke_nproc)]))
-    dest = write_tree(out, files)
+    if lock_text is not None and not lock:
+        files.pop("requirements.lock", None)  # already there: it stays `lock`'s file
+    return stack, files, lock_text is not None
+
+
+def render_target(target: str, out: str | Path, **kw) -> dict:
+    """Resolve and write the build folder (target_files' options). Returns a report (paths,
+    stack). Only files envbuilder wrote are replaced (envbuilder._fs)."""
+    from envbuilder._fs import write_tree
+
+    stack, files, locked = target_files(target, out, **kw)
+    dest = write_tree(out, files, group="render")
     return {"target": target, "out": str(dest), "files": sorted(files), "stack": stack.to_dict(),
-            "locked": lock_text is not None}
+            "locked": locked}
 
 
 def render_all(out: str | Path, *, matrix_dir: str | Path | None = None,
                targets: Sequence[str] | None = None, **kw) -> list[dict]:
     """Render every built-in target (or the given ones) into OUT/<target>/, all or nothing."""
-    import shutil
-    import tempfile
-
-    from envbuilder.render.templating import write_tree
+    from envbuilder._fs import Outputs
 
     m = load_matrix(matrix_dir)
     names = list(targets or builtin_targets(m))
     out = Path(out)
-    staging = Path(tempfile.mkdtemp(prefix=".render-all-", dir=_parent(out)))
     reports = []
-    try:
+    with Outputs("render") as tx:
         for name in names:
-            reports.append(render_target(name, staging / name, matrix=m, **kw))
-
-        def move(tmp: Path) -> None:
-            for name in names:
-                (staging / name).rename(tmp / name)
-        write_tree(out, {}, extra=move)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-    for r in reports:
-        r["out"] = str(out / r["target"])
+            stack, files, locked = target_files(name, out / name, matrix=m, **kw)
+            tx.add(out / name, files, group="render")
+            reports.append({"target": name, "out": str(out / name), "files": sorted(files),
+                            "stack": stack.to_dict(), "locked": locked})
+        tx.commit()
     return reports
-
-
-def _parent(p: Path) -> Path:
-    parent = p.resolve().parent
-    parent.mkdir(parents=True, exist_ok=True)
-    return parent
 
 
 def image_labels(image: str, client=None) -> Mapping[str, str]:

@@ -59,13 +59,18 @@ def _echo_json(data: Any) -> None:
 
 
 def _fail(err: EnvbuilderError, as_json: bool) -> None:
+    from envbuilder._safety import cut, terminal_safe
+
     if as_json:
-        _echo_json(err.to_dict())
-    msg = str(err).replace("\n", " ")
+        doc = err.to_dict()
+        doc["message"] = cut(doc["message"])
+        doc["details"] = [cut(str(d), 500) for d in doc["details"][:40]]
+        _echo_json(doc)
+    msg = terminal_safe(cut(str(err).replace("\n", " ")))
     sys.stderr.write(f"envbuilder: error: {msg}\n")
     if not as_json:
-        for line in err.details:
-            sys.stderr.write(f"  {line}\n")
+        for line in err.details[:40]:
+            sys.stderr.write(f"  {terminal_safe(cut(str(line), 500))}\n")
     raise typer.Exit(err.exit_code)
 
 
@@ -74,17 +79,25 @@ def command(fn: Callable) -> Callable:
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
+        from envbuilder import _safety
+
         as_json = bool(kwargs.get("as_json"))
         try:
+            _safety.check_arguments(kwargs)
             return fn(*args, **kwargs)
         except EnvbuilderError as e:
             _fail(e, as_json)
-        except KeyboardInterrupt:
+        except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM/SIGHUP (_safety.Terminated)
             sys.stderr.write("envbuilder: interrupted; nothing was recorded for the step in progress\n")
-            raise typer.Exit(130) from None
+            raise typer.Exit(_safety.interrupted_exit_code(e)) from None
         except typer.Exit:
             raise
         except Exception as e:  # a bug: one line, the trace only on request
+            if _safety.is_broken_pipe(e):
+                raise typer.Exit(_safety.stdout_gone()) from None
+            clean = _safety.as_clean_error(e)
+            if clean is not None and not os.environ.get("ENVBUILDER_DEBUG"):
+                _fail(clean, as_json)
             if os.environ.get("ENVBUILDER_DEBUG"):
                 raise
             sys.stderr.write(f"envbuilder: internal error: {type(e).__name__}: {e} "
@@ -114,9 +127,17 @@ def _table(title: str, columns: list[str], rows: list[list[Any]]) -> None:
     t = Table(title=title, title_justify="left")
     for i, c in enumerate(columns):
         t.add_column(c, no_wrap=i == 0)  # names stay whole, so they can be grepped
+    from envbuilder._safety import rich_text
+
     for r in rows:
-        t.add_row(*["" if v is None else str(v) for v in r])
+        t.add_row(*[rich_text(v) for v in r])  # user text: never markup, never escapes
     Console(width=None if sys.stdout.isatty() else 200).print(t)
+
+
+def _warn(w: dict) -> None:
+    from envbuilder._safety import terminal_safe
+
+    sys.stdout.write(terminal_safe(f"warning: {w['rule']}: {w['message']}. {w['fix']}") + "\n")
 
 
 def _print_stack(d: dict) -> None:
@@ -127,7 +148,7 @@ def _print_stack(d: dict) -> None:
     rows[0][2] = d["choices"]["cuda"]["reason"]
     _table(f"{d['target']} -> {d['tag']}", ["axis", "value", "why"], rows)
     for w in d["warnings"]:
-        sys.stdout.write(f"warning: {w['rule']}: {w['message']}. {w['fix']}\n")
+        _warn(w)
 
 
 # -- targets, resolve, check, render ---------------------------------------------------------
@@ -216,7 +237,7 @@ def check(cuda: Optional[str] = typer.Option(None, "--cuda", help="CUDA version,
     sat = {k: v for k, v in r["satisfied_by"].items() if k not in r["given"] or v != r["given"][k]}
     sys.stdout.write(f" (e.g. {', '.join(f'{k} {v}' for k, v in sat.items())})\n" if sat else "\n")
     for w in r["warnings"]:
-        sys.stdout.write(f"warning: {w['rule']}: {w['message']}. {w['fix']}\n")
+        _warn(w)
 
 
 @app.command()
@@ -275,7 +296,7 @@ def render(target: Optional[str] = typer.Argument(None, help="The target; omit w
     for f in r["files"]:
         sys.stdout.write(f"  {Path(r['out']) / f}\n")
     for w in d["warnings"]:
-        sys.stdout.write(f"warning: {w['rule']}: {w['message']}. {w['fix']}\n")
+        _warn(w)
 
 
 # -- lock, bake, ci -------------------------------------------------------------------------
@@ -300,7 +321,7 @@ def lock(target: str = typer.Argument(..., help="The target to lock."),
          matrix: Optional[str] = MatrixOpt, as_json: bool = JsonOpt) -> None:
     """Write the hash-pinned lock for a target; --check fails on drift (the CI gate)."""
     from envbuilder.api import resolve_target
-    from envbuilder.lock.requirements import lock_target
+    from envbuilder.lock.requirements import write_locks
     from envbuilder.core.validate import url
 
     if pip_index_url:
@@ -310,21 +331,15 @@ def lock(target: str = typer.Argument(..., help="The target to lock."),
     stack = resolve_target(target, matrix_dir=matrix,
                            pins=_pins(torch, python, deepspeed, horovod, nccl, os_, driver, with_, without, flavour, ds_ops))
     dest = out or Path("build") / target
-    rep = lock_target(stack, dest, requirements_file=requirements, index_url=pip_index_url,
-                      extra_index_urls=tuple(extra_index_url or ()), check=check_)
+    res = write_locks(stack, dest, requirements_file=requirements, index_url=pip_index_url,
+                      extra_index_urls=tuple(extra_index_url or ()), check=check_, conda=conda,
+                      conda_channels=tuple(conda_channel or ("conda-forge",)), sbom=sbom)
+    rep = res["lock"]
     data = {"lock": rep.to_dict(), "target": target, "tag": stack.tag}
-    if conda and not check_:
-        from envbuilder.lock.conda import write_conda
-
-        data["conda"] = write_conda(stack, dest, lock_path=Path(rep.path),
-                                    channels=tuple(conda_channel or ("conda-forge",)),
-                                    index_url=pip_index_url,
-                                    extra_index_urls=tuple(extra_index_url or ())).to_dict()
-    if sbom and not check_:
-        from envbuilder.lock.sbom import write_sbom
-
-        write_sbom(rep.path, dest / "sbom.cdx.json", stack)
-        data["sbom"] = str(dest / "sbom.cdx.json")
+    if res["conda"] is not None:
+        data["conda"] = res["conda"].to_dict()
+    if res["sbom"] is not None:
+        data["sbom"] = res["sbom"]
     if as_json:
         _echo_json(data)
         return
@@ -369,7 +384,11 @@ def ci(github: bool = typer.Option(False, "--github", help="Write a GitHub Actio
     if not github:
         raise InputError("ci needs a CI system: --github")
     repository(registry, "--registry")
-    path = write_github_workflow(out, registry=registry)
+    if matrix is not None:
+        from envbuilder.core.matrix import load_matrix
+
+        load_matrix(matrix)  # the folder must exist and be a valid matrix
+    path = write_github_workflow(out, registry=registry, matrix=matrix)
     if as_json:
         _echo_json({"workflow": str(path)})
     else:
@@ -409,11 +428,17 @@ class _Progress:
             i, n, text = data
             if target not in self.tasks:
                 self.tasks[target] = self.progress.add_task(f"{target}: build", total=n)
+            from rich.markup import escape
+
+            from envbuilder._safety import terminal_safe
+
             self.progress.update(self.tasks[target], completed=i, total=n,
-                                 description=f"{target}: {text[:60]}")
+                                 description=escape(terminal_safe(f"{target}: {text[:60]}")))
         elif kind == "step":
+            from envbuilder._safety import rich_text
+
             name, state = data
-            self.progress.console.print(f"{target}: {name} {state}")
+            self.progress.console.print(rich_text(f"{target}: {name} {state}"))
 
 
 def _build_opts(base_image, ca_cert, pip_index_url, extra_index_url, wheelhouse, http_proxy,
@@ -692,7 +717,9 @@ def smoke(image: Optional[str] = typer.Argument(None, help="The image to test (o
         first = result.failed[0] if result.failed else None
         if first and result.details.get(first):
             msg += f" ({result.details[first].splitlines()[0][:200]})"
-        sys.stderr.write(f"envbuilder: error: {msg}\n")
+        from envbuilder._safety import terminal_safe
+
+        sys.stderr.write(f"envbuilder: error: {terminal_safe(msg)}\n")
         raise typer.Exit(EXIT_FAILED)
 
 
@@ -767,6 +794,8 @@ def explain(logs: List[str] = typer.Argument(..., help="Log files, or - for stdi
     """Name the likely causes of a failed distributed job from its logs, with fixes."""
     from envbuilder.diagnose.explain import explain_files
 
+    from envbuilder._safety import terminal_safe
+
     causes = explain_files(logs)[:top]
     if as_json:
         _echo_json({"causes": [c.to_dict() for c in causes]})
@@ -774,7 +803,8 @@ def explain(logs: List[str] = typer.Argument(..., help="Log files, or - for stdi
         for i, c in enumerate(causes, 1):
             sys.stdout.write(f"{i}. {c.category} ({c.confidence:.0%}): {c.title}\n")
             for ev in c.evidence[:3]:
-                sys.stdout.write(f"   {ev.file}:{ev.line_no}: {ev.text.strip()[:160]}\n")
+                sys.stdout.write(terminal_safe(f"   {ev.file}:{ev.line_no}: {ev.text.strip()[:160]}")
+                                 + "\n")
             sys.stdout.write(f"   check: {c.check}\n   fix:   {c.fix}\n   see:   {c.source}\n")
     if not causes:
         sys.stderr.write("envbuilder: nothing in the log matched a known failure\n")
@@ -835,9 +865,19 @@ def main() -> None:  # console-script entry point
         NoArgsIsHelpError = ()  # type: ignore[assignment]
     import typer.main
 
+    from envbuilder import _safety
+
+    _safety.install_signal_handlers()
     cmd = typer.main.get_command(app)
     try:
         rv = cmd.main(prog_name="envbuilder", standalone_mode=False)
+    except KeyboardInterrupt as e:  # outside a command (while parsing)
+        sys.stderr.write("envbuilder: interrupted\n")
+        rv = _safety.interrupted_exit_code(e)
+    except OSError as e:
+        if not _safety.is_broken_pipe(e):
+            raise
+        rv = _safety.stdout_gone()
     except NoArgsIsHelpError as e:  # type: ignore[misc]
         sys.stdout.write(e.ctx.get_help() + "\n")
         rv = 0
@@ -851,6 +891,13 @@ def main() -> None:  # console-script entry point
     except typer.Abort:
         sys.stderr.write("envbuilder: interrupted\n")
         rv = EXIT_FAILED
+    _safety.restore_signal_handlers()  # the work is done: a late signal just ends us
+    try:
+        sys.stdout.flush()
+    except OSError as e:
+        if not _safety.is_broken_pipe(e):
+            raise
+        rv = _safety.stdout_gone()
     sys.exit(rv if isinstance(rv, int) else 0)
 
 

@@ -81,7 +81,10 @@ class MissingExtraError(InputError):
     """A command needs an optional dependency that is not installed."""
 
     def __init__(self, module: str, extra: str) -> None:
+        from envbuilder import DISTRIBUTION
+
         super().__init__(
             f"this command needs the Python package {module!r}: "
-            f"pip install 'envbuilder[{extra}]'"
+            f"pip install '{DISTRIBUTION}[{extra}]' (envbuilder's distribution; the PyPI "
+            f"project named 'envbuilder' is another one)"
         )

@@ -8,7 +8,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export UV_PYTHON_DOWNLOADS=never PIP_DISABLE_PIP_VERSION_CHECK=1
 PY=${PYTHON:-python3}
-echo "[test.sh] installing envbuilder[dev,lock,conda] and torch 2.13.0 (CPU)" >&2
+echo "[test.sh] installing this checkout (torch-envbuilder[dev,lock,conda]) and torch 2.13.0 (CPU)" >&2
 "$PY" -m pip install -q -e '.[dev,lock,conda]'
 # torch's CPU build: on these machines pip's configuration serves it from local disk
 "$PY" -m pip install -q torch==2.13.0 numpy \

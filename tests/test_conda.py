@@ -120,7 +120,8 @@ def test_conda_lock_round_trips_through_conda_lock(stack, locked, channel, uv_ca
     assert torch.url.endswith(".whl") and "cp310" in torch.url
     assert "nvidia-nccl-cu12" in torch.dependencies
     assert (locked / ENV_NAME).is_file()
-    assert sorted(p.name for p in locked.iterdir()) == sorted([LOCK_NAME, ENV_NAME, CONDA_LOCK_NAME])
+    assert sorted(p.name for p in locked.iterdir()) == sorted([LOCK_NAME, ENV_NAME, CONDA_LOCK_NAME,
+                                                               ".envbuilder-output"])
 
 
 def test_pip_entry_with_a_hash_the_lock_does_not_allow(stack, locked):

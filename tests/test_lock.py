@@ -38,11 +38,12 @@ def _copy(locked, tmp_path) -> Path:
     d = tmp_path / "copy"
     d.mkdir()
     shutil.copy(locked[0] / LOCK_NAME, d / LOCK_NAME)
+    shutil.copy(locked[0] / ".envbuilder-output", d / ".envbuilder-output")
     return d
 
 
 def _only_lock_left(d: Path) -> None:
-    assert sorted(p.name for p in d.iterdir()) == [LOCK_NAME]
+    assert sorted(p.name for p in d.iterdir()) == [".envbuilder-output", LOCK_NAME]
 
 
 # -- the lock ---------------------------------------------------------------------------------

@@ -360,22 +360,22 @@ def test_render_all_is_all_or_nothing(tmp_path):
     assert _leftovers(tmp_path) == []
 
 
-def test_rerender_replaces_the_folder(tmp_path):
+def test_rerender_replaces_only_what_envbuilder_wrote(tmp_path):
     out = tmp_path / "out"
     render_target("cu118", out)
-    (out / "stale.txt").write_text("from an earlier render")
-    (out / "requirements" / "deepspeed.txt").write_text("deepspeed==0.1\n")
+    (out / "stale.txt").write_text("the user's notes")
+    (out / "requirements" / "mine.txt").write_text("deepspeed==0.1\n")
     render_target("cpu", out)
-    assert not (out / "stale.txt").exists()
-    assert not (out / "requirements" / "deepspeed.txt").exists()
+    assert (out / "stale.txt").read_text() == "the user's notes"  # never deleted
+    assert (out / "requirements" / "mine.txt").read_text() == "deepspeed==0.1\n"
     assert "for target cpu " in (out / "Dockerfile").read_text()
     assert _leftovers(tmp_path) == ["out"]
-    # and render --all over an existing tree too
+    # and render --all over an existing tree too: a folder the user made survives
     all_dir = tmp_path / "all"
     render_all(all_dir, targets=["cpu", "cu118"])
     (all_dir / "old-target").mkdir()
     render_all(all_dir, targets=["cpu"])
-    assert _leftovers(all_dir) == ["cpu"]
+    assert _leftovers(all_dir) == ["cpu", "cu118", "old-target"]
     assert _leftovers(tmp_path) == ["all", "out"]
 
 

@@ -345,8 +345,22 @@ class Matrix:
 
 # -- loading -------------------------------------------------------------------------------
 
+MAX_FILE_BYTES = 2 << 20  # the built-in files are a few KB each
+MAX_STRING_CHARS = 4096  # any one value (a URL, a reason); rendered fields stay small
+
+
 class _UniqueKeyLoader(yaml.SafeLoader):
-    """SafeLoader that refuses a key given twice in one mapping (PyYAML keeps the last)."""
+    """SafeLoader that refuses a key given twice in one mapping (PyYAML keeps the last) and
+    any alias (``*name``): alias expansion is how a 16 KB file becomes gigabytes ("billion
+    laughs"), and a matrix has no use for it."""
+
+    def compose_node(self, parent, index):  # type: ignore[override]
+        if self.check_event(yaml.events.AliasEvent):
+            ev = self.peek_event()
+            raise yaml.composer.ComposerError(
+                None, None, "aliases (*name) are not allowed in matrix files: write the value "
+                            "out", ev.start_mark)
+        return super().compose_node(parent, index)
 
     def construct_mapping(self, node, deep=False):  # type: ignore[override]
         seen: set = set()
@@ -360,20 +374,56 @@ class _UniqueKeyLoader(yaml.SafeLoader):
 
 
 def _read(path: Path) -> Any:
+    import os
+    import stat
+
     try:
-        text = path.read_text(encoding="utf-8")
+        st = os.stat(path)
+        if not stat.S_ISREG(st.st_mode):
+            raise MatrixError(f"matrix file {path} is not a regular file")
+        with open(path, "rb") as f:
+            data = f.read(MAX_FILE_BYTES + 1)
     except FileNotFoundError:
         raise MatrixError(f"matrix file {path} is missing: a matrix folder needs "
                           f"{', '.join(sorted(schema.FILES))}") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise MatrixError(f"cannot read matrix file {path}: {e}") from None
+    except OSError as e:
+        raise MatrixError(f"cannot read matrix file {path}: {e.strerror or e}") from None
+    if len(data) > MAX_FILE_BYTES:
+        raise MatrixError(f"matrix file {path} is larger than {MAX_FILE_BYTES >> 20} MiB: "
+                          f"not a matrix file")
     try:
-        return yaml.load(text, Loader=_UniqueKeyLoader), text
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise MatrixError(f"matrix file {path} is not UTF-8 text (byte {e.start})") from None
+    if "\x00" in text:
+        raise MatrixError(f"matrix file {path} holds NUL bytes: not a YAML file")
+    try:
+        loaded = yaml.load(text, Loader=_UniqueKeyLoader)
+        _check_sizes(path, loaded)
+        return loaded, text
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark else ""
-        raise MatrixError(f"matrix file {path}{where} is not valid YAML: "
-                          f"{getattr(e, 'problem', e)}") from None
+        problem = str(getattr(e, "problem", None) or e)
+        problem = problem if len(problem) <= 200 else problem[:200] + "..."
+        raise MatrixError(f"matrix file {path}{where} is not valid YAML: {problem}") from None
+    except RecursionError:
+        raise MatrixError(f"matrix file {path} is nested too deeply") from None
+
+
+def _check_sizes(path: Path, data: Any, key: str = "") -> None:
+    """No single value longer than MAX_STRING_CHARS (it would reach a rendered file)."""
+    todo = [(key, data)]
+    while todo:
+        k, v = todo.pop()
+        if isinstance(v, str):
+            if len(v) > MAX_STRING_CHARS:
+                raise MatrixError(f"matrix file {path}, key {k or '(top level)'}: a value of "
+                                  f"{len(v)} characters (at most {MAX_STRING_CHARS})")
+        elif isinstance(v, dict):
+            todo.extend((f"{k}/{kk}" if k else str(kk), vv) for kk, vv in v.items())
+        elif isinstance(v, list):
+            todo.extend((f"{k}/{i}", vv) for i, vv in enumerate(v))
 
 
 def _validate(path: Path, data: Any, file_schema: dict) -> None:
@@ -384,7 +434,7 @@ def _validate(path: Path, data: Any, file_schema: dict) -> None:
     if errors:
         err = min(errors, key=lambda e: len(list(e.absolute_path)))
         key = "/".join(str(p) for p in err.absolute_path) or "(top level)"
-        msg = err.message
+        msg = err.message if len(err.message) <= 300 else err.message[:300] + "..."
         if err.validator == "additionalProperties":
             msg = f"unknown key: {msg}"
         raise MatrixError(f"matrix file {path}, key {key}: {msg}")
@@ -410,7 +460,9 @@ def load_matrix(path: str | Path | None = None) -> Matrix:
     """Load and validate a matrix folder (the built-in one when ``path`` is None)."""
     root = Path(path) if path is not None else matrices_dir()
     if not root.is_dir():
-        raise MatrixError(f"matrix folder {root} does not exist: pass --matrix DIR with a "
+        shown = str(root) if len(str(root)) <= 200 else str(root)[:200] + "..."
+        what = "is not a folder" if root.exists() else "does not exist"
+        raise MatrixError(f"matrix folder {shown} {what}: pass --matrix DIR with a "
                           f"folder holding {', '.join(sorted(schema.FILES))}")
     raw: dict[str, Any] = {}
     digest = hashlib.sha256()
@@ -502,12 +554,15 @@ def _build(root: Path, raw: dict[str, Any], digest: str) -> Matrix:
                                 t.get("flavour"), tuple(t.get("ds_ops", ())))
                     for t in raw["targets.yaml"]["targets"])
     _dupes(root / "targets.yaml", "targets", (t.name for t in targets))
+    _no_alias_cycles(root / "targets.yaml", targets)
+    index = tdata.get("index", "https://download.pytorch.org/whl/{variant}")
+    _check_index(root / "torch.yaml", index)
 
     return Matrix(
         toolchains=_toolchains(root / "toolchains.yaml", raw["toolchains.yaml"], oses),
         path=root, digest=digest, toolkits=toolkits, minor_compat=compat,
         base_repository=bi.get("repository", "nvidia/cuda"), base_images=base_images,
-        nccl=nccl, os=oses, torch_index=tdata.get("index", "https://download.pytorch.org/whl/{variant}"),
+        nccl=nccl, os=oses, torch_index=index,
         torch=tuple(releases), deepspeed=component("deepspeed"), horovod=component("horovod"),
         incompatibilities=tuple(incompat), targets=targets,
     )
@@ -540,3 +595,34 @@ def _toolchains(path: Path, data: dict[str, Any], oses: Mapping[str, OsInfo]) ->
                             dict(b["env"]), b["reason"], _sources(b["source"]))
                   for i, b in enumerate(data.get("build_tools", ())))
     return Toolchains(flavours, gcc, tks, hc, ops, isas, tools)
+
+
+def _no_alias_cycles(path: Path, targets: tuple[TargetAlias, ...]) -> None:
+    """An alias may name another alias, but never (through others) itself."""
+    by = {t.name: t.target for t in targets}
+    for t in targets:
+        seen = [t.name]
+        cur = t.target
+        while cur in by and by[cur] != cur:
+            if cur in seen:
+                raise MatrixError(f"matrix file {path}, targets/{t.name}: the aliases form a "
+                                  f"cycle ({' -> '.join(seen + [cur])}): point one at a real "
+                                  f"target such as cu121-torch2.1")
+            seen.append(cur)
+            cur = by[cur]
+
+
+def _check_index(path: Path, index: str) -> None:
+    """The torch index is a URL with one ``{variant}`` field and nothing else to format."""
+    import string
+
+    try:
+        fields = [(f, spec, conv) for _, f, spec, conv in string.Formatter().parse(index)
+                  if f is not None]
+    except ValueError as e:
+        raise MatrixError(f"matrix file {path}, key index: {e}: use "
+                          f"https://host/path/{{variant}}") from None
+    if not fields or any(f != "variant" or spec or conv for f, spec, conv in fields):
+        raise MatrixError(f"matrix file {path}, key index: only the field {{variant}} is allowed "
+                          f"(no other fields, conversions or widths), e.g. "
+                          f"https://download.pytorch.org/whl/{{variant}}")

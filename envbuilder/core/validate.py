@@ -49,7 +49,7 @@ def driver_version(value: str) -> str:
 def image_ref(value: str, what: str = "--base-image") -> str:
     """A container image reference: ``[registry[:port]/]repo[:tag][@sha256:...]``."""
     if not isinstance(value, str) or not value or len(value) > 512:
-        raise InputError(f"{what} {value!r} is not an image reference, e.g. nvidia/cuda:12.1.1-runtime-ubuntu22.04")
+        raise InputError(f"{what} {_shown(value)} is not an image reference, e.g. nvidia/cuda:12.1.1-runtime-ubuntu22.04")
     rest, digest = value, None
     if "@" in rest:
         rest, digest = rest.split("@", 1)
@@ -57,7 +57,8 @@ def image_ref(value: str, what: str = "--base-image") -> str:
     last = rest.rsplit("/", 1)[-1]
     if ":" in last:
         rest, tag = rest.rsplit(":", 1)
-    ok = (_REPO_RE.fullmatch(rest) is not None
+    ok = (_REPO_RE.fullmatch(rest) is not None and len(rest) <= 255
+          and ("/" not in rest or _port_ok(rest.split("/")[0]))
           and (tag is None or _TAG_RE.fullmatch(tag) is not None)
           and (digest is None or _DIGEST_RE.fullmatch(digest) is not None))
     if not ok:
@@ -66,11 +67,29 @@ def image_ref(value: str, what: str = "--base-image") -> str:
     return value
 
 
+def _shown(value: object) -> str:
+    r = repr(value)
+    return r if len(r) <= 120 else r[:120] + f"... ({len(r)} characters)"
+
+
+def _port_ok(host_part: str) -> bool:
+    """The port of ``host[:port]`` (if any) is 1-65535."""
+    if host_part.startswith("["):
+        host_part = host_part.rsplit("]", 1)[-1]
+    if ":" not in host_part:
+        return True
+    port = host_part.rsplit(":", 1)[1]
+    return port.isdigit() and len(port) <= 5 and 0 < int(port) <= 65535
+
+
 def repository(value: str, what: str = "--push") -> str:
-    """A repository to push to, without tag or digest: ``host:port/path``."""
-    if not isinstance(value, str) or "@" in value or _REPO_RE.fullmatch(value) is None:
-        raise InputError(f"{what} {value!r} is not a repository: expected registry/name "
-                         f"without a tag, e.g. 127.0.0.1:5000/ml/train")
+    """A repository to push to, without tag or digest: ``host:port/path`` (at most 255
+    characters, as the registry API allows; a port 1-65535)."""
+    if not isinstance(value, str) or len(value) > 255 or "@" in value or \
+            _REPO_RE.fullmatch(value) is None or ("/" in value and not _port_ok(value.split("/")[0])):
+        raise InputError(f"{what} {_shown(value)} is not a repository: expected registry/name "
+                         f"without a tag (at most 255 characters, port 1-65535), e.g. "
+                         f"127.0.0.1:5000/ml/train")
     return value
 
 

@@ -10,6 +10,13 @@ only count next to another signature and may ``scale`` a category (e.g. a watchd
 
 Logs are streamed line by line with a cap on line length and on evidence kept, so memory stays
 bounded on multi-gigabyte logs.
+
+Matching runs in linear time: patterns are compiled with RE2 (``google-re2``), which never
+backtracks, so no log line can make a pattern take exponential or quadratic time. The pattern
+dialect is therefore RE2's: no lookaround and no backreferences; a negative condition on the
+whole line is the signature's ``unless`` pattern instead. A pattern RE2 cannot compile (or every
+pattern, when google-re2 is not installed) falls back to Python's ``re`` on the line cut to
+``_FALLBACK_LINE_CHARS``. Repeated lines (every rank printing the same warning) are matched once.
 """
 
 from __future__ import annotations
@@ -48,6 +55,8 @@ CATEGORIES: tuple[str, ...] = (
 DEFAULT_SIGNATURES = Path(__file__).resolve().parent.parent / "data" / "signatures.yaml"
 
 _SNIFF_BYTES = 8192
+_FALLBACK_LINE_CHARS = 512
+_LINE_CACHE = 4096  # distinct recent lines whose matches are remembered
 _CHUNK_BYTES = 1 << 16
 _EVIDENCE_TEXT_CHARS = 500
 
@@ -113,10 +122,19 @@ class Signature:
     scale: dict[str, float] = field(default_factory=dict)
     evidence: bool = True
     keywords: tuple[str, ...] = ()  # lower-case literals, one of which every match contains
+    unless: Any = None  # a compiled pattern: the signature does not count on lines it matches
+    linear: bool = True  # compiled with RE2 (else Python re on a shortened line)
 
     def may_match(self, lowered: str) -> bool:
         """Cheap test on the lower-cased line before running the regex."""
         return not self.keywords or any(k in lowered for k in self.keywords)
+
+    def matches(self, line: str) -> bool:
+        text = line if self.linear else line[:_FALLBACK_LINE_CHARS]
+        if self.regex.search(text) is None:
+            return False
+        return self.unless is None or self.unless.search(line if self.linear
+                                                          else line[:_FALLBACK_LINE_CHARS]) is None
 
 
 @dataclass(frozen=True)
@@ -128,6 +146,7 @@ class SignatureSet:
     signatures: tuple[Signature, ...]
     settings: dict[str, float]
     prefilter: re.Pattern[str] | None
+    matcher: Any = None  # an RE2 Set of every linear pattern: one pass names all that match
 
     def setting(self, name: str) -> float:
         """A scoring setting (from the file, else the default)."""
@@ -160,7 +179,25 @@ def load_signatures(path: str | os.PathLike | None = None) -> SignatureSet:
     settings = _parse_settings(raw.get("settings") or {}, name)
     categories = _parse_categories(raw.get("categories"), name)
     signatures = _parse_signatures(raw.get("signatures"), categories, name)
-    return SignatureSet(name, categories, signatures, settings, _build_prefilter(signatures))
+    return SignatureSet(name, categories, signatures, settings, _build_prefilter(signatures),
+                        _build_matcher(signatures))
+
+
+def _build_matcher(signatures: Sequence[Signature]) -> Any:
+    """An RE2 Set of the linear signatures' patterns (None without google-re2)."""
+    if _re2 is None:
+        return None
+    try:
+        options = _re2.Options()
+        options.max_mem = 64 << 20
+        matcher = _re2.Set.SearchSet(options)
+        for sig in signatures:
+            # one index per signature; a non-linear one gets a pattern that never matches
+            matcher.Add(sig.regex.pattern if sig.linear else r"[^\x00-\x{10FFFF}]")
+        matcher.Compile()
+        return matcher
+    except Exception:  # noqa: BLE001 - fall back to one search per signature
+        return None
 
 
 def _bad(file: str, key: str, message: str) -> InputError:
@@ -240,10 +277,13 @@ def _parse_signature(item: dict, sig_id: str, where: str, categories: dict, file
     pattern = item.get("pattern")
     if not isinstance(pattern, str) or not pattern:
         raise _bad(file, f"{where}.pattern", "must be a non-empty string")
-    try:
-        regex = re.compile(pattern, re.IGNORECASE)
-    except re.error as exc:
-        raise _bad(file, f"{where}.pattern", f"invalid regular expression: {exc}") from None
+    regex, linear = _compile(pattern, file, f"{where}.pattern")
+    unless = None
+    if "unless" in item:
+        if not isinstance(item["unless"], str) or not item["unless"]:
+            raise _bad(file, f"{where}.unless", "must be a non-empty string")
+        unless, ulinear = _compile(item["unless"], file, f"{where}.unless")
+        linear = linear and ulinear
     adds = _parse_weights(item.get("adds"), f"{where}.adds", categories, file)
     scale = _parse_weights(item["scale"], f"{where}.scale", categories, file) if "scale" in item else {}
     requires = item.get("requires", [])
@@ -252,10 +292,34 @@ def _parse_signature(item: dict, sig_id: str, where: str, categories: dict, file
     show = item.get("evidence", True)
     if not isinstance(show, bool):
         raise _bad(file, f"{where}.evidence", "must be true or false")
-    unknown = set(item) - {"id", "pattern", "adds", "scale", "requires", "evidence"}
+    unknown = set(item) - {"id", "pattern", "adds", "scale", "requires", "evidence", "unless"}
     if unknown:
         raise _bad(file, f"{where}.{sorted(unknown)[0]}", "unknown key")
-    return Signature(sig_id, regex, adds, tuple(requires), scale, show, _required_keywords(pattern))
+    return Signature(sig_id, regex, adds, tuple(requires), scale, show, _required_keywords(pattern),
+                     unless, linear)
+
+
+_NOT_RE2 = re.compile(r"\(\?<?[=!]|\\[1-9]|\(\?P=")  # lookaround, backreferences
+
+
+def _compile(pattern: str, file: str, key: str) -> tuple[Any, bool]:
+    """(compiled, linear): RE2 when it can take the pattern, else Python's re."""
+    try:
+        compiled = re.compile(pattern, re.IGNORECASE)  # validates the syntax for every engine
+    except re.error as exc:
+        raise _bad(file, key, f"invalid regular expression: {exc}") from None
+    if _re2 is not None and not _NOT_RE2.search(pattern):
+        try:
+            return _re2.compile("(?i)" + pattern), True
+        except Exception:  # noqa: BLE001 - an RE2 gap: keep Python's, on shortened lines
+            pass
+    return compiled, False
+
+
+try:
+    import re2 as _re2  # google-re2: linear-time matching
+except ImportError:  # pragma: no cover - a default dependency; the fallback stays correct
+    _re2 = None
 
 
 # ----------------------------------------------------------------------------- prefilter
@@ -342,11 +406,27 @@ def _trie_pattern(node: dict) -> str:
 
 
 def _sniff_encoding(head: bytes, name: str) -> str:
-    """Pick a codec from the first bytes; refuse binary data."""
+    """Pick a codec from the first bytes (BOMs, or the NUL pattern of BOM-less UTF-16/32
+    text); refuse other binary data."""
+    if head.startswith((codecs.BOM_UTF32_LE, codecs.BOM_UTF32_BE)):
+        return "utf-32"
     if head.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
         return "utf-16"
     if b"\x00" in head:
-        raise InputError(f"{name} looks binary (NUL bytes in the first {_SNIFF_BYTES} bytes)")
+        n = len(head) - len(head) % 4
+        quads = [head[i:i + 4] for i in range(0, n, 4)]
+        if quads and sum(q[0] != 0 and q[1:] == b"\0\0\0" for q in quads) >= 0.9 * len(quads):
+            return "utf-32-le"
+        if quads and sum(q[3] != 0 and q[:3] == b"\0\0\0" for q in quads) >= 0.9 * len(quads):
+            return "utf-32-be"
+        n = len(head) - len(head) % 2
+        pairs = [head[i:i + 2] for i in range(0, n, 2)]
+        if pairs and sum(p[1] == 0 and p[0] != 0 for p in pairs) >= 0.9 * len(pairs):
+            return "utf-16-le"
+        if pairs and sum(p[0] == 0 and p[1] != 0 for p in pairs) >= 0.9 * len(pairs):
+            return "utf-16-be"
+        raise InputError(f"{name} looks binary (NUL bytes in the first {_SNIFF_BYTES} bytes): "
+                         f"give a text log (UTF-8, UTF-16 or UTF-32)")
     return "utf-8-sig"
 
 
@@ -399,20 +479,39 @@ class _Analysis:
         self.hits: dict[str, int] = {}
         self.evidence: dict[str, list[Evidence]] = {}
         self._max_ev = int(sigs.setting("max_evidence_per_signature"))
+        self._slow = any(not s.linear for s in sigs.signatures)
 
     def feed(self, lines: Iterable[str], name: str) -> None:
         """Match every line against the signatures (one prefilter search per line)."""
         max_chars = int(self.sigs.setting("max_line_chars"))
         prefilter = self.sigs.prefilter.search if self.sigs.prefilter is not None else None
+        seen: dict[str, tuple[Signature, ...]] = {}  # repeated lines are matched once
         for line_no, line in enumerate(lines, start=1):
             if len(line) > max_chars:
                 line = line[:max_chars]
-            lowered = line.lower()
-            if prefilter is not None and prefilter(lowered) is None:
-                continue
-            for sig in self.sigs.signatures:
-                if sig.may_match(lowered) and sig.regex.search(line):
-                    self._record(sig, name, line_no, line)
+            found = seen.get(line)
+            if found is None:
+                found = self._match(line, prefilter)
+                if len(seen) >= _LINE_CACHE:
+                    seen.clear()
+                seen[line] = found
+            for sig in found:
+                self._record(sig, name, line_no, line)
+
+    def _match(self, line: str, prefilter) -> tuple[Signature, ...]:
+        sigs = self.sigs.signatures
+        matcher = self.sigs.matcher
+        if matcher is not None:
+            hit = set(matcher.Match(line) or ())
+            slow = self._slow
+            lowered = line.lower() if slow else ""
+            return tuple(sig for i, sig in enumerate(sigs)
+                         if (i in hit and (sig.unless is None or sig.matches(line)))
+                         or (not sig.linear and sig.may_match(lowered) and sig.matches(line)))
+        lowered = line.lower()
+        if prefilter is not None and prefilter(lowered) is None:
+            return ()
+        return tuple(sig for sig in sigs if sig.may_match(lowered) and sig.matches(line))
 
     def _record(self, sig: Signature, name: str, line_no: int, line: str) -> None:
         self.hits[sig.id] = self.hits.get(sig.id, 0) + 1
@@ -514,8 +613,13 @@ def explain_files(paths: Sequence[str], *, signatures: SignatureSet | None = Non
     max_chars = int(sigs.setting("max_line_chars"))
     for path in paths:
         if path == "-":
-            stream = stdin if stdin is not None else sys.stdin.buffer
-            analysis.feed(_iter_stream_lines(stream, "<stdin>", max_chars), "<stdin>")
+            stream = stdin if stdin is not None else getattr(sys.stdin, "buffer", None)
+            if stream is None:
+                raise InputError("explain -: stdin is closed; pipe a log in or name a file")
+            try:
+                analysis.feed(_iter_stream_lines(stream, "<stdin>", max_chars), "<stdin>")
+            except (OSError, ValueError) as exc:
+                raise InputError(f"explain -: cannot read stdin: {exc}") from None
             continue
         with _open_source(path) as fh:
             try:

@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -174,6 +175,18 @@ def solve_rattler(specs: Sequence[str], channels: Sequence[str], *, platform: st
     return sorted(out, key=lambda p: p["name"])
 
 
+_CHANNEL_RE = re.compile(r"^[A-Za-z0-9/.~][A-Za-z0-9_.:/@+~%-]{0,511}$")
+
+
+def _check_channel(c: str) -> str:
+    """A channel name (conda-forge), URL or local folder: one line, no spaces or quotes."""
+    if not isinstance(c, str) or _CHANNEL_RE.fullmatch(c) is None:
+        shown = c if len(c) <= 80 else c[:80] + "..."
+        raise InputError(f"--conda-channel {shown!r} is not a channel: give a name "
+                         f"(conda-forge), a URL or a folder, without spaces or newlines")
+    return c
+
+
 def _channel_url(c: str) -> str:
     p = Path(c)
     if "://" not in c and p.is_absolute() and p.exists():
@@ -209,8 +222,8 @@ def solve_conda_lock(env_file: Path, platform: str, workdir: Path) -> list[dict]
 # -- the pip part ------------------------------------------------------------------------------
 
 def pip_wheels_from_uv(lock_path: Path, stack, *, index_url: str | None = None,
-                       extra_index_urls: Sequence[str] = (), uv: str | None = None
-                       ) -> dict[str, tuple[str, str]]:
+                       extra_index_urls: Sequence[str] = (), uv: str | None = None,
+                       work: Path | None = None) -> dict[str, tuple[str, str]]:
     """name -> (wheel or sdist URL, sha256) for the lock's pins, from uv's pylock.toml."""
     import tomllib
 
@@ -219,7 +232,7 @@ def pip_wheels_from_uv(lock_path: Path, stack, *, index_url: str | None = None,
     pkgs = read_lock(lock_path.read_text("utf-8"))
     idx = _indexes(stack, index_url, extra_index_urls)
     uv_bin = find_uv(uv)
-    with tempfile.TemporaryDirectory(prefix="envbuilder-pylock-") as d:
+    with tempfile.TemporaryDirectory(prefix=".envbuilder-pylock-", dir=work) as d:
         out = Path(d) / "pylock.toml"
         cmd = _uv_command(uv_bin, stack, idx, out, mode=("--no-deps",))
         env = dict(os.environ)
@@ -275,7 +288,27 @@ def write_conda(stack, out_dir: str | Path, *, lock_path: str | Path,
                 solver: str = "auto", pip_wheels: Mapping[str, tuple[str, str]] | None = None,
                 index_url: str | None = None, extra_index_urls: Sequence[str] = (),
                 uv: str | None = None) -> CondaReport:
-    """Write environment.yml and conda-lock.yml for ``stack`` into ``out_dir``."""
+    """Write environment.yml and conda-lock.yml for ``stack`` into ``out_dir`` (both or
+    neither; only files envbuilder wrote are replaced)."""
+    from envbuilder._fs import Outputs
+
+    with Outputs("lock") as tx:
+        files, report = conda_outputs(stack, out_dir, lock_path=lock_path, work=tx.scratch(out_dir),
+                                      channels=channels, platform=platform, solver=solver,
+                                      pip_wheels=pip_wheels, index_url=index_url,
+                                      extra_index_urls=extra_index_urls, uv=uv)
+        tx.add(out_dir, files, group="conda")
+        tx.commit()
+    return report
+
+
+def conda_outputs(stack, out_dir: str | Path, *, lock_path: str | Path, work: Path,
+                  channels: Sequence[str] = ("conda-forge",), platform: str = "linux-64",
+                  solver: str = "auto", pip_wheels: Mapping[str, tuple[str, str]] | None = None,
+                  index_url: str | None = None, extra_index_urls: Sequence[str] = (),
+                  uv: str | None = None) -> tuple[dict[str, str], CondaReport]:
+    """environment.yml and conda-lock.yml for ``stack`` as {name: text} and the report naming
+    them in ``out_dir``; nothing is written but scratch files in ``work``."""
     _need("conda_lock", "conda-lock")
     from conda_lock.lockfile.v1.models import Lockfile as LockfileV1
 
@@ -285,61 +318,55 @@ def write_conda(stack, out_dir: str | Path, *, lock_path: str | Path,
     if not lock_path.is_file():
         raise InputError(f"no {LOCK_NAME} at {lock_path}: run envbuilder lock first")
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    for c in channels:
+        _check_channel(c)
     env_text = environment_yml(stack, lock_path, channels=channels)
     specs = conda_specs(stack)
     if solver == "auto":
         has_conda = any(shutil.which(x) for x in ("micromamba", "mamba", "conda"))
         solver = "conda-lock" if has_conda else "rattler"
-    with tempfile.TemporaryDirectory(prefix=".envbuilder-conda-", dir=out) as d:
-        work = Path(d)
-        if solver == "conda-lock":
-            conda_only = work / ENV_NAME
-            conda_only.write_text(yaml.safe_dump({
-                "channels": [_channel_url(c) for c in channels],
-                "dependencies": [_env_spec(s) for s in specs]}), encoding="utf-8")
-            conda_pkgs = solve_conda_lock(conda_only, platform, work)
-        else:
-            _need("rattler", "py-rattler")
-            conda_pkgs = solve_rattler(specs, channels, platform=platform, stack=stack)
-        if pip_wheels is None:
-            pip_wheels = pip_wheels_from_uv(lock_path, stack, index_url=index_url,
-                                            extra_index_urls=extra_index_urls, uv=uv)
-        pip_pkgs = pip_entries(lock_path, pip_wheels, platform)
-        lock_bytes = lock_path.read_bytes()
-        content_hash = hashlib.sha256(env_text.encode() + b"\0" + lock_bytes).hexdigest()
-        doc = {
-            "version": 1,
-            "metadata": {
-                "content_hash": {platform: content_hash},
-                "channels": [{"url": _channel_url(c), "used_env_vars": []} for c in channels],
-                "platforms": [platform],
-                "sources": [ENV_NAME, LOCK_NAME],
-                "custom_metadata": {"envbuilder_target": stack.target,
-                                    "envbuilder_stack": stack.tag,
-                                    "envbuilder_matrix_digest": stack.matrix.digest,
-                                    "envbuilder_solver": solver},
-            },
-            "package": conda_pkgs + pip_pkgs,
-        }
-        body = dict(doc)
-        body.pop("version")
-        try:
-            LockfileV1.model_validate(body)  # conda-lock's own model: refuse what it refuses
-        except Exception as e:
-            raise OperationError(f"the {CONDA_LOCK_NAME} envbuilder made is not valid for "
-                                 f"conda-lock: {str(e).splitlines()[0]}", step="lock",
-                                 details=str(e).splitlines()) from None
-        text = (f"# {CONDA_LOCK_NAME} for {stack.target} ({stack.tag}); install with\n"
-                f"#   conda-lock install -n ENV {CONDA_LOCK_NAME}\n"
-                + yaml.safe_dump(doc, sort_keys=False, default_flow_style=False))
-        for name, content in ((ENV_NAME, env_text), (CONDA_LOCK_NAME, text)):
-            tmp = work / name
-            tmp.write_text(content, encoding="utf-8")
-            tmp.chmod(0o644)
-        os.replace(work / ENV_NAME, out / ENV_NAME)
-        os.replace(work / CONDA_LOCK_NAME, out / CONDA_LOCK_NAME)
-    return CondaReport(environment=str(out / ENV_NAME), lock=str(out / CONDA_LOCK_NAME),
+    if solver == "conda-lock":
+        conda_only = work / ENV_NAME
+        conda_only.write_text(yaml.safe_dump({
+            "channels": [_channel_url(c) for c in channels],
+            "dependencies": [_env_spec(s) for s in specs]}), encoding="utf-8")
+        conda_pkgs = solve_conda_lock(conda_only, platform, work)
+    else:
+        _need("rattler", "py-rattler")
+        conda_pkgs = solve_rattler(specs, channels, platform=platform, stack=stack)
+    if pip_wheels is None:
+        pip_wheels = pip_wheels_from_uv(lock_path, stack, index_url=index_url,
+                                        extra_index_urls=extra_index_urls, uv=uv, work=work)
+    pip_pkgs = pip_entries(lock_path, pip_wheels, platform)
+    lock_bytes = lock_path.read_bytes()
+    content_hash = hashlib.sha256(env_text.encode() + b"\0" + lock_bytes).hexdigest()
+    doc = {
+        "version": 1,
+        "metadata": {
+            "content_hash": {platform: content_hash},
+            "channels": [{"url": _channel_url(c), "used_env_vars": []} for c in channels],
+            "platforms": [platform],
+            "sources": [ENV_NAME, LOCK_NAME],
+            "custom_metadata": {"envbuilder_target": stack.target,
+                                "envbuilder_stack": stack.tag,
+                                "envbuilder_matrix_digest": stack.matrix.digest,
+                                "envbuilder_solver": solver},
+        },
+        "package": conda_pkgs + pip_pkgs,
+    }
+    body = dict(doc)
+    body.pop("version")
+    try:
+        LockfileV1.model_validate(body)  # conda-lock's own model: refuse what it refuses
+    except Exception as e:
+        raise OperationError(f"the {CONDA_LOCK_NAME} envbuilder made is not valid for "
+                             f"conda-lock: {str(e).splitlines()[0]}", step="lock",
+                             details=str(e).splitlines()) from None
+    text = (f"# {CONDA_LOCK_NAME} for {stack.target} ({stack.tag}); install with\n"
+            f"#   conda-lock install -n ENV {CONDA_LOCK_NAME}\n"
+            + yaml.safe_dump(doc, sort_keys=False, default_flow_style=False))
+    files = {ENV_NAME: env_text, CONDA_LOCK_NAME: text}
+    return files, CondaReport(environment=str(out / ENV_NAME), lock=str(out / CONDA_LOCK_NAME),
                        solver=solver,
                        conda_packages={p["name"]: p["version"] for p in conda_pkgs},
                        pip_packages={p["name"]: p["version"] for p in pip_pkgs})

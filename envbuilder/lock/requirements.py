@@ -13,6 +13,17 @@ What to call (the CLI and ``render --lock`` use exactly these):
   the resolved lock contradict the stack), OperationError (exit 1: index unreachable, uv
   failed, ``--check`` found a difference; the unified diff is in ``err.details`` and
   ``err.report.diff``), MissingExtraError (uv is not installed: ``envbuilder[lock]``).
+* ``write_locks(stack, out_dir, *, ..., conda=False, conda_channels=..., sbom=False,
+  check=False) -> {"lock", "conda", "sbom"}``: what ``envbuilder lock`` runs; the lock, the
+  conda files and the SBOM are committed together through ``envbuilder._fs.Outputs`` (a
+  failing conda solve leaves the old lock), into the output folder only (uv prints the lock on
+  stdout; scratch files live in the folder's staging area).
+* ``resolve_lock_text(stack, ...) -> str``: a fresh, cross-checked lock, written nowhere
+  (``render --lock``).
+* ``lock_problems(text, where, python=...)`` / ``check_lock_text``: a lock fit for
+  ``--require-hashes``: pinned entries with well-formed hashes only, no pip options, no
+  control characters, made for the stack's Python; ``render`` refuses anything else (exit 2).
+  A package no index has is bad input (exit 2, naming it), not an incompatible combination.
 * ``split_by_layer(lock_text, plan) -> dict[str, str]``: the lock cut into the per-layer
   files ``render_files(plan, layer_requirements=...)`` takes (keys ``torch``, ``horovod``,
   ``horovod.build``, ``deepspeed``, ``deepspeed.build`` for the layers the plan has); build
@@ -123,9 +134,97 @@ def apply_lock(stack, plan_kw: dict, lock_text: str, where: str):
     Returns (plan, layer_requirements) for ``render_files``."""
     from envbuilder.render.plan import make_plan
 
+    check_lock_text(lock_text, where, python=stack.python)
     cross_check(stack, read_lock(lock_text), where)
     plan = make_plan(stack, hashes=True, **plan_kw)
     return plan, split_by_layer(lock_text, plan)
+
+
+_REQ_LINE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(\[[A-Za-z0-9,._ -]*\])?==[A-Za-z0-9.+!_*-]+"
+                          r"( *; *[A-Za-z0-9_.<>=!~'\" ()-]+)? *\\?$")
+_PYTHON_HEADER_RE = re.compile(r"^# python: ([0-9.]+)")
+MAX_LOCK_BYTES = 8 << 20
+
+
+def lock_problems(text: str, where: str, *, python: str | None = None) -> list[str]:
+    """What makes ``text`` unfit to install with --require-hashes: pip options, stray or
+    unpinned lines, control characters, an entry without hashes, a hash cut short, a lock
+    made for another Python. Empty when the lock is well formed."""
+    problems: list[str] = []
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    entry_start: int | None = None
+    entry_hashes = 0
+    cont = False  # the previous line ended with a backslash
+
+    def close_entry(n: int) -> None:
+        if entry_start is not None and entry_hashes == 0:
+            problems.append(f"{where}:{entry_start}: {_cut(lines[entry_start - 1])} has no "
+                            f"--hash (every entry needs one)")
+
+    for n, raw in enumerate(lines, 1):
+        if any((ord(c) < 32 and c != "\t") or ord(c) == 127 for c in raw.rstrip("\r")):
+            problems.append(f"{where}:{n}: control characters in the lock")
+            continue
+        s_ = raw.strip()
+        indented = raw[:1].isspace()
+        if not s_:
+            if cont:
+                problems.append(f"{where}:{n}: the entry above ends with '\\' but nothing follows")
+            close_entry(n)
+            entry_start, entry_hashes, cont = None, 0, False
+            continue
+        if s_.startswith("#"):
+            m = _PYTHON_HEADER_RE.match(s_)
+            if m and python is not None and not indented and m.group(1) != python:
+                problems.append(f"{where}:{n}: the lock was made for Python {m.group(1)}, "
+                                f"the stack uses Python {python}: lock again for this target")
+            cont = False
+            continue
+        if indented:
+            h = s_.rstrip("\\").strip()
+            if not cont or entry_start is None:
+                problems.append(f"{where}:{n}: indented line outside an entry: {_cut(s_)!r}")
+            elif not _HASH_RE.match(h):
+                problems.append(f"{where}:{n}: not a hash line "
+                                + ("(a hash cut short or malformed)" if h.startswith("--hash=")
+                                   else "(pip options are not allowed in a lock)")
+                                + f": {_cut(s_)!r}")
+            else:
+                entry_hashes += 1
+            cont = s_.endswith("\\")
+            continue
+        close_entry(n)
+        if cont:
+            problems.append(f"{where}:{n - 1}: a line ends with '\\' but no hash follows")
+        entry_start, entry_hashes = n, 0
+        if s_.startswith("-"):
+            problems.append(f"{where}:{n}: pip option {_cut(s_.split()[0], 40)!r} is not "
+                            f"allowed in a lock (indexes go in --pip-index-url)")
+            entry_start = None
+        elif not _REQ_LINE_RE.match(s_):
+            problems.append(f"{where}:{n}: not a pinned requirement 'name==version': {_cut(s_)!r}")
+            entry_start = None
+        cont = s_.endswith("\\")
+    if cont:
+        problems.append(f"{where}:{len(lines)}: the lock ends in the middle of an entry "
+                        f"(cut short?)")
+    close_entry(len(lines))
+    return problems
+
+
+def check_lock_text(text: str, where: str, *, python: str | None = None) -> None:
+    """Refuse (exit 2) a lock lock_problems finds fault with, naming the first problem."""
+    problems = lock_problems(text, where, python=python)
+    if problems:
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        raise InputError(f"{problems[0]}{more}: not a lock envbuilder installs; make it again "
+                         f"with envbuilder lock", details=problems[:20])
+
+
+def _cut(s: str, n: int = 120) -> str:
+    return s if len(s) <= n else s[:n] + "..."
 
 
 def read_lock(text: str) -> list[LockedPackage]:
@@ -234,21 +333,21 @@ def split_by_layer(lock_text: str, plan) -> dict[str, str]:
 # -- inputs ----------------------------------------------------------------------------------
 
 def _user_requirements(path: str | Path) -> list[Requirement]:
+    from envbuilder._fs import read_text_capped
+
     p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except OSError as e:
-        raise InputError(f"cannot read --requirements {p}: {e.strerror or e}") from None
-    except UnicodeDecodeError:
-        raise InputError(f"--requirements {p} is not UTF-8 text") from None
+    text = read_text_capped(p, "--requirements", limit=1 << 20)
+    p = Path(_comment_safe(str(p)))
     out: list[Requirement] = []
     for n, raw in enumerate(text.splitlines(), 1):
         line = raw.split(" #", 1)[0].strip() if not raw.lstrip().startswith("#") else ""
         if not line:
             continue
         where = f"{p}:{n}"
+        if any(ord(c) < 32 and c != "\t" for c in line):
+            raise InputError(f"{where}: control characters are not allowed in --requirements")
         if line.startswith("-"):
-            raise InputError(f"{where}: options such as {line.split()[0]!r} are not allowed in "
+            raise InputError(f"{where}: options such as {_cut(line.split()[0], 40)!r} are not allowed in "
                              f"--requirements (give plain 'name==version' lines; indexes go in "
                              f"--pip-index-url/--extra-index-url)")
         if line.endswith("\\"):
@@ -257,7 +356,7 @@ def _user_requirements(path: str | Path) -> list[Requirement]:
             req = Requirement(line)
         except InvalidRequirement as e:
             why = str(e).splitlines()[0] if str(e) else "cannot parse"
-            raise InputError(f"{where}: not a valid requirement {line!r}: {why}") from None
+            raise InputError(f"{where}: not a valid requirement {_cut(line)!r}: {why}") from None
         if req.url:
             raise InputError(f"{where}: direct URL requirements ({req.name} @ ...) cannot be "
                              f"hash-locked from an index; give name==version")
@@ -381,7 +480,7 @@ def _indexes(stack, index_url: str | None, extra_index_urls: Sequence[str]) -> _
     return _Indexes(torch_index, (PYPI, *mirrors), True)
 
 
-def _uv_command(uv_bin: str, stack, idx: _Indexes, out: Path,
+def _uv_command(uv_bin: str, stack, idx: _Indexes, out: Path | None,
                 mode: Sequence[str] = ("--generate-hashes",)) -> list[str]:
     """``uv pip compile`` for this stack's Python and platform from ``idx``; ``mode`` adds the
     output flags (hashes for a lock; ``--no-deps`` for conda's pylock of pinned wheels)."""
@@ -392,18 +491,22 @@ def _uv_command(uv_bin: str, stack, idx: _Indexes, out: Path,
         cmd += ["--extra-index-url", u]
     if idx.best_match:
         cmd += ["--index-strategy", "unsafe-best-match"]
-    cmd += ["-o", str(out)]
+    if out is not None:
+        cmd += ["-o", str(Path(out).absolute())]
     return cmd
 
 
 def _shown(cmd: list[str]) -> str:
     """The command as the header shows it: 'uv' and a relative output name."""
     shown = ["uv", *cmd[1:]]
-    shown[-1] = LOCK_NAME
+    if "-o" in shown:
+        shown[-1] = LOCK_NAME
+    else:
+        shown += ["-o", LOCK_NAME]
     return shlex.join(shown)
 
 
-def _run_uv(cmd: list[str], inputs: list[str], stack, idx: _Indexes) -> None:
+def _run_uv(cmd: list[str], inputs: list[str], stack, idx: _Indexes) -> str:
     env = dict(os.environ)
     env.setdefault("UV_PYTHON_DOWNLOADS", "never")
     env.setdefault("NO_COLOR", "1")
@@ -416,7 +519,7 @@ def _run_uv(cmd: list[str], inputs: list[str], stack, idx: _Indexes) -> None:
     except OSError as e:
         raise OperationError(f"cannot run uv ({cmd[0]}): {e.strerror or e}", step="lock") from None
     if r.returncode == 0:
-        return
+        return r.stdout
     raise _uv_failure(r.stderr, stack, idx)
 
 
@@ -425,6 +528,13 @@ def _uv_failure(stderr: str, stack, idx: _Indexes) -> Exception:
     lines = [ln for ln in lines if not ln.startswith("warning:")]
     details = lines[:40]
     text = "\n".join(lines)
+    missing = re.search(r"\b([A-Za-z0-9][A-Za-z0-9._-]*) was not found in the (?:package registry|"
+                        r"provided package locations)", text)
+    if missing:
+        return InputError(f"the package {_cut(missing.group(1), 100)} is not on the index "
+                          f"{idx.index}: check its name (in --requirements) or use "
+                          f"--pip-index-url / --extra-index-url for an index that has it",
+                          details=details)
     if "No solution found" in text or "unsatisfiable" in text:
         why = next((ln.split(":", 1)[1].strip() for ln in lines
                     if ln.startswith(("cause:", "╰─▶", "Because")) or "Because" in ln), None)
@@ -559,10 +669,11 @@ def _header(stack, cmd: str, inputs: list[str], uv_version: str, idx: _Indexes,
         f"# python: {stack.python}, platform: {PLATFORM}",
         f"# index: {idx.index}" + (f" (extra: {', '.join(idx.extras)})" if idx.extras else ""),
         f"# made by: envbuilder lock {stack.target}"
-        + (f" --requirements {Path(requirements_file).name}" if requirements_file else ""),
+        + (f" --requirements {_comment_safe(Path(requirements_file).name)}"
+           if requirements_file else ""),
         f"#   which runs: {cmd} <<< input",
         "# input:",
-        *[f"#   {r}" for r in inputs],
+        *[f"#   {_comment_safe(r)}" for r in inputs],
         f"# install: {INSTALL_HINT}",
         "#   (add --index-url/--extra-index-url for the index above)",
         "",
@@ -570,7 +681,12 @@ def _header(stack, cmd: str, inputs: list[str], uv_version: str, idx: _Indexes,
     return "\n".join(lines) + "\n"
 
 
-def _resolve(stack, tmpdir: Path, *, requirements_file, index_url, extra_index_urls, uv
+def _comment_safe(s: str) -> str:
+    """Text that stays inside one ``#`` comment line: control characters shown escaped."""
+    return "".join(c if 32 <= ord(c) != 127 else repr(c)[1:-1] for c in s)
+
+
+def _resolve(stack, *, requirements_file, index_url, extra_index_urls, uv
              ) -> tuple[str, list[LockedPackage], str, _Indexes]:
     extras: list[Requirement] = []
     if requirements_file is not None:
@@ -579,10 +695,12 @@ def _resolve(stack, tmpdir: Path, *, requirements_file, index_url, extra_index_u
     inputs = input_requirements(stack, extras)
     idx = _indexes(stack, index_url, extra_index_urls)
     uv_bin = find_uv(uv)
-    raw = tmpdir / "uv-output.txt"
-    cmd = _uv_command(uv_bin, stack, idx, raw)
-    _run_uv(cmd, inputs, stack, idx)
-    body = raw.read_text(encoding="utf-8")
+    cmd = _uv_command(uv_bin, stack, idx, None)
+    body = _run_uv(cmd, inputs, stack, idx)
+    problems = lock_problems(body, "uv's output")
+    if problems:
+        raise OperationError(f"uv pip compile wrote something envbuilder does not install: "
+                             f"{problems[0]}", step="lock", details=problems[:20])
     pkgs = read_lock(body)
     shown = _shown(cmd)
     text = _header(stack, shown, inputs, _uv_version(uv_bin), idx,
@@ -590,48 +708,84 @@ def _resolve(stack, tmpdir: Path, *, requirements_file, index_url, extra_index_u
     return text, pkgs, shown, idx
 
 
+def resolve_lock_text(stack, *, requirements_file: str | Path | None = None,
+                      index_url: str | None = None, extra_index_urls: Sequence[str] = (),
+                      uv: str | None = None) -> str:
+    """The text of a fresh requirements.lock for ``stack`` (cross-checked); nothing is
+    written anywhere (uv prints the lock on its stdout)."""
+    text, pkgs, _, _ = _resolve(stack, requirements_file=requirements_file, index_url=index_url,
+                                extra_index_urls=extra_index_urls, uv=uv)
+    cross_check(stack, pkgs, "uv's resolution")
+    return text
+
+
 def lock_target(stack, out_dir: str | Path, *, requirements_file: str | Path | None = None,
                 index_url: str | None = None, extra_index_urls: Sequence[str] = (),
                 uv: str | None = None, check: bool = False) -> LockReport:
     """Write (or, with ``check``, verify) ``out_dir/requirements.lock`` for ``stack``."""
+    return write_locks(stack, out_dir, requirements_file=requirements_file, index_url=index_url,
+                       extra_index_urls=extra_index_urls, uv=uv, check=check)["lock"]
+
+
+def write_locks(stack, out_dir: str | Path, *, requirements_file: str | Path | None = None,
+                index_url: str | None = None, extra_index_urls: Sequence[str] = (),
+                uv: str | None = None, check: bool = False, conda: bool = False,
+                conda_channels: Sequence[str] = ("conda-forge",), sbom: bool = False) -> dict:
+    """``envbuilder lock``: requirements.lock, and with ``conda`` environment.yml +
+    conda-lock.yml, with ``sbom`` sbom.cdx.json, all written together or not at all (a failing
+    conda solve leaves the old requirements.lock in place). Returns {"lock": LockReport,
+    "conda": CondaReport | None, "sbom": path | None}. ``check`` verifies the lock on disk
+    and writes nothing; it takes neither ``conda`` nor ``sbom``."""
     out = Path(out_dir)
     dest = out / LOCK_NAME
-    if check and not dest.is_file():
-        raise InputError(f"no {LOCK_NAME} in {out} to check: run envbuilder lock "
-                         f"{stack.target} -o {out} first")
-    created = False
-    if not check:
-        created = not out.exists()
-        if out.exists() and not out.is_dir():
-            raise InputError(f"output {out} exists and is not a folder: choose another -o")
-        try:
-            out.mkdir(parents=True, exist_ok=True)
-        except OSError as e:
-            raise InputError(f"cannot create output folder {out}: {e.strerror or e}") from None
-    tmpdir = Path(tempfile.mkdtemp(prefix=".envbuilder-lock-", dir=out if not check else None))
-    try:
-        text, pkgs, shown, idx = _resolve(stack, tmpdir, requirements_file=requirements_file,
-                                          index_url=index_url,
-                                          extra_index_urls=extra_index_urls, uv=uv)
-        cross_check(stack, pkgs, "uv's resolution")
-        versions = {p.name: p.version for p in pkgs}
-        if check:
-            return _check(stack, dest, text, pkgs, shown, idx, versions)
-        tmp = tmpdir / LOCK_NAME
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, dest)
-        return LockReport(path=str(dest), digest=lock_digest(dest), packages=versions,
-                          index=idx.index, extra_indexes=list(idx.extras), command=shown)
-    except BaseException:
-        shutil.rmtree(tmpdir, ignore_errors=True)
-        if created:  # leave no empty folder behind a failed lock
-            try:
-                out.rmdir()
-            except OSError:
-                pass
-        raise
-    finally:
-        shutil.rmtree(tmpdir, ignore_errors=True)
+    if check:
+        if conda or sbom:
+            raise InputError("lock --check verifies requirements.lock only: drop --conda/--sbom "
+                             "(run lock without --check to rewrite them)")
+        if not dest.is_file():
+            raise InputError(f"no {LOCK_NAME} in {out} to check: run envbuilder lock "
+                             f"{stack.target} -o {out} first")
+    if conda:
+        from envbuilder.lock.conda import _check_channel
+
+        for c in conda_channels:
+            _check_channel(c)
+    text, pkgs, shown, idx = _resolve(stack, requirements_file=requirements_file,
+                                      index_url=index_url, extra_index_urls=extra_index_urls, uv=uv)
+    cross_check(stack, pkgs, "uv's resolution")
+    versions = {p.name: p.version for p in pkgs}
+    if check:
+        return {"lock": _check(stack, dest, text, pkgs, shown, idx, versions), "conda": None,
+                "sbom": None}
+    from envbuilder._fs import Outputs
+
+    result: dict = {"conda": None, "sbom": None}
+    with Outputs("lock") as tx:
+        tx.add(out, {LOCK_NAME: text}, group="lock")
+        if conda or sbom:
+            scratch_lock = tx.scratch(out) / LOCK_NAME
+            scratch_lock.write_text(text, encoding="utf-8")
+        if conda:
+            from envbuilder.lock.conda import conda_outputs
+
+            files, rep = conda_outputs(stack, out, lock_path=scratch_lock, work=tx.scratch(out),
+                                       channels=tuple(conda_channels), index_url=index_url,
+                                       extra_index_urls=extra_index_urls, uv=uv)
+            tx.add(out, files, group="conda")
+            result["conda"] = rep
+        if sbom:
+            import json
+
+            from envbuilder.lock.sbom import SBOM_NAME, sbom as make_sbom
+
+            tx.add(out, {SBOM_NAME: json.dumps(make_sbom(scratch_lock, stack), indent=2) + "\n"},
+                   group="sbom")
+            result["sbom"] = str(out / SBOM_NAME)
+        tx.commit()
+    digest = "sha256:" + hashlib.sha256(text.encode("utf-8")).hexdigest()
+    result["lock"] = LockReport(path=str(dest), digest=digest, packages=versions,
+                                index=idx.index, extra_indexes=list(idx.extras), command=shown)
+    return result
 
 
 def _comparable(text: str) -> list[str]:
@@ -640,8 +794,11 @@ def _comparable(text: str) -> list[str]:
 
 def _check(stack, dest: Path, fresh_text: str, fresh: list[LockedPackage], shown: str,
            idx: _Indexes, versions: dict[str, str]) -> LockReport:
-    disk_text = dest.read_text(encoding="utf-8")
-    problems: list[str] = []
+    from envbuilder._fs import read_text_capped
+
+    disk_text = read_text_capped(dest, "lock", limit=MAX_LOCK_BYTES)
+    problems: list[str] = [p for p in lock_problems(disk_text, str(dest), python=stack.python)
+                           if "cut short or malformed" not in p]
     try:
         disk = read_lock(disk_text)
     except InputError as e:

@@ -80,10 +80,13 @@ def sbom(lock_path: str | Path, stack) -> dict:
     }
 
 
+SBOM_NAME = "sbom.cdx.json"
+
+
 def write_sbom(lock_path: str | Path, out_path: str | Path, stack) -> dict:
     """Write the SBOM of ``lock_path`` to ``out_path`` (temp file + rename); return it."""
     from envbuilder.render.templating import write_file_atomic
 
     doc = sbom(lock_path, stack)
-    write_file_atomic(Path(out_path), json.dumps(doc, indent=2) + "\n", step="sbom")
+    write_file_atomic(Path(out_path), json.dumps(doc, indent=2) + "\n", step="sbom", group="sbom")
     return doc

@@ -193,7 +193,7 @@ def write_bake(targets: list[tuple[str, Path]], out: Path, *, registry: str | No
     text = "\n\n".join(blocks) + "\n"
     from envbuilder.render.templating import write_file_atomic
 
-    write_file_atomic(path, text, step="bake")
+    write_file_atomic(path, text, step="bake", group="bake")
     return text
 
 

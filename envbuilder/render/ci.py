@@ -20,6 +20,8 @@ the smoke job passed) and uploads the JSON report as an artifact, also when the 
 
 from __future__ import annotations
 
+import re
+
 from pathlib import Path
 from typing import Sequence
 
@@ -63,10 +65,26 @@ def _registry_host(registry: str) -> str | None:
     return None  # Docker Hub
 
 
-def workflow(registry: str, *, python: str = "3.11", install: str = "envbuilder",
-             timeout_minutes: int = 240) -> dict:
-    """The workflow as data (what write_github_workflow writes)."""
+def default_install() -> str:
+    """What the workflow pip-installs: envbuilder's own distribution (``torch-envbuilder``;
+    the PyPI name ``envbuilder`` is another project) at the version that wrote the workflow."""
+    from envbuilder import DISTRIBUTION, __version__
+
+    return f"{DISTRIBUTION}[lock]=={__version__}"
+
+
+def workflow(registry: str, *, python: str = "3.11", install: str | None = None,
+             timeout_minutes: int = 240, matrix: str | None = None) -> dict:
+    """The workflow as data (what write_github_workflow writes). ``matrix``: a matrix folder
+    relative to the repository root, passed as --matrix to every command."""
+    install = default_install() if install is None else install
     validate.repository(registry, "--registry")
+    mx = ""
+    if matrix is not None:
+        if not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9._/-]{0,255}", matrix) or ".." in matrix.split("/"):
+            raise InputError(f"--matrix {matrix[:100]!r} for CI must be a folder inside the "
+                             f"repository, relative to it (letters, digits, ._/-)")
+        mx = f" --matrix {matrix}"
     if not isinstance(python, str) or not python.replace(".", "").isdigit():
         raise InputError(f"python {python!r} is not a version such as 3.11")
     if not isinstance(install, str) or not install or any(c in install for c in "\n\r'\"`$;&|<>\\"):
@@ -98,7 +116,7 @@ def workflow(registry: str, *, python: str = "3.11", install: str = "envbuilder"
                     "name": "Target matrix",
                     "id": "matrix",
                     "run": "set -euo pipefail\n"
-                           "matrix=\"$(envbuilder targets --github-matrix)\"\n"
+                           f"matrix=\"$(envbuilder targets --github-matrix{mx})\"\n"
                            "echo \"$matrix\"\n"
                            "{ echo 'matrix<<ENVBUILDER_EOF'; echo \"$matrix\"; echo 'ENVBUILDER_EOF'; } >> \"$GITHUB_OUTPUT\"\n",
                 }],
@@ -113,11 +131,11 @@ def workflow(registry: str, *, python: str = "3.11", install: str = "envbuilder"
                 "env": {"T": "${{ matrix.target }}"},
                 "steps": setup + [
                     login,
-                    {"name": "Lock is current", "run": 'envbuilder lock "$T" --check'},
-                    {"name": "Render", "run": 'envbuilder render "$T"'},
+                    {"name": "Lock is current", "run": f'envbuilder lock "$T" --check{mx}'},
+                    {"name": "Render", "run": f'envbuilder render "$T"{mx}'},
                     {"name": "Build, smoke test, push",
                      "run": "set -o pipefail\n"
-                            'envbuilder build "$T" --push "$REGISTRY" --json | tee "envbuilder-report-$T.json"\n'},
+                            f'envbuilder build "$T" --push "$REGISTRY" --json{mx} | tee "envbuilder-report-$T.json"\n'},
                     {"name": "Upload the report", "if": "${{ always() }}",
                      "uses": "actions/upload-artifact@v4",
                      "with": {"name": "envbuilder-report-${{ matrix.target }}",
@@ -149,5 +167,5 @@ def write_github_workflow(out: Path, *, registry: str, **kw) -> Path:
     path = Path(out) / WORKFLOW
     from envbuilder.render.templating import write_file_atomic
 
-    write_file_atomic(path, text, step="ci")
+    write_file_atomic(path, text, step="ci", group="ci")
     return path

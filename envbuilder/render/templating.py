@@ -3,23 +3,19 @@ the smoke job and the files they copy.
 
 The shell commands both formats run are built once here (``Steps``) and formatted by the two
 templates, so the Dockerfile and the Apptainer definition cannot drift apart. Output is written
-to a temporary folder next to the destination and moved into place: a failed render leaves
-nothing behind.
+through envbuilder._fs: only files envbuilder wrote are replaced, and a failed render leaves
+the old output as it was.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import shlex
-import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Mapping
+from typing import Mapping
 
-from envbuilder import __version__
-from envbuilder.errors import InputError, OperationError
+from envbuilder import __version__, _fs
 from envbuilder.render.plan import CXX_WRAPPER, PIP_TOOLKIT_DIR, BuildPlan, PipLayer
 from envbuilder.core.resources import payload_dir, templates_dir
 
@@ -177,70 +173,6 @@ def render_files(plan: BuildPlan, *, layer_requirements: Mapping[str, str] | Non
     return out
 
 
-def write_tree(dest: Path, files: Mapping[str, str | bytes], *, force: bool = True,
-               extra: Callable[[Path], None] | None = None) -> Path:
-    """Write files into a temp folder beside ``dest``, then move it into place atomically-ish.
-
-    ``extra(tmpdir)`` may add more (wheels, a CA bundle) before the move; if it raises, nothing
-    is left behind. An existing ``dest`` is replaced only after the new tree is complete.
-    """
-    dest = Path(dest)
-    if dest.exists() and not dest.is_dir():
-        raise InputError(f"output {dest} exists and is not a folder: choose another -o")
-    parent = dest.parent
-    try:
-        parent.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise InputError(f"cannot create output folder {parent}: {e.strerror}") from None
-    tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.tmp-", dir=parent))
-    umask = os.umask(0)
-    os.umask(umask)
-    try:
-        tmp.chmod(0o777 & ~umask)
-        for rel, content in files.items():
-            p = tmp / rel
-            p.parent.mkdir(parents=True, exist_ok=True)
-            if isinstance(content, bytes):
-                p.write_bytes(content)
-            else:
-                p.write_text(content, encoding="utf-8")
-            if rel.endswith(".sh"):
-                p.chmod(0o755)
-        if extra is not None:
-            extra(tmp)
-        if dest.exists():
-            old = Path(tempfile.mkdtemp(prefix=f".{dest.name}.old-", dir=parent))
-            os.rename(dest, old / "x")
-            os.rename(tmp, dest)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.rename(tmp, dest)
-    except OSError as e:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise OperationError(f"cannot write {dest}: {e.strerror or e}", step="render") from None
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return dest
-
-
-def write_file_atomic(path: Path, content: str, *, step: str = "write") -> Path:
-    """Write one file through a temp file beside it and os.replace: a reader sees the old file
-    or the new one, never half of it. An OSError becomes an OperationError naming the file."""
-    path = Path(path)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                f.write(content)
-            umask = os.umask(0)
-            os.umask(umask)
-            os.chmod(tmp, 0o666 & ~umask)
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
-    except OSError as e:
-        raise OperationError(f"cannot write {path}: {e.strerror or e}", step=step) from None
-    return path
+# the output folder's writers live in envbuilder._fs (ownership manifest, atomic commit)
+write_tree = _fs.write_tree
+write_file_atomic = _fs.write_file_atomic

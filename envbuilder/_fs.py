@@ -1,0 +1,472 @@
+"""Writing outputs without ever losing a user's file.
+
+Every folder envbuilder writes into carries a manifest, ``.envbuilder-output`` (JSON), naming
+each file envbuilder wrote there, the command group that wrote it (``render``, ``lock``,
+``conda``, ``sbom``, ``bake``, ``ci``, ``report``, ``build``) and its sha256. The rules:
+
+* envbuilder replaces or removes only files its manifest lists, and only while they still
+  hold what it wrote. Any other file in the folder is left alone; a file in the way that
+  envbuilder did not write (or that a user edited) is refused with exit 2, naming it. A
+  foreign file whose bytes equal what would be written is adopted (nothing is lost).
+* A command replaces only its own group: ``render`` never removes ``lock``'s
+  ``requirements.lock`` nor ``--sbom``'s ``sbom.cdx.json``; files a group wrote last time and
+  no longer writes are removed (if unmodified).
+* Atomic: everything is first written into a hidden staging folder inside the output folder
+  (same file system), directories are created, then files are moved into place with
+  ``os.replace`` while SIGINT/SIGTERM are held back, and the manifest is replaced last. A
+  failure before that (full disk, read-only folder, Ctrl-C, SIGTERM) leaves the old output
+  untouched and removes the staging folder. Concurrent runs into one folder are serialised
+  with ``flock`` on the folder itself (no lock file is left behind). A staging folder left by
+  a SIGKILL is removed by the next run.
+
+``Outputs`` is the transaction (several folders at once: ``render --all``, ``lock --conda
+--sbom``); ``write_tree`` and ``write_file_atomic`` are the one-folder and one-file forms.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import signal
+import stat
+import tempfile
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterator, Mapping
+
+from envbuilder.errors import InputError, OperationError
+
+MANIFEST = ".envbuilder-output"
+STAGE_PREFIX = ".envbuilder-stage-"
+_INPUT_ERRNOS = {errno.EACCES, errno.EPERM, errno.EROFS, errno.ENAMETOOLONG, errno.ENOTDIR,
+                 errno.EISDIR, errno.ELOOP}
+MAX_PATH_CHARS = 4096
+
+
+# -- signals held back while files move into place --------------------------------------------
+
+_pending: list[int] = []
+
+
+@contextlib.contextmanager
+def held_signals() -> Iterator[None]:
+    """Hold SIGINT/SIGTERM for the few renames of a commit; deliver them afterwards."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old = {}
+    got: list[int] = []
+
+    def hold(signum, frame):  # noqa: ARG001
+        got.append(signum)
+
+    for s in (signal.SIGINT, signal.SIGTERM):
+        try:
+            old[s] = signal.signal(s, hold)
+        except (ValueError, OSError):  # pragma: no cover
+            pass
+    try:
+        yield
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+        for s in got[:1]:
+            h = old.get(s)
+            if callable(h):
+                h(s, None)
+            elif h == signal.SIG_DFL:
+                if s == signal.SIGINT:
+                    raise KeyboardInterrupt
+                os.kill(os.getpid(), s)
+
+
+# -- errors --------------------------------------------------------------------------------
+
+def io_error(e: OSError, path: Path | str, step: str) -> Exception:
+    """An OSError on ``path`` as an envbuilder error: exit 2 when the user's choice of path is
+    the problem (read-only, no permission, too long), exit 1 otherwise (full disk, I/O)."""
+    why = e.strerror or str(e)
+    shown = _short(str(path))
+    if e.errno == errno.ENOSPC or e.errno == errno.EDQUOT:
+        return OperationError(f"cannot write {shown}: {why} (free some space, or choose "
+                              f"another -o)", step=step)
+    if e.errno in _INPUT_ERRNOS:
+        return InputError(f"cannot write {shown}: {why}: choose a writable output folder (-o)")
+    return OperationError(f"cannot write {shown}: {why}", step=step)
+
+
+def _short(s: str, n: int = 300) -> str:
+    return s if len(s) <= n else f"{s[:n]}... ({len(s)} characters)"
+
+
+# -- the manifest --------------------------------------------------------------------------
+
+@dataclass
+class _Entry:
+    group: str
+    sha256: str
+    prev: str | None = None  # the old content's hash while a commit is in flight
+
+    def to_dict(self) -> dict:
+        d = {"group": self.group, "sha256": self.sha256}
+        if self.prev:
+            d["prev"] = self.prev
+        return d
+
+
+def read_manifest(folder: Path) -> dict[str, _Entry]:
+    """The files envbuilder wrote in ``folder`` (empty when it has no manifest)."""
+    p = Path(folder) / MANIFEST
+    try:
+        with open(p, "rb") as f:
+            raw = f.read(1 << 22)
+        data = json.loads(raw.decode("utf-8"))
+        files = data["files"]
+        return {str(k): _Entry(str(v["group"]), str(v["sha256"]), v.get("prev"))
+                for k, v in files.items() if _safe_rel(str(k))}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return {}  # no (readable) manifest: envbuilder owns nothing here
+
+
+def owned(folder: Path) -> list[str]:
+    """Relative paths of the files envbuilder wrote in ``folder``."""
+    return sorted(read_manifest(folder))
+
+
+def _manifest_text(entries: Mapping[str, _Entry]) -> bytes:
+    from envbuilder import __version__
+
+    doc = {"written_by": "envbuilder", "envbuilder_version": __version__, "format": 1,
+           "note": "files envbuilder wrote here; it replaces or removes only these",
+           "files": {k: entries[k].to_dict() for k in sorted(entries)}}
+    return (json.dumps(doc, indent=2) + "\n").encode()
+
+
+def _sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+BIG_FILE = 32 << 20  # wheels in a build context: fingerprinted by size and mtime, not hashed
+
+
+def _file_sha(p: Path) -> str | None:
+    h = hashlib.sha256()
+    try:
+        st = os.stat(p)
+        if st.st_size > BIG_FILE:
+            return f"stat:{st.st_size}:{st.st_mtime_ns}"
+        with open(p, "rb") as f:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                h.update(chunk)
+    except OSError:
+        return None
+    return h.hexdigest()
+
+
+def _safe_rel(rel: str) -> bool:
+    parts = rel.split("/")
+    return (bool(rel) and not rel.startswith("/") and all(p not in ("", ".", "..") for p in parts)
+            and not any(ord(c) < 32 or ord(c) == 127 for c in rel) and parts[0] != MANIFEST
+            and not parts[0].startswith(STAGE_PREFIX))
+
+
+# -- one folder of a transaction -------------------------------------------------------------
+
+@dataclass
+class _Dest:
+    path: Path  # absolute
+    shown: str  # as the user gave it
+    fd: int
+    stage: Path
+    created: list[Path]
+    files: dict[str, tuple[bytes | None, str]] = field(default_factory=dict)  # rel -> (data, group)
+    prune_groups: set[str] = field(default_factory=set)
+    extras: list[tuple[Callable[[Path], None], str]] = field(default_factory=list)
+
+
+class Outputs:
+    """A transaction over output folders: add files, then ``commit()`` all or nothing.
+
+    Use as a context manager; leaving it without ``commit()`` (an error, Ctrl-C) removes every
+    staged file and any folder it created, and leaves the old outputs as they were."""
+
+    def __init__(self, step: str = "write") -> None:
+        self.step = step
+        self._dests: dict[Path, _Dest] = {}
+        self._done = False
+
+    # -- building up --------------------------------------------------------------------
+    def folder(self, dest: str | Path) -> _Dest:
+        shown = str(dest)
+        if len(shown) > MAX_PATH_CHARS or "\x00" in shown:
+            raise InputError(f"output folder {_short(shown)!r} is not a usable path "
+                             f"(at most {MAX_PATH_CHARS} characters, no NUL)")
+        path = Path(os.path.abspath(os.path.expanduser(shown)))
+        if path in self._dests:
+            return self._dests[path]
+        if path.exists() and not path.is_dir():
+            raise InputError(f"output {_short(shown)} exists and is not a folder: choose another -o")
+        created: list[Path] = []
+        probe = path
+        while not probe.exists():
+            created.append(probe)
+            probe = probe.parent
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            self._remove_created(created)
+            raise io_error(e, shown, self.step) from None
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+        except OSError as e:
+            self._remove_created(created)
+            raise io_error(e, shown, self.step) from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)  # concurrent runs into one folder take turns
+            for stale in path.glob(STAGE_PREFIX + "*"):  # left by a SIGKILL: we hold the lock
+                shutil.rmtree(stale, ignore_errors=True)
+            stage = Path(tempfile.mkdtemp(prefix=STAGE_PREFIX, dir=path))
+        except BaseException as e:
+            os.close(fd)
+            self._remove_created(created)
+            if isinstance(e, OSError):
+                raise io_error(e, shown, self.step) from None
+            raise
+        d = _Dest(path, shown, fd, stage, created)
+        self._dests[path] = d
+        return d
+
+    def add(self, dest: str | Path, files: Mapping[str, str | bytes], *, group: str,
+            prune: bool = True) -> Path:
+        """Stage ``files`` (relative path -> content) for ``dest``, owned by ``group``.
+        With ``prune``, files ``group`` wrote there before and does not write now go away."""
+        d = self.folder(dest)
+        if prune:
+            d.prune_groups.add(group)
+        for rel, content in files.items():
+            if not _safe_rel(rel):
+                raise InputError(f"refusing to write {rel!r}: not a plain relative path")
+            data = content if isinstance(content, bytes) else content.encode("utf-8")
+            self._stage_file(d, rel, data)
+            d.files[rel] = (None, group)
+        return d.path
+
+    def add_with(self, dest: str | Path, fn: Callable[[Path], None], *, group: str) -> None:
+        """Let ``fn(folder)`` write more files (wheels, a CA bundle) into the staging folder;
+        they are owned by ``group`` like the rest."""
+        d = self.folder(dest)
+        before = set(self._walk(d.stage))
+        try:
+            fn(d.stage)
+        except OSError as e:
+            raise io_error(e, d.shown, self.step) from None
+        for rel in sorted(set(self._walk(d.stage)) - before):
+            if not _safe_rel(rel):
+                raise InputError(f"refusing to write {rel!r}: not a plain relative path")
+            d.files[rel] = (None, group)
+
+    def scratch(self, dest: str | Path) -> Path:
+        """A private folder inside ``dest``'s staging area for intermediate files (never
+        committed; removed with the staging folder)."""
+        d = self.folder(dest)
+        p = d.stage / ".scratch"
+        p.mkdir(exist_ok=True)
+        return p
+
+    def _stage_file(self, d: _Dest, rel: str, data: bytes) -> None:
+        p = d.stage / rel
+        try:
+            p.parent.mkdir(parents=True, exist_ok=True)
+            with open(p, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            os.chmod(p, (0o755 if rel.endswith(".sh") else 0o644))
+        except OSError as e:
+            raise io_error(e, Path(d.shown) / rel, self.step) from None
+
+    @staticmethod
+    def _walk(root: Path) -> Iterator[str]:
+        for dirpath, dirnames, filenames in os.walk(root):
+            if Path(dirpath) == root and ".scratch" in dirnames:
+                dirnames.remove(".scratch")
+            for fn in filenames:
+                rel = os.path.relpath(os.path.join(dirpath, fn), root).replace(os.sep, "/")
+                if rel != MANIFEST:
+                    yield rel
+
+    # -- checking and committing --------------------------------------------------------
+    def _plan(self, d: _Dest) -> tuple[dict[str, _Entry], list[str], dict[str, _Entry]]:
+        """(new manifest, files to remove, manifest to write before the moves)."""
+        old = read_manifest(d.path)
+        new: dict[str, _Entry] = {}
+        for rel, (_, group) in d.files.items():
+            staged = d.stage / rel
+            sha = _file_sha(staged) or ""
+            target = d.path / rel
+            self._check_parents(d, rel)
+            prev = None
+            if os.path.lexists(target):
+                if target.is_symlink() or not target.is_file():
+                    raise InputError(f"{_short(str(Path(d.shown) / rel))} is in the way and "
+                                     f"envbuilder did not write it: move it away or choose another -o")
+                have = _file_sha(target)
+                ent = old.get(rel)
+                if have != sha and (ent is None or have not in (ent.sha256, ent.prev)):
+                    why = "was changed since envbuilder wrote it" if ent else \
+                        "exists and envbuilder did not write it"
+                    raise InputError(f"{_short(str(Path(d.shown) / rel))} {why}: envbuilder never "
+                                     f"overwrites such files; move it away or choose another -o")
+                prev = have
+            new[rel] = _Entry(group, sha, prev if prev != sha else None)
+        remove: list[str] = []
+        for rel, ent in old.items():
+            if rel in new:
+                continue
+            target = d.path / rel
+            if ent.group in d.prune_groups:
+                if target.is_file() and not target.is_symlink() and \
+                        _file_sha(target) in (ent.sha256, ent.prev):
+                    remove.append(rel)
+                # an edited or vanished file is the user's now: forget it
+                continue
+            if os.path.lexists(target):
+                new[rel] = _Entry(ent.group, ent.sha256, ent.prev)
+        inflight = {**{k: v for k, v in old.items()}, **new}
+        final = {k: _Entry(v.group, v.sha256) for k, v in new.items()}
+        return final, remove, inflight
+
+    def _check_parents(self, d: _Dest, rel: str) -> None:
+        cur = d.path
+        for part in rel.split("/")[:-1]:
+            cur = cur / part
+            if os.path.lexists(cur) and (cur.is_symlink() or not cur.is_dir()):
+                raise InputError(f"{_short(str(cur))} is in the way (envbuilder needs a folder "
+                                 f"there): move it away or choose another -o")
+
+    def commit(self) -> None:
+        plans = {}
+        # everything that needs space or can be refused happens before the first move
+        for d in self._dests.values():
+            final, remove, inflight = self._plan(d)
+            try:
+                for rel in final:
+                    (d.path / rel).parent.mkdir(parents=True, exist_ok=True)
+                for name, entries in (("manifest.final", final), ("manifest.inflight", inflight)):
+                    p = d.stage / name
+                    with open(p, "wb") as f:
+                        f.write(_manifest_text(entries))
+                        f.flush()
+                        os.fsync(f.fileno())
+                    os.chmod(p, 0o644)
+            except OSError as e:
+                raise io_error(e, d.shown, self.step) from None
+            plans[d.path] = (final, remove)
+        with held_signals():
+            try:
+                for d in self._dests.values():
+                    final, remove = plans[d.path]
+                    os.replace(d.stage / "manifest.inflight", d.path / MANIFEST)
+                    for rel, (_, _g) in d.files.items():
+                        os.replace(d.stage / rel, d.path / rel)
+                    for rel in remove:
+                        with contextlib.suppress(FileNotFoundError):
+                            (d.path / rel).unlink()
+                        self._prune_dirs(d.path, rel)
+                    os.replace(d.stage / "manifest.final", d.path / MANIFEST)
+            except OSError as e:
+                raise io_error(e, d.shown, self.step) from None
+            self._done = True
+
+    @staticmethod
+    def _prune_dirs(root: Path, rel: str) -> None:
+        parent = (root / rel).parent
+        while parent != root and root in parent.parents:
+            try:
+                parent.rmdir()  # only when empty: a user's file keeps its folder
+            except OSError:
+                return
+            parent = parent.parent
+
+    # -- cleanup -------------------------------------------------------------------------
+    @staticmethod
+    def _remove_created(created: list[Path]) -> None:
+        for p in created:  # innermost first
+            try:
+                p.rmdir()
+            except OSError:
+                pass
+
+    def close(self) -> None:
+        for d in self._dests.values():
+            shutil.rmtree(d.stage, ignore_errors=True)
+            if not self._done:
+                self._remove_created(d.created)
+            with contextlib.suppress(OSError):
+                os.close(d.fd)
+        self._dests.clear()
+
+    def __enter__(self) -> "Outputs":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def write_tree(dest: str | Path, files: Mapping[str, str | bytes], *, group: str = "render",
+               extra: Callable[[Path], None] | None = None, step: str = "render",
+               prune: bool = True) -> Path:
+    """Write ``files`` into ``dest`` (one transaction); ``extra(folder)`` may add more."""
+    with Outputs(step) as out:
+        path = out.add(dest, files, group=group, prune=prune)
+        if extra is not None:
+            out.add_with(dest, extra, group=group)
+        out.commit()
+    return Path(dest) if not Path(dest).is_absolute() else path
+
+
+def write_file_atomic(path: str | Path, content: str | bytes, *, step: str = "write",
+                      group: str | None = None) -> Path:
+    """Write one file: a reader sees the old file or the new one, never half of it, and a
+    file envbuilder did not write is never replaced (see the module docstring)."""
+    path = Path(path)
+    if len(str(path)) > MAX_PATH_CHARS:
+        raise InputError(f"output path {_short(str(path))!r} is too long")
+    if path.name in ("", ".", ".."):
+        raise InputError(f"output {path} is not a file name")
+    with Outputs(step) as out:
+        out.add(path.parent, {path.name: content}, group=group or step, prune=False)
+        out.commit()
+    return path
+
+
+def read_text_capped(path: str | Path, what: str, *, limit: int = 8 << 20) -> str:
+    """Read a small UTF-8 input file: refuse a folder, a device, more than ``limit`` bytes,
+    or bytes that are not UTF-8, with one line naming the input (exit 2)."""
+    p = Path(path)
+    shown = _short(str(path))
+    try:
+        st = os.stat(p)
+        if stat.S_ISDIR(st.st_mode):
+            raise InputError(f"{what} {shown} is a folder, not a file")
+        if not stat.S_ISREG(st.st_mode) and not stat.S_ISFIFO(st.st_mode):
+            raise InputError(f"{what} {shown} is not a regular file")
+        with open(p, "rb") as f:
+            data = f.read(limit + 1)
+    except FileNotFoundError:
+        raise InputError(f"{what} {shown} does not exist") from None
+    except OSError as e:
+        raise InputError(f"cannot read {what} {shown}: {e.strerror or e}") from None
+    if len(data) > limit:
+        raise InputError(f"{what} {shown} is larger than {limit // (1 << 20)} MiB: not a file "
+                         f"envbuilder reads")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise InputError(f"{what} {shown} is not UTF-8 text (byte {e.start}): save it as UTF-8") from None

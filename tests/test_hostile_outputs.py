@@ -1,0 +1,301 @@
+"""Hostile inputs, class 1 and 2 of issue 10: outputs envbuilder owns, atomic for real.
+
+Every writing command leaves the user's files alone; SIGTERM, SIGINT, a full disk (a real
+tmpfs), a read-only folder (a tmpfs remounted read-only) and concurrent runs leave the old or
+the new complete output and no temporary files. The CLI runs in a subprocess, as users run it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from envbuilder._fs import Outputs, owned, write_tree
+from envbuilder.errors import InputError
+from hostile_helpers import (MANIFEST, assert_clean_failure, assert_complete, cli, fill,
+                             leftovers, manifest, remount, sha, snapshot, start, tmpfs)
+
+
+# -- 1. outputs envbuilder owns -----------------------------------------------------------------
+
+def test_render_keeps_the_users_files(tmp_path):
+    out = tmp_path / "p"
+    out.mkdir()
+    (out / "train.py").write_text("print('my training script')\n")
+    (out / "data").mkdir()
+    (out / "data" / "x.csv").write_text("1,2\n")
+    p = cli("render", "cu118", "-o", str(out))
+    assert p.returncode == 0, p.stderr
+    assert (out / "train.py").read_text() == "print('my training script')\n"
+    assert (out / "data" / "x.csv").read_text() == "1,2\n"
+    files = assert_complete(out)
+    assert "train.py" not in files and "Dockerfile" in files
+    # a render of another target replaces only what render wrote
+    assert cli("render", "cpu", "-o", str(out)).returncode == 0
+    assert (out / "train.py").exists() and (out / "data" / "x.csv").exists()
+    assert_complete(out)
+    assert leftovers(tmp_path) == []
+
+
+def test_render_into_home_keeps_ssh(tmp_path):
+    home = tmp_path / "home"
+    (home / ".ssh").mkdir(parents=True)
+    (home / ".ssh" / "id_ed25519").write_text("PRIVATE KEY")
+    (home / "notes.txt").write_text("mine")
+    before = snapshot(home)
+    for o in (str(home), "~"):  # `-o ~` as a shell passes it, and the literal ~
+        p = cli("render", "cpu", "-o", o, cwd=tmp_path, HOME=str(home))
+        assert p.returncode == 0, p.stderr
+    after = snapshot(home)
+    for rel, h in before.items():
+        assert after[rel] == h, rel
+    assert not (tmp_path / "~").exists()
+    assert leftovers(home) == []
+
+
+@pytest.mark.parametrize("where", [".", ".."])
+def test_dot_and_dotdot(tmp_path, where):
+    cwd = tmp_path / "repo" / "sub"
+    cwd.mkdir(parents=True)
+    (cwd / "keep.txt").write_text("k")
+    (tmp_path / "repo" / "keep.txt").write_text("k")
+    p = cli("render", "cpu", "-o", where, cwd=cwd)
+    assert p.returncode == 0, p.stderr
+    folder = (cwd / where).resolve()
+    assert_complete(folder)
+    assert (cwd / "keep.txt").read_text() == "k" and (tmp_path / "repo" / "keep.txt").exists()
+    assert leftovers(tmp_path) == []
+
+
+def test_mount_point_as_output(tmp_path):
+    with tmpfs(tmp_path / "mnt") as mnt:
+        (mnt / "keep.txt").write_text("k")
+        for target in ("cu118", "cpu"):  # the second replaces files on the mount point itself
+            p = cli("render", target, "-o", str(mnt))
+            assert p.returncode == 0, p.stderr
+        assert_complete(mnt)
+        assert (mnt / "keep.txt").read_text() == "k"
+        assert leftovers(mnt) == []
+
+
+def test_render_all_and_bake_keep_other_files(tmp_path):
+    out = tmp_path / "D"
+    out.mkdir()
+    (out / "README.team").write_text("ours")
+    (out / "cpu").mkdir()
+    (out / "cpu" / "extra.txt").write_text("ours too")
+    p = cli("render", "--all", "-o", str(out))
+    assert p.returncode == 0, p.stderr
+    p = cli("bake", "-o", str(out), "--registry", "127.0.0.1:5000/ml/train")
+    assert p.returncode == 0, p.stderr
+    assert (out / "README.team").read_text() == "ours"
+    assert (out / "cpu" / "extra.txt").read_text() == "ours too"
+    assert (out / "docker-bake.hcl").is_file() and "docker-bake.hcl" in owned(out)
+    assert_complete(out / "cpu")
+    assert leftovers(tmp_path) == []
+
+
+def test_a_foreign_file_in_the_way_is_refused_and_kept(tmp_path):
+    out = tmp_path / "o"
+    out.mkdir()
+    (out / "Dockerfile").write_text("FROM my-own-image\n")
+    p = cli("render", "cpu", "-o", str(out))
+    assert_clean_failure(p, 2, "Dockerfile", "did not write")
+    assert (out / "Dockerfile").read_text() == "FROM my-own-image\n"
+    assert sorted(x.name for x in out.iterdir()) == ["Dockerfile"]
+    # a file envbuilder wrote and the user then edited is the user's
+    (out / "Dockerfile").unlink()
+    assert cli("render", "cpu", "-o", str(out)).returncode == 0
+    (out / "Dockerfile").write_text((out / "Dockerfile").read_text() + "# my edit\n")
+    p = cli("render", "cu118", "-o", str(out))
+    assert_clean_failure(p, 2, "Dockerfile", "changed")
+    assert (out / "Dockerfile").read_text().endswith("# my edit\n")
+    # a folder where envbuilder needs a file (or the other way round)
+    out2 = tmp_path / "o2"
+    (out2 / "stack.json").mkdir(parents=True)
+    assert_clean_failure(cli("render", "cpu", "-o", str(out2)), 2, "stack.json")
+    assert leftovers(tmp_path) == []
+
+
+def test_lock_render_sbom_outputs_coexist(tmp_path):
+    """render, lock's files and the SBOM share a folder: each command replaces only its own."""
+    out = tmp_path / "D"
+    # what `lock -o D --sbom --conda` leaves (written through the same transaction code)
+    with Outputs("lock") as tx:
+        tx.add(out, {"sbom.cdx.json": "{}\n"}, group="sbom")
+        tx.add(out, {"environment.yml": "name: x\n", "conda-lock.yml": "version: 1\n"},
+               group="conda")
+        tx.commit()
+    p = cli("render", "cpu", "-o", str(out))
+    assert p.returncode == 0, p.stderr
+    for name in ("sbom.cdx.json", "environment.yml", "conda-lock.yml"):
+        assert (out / name).is_file(), name
+    files = manifest(out)
+    assert files["sbom.cdx.json"]["group"] == "sbom" and files["Dockerfile"]["group"] == "render"
+    # a render that no longer writes a file removes it, but only its own
+    write_tree(out, {"Dockerfile": "x\n"}, group="render")
+    assert not (out / "stack.json").exists() and (out / "sbom.cdx.json").exists()
+
+
+def test_paths_that_escape_are_refused(tmp_path):
+    for rel in ("../x", "/etc/passwd", "a/../../x", "a\nb", MANIFEST):
+        with pytest.raises(InputError):
+            write_tree(tmp_path / "o", {rel: "x"})
+    assert not (tmp_path / "x").exists()
+
+
+# -- 2. atomic for real -------------------------------------------------------------------------
+
+def _first_render(out: Path) -> dict[str, str]:
+    p = cli("render", "cu118", "-o", str(out))
+    assert p.returncode == 0, p.stderr
+    return snapshot(out)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_signals_leave_old_or_new_output(tmp_path, sig):
+    """Kill a render at many moments: every time the folder holds one complete render (the
+    old or the new) and nothing temporary."""
+    out = tmp_path / "o"
+    old = _first_render(out)
+    t0 = time.perf_counter()
+    assert cli("render", "cpu", "-o", str(tmp_path / "probe")).returncode == 0
+    span = time.perf_counter() - t0
+    outcomes = set()
+    for i in range(8):
+        p = start("render", "cpu", "-o", str(out))
+        time.sleep(span * (0.3 + 0.9 * i / 8))
+        p.send_signal(sig)
+        _, err = p.communicate(timeout=60)
+        assert "Traceback" not in err and "internal error" not in err, err
+        # 0: it finished first; 128+n: envbuilder stopped; -n: the signal came before
+        # envbuilder started (or after it finished) and ended the interpreter
+        assert p.returncode in (0, 128 + sig, -sig), (p.returncode, err)
+        assert leftovers(tmp_path) == []
+        files = assert_complete(out)
+        now = snapshot(out)
+        stack = json.loads((out / "stack.json").read_text())
+        outcomes.add(stack["target"])
+        if stack["target"] == "cu118":
+            assert now == old
+        else:
+            assert set(files) | {MANIFEST} == set(now)
+        # back to the old output for the next round
+        if stack["target"] != "cu118":
+            assert cli("render", "cu118", "-o", str(out)).returncode == 0
+            old = snapshot(out)
+    assert outcomes  # (which ones depends on timing; each one was complete)
+
+
+def test_full_disk_keeps_the_old_output(tmp_path):
+    with tmpfs(tmp_path / "mnt", size="2m") as mnt:
+        out = mnt / "o"
+        old = _first_render(out)
+        filler = fill(mnt)
+        p = cli("render", "cpu", "-o", str(out))
+        first = assert_clean_failure(p, 1, "No space left on device")
+        assert str(out) in first  # names the file it could not write
+        assert snapshot(out) == old
+        assert leftovers(mnt) == []
+        filler.unlink()
+        assert cli("render", "cpu", "-o", str(out)).returncode == 0
+        assert_complete(out)
+
+
+def test_read_only_folder(tmp_path):
+    with tmpfs(tmp_path / "mnt") as mnt:
+        out = mnt / "o"
+        old = _first_render(out)
+        remount(mnt, "ro")
+        try:
+            p = cli("render", "cpu", "-o", str(out))
+            assert_clean_failure(p, 2, "Read-only file system")
+            p = cli("render", "cpu", "-o", str(mnt / "new" / "deeper"))
+            assert_clean_failure(p, 2, "Read-only file system")
+            assert snapshot(out) == old
+        finally:
+            remount(mnt, "rw")
+        assert leftovers(mnt) == []
+
+
+def test_concurrent_runs_take_turns(tmp_path):
+    out = tmp_path / "o"
+    targets = ["cpu", "cu118", "cu121", "cpu", "cu118"]
+    procs = [start("render", t, "-o", str(out)) for t in targets]
+    for p in procs:
+        _, err = p.communicate(timeout=300)
+        assert p.returncode == 0, err
+    files = assert_complete(out)
+    assert set(files) | {MANIFEST} == set(snapshot(out))
+    assert leftovers(tmp_path) == []
+
+
+def test_a_stale_staging_folder_is_cleaned(tmp_path):
+    out = tmp_path / "o"
+    _first_render(out)
+    stale = out / ".envbuilder-stage-killed"  # what a SIGKILL mid-write leaves
+    (stale / "x").mkdir(parents=True)
+    assert cli("render", "cpu", "-o", str(out)).returncode == 0
+    assert not stale.exists() and leftovers(tmp_path) == []
+
+
+def _hanging_index() -> tuple[socket.socket, int]:
+    """A TCP server that accepts and never answers: uv waits on it."""
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(16)
+    conns = []
+
+    def accept():
+        while True:
+            try:
+                c, _ = srv.accept()
+            except OSError:
+                return
+            conns.append(c)
+
+    threading.Thread(target=accept, daemon=True).start()
+    return srv, srv.getsockname()[1]
+
+
+def _uv_children(port: int) -> list[int]:
+    out = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if any(b"pip" == c for c in cmd) and any(f":{port}/".encode() in c for c in cmd):
+            out.append(int(pid))
+    return out
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_lock_child_uv_ends_with_envbuilder(tmp_path, sig):
+    pytest.importorskip("uv")
+    srv, port = _hanging_index()
+    out = tmp_path / "o"
+    p = start("lock", "cpu", "-o", str(out), "--pip-index-url", f"http://127.0.0.1:{port}/simple",
+              UV_CACHE_DIR=str(tmp_path / "uv-cache"), UV_HTTP_TIMEOUT="300")
+    deadline = time.time() + 60
+    while not _uv_children(port) and time.time() < deadline:
+        time.sleep(0.2)
+    assert _uv_children(port), "uv did not start"
+    p.send_signal(sig)
+    _, err = p.communicate(timeout=60)
+    srv.close()
+    assert p.returncode == 128 + sig, err
+    assert "Traceback" not in err
+    time.sleep(0.5)
+    assert _uv_children(port) == []
+    assert not out.exists() and leftovers(tmp_path) == []
