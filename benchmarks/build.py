@@ -1,4 +1,6 @@
-"""Build and smoke benchmarks for the cpu target (ratios, not asserts).
+"""Build and smoke benchmarks for the cpu target (ratios, not asserts), and the size of the
+CUDA images the test suite builds (`python benchmarks/build.py --sizes`: image size, /opt/venv,
+what the base and envbuilder add beyond the Python stack, and every layer).
 
 Needs the test engine and inputs: `eval "$(bash scripts/test-services.sh)"` first.
 Prints: cold build, warm rebuild and their ratio (aim: warm < 1/10 of cold); the rebuild after
@@ -78,5 +80,28 @@ def main() -> None:
         client.images.remove("envbuilder-bench:naive", force=True)
 
 
+def sizes() -> None:
+    """The CUDA test images (tests/test_cuda_images.py's cache tags): what each layer weighs."""
+    client = docker.from_env(timeout=600)
+    images = [i for i in client.images.list(name="envbuilder-test/cuda")]
+    if not images:
+        print("no envbuilder-test/cuda images: run pytest tests/test_cuda_images.py first")
+        return
+    for img in images:
+        venv = int(client.containers.run(img.id, ["du", "-sb", "/opt/venv"], remove=True,
+                                         entrypoint=[]).decode().split()[0])
+        size = img.attrs["Size"]
+        print(f"{img.tags[0]}  flavour={img.labels.get('io.envbuilder.flavour')}  "
+              f"base={img.labels.get('org.opencontainers.image.base.name')}")
+        print(f"  image {size / 1e9:6.2f} GB   /opt/venv {venv / 1e9:6.2f} GB   "
+              f"beyond the venv {(size - venv) / 1e6:7.0f} MB   venv/image = {venv / size:.3f}")
+        for h in img.history():
+            if h.get("Size"):
+                cmd = " ".join((h.get("CreatedBy") or "").split())[:90]
+                print(f"    {h['Size'] / 1e6:9.1f} MB  {cmd}")
+
+
 if __name__ == "__main__":
-    main()
+    import sys
+
+    sizes() if "--sizes" in sys.argv[1:] else main()

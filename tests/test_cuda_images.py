@@ -288,3 +288,15 @@ def test_horovod_resolving_another_nccl_fails_verification(docker_client, tmp_pa
         assert "site-packages/nvidia/nccl/lib/libnccl.so.2" in detail
     finally:
         docker_client.images.remove(image.id, force=True)
+
+
+def test_a_compiling_build_without_its_devel_builder_is_refused_before_building(docker_client, tmp_path):
+    """cu118-hvd compiles on nvidia/cuda:11.8.0-devel-ubuntu22.04, which cannot be pulled here:
+    --base-image does not silently replace it, and the build stops before the engine builds."""
+    r = _cli("build", "cu118-hvd", "--base-image", "envbuilder-test/debian:12", "--no-smoke",
+             "--context", str(tmp_path / "ctx"), "--json", timeout=300)
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    d = json.loads(r.stdout)
+    assert d["error"] == "InputError" and d["exit_code"] == 2
+    assert "--builder-image" in d["message"] and "11.8.0-devel-ubuntu22.04" in d["message"]
+    assert not [i for i in docker_client.images.list() if any("cu118-torch2.0.1" in t for t in i.tags)]
