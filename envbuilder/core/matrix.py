@@ -241,6 +241,10 @@ class BuildTool:
     env: Mapping[str, str]
     reason: str
     source: tuple[str, ...]
+    hide_modules: tuple[str, ...] = ()  # Python modules the build must not import
+
+    def applies(self, component: str, version: Version) -> bool:
+        return self.component == component and self.versions.contains(version, prereleases=True)
 
 
 @dataclass(frozen=True)
@@ -592,7 +596,8 @@ def _toolchains(path: Path, data: dict[str, Any], oses: Mapping[str, OsInfo]) ->
     _dupes(path, "deepspeed_ops", (o["name"] for o in data["deepspeed_ops"]))
     isas = {i["name"]: CpuIsa(i["name"], i["simd"], _sources(i["source"])) for i in data["cpu_isas"]}
     tools = tuple(BuildTool(b["component"], _spec(path, f"build_tools/{i}/versions", b["versions"]),
-                            dict(b["env"]), b["reason"], _sources(b["source"]))
+                            dict(b["env"]), b["reason"], _sources(b["source"]),
+                            tuple(b.get("hide_modules", ())))
                   for i, b in enumerate(data.get("build_tools", ())))
     return Toolchains(flavours, gcc, tks, hc, ops, isas, tools)
 

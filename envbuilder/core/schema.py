@@ -174,6 +174,7 @@ TOOLCHAINS = _obj(
      "build_tools": {"type": "array", "items": _obj(
          ["component", "versions", "env", "reason", "source"],
          {"component": {"enum": ["horovod", "deepspeed"]}, "versions": _SPEC, "env": _ENV,
+          "hide_modules": {"type": "array", "items": {"type": "string", "pattern": r"^[a-z_][a-z0-9_]*$"}},
           "reason": {"type": "string"}, "source": _SOURCE, "note": _NOTE})},
      },
 )

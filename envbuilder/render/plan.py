@@ -39,7 +39,10 @@ RUNTIME_ENV: dict[str, str] = {
 LAYER_BUILD_DEPS: dict[str, tuple[str, ...]] = {
     # what each compiled layer's setup.py imports while building (no build isolation: they
     # import torch, which must come from the torch layer, not a fresh build environment)
-    "horovod": ("setuptools", "wheel", "packaging", "cmake", "psutil", "pyyaml", "cloudpickle"),
+    # Horovod's setup.py adds cffi>=1.4.0 to its requirements at build time (PyTorch support);
+    # its sdist metadata lists none, so they are named here for offline wheelhouses too
+    "horovod": ("setuptools", "wheel", "packaging", "cmake", "psutil", "pyyaml", "cloudpickle",
+                "cffi>=1.4.0"),
     "deepspeed": ("setuptools", "wheel", "packaging", "ninja", "py-cpuinfo", "psutil"),
 }
 
@@ -220,8 +223,15 @@ def make_plan(stack: Stack, *, base_image: str | None = None, builder_image: str
             if setup.cpu_isa:
                 env.update({"ENVBUILDER_CPU_ISA": setup.cpu_isa, "ENVBUILDER_CPU_SIMD": setup.cpu_simd or "",
                             "ENVBUILDER_REAL_CXX": setup.cxx or "g++", "CXX": CXX_WRAPPER})
+        pre: list[str] = []
+        for tool in m.toolchains.build_tools:
+            if tool.applies("deepspeed", stack.deepspeed.version) and (stack.ds_ops or not tool.hide_modules):
+                env.update(tool.env)
+                pre += _hide_modules(tool.hide_modules)
+        if pre:
+            env["PYTHONPATH"] = HIDE_DIR
         layers.append(PipLayer("deepspeed", (f"deepspeed=={stack.deepspeed.version}",), None,
-                               build_env=env, no_build_isolation=True))
+                               build_env=env, no_build_isolation=True, pre_install=tuple(pre)))
     for layer in layers:
         for k, v in layer.build_env.items():
             validate.env_pair(k, v, "build environment")
@@ -257,6 +267,19 @@ def make_plan(stack: Stack, *, base_image: str | None = None, builder_image: str
     )
 
 
+HIDE_DIR = "/tmp/envbuilder/hide"
+
+
+def _hide_modules(names: tuple[str, ...]) -> list[str]:
+    """Shell lines that make ``import NAME`` fail for the build step (PYTHONPATH=HIDE_DIR)."""
+    out = []
+    for name in names:
+        out += [f"mkdir -p {HIDE_DIR}/{name}",
+                f"echo 'raise ImportError(\"{name} is hidden from this build by envbuilder\")' "
+                f"> {HIDE_DIR}/{name}/__init__.py"]
+    return out
+
+
 def _compile_env(setup: BuilderSetup) -> dict[str, str]:
     env: dict[str, str] = {}
     if setup.cuda_home:
@@ -276,7 +299,7 @@ def _horovod_layer(stack: Stack, setup: BuilderSetup, compile_env: dict[str, str
     env.update({"HOROVOD_WITHOUT_TENSORFLOW": "1", "HOROVOD_WITHOUT_MXNET": "1",
                 "HOROVOD_WITH_GLOO": "1", "HOROVOD_WITHOUT_MPI": "1"})
     for tool in m.toolchains.build_tools:
-        if tool.component == "horovod" and tool.versions.contains(stack.horovod.version, prereleases=True):
+        if tool.applies("horovod", stack.horovod.version):
             env.update(tool.env)
     reqs = [f"horovod=={stack.horovod.version}"]
     extra_build: list[str] = []
