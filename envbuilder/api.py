@@ -9,11 +9,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import TYPE_CHECKING, Mapping, Sequence
 
 from envbuilder.errors import InputError
 from envbuilder.core.matrix import Matrix, load_matrix
 from envbuilder.core.target import Request, apply_options, parse_target
+
+if TYPE_CHECKING:
+    from docker import DockerClient
+
+    from envbuilder.diagnose.doctor import Check
 
 
 @dataclass(frozen=True)
@@ -195,8 +200,25 @@ def _parent(p: Path) -> Path:
     return parent
 
 
-def image_labels(image: str, client=None) -> Mapping[str, str]:
+def image_labels(image: str, client: DockerClient | None = None) -> Mapping[str, str]:
     """The labels of a local image (docker SDK), for doctor --image."""
     from envbuilder.run.engine import connect, image_labels as _labels
 
     return _labels(client or connect(), image)
+
+
+def doctor(*, target: str | None = None, image: str | None = None, nproc: int | None = None,
+           matrix_dir: str | Path | None = None) -> list[Check]:
+    """Check this host, and judge it against a target's stack or an image's labels."""
+    from envbuilder import labels
+    from envbuilder.core.validate import image_ref
+    from envbuilder.diagnose.doctor import run_doctor
+
+    if target and image:
+        raise InputError("doctor takes --target or --image, not both")
+    facts = None
+    if target:
+        facts = labels.StackFacts.from_stack(resolve_target(target, matrix_dir=matrix_dir))
+    elif image:
+        facts = labels.read(image_labels(image_ref(image, "--image")))
+    return run_doctor(stack=facts, nproc=nproc)

@@ -643,24 +643,9 @@ def doctor(target: Optional[str] = typer.Option(None, "--target", help="Also jud
            nproc: Optional[int] = typer.Option(None, "--nproc", min=1, help="Ranks the job will run on this host."),
            matrix: Optional[str] = MatrixOpt, as_json: bool = JsonOpt) -> None:
     """Check this host: driver, GPUs, topology, /dev/shm, InfiniBand, NCCL settings, container."""
-    from envbuilder.diagnose.doctor import run_doctor, stack_from_image_labels
-    from envbuilder.errors import InputError
+    from envbuilder.api import doctor as run_doctor
 
-    stack = None
-    if target and image:
-        raise InputError("doctor takes --target or --image, not both")
-    if target:
-        from envbuilder.api import resolve_target
-
-        stack = resolve_target(target, matrix_dir=matrix).to_dict()
-    elif image:
-        from envbuilder.api import image_labels
-        from envbuilder.core.validate import image_ref
-
-        stack = stack_from_image_labels(image_labels(image_ref(image, "--image")))
-    if stack is not None and nproc is not None:
-        stack["nproc"] = nproc
-    checks = run_doctor(stack=stack, nproc=nproc)
+    checks = run_doctor(target=target, image=image, nproc=nproc, matrix_dir=matrix)
     failed = [c for c in checks if c.status == "fail"]
     if as_json:
         _echo_json({"ok": not failed, "checks": [c.to_dict() for c in checks]})

@@ -14,7 +14,7 @@ from typing import Mapping
 
 from packaging.version import Version
 
-from envbuilder import __version__
+from envbuilder import labels as image_labels
 from envbuilder.core import validate
 from envbuilder.errors import InputError
 from envbuilder.core.resolve import PYPI, Stack
@@ -188,39 +188,4 @@ def _arch_list(arch: tuple[str, ...]) -> list[str]:
 
 
 def _labels(stack: Stack, extra: Mapping[str, str], base_image: str | None = None) -> dict[str, str]:
-    d = stack.to_dict()
-    labels = {
-        "org.opencontainers.image.title": f"envbuilder {stack.target}",
-        "org.opencontainers.image.description":
-            f"PyTorch {d['torch']} ({d['torch_variant']}), Python {d['python']}, {d['os']}"
-            + (f", DeepSpeed {d['deepspeed']}" if d["deepspeed"] else "")
-            + (f", Horovod {d['horovod']}" if d["horovod"] else ""),
-        "org.opencontainers.image.version": stack.tag,
-        "org.opencontainers.image.base.name": base_image or stack.runtime_image,
-        "org.opencontainers.image.vendor": "envbuilder",
-        "io.envbuilder.version": __version__,
-        "io.envbuilder.target": stack.target,
-        "io.envbuilder.torch": d["torch"],
-        "io.envbuilder.torch-variant": d["torch_variant"],
-        "io.envbuilder.python": d["python"],
-        "io.envbuilder.os": d["os"],
-        "io.envbuilder.cuda": d["cuda"] or "cpu",  # doctor --image reads it; "cpu" for CPU images
-        "io.envbuilder.matrix-digest": stack.matrix.digest,
-    }
-    optional = {
-        "io.envbuilder.cuda-toolkit": d["cuda_toolkit"],
-        "io.envbuilder.driver-min": d["driver_min"]["version"] if d["driver_min"] else None,
-        "io.envbuilder.driver-minor-compat":
-            d["driver_min"]["minor_compat"] if d["driver_min"] else None,
-        "io.envbuilder.torch-arch": ",".join(d["torch_arch"]) or None,
-        "io.envbuilder.nccl": d["nccl"],
-        "io.envbuilder.deepspeed": d["deepspeed"],
-        "io.envbuilder.horovod": d["horovod"],
-    }
-    labels.update({k: v for k, v in optional.items() if v})
-    for k, v in extra.items():
-        labels[k] = v
-    for k, v in labels.items():
-        if any(c in f"{k}{v}" for c in '"\\\n\r`$'):
-            raise InputError(f"label {k}={v!r} contains a quote, backslash, '$', '`' or newline")
-    return labels
+    return image_labels.write(stack, extra, base_image)
