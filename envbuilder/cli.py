@@ -582,7 +582,8 @@ def smoke(image: Optional[str] = typer.Argument(None, help="The image to test (o
 
         def run_one(n: int):
             return run_smoke_multinode(image, nnodes=nnodes, nproc_per_node=n, layout=counts,
-                                       backend=mn_backend, timeout=timeout, shm_size=shm_size)
+                                       backend=mn_backend, timeout=timeout, shm_size=shm_size,
+                                       gpus=gpus)
     elif host:
         def run_one(n: int):
             return sm.run_smoke_host(nproc=n, backend=backend, timeout=timeout)
