@@ -36,7 +36,9 @@ from typing import Mapping, Sequence
 import yaml
 
 from envbuilder.errors import IncompatibleError, InputError, MissingExtraError, OperationError
-from envbuilder.lock.requirements import LOCK_NAME, PLATFORM, find_uv, read_lock
+from envbuilder.lock.requirements import LOCK_NAME, read_lock
+from envbuilder.lock.uv import PLATFORM, find_uv
+from envbuilder.lock.uv import compile as uv_compile
 from envbuilder.core.resolve import PYPI
 
 ENV_NAME = "environment.yml"
@@ -214,22 +216,11 @@ def pip_wheels_from_uv(lock_path: Path, stack, *, index_url: str | None = None,
     """name -> (wheel or sdist URL, sha256) for the lock's pins, from uv's pylock.toml."""
     import tomllib
 
-    from envbuilder.lock.requirements import _indexes, _uv_command
-
     pkgs = read_lock(lock_path.read_text("utf-8"))
-    idx = _indexes(stack, index_url, extra_index_urls)
-    uv_bin = find_uv(uv)
     with tempfile.TemporaryDirectory(prefix="envbuilder-pylock-") as d:
         out = Path(d) / "pylock.toml"
-        cmd = _uv_command(uv_bin, stack, idx, out, mode=("--no-deps",))
-        env = dict(os.environ)
-        env.setdefault("UV_PYTHON_DOWNLOADS", "never")
-        r = subprocess.run(cmd, input="".join(f"{p.name}=={p.version}\n" for p in pkgs),
-                           capture_output=True, text=True, env=env, cwd=d, timeout=1800)
-        if r.returncode != 0:
-            from envbuilder.lock.requirements import _uv_failure
-
-            raise _uv_failure(r.stderr, stack, idx)
+        uv_compile(stack, [f"{p.name}=={p.version}" for p in pkgs], out, index_url=index_url,
+                   extra_index_urls=extra_index_urls, uv=uv, mode=("--no-deps",))
         data = tomllib.loads(out.read_text("utf-8"))
     result: dict[str, tuple[str, str]] = {}
     for p in data.get("packages", []):

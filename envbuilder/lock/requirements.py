@@ -49,7 +49,7 @@ import subprocess
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Any, Iterable, Sequence
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
@@ -57,20 +57,19 @@ from packaging.version import InvalidVersion, Version
 
 from envbuilder import __version__
 from envbuilder.errors import IncompatibleError, InputError, MissingExtraError, OperationError
-from envbuilder.core.resolve import PYPI
+from envbuilder.core.resolve import PYPI, Stack
+from envbuilder.lock import uv as _uv
+from envbuilder.render.plan import BuildPlan, make_plan
+from envbuilder.render.templating import LAYER_BUILD_DEPS, render_files
+from envbuilder.lock.uv import PLATFORM, find_uv
 
 LOCK_NAME = "requirements.lock"
-PLATFORM = "x86_64-manylinux_2_28"
 INSTALL_HINT = "pip install --require-hashes --no-deps -r requirements.lock"
-UV_TIMEOUT_S = 1800
 _HASH_RE = re.compile(r"^--hash=sha256:[0-9a-f]{64}$")
 _NCCL_RE = re.compile(r"^nvidia-nccl-cu(\d+)$")
 # header lines that name tool versions: ignored by --check (a newer uv or envbuilder alone
 # does not make a lock stale; what it pins does)
 _VOLATILE = ("# envbuilder version:", "# uv version:")
-_NET_MARKERS = ("Failed to fetch", "error sending request", "dns error", "Connect",
-                "connection", "timed out", "Could not connect", "tcp connect error",
-                "certificate", "Network is unreachable")
 
 
 # -- data ------------------------------------------------------------------------------------
@@ -116,16 +115,39 @@ def lock_digest(path: str | Path) -> str:
     return "sha256:" + hashlib.sha256(data).hexdigest()
 
 
-def apply_lock(stack, plan_kw: dict, lock_text: str, where: str):
+def apply_lock(stack: Stack, plan_kw: dict[str, Any], lock_text: str,
+               where: str) -> tuple[BuildPlan, dict[str, str]]:
     """A build plan that installs ``lock_text`` with --require-hashes, and its per-layer files.
 
     The lock is cross-checked against the stack first (exit 3 naming the fact and lock line).
     Returns (plan, layer_requirements) for ``render_files``."""
-    from envbuilder.render.plan import make_plan
-
     cross_check(stack, read_lock(lock_text), where)
     plan = make_plan(stack, hashes=True, **plan_kw)
     return plan, split_by_layer(lock_text, plan)
+
+
+def build_files(stack: Stack, *, lock_text: str | None = None,
+                lock_source: str = LOCK_NAME,
+                **plan_kw: Any) -> tuple[BuildPlan, dict[str, str]]:
+    """The files of a build folder for ``stack``: (plan, {relative path: content}).
+
+    With ``lock_text`` (a requirements.lock) the lock is cross-checked against the stack, cut
+    into per-layer hash-pinned files installed with ``--require-hashes``, kept beside them, and
+    its digest recorded in stack.json. ``plan_kw`` are make_plan's options. The one place a
+    lock (or none) is applied to a build: render and build both come here."""
+    import json
+
+    if lock_text is None:
+        plan = make_plan(stack, **plan_kw)
+        return plan, render_files(plan)
+    plan, layer_reqs = apply_lock(stack, plan_kw, lock_text, lock_source)
+    files = render_files(plan, layer_requirements=layer_reqs)
+    files[LOCK_NAME] = lock_text
+    data = json.loads(files["stack.json"])
+    data["lock"] = {"file": LOCK_NAME,
+                    "digest": "sha256:" + hashlib.sha256(lock_text.encode()).hexdigest()}
+    files["stack.json"] = json.dumps(data, indent=2) + "\n"
+    return plan, files
 
 
 def read_lock(text: str) -> list[LockedPackage]:
@@ -182,7 +204,6 @@ def split_by_layer(lock_text: str, plan) -> dict[str, str]:
     the closure of the layer's own requirements to ``<layer>``. Whatever is left (user
     extras from ``--requirements`` and their dependencies) goes to the last layer.
     """
-    from envbuilder.render.templating import LAYER_BUILD_DEPS
 
     pkgs = read_lock(lock_text)
     by_name = {p.name: p for p in pkgs}
@@ -323,8 +344,6 @@ def input_requirements(stack, extras: Sequence[Requirement] = ()) -> list[str]:
     """The top-level requirements a lock of ``stack`` resolves: every layer's requirements as
     the build plan states them (torch with numpy, then Horovod, DeepSpeed) plus the build
     dependencies of the layers that compile, plus the user's extras."""
-    from envbuilder.render.plan import make_plan
-    from envbuilder.render.templating import LAYER_BUILD_DEPS
 
     lines: list[str] = []
     for layer in make_plan(stack).layers:
@@ -332,141 +351,6 @@ def input_requirements(stack, extras: Sequence[Requirement] = ()) -> list[str]:
         lines += list(LAYER_BUILD_DEPS.get(layer.name, ()))
     lines += [str(r) for r in extras]
     return list(dict.fromkeys(lines))
-
-
-# -- uv --------------------------------------------------------------------------------------
-
-def find_uv(uv: str | None = None) -> str:
-    if uv:
-        if not (Path(uv).is_file() or shutil.which(uv)):
-            raise InputError(f"uv executable {uv!r} not found")
-        return uv
-    try:
-        from uv import find_uv_bin  # type: ignore[import-not-found]
-
-        return find_uv_bin()
-    except (ImportError, FileNotFoundError):
-        pass
-    found = shutil.which("uv")
-    if found:
-        return found
-    raise MissingExtraError("uv", "lock")
-
-
-def _uv_version(uv_bin: str) -> str:
-    try:
-        r = subprocess.run([uv_bin, "--version"], capture_output=True, text=True, timeout=60)
-        return r.stdout.strip() or "unknown"
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
-
-
-@dataclass(frozen=True)
-class _Indexes:
-    index: str
-    extras: tuple[str, ...]
-    best_match: bool
-
-
-def _indexes(stack, index_url: str | None, extra_index_urls: Sequence[str]) -> _Indexes:
-    from envbuilder.core import validate
-
-    mirrors = tuple(validate.url(u, "--extra-index-url") for u in extra_index_urls)
-    base = validate.url(index_url, "--pip-index-url") if index_url else PYPI
-    torch_index = stack.torch_index
-    if torch_index == PYPI:
-        return _Indexes(base, mirrors, bool(mirrors))
-    if index_url:
-        # a mirror: of PyTorch's index (it carries torch) or of PyPI with the torch index
-        # as an extra; best-match makes the order irrelevant either way
-        return _Indexes(base, mirrors, True)
-    return _Indexes(torch_index, (PYPI, *mirrors), True)
-
-
-def _uv_command(uv_bin: str, stack, idx: _Indexes, out: Path,
-                mode: Sequence[str] = ("--generate-hashes",)) -> list[str]:
-    """``uv pip compile`` for this stack's Python and platform from ``idx``; ``mode`` adds the
-    output flags (hashes for a lock; ``--no-deps`` for conda's pylock of pinned wheels)."""
-    cmd = [uv_bin, "pip", "compile", "-", "--no-config", *mode, "--no-header",
-           "--python-version", stack.python, "--python-platform", PLATFORM,
-           "--index-url", idx.index]
-    for u in idx.extras:
-        cmd += ["--extra-index-url", u]
-    if idx.best_match:
-        cmd += ["--index-strategy", "unsafe-best-match"]
-    cmd += ["-o", str(out)]
-    return cmd
-
-
-def _shown(cmd: list[str]) -> str:
-    """The command as the header shows it: 'uv' and a relative output name."""
-    shown = ["uv", *cmd[1:]]
-    shown[-1] = LOCK_NAME
-    return shlex.join(shown)
-
-
-def _run_uv(cmd: list[str], inputs: list[str], stack, idx: _Indexes) -> None:
-    env = dict(os.environ)
-    env.setdefault("UV_PYTHON_DOWNLOADS", "never")
-    env.setdefault("NO_COLOR", "1")
-    try:
-        r = subprocess.run(cmd, input="\n".join(inputs) + "\n", capture_output=True, text=True,
-                           env=env, timeout=UV_TIMEOUT_S, cwd=tempfile.gettempdir())
-    except subprocess.TimeoutExpired:
-        raise OperationError(f"uv pip compile for {stack.target} took over {UV_TIMEOUT_S} s "
-                             f"(index {idx.index})", step="lock") from None
-    except OSError as e:
-        raise OperationError(f"cannot run uv ({cmd[0]}): {e.strerror or e}", step="lock") from None
-    if r.returncode == 0:
-        return
-    raise _uv_failure(r.stderr, stack, idx)
-
-
-def _uv_failure(stderr: str, stack, idx: _Indexes) -> Exception:
-    lines = [ln.strip() for ln in stderr.splitlines() if ln.strip()]
-    lines = [ln for ln in lines if not ln.startswith("warning:")]
-    details = lines[:40]
-    text = "\n".join(lines)
-    if "No solution found" in text or "unsatisfiable" in text:
-        why = next((ln.split(":", 1)[1].strip() for ln in lines
-                    if ln.startswith(("cause:", "╰─▶", "Because")) or "Because" in ln), None)
-        why = why or next((ln for ln in lines if "Because" in ln), lines[0] if lines else "")
-        why = why.lstrip("╰─▶ ").strip()
-        return IncompatibleError(
-            f"the Python packages of {stack.tag} cannot be resolved together: {why}",
-            details=details)
-    if any(m in text for m in _NET_MARKERS):
-        url = None
-        for ln in lines:
-            m = re.search(r"(https?://\S+|file://\S+)", ln)
-            if m:
-                url = m.group(1).rstrip(")").rstrip(".")
-                break
-        index = _which_index(url, idx) if url else idx.index
-        reason = _net_reason(lines)
-        return OperationError(
-            f"cannot reach the package index {index} ({reason}{' for ' + url if url else ''}): "
-            f"use --pip-index-url URL (a reachable mirror) or build from a wheelhouse",
-            step="lock", details=details)
-    first = next((ln for ln in lines if ln.startswith("error:")), lines[0] if lines else "")
-    return OperationError(f"uv pip compile failed for {stack.target}: {first}", step="lock",
-                          details=details)
-
-
-def _which_index(url: str, idx: _Indexes) -> str:
-    for u in (idx.index, *idx.extras):
-        if url.startswith(u.rstrip("/")):
-            return u
-    m = re.match(r"(https?://[^/]+)", url)
-    return m.group(1) if m else url
-
-
-def _net_reason(lines: list[str]) -> str:
-    for key, what in (("dns", "DNS lookup failed"), ("certificate", "TLS certificate rejected"),
-                      ("timed out", "timed out"), ("Connect", "connection failed")):
-        if any(key.lower() in ln.lower() for ln in lines):
-            return what
-    return "request failed"
 
 
 # -- cross-checks ----------------------------------------------------------------------------
@@ -549,7 +433,7 @@ def _version(s: str) -> Version | None:
 
 # -- the lock --------------------------------------------------------------------------------
 
-def _header(stack, cmd: str, inputs: list[str], uv_version: str, idx: _Indexes,
+def _header(stack, cmd: str, inputs: list[str], uv_version: str, idx: _uv.Indexes,
             requirements_file: str | None) -> str:
     lines = [
         "# requirements.lock: every Python package of this environment, pinned with hashes.",
@@ -573,21 +457,19 @@ def _header(stack, cmd: str, inputs: list[str], uv_version: str, idx: _Indexes,
 
 
 def _resolve(stack, tmpdir: Path, *, requirements_file, index_url, extra_index_urls, uv
-             ) -> tuple[str, list[LockedPackage], str, _Indexes]:
+             ) -> tuple[str, list[LockedPackage], str, _uv.Indexes]:
     extras: list[Requirement] = []
     if requirements_file is not None:
         extras = _user_requirements(requirements_file)
         _check_user_requirements(stack, extras, requirements_file)
     inputs = input_requirements(stack, extras)
-    idx = _indexes(stack, index_url, extra_index_urls)
-    uv_bin = find_uv(uv)
     raw = tmpdir / "uv-output.txt"
-    cmd = _uv_command(uv_bin, stack, idx, raw)
-    _run_uv(cmd, inputs, stack, idx)
+    cmd, idx, uv_bin = _uv.compile(stack, inputs, raw, index_url=index_url,
+                                   extra_index_urls=extra_index_urls, uv=uv)
     body = raw.read_text(encoding="utf-8")
     pkgs = read_lock(body)
-    shown = _shown(cmd)
-    text = _header(stack, shown, inputs, _uv_version(uv_bin), idx,
+    shown = _uv.shown(cmd, LOCK_NAME)
+    text = _header(stack, shown, inputs, _uv.version(uv_bin), idx,
                    str(requirements_file) if requirements_file else None) + body
     return text, pkgs, shown, idx
 
@@ -641,7 +523,7 @@ def _comparable(text: str) -> list[str]:
 
 
 def _check(stack, dest: Path, fresh_text: str, fresh: list[LockedPackage], shown: str,
-           idx: _Indexes, versions: dict[str, str]) -> LockReport:
+           idx: _uv.Indexes, versions: dict[str, str]) -> LockReport:
     disk_text = dest.read_text(encoding="utf-8")
     problems: list[str] = []
     try:
