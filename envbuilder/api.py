@@ -7,13 +7,18 @@ functions that need them.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from envbuilder.errors import InputError
 from envbuilder.core.matrix import Matrix, load_matrix
-from envbuilder.core.target import Request, apply_options, parse_target
+from envbuilder.core import resolve
+from envbuilder.core.resolve import Stack
+from envbuilder.core.target import Pins, Request, apply_options, request
+from envbuilder.lock.requirements import build_files
+
+__all__ = ["Pins", "bake_all", "build_files", "builtin_targets", "check_combination", "doctor",
+           "image_labels", "render_all", "render_target", "request", "resolve_target"]
 
 if TYPE_CHECKING:
     from docker import DockerClient
@@ -21,47 +26,10 @@ if TYPE_CHECKING:
     from envbuilder.diagnose.doctor import Check
 
 
-@dataclass(frozen=True)
-class Pins:
-    """Options that pin axes (the same axes a target's parts pin)."""
-
-    torch: str | None = None
-    python: str | None = None
-    deepspeed: str | None = None
-    horovod: str | None = None
-    nccl: str | None = None
-    os: str | None = None
-    driver: str | None = None
-    with_: tuple[str, ...] = ()
-    without: tuple[str, ...] = ()
-
-    def components(self) -> dict[str, bool]:
-        out: dict[str, bool] = {}
-        for raw, on in ((self.with_, True), (self.without, False)):
-            for item in raw:
-                for name in item.split(","):
-                    name = name.strip()
-                    if name:
-                        if name in out and out[name] != on:
-                            raise InputError(f"--with {name} and --without {name} contradict each other")
-                        out[name] = on
-        return out
-
-
-def request(target: str, matrix: Matrix, pins: Pins | None = None) -> Request:
-    pins = pins or Pins()
-    req = parse_target(target, matrix)
-    return apply_options(req, matrix, torch=pins.torch, python=pins.python,
-                         deepspeed=pins.deepspeed, horovod=pins.horovod, nccl=pins.nccl,
-                         os=pins.os, driver=pins.driver, with_=pins.components())
-
-
 def resolve_target(target: str, *, matrix_dir: str | Path | None = None, pins: Pins | None = None,
-                   matrix: Matrix | None = None):
-    from envbuilder.core.resolve import resolve
-
+                   matrix: Matrix | None = None) -> Stack:
     m = matrix or load_matrix(matrix_dir)
-    return resolve(request(target, m, pins), m)
+    return resolve.resolve_target(target, m, pins)
 
 
 def builtin_targets(matrix: Matrix) -> list[str]:
@@ -74,8 +42,6 @@ def check_combination(*, matrix_dir: str | Path | None = None, cuda: str | None 
                       deepspeed: str | None = None, horovod: str | None = None,
                       os: str | None = None) -> dict:
     """Judge a partial combination using only the axes given (envbuilder check)."""
-    from envbuilder.core.resolve import check
-
     m = load_matrix(matrix_dir)
     given = {ax for ax, v in (("cuda", cuda), ("torch", torch), ("python", python),
                               ("nccl", nccl), ("deepspeed", deepspeed), ("horovod", horovod),
@@ -88,41 +54,12 @@ def check_combination(*, matrix_dir: str | Path | None = None, cuda: str | None 
     req = Request(target="check")
     req = apply_options(req, m, cuda=cuda, driver=driver, torch=torch, python=python,
                         nccl=nccl, deepspeed=deepspeed, horovod=horovod, os=os)
-    assignment, warnings = check(req, m, given)
-    from envbuilder.core.resolve import _show
+    assignment, warnings = resolve.check(req, m, given)
     return {"ok": True,
             "given": {k: v for k, v in req.pins().items()} | ({"driver": driver} if driver else {}),
-            "satisfied_by": {k: "cpu" if k == "cuda" and v is None else _show(v)
+            "satisfied_by": {k: "cpu" if k == "cuda" and v is None else resolve._show(v)
                              for k, v in assignment.items() if k in given},
             "warnings": [w.to_dict() for w in warnings]}
-
-
-def build_files(stack, *, lock_text: str | None = None, lock_source: str = "requirements.lock",
-                **plan_kw) -> tuple:
-    """The files of a build folder for ``stack``: (plan, {relative path: content}).
-
-    With ``lock_text`` (a requirements.lock) the lock is cross-checked against the stack, cut
-    into per-layer hash-pinned files installed with ``--require-hashes``, kept beside them, and
-    its digest recorded in stack.json. ``plan_kw`` are make_plan's options."""
-    import hashlib
-    import json
-
-    from envbuilder.render.plan import make_plan
-    from envbuilder.render.templating import render_files
-
-    if lock_text is None:
-        plan = make_plan(stack, **plan_kw)
-        return plan, render_files(plan)
-    from envbuilder.lock.requirements import apply_lock
-
-    plan, layer_reqs = apply_lock(stack, plan_kw, lock_text, lock_source)
-    files = render_files(plan, layer_requirements=layer_reqs)
-    files["requirements.lock"] = lock_text
-    data = json.loads(files["stack.json"])
-    data["lock"] = {"file": "requirements.lock",
-                    "digest": "sha256:" + hashlib.sha256(lock_text.encode()).hexdigest()}
-    files["stack.json"] = json.dumps(data, indent=2) + "\n"
-    return plan, files
 
 
 def render_target(target: str, out: str | Path, *, matrix_dir: str | Path | None = None,
@@ -192,6 +129,23 @@ def render_all(out: str | Path, *, matrix_dir: str | Path | None = None,
     for r in reports:
         r["out"] = str(out / r["target"])
     return reports
+
+
+def bake_all(out: str | Path, *, matrix_dir: str | Path | None = None,
+             registry: str | None = None, targets: Sequence[str] | None = None,
+             **kw: Any) -> dict[str, Any]:
+    """Render every built-in target (or ``targets``) into OUT/<target>/ and write
+    OUT/docker-bake.hcl. Returns {"bake_file", "targets": [render reports]}."""
+    from envbuilder.core import validate
+    from envbuilder.render.bake import write_bake
+
+    if registry is not None:
+        validate.repository(registry, "--registry")
+    out = Path(out)
+    reports = render_all(out, matrix_dir=matrix_dir, targets=targets, **kw)
+    write_bake([(r["target"], out / r["target"]) for r in reports], out / "docker-bake.hcl",
+               registry=registry)
+    return {"bake_file": str(out / "docker-bake.hcl"), "targets": reports}
 
 
 def _parent(p: Path) -> Path:

@@ -318,7 +318,7 @@ def bake(out: Path = typer.Option(Path("build"), "-o", "--out", help="Folder for
          registry: Optional[str] = typer.Option(None, "--registry", help="Repository the tags go under."),
          matrix: Optional[str] = MatrixOpt, as_json: bool = JsonOpt) -> None:
     """Render every built-in target and write a docker-bake.hcl for docker buildx bake."""
-    from envbuilder.render.bake import bake_all
+    from envbuilder.api import bake_all
     from envbuilder.core.validate import repository
 
     if registry:

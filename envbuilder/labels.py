@@ -105,6 +105,19 @@ def write(stack: Stack, extra: Mapping[str, str] | None = None,
     return labels
 
 
+# Labels the build adds (engine build arguments, not the Dockerfile): what the image was built
+# from, known only when it is built.
+BASE_DIGEST = PREFIX + "base-digest"
+LOCK_DIGEST = PREFIX + "lock-digest"
+
+
+def build_labels(*, base_digest: str, lock_digest: str | None = None) -> dict[str, str]:
+    labels = {BASE_DIGEST: base_digest}
+    if lock_digest is not None:
+        labels[LOCK_DIGEST] = lock_digest
+    return labels
+
+
 # -- reading: what a host must offer an image ------------------------------------------------
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ from envbuilder import __version__
 from envbuilder.errors import IncompatibleError
 from envbuilder.core.matrix import Matrix, NcclRelease, OsInfo, Toolkit, minor
 from envbuilder.core.rules import Context, Rule, Violation, all_rules, needs_devel, variant_of
-from envbuilder.core.target import COMPONENTS, Request, check_pins_known
+from envbuilder.core.target import COMPONENTS, Pin, Pins, Request, check_pins_known, request
 
 AXIS_ORDER = ("cuda", "torch", "os", "python", "nccl", "horovod", "deepspeed")
 PYPI = "https://pypi.org/simple"
@@ -214,7 +214,6 @@ def _domain(axis: str, a: dict[str, Any], req: Request, m: Matrix) -> list[Any]:
             if var is None or var.nccl is None:
                 return [None]
             return [m.nccl_release(var.nccl) or NcclRelease(var.nccl, (), a["torch"].source)]
-        from envbuilder.core.target import Pin
         pin = req.nccl
         return [n for n in m.nccl if pin is None or Pin.parse(pin.text, "nccl").matches(n.version)]
     if axis in COMPONENTS:
@@ -439,3 +438,8 @@ def _source(axis: str, value: Any, a: dict[str, Any]) -> tuple[str, ...]:
     if axis == "python":
         return a["os"].source
     return tuple(value.source)
+
+
+def resolve_target(target: str, matrix: Matrix, pins: Pins | None = None) -> Stack:
+    """Resolve a target name (e.g. cu121-ds) with the pin options against ``matrix``."""
+    return resolve(request(target, matrix, pins), matrix)

@@ -20,6 +20,7 @@ from typing import Any, Callable, Mapping
 from packaging.version import Version
 
 from envbuilder.core.matrix import ComponentRelease, Matrix, OsInfo, Toolkit, TorchRelease
+from envbuilder.core.target import Pin
 
 Assignment = Mapping[str, Any]
 
@@ -211,7 +212,6 @@ def _nccl_pin(a: Assignment, ctx: Context) -> list[Violation]:
         return [Violation("nccl_pin",
                           f"NCCL {ctx.nccl_pin} is pinned, but CPU torch wheels bundle no NCCL",
                           a["torch"].source, "drop the NCCL pin, or use a CUDA target")]
-    from envbuilder.core.target import Pin
     t: TorchRelease = a["torch"]
     var = t.variants.get(variant_of(a["cuda"]))
     if var is None:

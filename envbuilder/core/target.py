@@ -273,3 +273,39 @@ def check_pins_known(req: Request, matrix: Matrix) -> None:
         near = validate.suggest(pin.text, lines)
         raise InputError(f"{label} {pin.text} is not in the matrix{near}; known {label} releases: "
                          f"{', '.join(lines[:12])}{' ...' if len(lines) > 12 else ''}")
+
+
+@dataclass(frozen=True)
+class Pins:
+    """Options that pin axes (the same axes a target's parts pin): the CLI's pin options."""
+
+    torch: str | None = None
+    python: str | None = None
+    deepspeed: str | None = None
+    horovod: str | None = None
+    nccl: str | None = None
+    os: str | None = None
+    driver: str | None = None
+    with_: tuple[str, ...] = ()
+    without: tuple[str, ...] = ()
+
+    def components(self) -> dict[str, bool]:
+        out: dict[str, bool] = {}
+        for raw, on in ((self.with_, True), (self.without, False)):
+            for item in raw:
+                for name in item.split(","):
+                    name = name.strip()
+                    if name:
+                        if name in out and out[name] != on:
+                            raise InputError(f"--with {name} and --without {name} contradict each other")
+                        out[name] = on
+        return out
+
+
+def request(target: str, matrix: Matrix, pins: Pins | None = None) -> Request:
+    """The request a target name and the pin options make together."""
+    pins = pins or Pins()
+    req = parse_target(target, matrix)
+    return apply_options(req, matrix, torch=pins.torch, python=pins.python,
+                         deepspeed=pins.deepspeed, horovod=pins.horovod, nccl=pins.nccl,
+                         os=pins.os, driver=pins.driver, with_=pins.components())

@@ -16,8 +16,19 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from envbuilder import labels as image_labels
 from envbuilder.core import validate
+from envbuilder.core.matrix import Matrix, load_matrix
+from envbuilder.core.resolve import Stack, resolve_target
+from envbuilder.core.target import Pins
+from envbuilder.diagnose.explain import explain_lines
 from envbuilder.errors import InputError, OperationError
+from envbuilder.lock.requirements import build_files, lock_digest
+from envbuilder.render.plan import BuildPlan
+from envbuilder.render.templating import LAYER_BUILD_DEPS, write_tree
+from envbuilder.run import engine
+from envbuilder.run import wheelhouse as wh
+from envbuilder.run.smoke import SmokeResult, run_smoke_container
 
 STEPS = ("render", "build", "smoke", "push")
 
@@ -126,9 +137,6 @@ def _proxy_args(opts: BuildOptions) -> dict[str, str]:
 
 def prepare_context(stack, opts: BuildOptions, dest: Path) -> tuple[Path, Any]:
     """Render the build folder for ``stack`` into ``dest``, with wheels and CA bundle added."""
-    from envbuilder.run import wheelhouse as wh
-    from envbuilder.api import build_files
-    from envbuilder.render.templating import LAYER_BUILD_DEPS, write_tree
 
     lock_text = None
     if opts.lock is not None:
@@ -162,12 +170,9 @@ def build_target(target: str, opts: BuildOptions, *, matrix_dir: str | Path | No
                  pins=None, client=None, on_event: Callable[[str, Any], None] | None = None,
                  matrix=None) -> BuildReport:
     """Render, build, smoke-test and (with opts.push) push one target."""
-    from envbuilder.api import resolve_target
-    from envbuilder.core.matrix import load_matrix
-
     opts.validate()
     m = matrix or load_matrix(matrix_dir)
-    stack = resolve_target(target, pins=pins, matrix=m)
+    stack = resolve_target(target, m, pins)
     report = BuildReport(target=target, tag=stack.tag)
     emit = on_event or (lambda kind, data: None)
     tmp_root: Path | None = None
@@ -186,16 +191,12 @@ def build_target(target: str, opts: BuildOptions, *, matrix_dir: str | Path | No
         emit("step", ("render", "ok"))
 
         step = "build"
-        from envbuilder.run import engine
-
         if client is None:
             client = engine.connect()
         base = opts.base_image or stack.runtime_image
-        labels = {"io.envbuilder.base-digest": _base_digest(client, base)}
-        if opts.lock is not None:
-            from envbuilder.lock.requirements import lock_digest
-
-            labels["io.envbuilder.lock-digest"] = lock_digest(opts.lock)
+        labels = image_labels.build_labels(
+            base_digest=_base_digest(client, base),
+            lock_digest=lock_digest(opts.lock) if opts.lock is not None else None)
         t0 = time.monotonic()
         res = engine.build(client, ctx_dir, tag=f"envbuilder:{stack.tag}", nocache=opts.nocache,
                            buildargs=_proxy_args(opts), labels=labels,
@@ -214,8 +215,6 @@ def build_target(target: str, opts: BuildOptions, *, matrix_dir: str | Path | No
         step = "smoke"
         smoke_passed = False
         if opts.smoke:
-            from envbuilder.run.smoke import run_smoke_container
-
             t0 = time.monotonic()
             emit("step", ("smoke", "running"))
             result = run_smoke_container(client, res.image_id, nproc=opts.nproc,
@@ -280,8 +279,6 @@ def build_target(target: str, opts: BuildOptions, *, matrix_dir: str | Path | No
 
 
 def _base_digest(client, base: str) -> str:
-    from envbuilder.run import engine
-
     try:
         return engine.image_digest_ref(client, base)
     except OperationError:
@@ -299,10 +296,6 @@ def explain_log(log: str, top: int = 3, details: dict | None = None) -> list[dic
     """The likely causes of a failed smoke job, from its log and the failed checks' details
     (what each rank recorded), through envbuilder explain."""
     try:
-        from envbuilder.diagnose.explain import explain_lines
-    except ImportError:  # pragma: no cover
-        return []
-    try:
         lines = log.splitlines() + [f"{k}: {v}" for k, v in (details or {}).items()]
         causes = explain_lines(lines, name="smoke-log")
     except Exception:
@@ -314,8 +307,6 @@ def build_many(targets: Sequence[str], opts: BuildOptions, *, jobs: int = 1, mat
                pins=None, client=None, on_event=None) -> list[BuildReport]:
     """Build several targets, at most ``jobs`` at once; keep going past failures."""
     from concurrent.futures import ThreadPoolExecutor
-
-    from envbuilder.core.matrix import load_matrix
 
     m = load_matrix(matrix_dir)
 
