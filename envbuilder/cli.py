@@ -1,13 +1,15 @@
 """The command line: parse, call the library (envbuilder.api and friends), format.
 
 Exit codes: 0 ok; 1 an operation failed; 2 bad input or usage; 3 an incompatible combination
-was refused. Every command takes --json (one JSON document on stdout) and --matrix DIR.
+was refused. Every command takes --json (one JSON document on stdout); those that read the
+matrix take --matrix DIR. The pin options are declared once (``with_pins``).
 No traceback reaches a user (set ENVBUILDER_DEBUG=1 to see one).
 """
 
 from __future__ import annotations
 
 import functools
+import inspect
 import json
 import os
 import sys
@@ -84,11 +86,42 @@ def command(fn: Callable) -> Callable:
     return wrapper
 
 
-def _pins(torch, python, deepspeed, horovod, nccl, os_, driver, with_, without):
-    from envbuilder.api import Pins
+# The pin options, declared once: ``@with_pins`` adds them to a command and hands the command
+# one ``pins: Pins`` (core.target.Pins) instead of nine parameters.
+_PIN_OPTIONS: tuple[tuple[str, Any, Any], ...] = (
+    ("torch", Optional[str], TorchOpt), ("python", Optional[str], PythonOpt),
+    ("deepspeed", Optional[str], DsOpt), ("horovod", Optional[str], HvdOpt),
+    ("nccl", Optional[str], NcclOpt), ("os_", Optional[str], OsOpt),
+    ("driver", Optional[str], DriverOpt), ("with_", Optional[List[str]], WithOpt),
+    ("without", Optional[List[str]], WithoutOpt),
+)
 
-    return Pins(torch=torch, python=python, deepspeed=deepspeed, horovod=horovod, nccl=nccl,
-                os=os_, driver=driver, with_=tuple(with_ or ()), without=tuple(without or ()))
+
+def with_pins(fn: Callable) -> Callable:
+    """Add the pin options to a command that takes ``pins``."""
+    from envbuilder.core.target import Pins
+
+    sig = inspect.signature(fn)
+    params = [p for p in sig.parameters.values() if p.name != "pins"]
+    at = next((i for i, p in enumerate(params) if p.name in ("base_image", "matrix", "as_json")),
+              len(params))
+    added = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=opt, annotation=ann)
+             for name, ann, opt in _PIN_OPTIONS]
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        v = {name: kwargs.pop(name, None) for name, _, _ in _PIN_OPTIONS}
+        kwargs["pins"] = Pins(torch=v["torch"], python=v["python"], deepspeed=v["deepspeed"],
+                              horovod=v["horovod"], nccl=v["nccl"], os=v["os_"],
+                              driver=v["driver"], with_=tuple(v["with_"] or ()),
+                              without=tuple(v["without"] or ()))
+        return fn(*args, **kwargs)
+
+    wrapper.__signature__ = sig.replace(  # type: ignore[attr-defined]
+        parameters=[p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in params[:at]]
+        + added + [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in params[at:]])
+    wrapper.__annotations__ = {k: v for k, v in fn.__annotations__.items() if k != "pins"}
+    return wrapper
 
 
 def _table(title: str, columns: list[str], rows: list[list[Any]]) -> None:
@@ -158,18 +191,15 @@ def targets(matrix: Optional[str] = MatrixOpt, as_json: bool = JsonOpt,
 
 @app.command()
 @command
+@with_pins
 def resolve(target: str = typer.Argument(..., help="e.g. cu118, cu121-torch2.1-py310, cpu"),
-            torch: Optional[str] = TorchOpt, python: Optional[str] = PythonOpt,
-            deepspeed: Optional[str] = DsOpt, horovod: Optional[str] = HvdOpt,
-            nccl: Optional[str] = NcclOpt, os_: Optional[str] = OsOpt,
-            driver: Optional[str] = DriverOpt, with_: Optional[List[str]] = WithOpt,
-            without: Optional[List[str]] = WithoutOpt,
+            pins: Any = None,
             matrix: Optional[str] = MatrixOpt, as_json: bool = JsonOpt) -> None:
     """Print the resolved stack, or why none exists (exit 3)."""
     from envbuilder.api import resolve_target
 
     st = resolve_target(target, matrix_dir=matrix,
-                        pins=_pins(torch, python, deepspeed, horovod, nccl, os_, driver, with_, without))
+                        pins=pins)
     d = st.to_dict()
     if as_json:
         _echo_json(d)
@@ -203,14 +233,11 @@ def check(cuda: Optional[str] = typer.Option(None, "--cuda", help="CUDA version,
 
 @app.command()
 @command
+@with_pins
 def render(target: Optional[str] = typer.Argument(None, help="The target; omit with --all."),
            out: Optional[Path] = typer.Option(None, "-o", "--out", help="Output folder (default build/<target>)."),
            all_: bool = typer.Option(False, "--all", help="Render every built-in target into OUT/<target>/."),
-           torch: Optional[str] = TorchOpt, python: Optional[str] = PythonOpt,
-           deepspeed: Optional[str] = DsOpt, horovod: Optional[str] = HvdOpt,
-           nccl: Optional[str] = NcclOpt, os_: Optional[str] = OsOpt,
-           driver: Optional[str] = DriverOpt, with_: Optional[List[str]] = WithOpt,
-           without: Optional[List[str]] = WithoutOpt,
+           pins: Any = None,
            base_image: Optional[str] = typer.Option(None, "--base-image", help="Use this base image (both stages)."),
            pip_index_url: Optional[str] = typer.Option(None, "--pip-index-url", help="PyPI mirror."),
            extra_index_url: Optional[List[str]] = typer.Option(None, "--extra-index-url"),
@@ -224,7 +251,6 @@ def render(target: Optional[str] = typer.Argument(None, help="The target; omit w
     from envbuilder.api import render_all, render_target
     from envbuilder.errors import InputError
 
-    pins = _pins(torch, python, deepspeed, horovod, nccl, os_, driver, with_, without)
     kw = dict(matrix_dir=matrix, pins=pins, base_image=base_image, pip_index_url=pip_index_url,
               extra_index_urls=tuple(extra_index_url or ()), nproc=nproc, lock=lock,
               requirements_file=requirements, image=image, infiniband=infiniband)
@@ -258,6 +284,7 @@ def render(target: Optional[str] = typer.Argument(None, help="The target; omit w
 
 @app.command()
 @command
+@with_pins
 def lock(target: str = typer.Argument(..., help="The target to lock."),
          out: Optional[Path] = typer.Option(None, "-o", "--out", help="Folder for requirements.lock (default build/<target>)."),
          check_: bool = typer.Option(False, "--check", help="Re-resolve and fail (exit 1, with a diff) when the lock on disk differs."),
@@ -267,11 +294,7 @@ def lock(target: str = typer.Argument(..., help="The target to lock."),
          sbom: bool = typer.Option(False, "--sbom", help="Also write a CycloneDX SBOM (sbom.cdx.json)."),
          pip_index_url: Optional[str] = typer.Option(None, "--pip-index-url", help="Index (mirror) to lock from."),
          extra_index_url: Optional[List[str]] = typer.Option(None, "--extra-index-url"),
-         torch: Optional[str] = TorchOpt, python: Optional[str] = PythonOpt,
-         deepspeed: Optional[str] = DsOpt, horovod: Optional[str] = HvdOpt,
-         nccl: Optional[str] = NcclOpt, os_: Optional[str] = OsOpt,
-         driver: Optional[str] = DriverOpt, with_: Optional[List[str]] = WithOpt,
-         without: Optional[List[str]] = WithoutOpt,
+         pins: Any = None,
          matrix: Optional[str] = MatrixOpt, as_json: bool = JsonOpt) -> None:
     """Write the hash-pinned lock for a target; --check fails on drift (the CI gate)."""
     from envbuilder.api import resolve_target
@@ -283,11 +306,11 @@ def lock(target: str = typer.Argument(..., help="The target to lock."),
     for u in extra_index_url or ():
         url(u, "--extra-index-url")
     stack = resolve_target(target, matrix_dir=matrix,
-                           pins=_pins(torch, python, deepspeed, horovod, nccl, os_, driver, with_, without))
+                           pins=pins)
     dest = out or Path("build") / target
     rep = lock_target(stack, dest, requirements_file=requirements, index_url=pip_index_url,
                       extra_index_urls=tuple(extra_index_url or ()), check=check_)
-    data = {"lock": rep.to_dict(), "target": target, "tag": stack.tag}
+    data: dict[str, Any] = {"lock": rep.to_dict(), "target": target, "tag": stack.tag}
     if conda and not check_:
         from envbuilder.lock.conda import write_conda
 
@@ -335,7 +358,7 @@ def bake(out: Path = typer.Option(Path("build"), "-o", "--out", help="Folder for
 def ci(github: bool = typer.Option(False, "--github", help="Write a GitHub Actions workflow."),
        out: Path = typer.Option(Path("."), "-o", "--out", help="Repository root to write .github/workflows/ into."),
        registry: str = typer.Option(..., "--registry", help="Repository to push to, e.g. ghcr.io/org/train."),
-       matrix: Optional[str] = MatrixOpt, as_json: bool = JsonOpt) -> None:
+       as_json: bool = JsonOpt) -> None:
     """Write CI that locks, renders, builds, smoke-tests and pushes every target."""
     from envbuilder.render.ci import write_github_workflow
     from envbuilder.errors import InputError
@@ -358,10 +381,10 @@ class _Progress:
 
     def __init__(self, enabled: bool) -> None:
         self.enabled = enabled
-        self.progress = None
+        self.progress: Any = None
         self.tasks: dict[str, int] = {}
 
-    def __enter__(self) -> "_Progress":
+    def __enter__(self) -> _Progress:
         if self.enabled:
             from rich.console import Console
             from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
@@ -407,15 +430,12 @@ def _build_opts(base_image, ca_cert, pip_index_url, extra_index_url, wheelhouse,
 
 @app.command()
 @command
+@with_pins
 def build(target: Optional[str] = typer.Argument(None, help="The target; omit with --all."),
           all_: bool = typer.Option(False, "--all", help="Build every built-in target; keep going past failures."),
           only: Optional[List[str]] = typer.Option(None, "--only", help="With --all: only targets containing this text."),
           jobs: int = typer.Option(1, "--jobs", "-j", min=1, help="With --all: builds at once."),
-          torch: Optional[str] = TorchOpt, python: Optional[str] = PythonOpt,
-          deepspeed: Optional[str] = DsOpt, horovod: Optional[str] = HvdOpt,
-          nccl: Optional[str] = NcclOpt, os_: Optional[str] = OsOpt,
-          driver: Optional[str] = DriverOpt, with_: Optional[List[str]] = WithOpt,
-          without: Optional[List[str]] = WithoutOpt,
+          pins: Any = None,
           base_image: Optional[str] = typer.Option(None, "--base-image", help="Base image for both stages."),
           ca_cert: Optional[Path] = typer.Option(None, "--ca-cert", help="A PEM CA bundle trusted in the builder stage only."),
           pip_index_url: Optional[str] = typer.Option(None, "--pip-index-url"),
@@ -454,7 +474,6 @@ def build(target: Optional[str] = typer.Argument(None, help="The target; omit wi
     opts = _build_opts(base_image, ca_cert, pip_index_url, extra_index_url, wheelhouse,
                        http_proxy, https_proxy, no_proxy, tag, push, no_smoke, nproc, backend,
                        smoke_timeout, shm_size, context, no_alias, lock)
-    pins = _pins(torch, python, deepspeed, horovod, nccl, os_, driver, with_, without)
     if all_:
         if target is not None:
             raise InputError("build --all takes no TARGET")
@@ -552,7 +571,7 @@ def smoke(image: Optional[str] = typer.Argument(None, help="The image to test (o
           min_busbw: Optional[float] = typer.Option(None, "--min-busbw", help="Fail below this all-reduce bus bandwidth (GB/s)."),
           shm_size: str = typer.Option("2g", "--shm-size"),
           gpus: Optional[bool] = typer.Option(None, "--gpus/--no-gpus", help="Request GPUs (default: when the engine has the NVIDIA runtime)."),
-          matrix: Optional[str] = MatrixOpt, as_json: bool = JsonOpt) -> None:
+          as_json: bool = JsonOpt) -> None:
     """Run the distributed smoke job in an image (or --host) and report every check."""
     from envbuilder.run import smoke as sm
     from envbuilder.errors import InputError
@@ -561,6 +580,7 @@ def smoke(image: Optional[str] = typer.Argument(None, help="The image to test (o
         raise InputError(f"--backend {backend!r} is not one of auto, nccl, gloo")
     if host == (image is not None):
         raise InputError("smoke needs an IMAGE or --host (not both)")
+    ref = image or ""
     if image is not None:
         from envbuilder.core.validate import image_ref
 
@@ -581,7 +601,7 @@ def smoke(image: Optional[str] = typer.Argument(None, help="The image to test (o
         mn_backend = "gloo" if backend == "auto" and not gpus else backend
 
         def run_one(n: int):
-            return run_smoke_multinode(image, nnodes=nnodes, nproc_per_node=n, layout=counts,
+            return run_smoke_multinode(ref, nnodes=nnodes, nproc_per_node=n, layout=counts,
                                        backend=mn_backend, timeout=timeout, shm_size=shm_size,
                                        gpus=gpus)
     elif host:
@@ -593,9 +613,9 @@ def smoke(image: Optional[str] = typer.Argument(None, help="The image to test (o
         client = connect()
 
         def run_one(n: int):
-            return sm.run_smoke_container(client, image, nproc=n, backend=backend,
+            return sm.run_smoke_container(client, ref, nproc=n, backend=backend,
                                           timeout=timeout, gpus=gpus, shm_size=shm_size)
-    runs = []
+    runs: list[Any] = []
     if progressive:
         result, runs = sm.run_progressive(run_one, nproc)
     else:
@@ -665,7 +685,7 @@ def doctor(target: Optional[str] = typer.Option(None, "--target", help="Also jud
 @command
 def explain(logs: List[str] = typer.Argument(..., help="Log files, or - for stdin."),
             top: int = typer.Option(5, "--top", min=1, help="How many causes to show."),
-            as_json: bool = JsonOpt, matrix: Optional[str] = MatrixOpt) -> None:
+            as_json: bool = JsonOpt) -> None:
     """Name the likely causes of a failed distributed job from its logs, with fixes."""
     from envbuilder.diagnose.explain import explain_files
 
@@ -688,9 +708,9 @@ def main() -> None:  # console-script entry point
     try:
         from typer._click.exceptions import NoArgsIsHelpError, UsageError
     except ImportError:  # pragma: no cover - typer before it vendored click
-        from click.exceptions import UsageError
+        from click.exceptions import UsageError  # type: ignore[assignment]
 
-        NoArgsIsHelpError = ()  # type: ignore[assignment]
+        NoArgsIsHelpError = ()  # type: ignore[assignment,misc]
     import typer.main
 
     cmd = typer.main.get_command(app)

@@ -107,7 +107,7 @@ class OsInfo:
     source: tuple[str, ...]
 
     @property
-    def sort_key(self) -> tuple:
+    def sort_key(self) -> tuple[Any, ...]:
         # ubuntu24.04 > ubuntu22.04; debian sorts beside ubuntu by version
         num = self.name[len(self.family):]
         return (Version(num), self.family)
@@ -239,8 +239,8 @@ class Matrix:
 class _UniqueKeyLoader(yaml.SafeLoader):
     """SafeLoader that refuses a key given twice in one mapping (PyYAML keeps the last)."""
 
-    def construct_mapping(self, node, deep=False):  # type: ignore[override]
-        seen: set = set()
+    def construct_mapping(self, node: Any, deep: bool = False) -> dict[Any, Any]:
+        seen: set[Any] = set()
         for key_node, _ in node.value:
             key = self.construct_object(key_node, deep=deep)
             if key in seen:
@@ -267,7 +267,7 @@ def _read(path: Path) -> Any:
                           f"{getattr(e, 'problem', e)}") from None
 
 
-def _validate(path: Path, data: Any, file_schema: dict) -> None:
+def _validate(path: Path, data: Any, file_schema: dict[str, Any]) -> None:
     import jsonschema
 
     validator = jsonschema.Draft202012Validator(file_schema)
@@ -290,7 +290,7 @@ def _spec(path: Path, key: str, text: str) -> SpecifierSet:
 
 
 def _dupes(path: Path, key: str, values: Iterable[Any]) -> None:
-    seen: set = set()
+    seen: set[Any] = set()
     for v in values:
         if v in seen:
             raise MatrixError(f"matrix file {path}, key {key}: {v} is listed twice")

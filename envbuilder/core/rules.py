@@ -34,7 +34,7 @@ class Violation:
     severity: str = "error"  # "error" refuses; "warning" is reported with the stack
     detail: str = ""  # the longer explanation, when the message is its first sentence
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         d = {"rule": self.rule, "severity": self.severity, "message": self.message,
              "fix": self.fix, "source": list(self.source)}
         if self.detail:
@@ -187,7 +187,7 @@ def _base_image(a: Assignment, ctx: Context) -> list[Violation]:
         have = m.base_image_oses(t.version)
         return [Violation("base_image",
                           f"{m.base_repository} has no CUDA {t.version} image for {o.name} "
-                          f"(it has {', '.join(have)})", m.base_images_for(t.version).source,
+                          f"(it has {', '.join(have)})", _images_source(m, t.version),
                           f"use one of {', '.join(have)}")]
     missing = [f for f in flavours if f not in imgs.flavours]
     if missing:
@@ -282,21 +282,26 @@ for _comp in ("deepspeed", "horovod"):
         rule(f"{_comp}_requires", _comp, _axis)(_requires(_comp, _axis))
 
 
+def _images_source(m: Matrix, toolkit: Version) -> tuple[str, ...]:
+    imgs = m.base_images_for(toolkit)
+    return tuple(imgs.source) if imgs is not None else ()
+
+
 # -- known breakages, as data ---------------------------------------------------------------
 
 def _axis_version(axis: str, value: Any) -> Version | str | None:
     if value is None:
         return None
     if axis == "cuda":
-        return value.version
+        return Version(str(value.version))
     if axis == "python":
         return Version(value)
     if axis == "os":
-        return value.name
-    return value.version
+        return str(value.name)
+    return Version(str(value.version))
 
 
-def _incompat_rule(x) -> Rule:
+def _incompat_rule(x: Any) -> Rule:
     def check(a: Assignment, ctx: Context) -> list[Violation]:
         for axis, cond in x.when.items():
             v = _axis_version(axis, a[axis])

@@ -6,6 +6,8 @@ caught at load time with the file and the key named, not silently ignored.
 
 from __future__ import annotations
 
+from typing import Any
+
 _VERSION = {"type": "string", "pattern": r"^[0-9]+(\.[0-9]+)*$"}
 _SPEC = {"type": "string", "pattern": r"^[<>=!~,.0-9* ]+$"}
 _URL = {"type": "string", "pattern": r"^https?://\S+$"}
@@ -14,12 +16,12 @@ _NAME = {"type": "string", "pattern": r"^[a-z][a-z0-9.]*$"}
 _NOTE = {"type": "string"}
 
 
-def _obj(required: list[str], props: dict) -> dict:
+def _obj(required: list[str], props: dict[str, Any]) -> dict[str, Any]:
     return {"type": "object", "required": required, "properties": props,
             "additionalProperties": False}
 
 
-def _file(key: str, item: dict, extra: dict | None = None) -> dict:
+def _file(key: str, item: dict[str, Any], extra: dict[str, Any] | None = None) -> dict[str, Any]:
     props = {"schema_version": {"const": 1}, key: {"type": "array", "items": item}}
     props.update(extra or {})
     return _obj(["schema_version", key], props)
@@ -126,7 +128,7 @@ TARGETS = _file(
                     "description": {"type": "string"}}),
 )
 
-FILES: dict[str, dict] = {
+FILES: dict[str, dict[str, Any]] = {
     "cuda.yaml": CUDA,
     "base_images.yaml": BASE_IMAGES,
     "nccl.yaml": NCCL,

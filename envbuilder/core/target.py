@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field, replace
-from typing import Mapping
+from typing import Any, Mapping
 
 from packaging.version import Version
 
@@ -29,7 +29,7 @@ class Pin:
     exact: bool
 
     @classmethod
-    def parse(cls, text: str, what: str, *, line_parts: int = 2) -> "Pin":
+    def parse(cls, text: str, what: str, *, line_parts: int = 2) -> Pin:
         v = validate.version(text, what)
         return cls(text, len(v.release) > line_parts)
 
@@ -79,12 +79,12 @@ class Request:
         return component not in self.without and (
             component in self.with_ or getattr(self, component) is not None)
 
-    def without_pin(self, axis: str) -> "Request":
+    def without_pin(self, axis: str) -> Request:
         if axis == "cuda":
             return replace(self, cuda=None, cpu=False)
         if axis in COMPONENTS:
-            return replace(self, **{axis: None}, with_=self.with_ - {axis})
-        return replace(self, **{axis: None})
+            return replace(self, **{axis: None}, with_=self.with_ - {axis})  # type: ignore[arg-type]
+        return replace(self, **{axis: None})  # type: ignore[arg-type]
 
     def canonical(self) -> str:
         """The target string that states every pin of this request."""
@@ -126,7 +126,7 @@ def cuda_from_base(base: str) -> str | None:
 def _nearest_cuda(cuda: str, matrix: Matrix) -> str:
     """' (did you mean cu118?)': the known CUDA version nearest below (else above) the one given."""
     want = Version(cuda)
-    known = sorted((Version(c) for c in matrix.cuda_minors))
+    known = sorted(Version(c) for c in matrix.cuda_minors)
     below = [v for v in known if v < want]
     best = below[-1] if below else (known[0] if known else None)
     return f" (did you mean cu{best.major}{best.minor}?)" if best else ""
@@ -146,7 +146,7 @@ def parse_target(text: str, matrix: Matrix) -> Request:
         req = parse_target(alias.target, matrix)
         return replace(req, target=text)
     base, *parts = text.split("-")
-    kw: dict = {"target": text}
+    kw: dict[str, Any] = {"target": text}
     if base == "cpu":
         kw["cpu"] = True
     else:
@@ -188,9 +188,9 @@ def apply_options(req: Request, matrix: Matrix, *, torch: str | None = None,
                   driver: str | None = None, cuda: str | None = None,
                   with_: Mapping[str, bool] | None = None) -> Request:
     """Merge command-line pins into a request; a conflict with the target is an input error."""
-    updates: dict = {}
+    updates: dict[str, Any] = {}
 
-    def put(axis: str, value) -> None:
+    def put(axis: str, value: Any) -> None:
         current = getattr(req, axis)
         if current is not None and str(current) != str(value):
             raise InputError(f"--{axis} {value} conflicts with {current} in target {req.target!r}: "

@@ -111,7 +111,7 @@ def _na(v: str | None) -> str | None:
 def _gpu(index: int, **kw: Any) -> dict:
     keys = ("name", "uuid", "bus_id", "compute_cap", "persistence", "mig", "compute_mode",
             "architecture", "fabric_state", "fabric_status")
-    g = {"index": index}
+    g: dict[str, Any] = {"index": index}
     for k in keys:
         g[k] = _na(kw.get(k))
     return g
@@ -217,6 +217,7 @@ def _inventory(probe: Probe) -> Inventory:
                 errors.append(f"`{' '.join(argv)}`: {e}")
         if inv is None:
             return Inventory("none", None, None, [], "; ".join(errors))
+    assert inv is not None
     _fill_compute_caps(probe, inv)
     return inv
 
@@ -842,7 +843,8 @@ def _check_stack_ranks(c: _Ctx) -> Check:
 def _arch_verdict(cc: str, arch: list[str]) -> tuple[str, str]:
     major, minor = (int(x) for x in cc.split("."))
     mine = major * 10 + minor
-    sms, ptx = [], []
+    sms: list[tuple[int, str]] = []
+    ptx: list[tuple[int, str]] = []
     for a in arch:
         m = re.fullmatch(r"(sm|compute)_(\d+)([a-z]?)", a)
         if not m:
@@ -875,10 +877,10 @@ def _check_stack_arch(c: _Ctx) -> Check:
         cc = g["compute_cap"]
         if not cc:
             seen[(g["name"] or "?", "?")] = "compute capability unknown"
-            worst = max(worst, WARN, key=order.get)
+            worst = max(worst, WARN, key=lambda s: order[s])
             continue
         st, how = _arch_verdict(cc, list(arch))
-        worst = max(worst, st, key=order.get)
+        worst = max(worst, st, key=lambda s: order[s])
         guess = " (from the model name)" if g.get("compute_cap_guessed") else ""
         seen[(g["name"] or "?", cc)] = f"{how}{guess}"
         if st == FAIL:

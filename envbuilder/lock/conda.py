@@ -37,7 +37,7 @@ import yaml
 
 from envbuilder.errors import IncompatibleError, InputError, MissingExtraError, OperationError
 from envbuilder.lock.requirements import LOCK_NAME, read_lock
-from envbuilder.lock.uv import PLATFORM, find_uv
+from envbuilder.lock.uv import PLATFORM
 from envbuilder.lock.uv import compile as uv_compile
 from envbuilder.core.resolve import PYPI
 

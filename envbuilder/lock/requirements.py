@@ -43,9 +43,7 @@ import difflib
 import hashlib
 import os
 import re
-import shlex
 import shutil
-import subprocess
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -56,12 +54,12 @@ from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from envbuilder import __version__
-from envbuilder.errors import IncompatibleError, InputError, MissingExtraError, OperationError
+from envbuilder.errors import IncompatibleError, InputError, OperationError
 from envbuilder.core.resolve import PYPI, Stack
 from envbuilder.lock import uv as _uv
 from envbuilder.render.plan import BuildPlan, make_plan
 from envbuilder.render.templating import LAYER_BUILD_DEPS, render_files
-from envbuilder.lock.uv import PLATFORM, find_uv
+from envbuilder.lock.uv import PLATFORM
 
 LOCK_NAME = "requirements.lock"
 INSTALL_HINT = "pip install --require-hashes --no-deps -r requirements.lock"
@@ -128,7 +126,7 @@ def apply_lock(stack: Stack, plan_kw: dict[str, Any], lock_text: str,
 
 def build_files(stack: Stack, *, lock_text: str | None = None,
                 lock_source: str = LOCK_NAME,
-                **plan_kw: Any) -> tuple[BuildPlan, dict[str, str]]:
+                **plan_kw: Any) -> tuple[BuildPlan, dict[str, str | bytes]]:
     """The files of a build folder for ``stack``: (plan, {relative path: content}).
 
     With ``lock_text`` (a requirements.lock) the lock is cross-checked against the stack, cut
@@ -216,13 +214,13 @@ def split_by_layer(lock_text: str, plan) -> dict[str, str]:
 
     def closure(roots: Iterable[str]) -> list[str]:
         seen: list[str] = []
-        stack = [canonicalize_name(r) for r in roots]
+        stack: list[str] = [canonicalize_name(r) for r in roots]
         while stack:
             n = stack.pop()
             if n in placed or n in seen or n not in by_name:
                 continue
             seen.append(n)
-            stack.extend(sorted(children.get(n, ())))
+            stack.extend(sorted(children.get(n, set())))
         return seen
 
     order: list[str] = []
@@ -401,7 +399,7 @@ def cross_check(stack, pkgs: list[LockedPackage], where: str) -> None:
         elif _version(p.version) is None or \
                 Version(_version(p.version).base_version) != Version(nccl):  # type: ignore[union-attr]
             refuse(f"torch {stack.torch.version} {stack.variant} bundles NCCL {nccl} ({pkg})", src, p)
-    majors = {}
+    majors: dict[str, Any] = {}
     for p in pkgs:
         m = _NCCL_RE.match(p.name)
         if m:

@@ -61,13 +61,13 @@ def _ident(name: str) -> str:
 
 def _builder_stage(dockerfile: str) -> str:
     lines = dockerfile.splitlines()
-    start = next((i for i, l in enumerate(lines)
-                  if l.startswith("FROM ") and l.rstrip().endswith(" AS builder")), None)
+    start = next((i for i, ln in enumerate(lines)
+                  if ln.startswith("FROM ") and ln.rstrip().endswith(" AS builder")), None)
     if start is None:
         return ""
     end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("FROM ")), len(lines))
     # comments and blank lines do not change what the stage builds (the parser drops them)
-    return "\n".join(l for l in lines[start:end] if l.strip() and not l.lstrip().startswith("#"))
+    return "\n".join(ln for ln in lines[start:end] if ln.strip() and not ln.lstrip().startswith("#"))
 
 
 def _builder_key(folder: Path, dockerfile: str, builder_image: str) -> str | None:

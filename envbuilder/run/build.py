@@ -14,7 +14,7 @@ import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from envbuilder import labels as image_labels
 from envbuilder.core import validate
@@ -29,6 +29,9 @@ from envbuilder.render.templating import LAYER_BUILD_DEPS, write_tree
 from envbuilder.run import engine
 from envbuilder.run import wheelhouse as wh
 from envbuilder.run.smoke import SmokeResult, run_smoke_container
+
+if TYPE_CHECKING:
+    from docker import DockerClient
 
 STEPS = ("render", "build", "smoke", "push")
 
@@ -135,7 +138,7 @@ def _proxy_args(opts: BuildOptions) -> dict[str, str]:
     return out
 
 
-def prepare_context(stack, opts: BuildOptions, dest: Path) -> tuple[Path, Any]:
+def prepare_context(stack: Stack, opts: BuildOptions, dest: Path) -> tuple[Path, BuildPlan]:
     """Render the build folder for ``stack`` into ``dest``, with wheels and CA bundle added."""
 
     lock_text = None
@@ -167,8 +170,9 @@ def prepare_context(stack, opts: BuildOptions, dest: Path) -> tuple[Path, Any]:
 
 
 def build_target(target: str, opts: BuildOptions, *, matrix_dir: str | Path | None = None,
-                 pins=None, client=None, on_event: Callable[[str, Any], None] | None = None,
-                 matrix=None) -> BuildReport:
+                 pins: Pins | None = None, client: DockerClient | None = None,
+                 on_event: Callable[[str, Any], None] | None = None,
+                 matrix: Matrix | None = None) -> BuildReport:
     """Render, build, smoke-test and (with opts.push) push one target."""
     opts.validate()
     m = matrix or load_matrix(matrix_dir)
@@ -278,14 +282,14 @@ def build_target(target: str, opts: BuildOptions, *, matrix_dir: str | Path | No
             shutil.rmtree(tmp_root, ignore_errors=True)
 
 
-def _base_digest(client, base: str) -> str:
+def _base_digest(client: DockerClient, base: str) -> str:
     try:
         return engine.image_digest_ref(client, base)
     except OperationError:
         return base  # not local yet: the engine pulls it during the build
 
 
-def _smoke_summary(result) -> dict:
+def _smoke_summary(result: SmokeResult) -> dict[str, Any]:
     return {"ok": result.ok, "world_size": result.world_size, "nproc_per_node": result.nproc_per_node,
             "nnodes": result.nnodes, "backend": result.backend, "checks": result.checks,
             "failed": result.failed, "details": result.details, "bandwidth": result.bandwidth,
@@ -303,8 +307,10 @@ def explain_log(log: str, top: int = 3, details: dict | None = None) -> list[dic
     return [c.to_dict() for c in causes[:top]]
 
 
-def build_many(targets: Sequence[str], opts: BuildOptions, *, jobs: int = 1, matrix_dir=None,
-               pins=None, client=None, on_event=None) -> list[BuildReport]:
+def build_many(targets: Sequence[str], opts: BuildOptions, *, jobs: int = 1,
+               matrix_dir: str | Path | None = None, pins: Pins | None = None,
+               client: DockerClient | None = None,
+               on_event: Callable[[str, str, Any], None] | None = None) -> list[BuildReport]:
     """Build several targets, at most ``jobs`` at once; keep going past failures."""
     from concurrent.futures import ThreadPoolExecutor
 

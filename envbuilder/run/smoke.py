@@ -273,7 +273,7 @@ def _tail(text: str, n: int = LOG_TAIL) -> str:
 
 
 def _last_line(text: str) -> str:
-    lines = [l for l in text.strip().splitlines() if l.strip()]
+    lines = [ln for ln in text.strip().splitlines() if ln.strip()]
     return lines[-1].strip() if lines else "no output"
 
 
