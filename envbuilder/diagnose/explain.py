@@ -26,6 +26,7 @@ from typing import IO, Any
 import yaml
 
 from envbuilder.errors import InputError
+from envbuilder.core.resources import data_path
 
 __all__ = [
     "CATEGORIES",
@@ -45,7 +46,7 @@ CATEGORIES: tuple[str, ...] = (
     "mpi_mismatch", "container_build",
 )
 
-DEFAULT_SIGNATURES = Path(__file__).resolve().parent.parent / "data" / "signatures.yaml"
+DEFAULT_SIGNATURES = data_path("signatures.yaml")
 
 _SNIFF_BYTES = 8192
 _CHUNK_BYTES = 1 << 16
