@@ -268,17 +268,10 @@ def _read(path: Path) -> Any:
 
 
 def _validate(path: Path, data: Any, file_schema: dict[str, Any]) -> None:
-    import jsonschema
-
-    validator = jsonschema.Draft202012Validator(file_schema)
-    errors = sorted(validator.iter_errors(data), key=lambda e: list(e.absolute_path))
-    if errors:
-        err = min(errors, key=lambda e: len(list(e.absolute_path)))
-        key = "/".join(str(p) for p in err.absolute_path) or "(top level)"
-        msg = err.message
-        if err.validator == "additionalProperties":
-            msg = f"unknown key: {msg}"
-        raise MatrixError(f"matrix file {path}, key {key}: {msg}")
+    err = schema.first_error(data, file_schema)
+    if err is not None:
+        key = "/".join(str(p) for p in err.path) or "(top level)"
+        raise MatrixError(f"matrix file {path}, key {key}: {err.message}")
 
 
 def _spec(path: Path, key: str, text: str) -> SpecifierSet:

@@ -6,7 +6,9 @@ caught at load time with the file and the key named, not silently ignored.
 
 from __future__ import annotations
 
-from typing import Any
+import re
+from dataclasses import dataclass
+from typing import Any, Sequence
 
 _VERSION = {"type": "string", "pattern": r"^[0-9]+(\.[0-9]+)*$"}
 _SPEC = {"type": "string", "pattern": r"^[<>=!~,.0-9* ]+$"}
@@ -139,3 +141,71 @@ FILES: dict[str, dict[str, Any]] = {
     "incompatibilities.yaml": INCOMPATIBILITIES,
     "targets.yaml": TARGETS,
 }
+
+
+# -- the explain signatures (envbuilder/data/signatures.yaml), checked by the same machinery ----
+
+_TEXT = {"type": "string", "pattern": r"\S"}
+_WEIGHT = {"type": "number", "minimum": 0}
+_WEIGHTS = {"type": "object", "minProperties": 1, "additionalProperties": _WEIGHT}
+
+
+def signatures_schema(categories: Sequence[str], settings: Sequence[str]) -> dict[str, Any]:
+    """The schema of a signatures file whose categories and settings are the given names.
+    What a schema cannot say (a regex compiles, ``adds`` names a category the file defines,
+    ``requires`` names a signature that exists) is checked by the loader."""
+    return {
+        "type": "object",
+        "required": ["categories", "signatures"],
+        "properties": {
+            "version": {"type": "integer"},
+            "settings": {"type": "object", "properties": {s: _WEIGHT for s in settings},
+                         "additionalProperties": False},
+            "categories": {
+                "type": "object", "minProperties": 1,
+                "propertyNames": {"enum": list(categories)},
+                "additionalProperties": _obj(["title", "check", "fix", "source"],
+                                             {"title": _TEXT, "check": _TEXT, "fix": _TEXT,
+                                              "source": _URL})},
+            "signatures": {
+                "type": "array", "minItems": 1,
+                "items": _obj(["id", "pattern", "adds"],
+                              {"id": _TEXT, "pattern": _TEXT, "adds": _WEIGHTS,
+                               "scale": _WEIGHTS, "evidence": {"type": "boolean"},
+                               "requires": {"type": "array", "items": {"type": "string"}}})},
+        },
+    }
+
+
+@dataclass(frozen=True)
+class SchemaError:
+    """The first (shallowest) violation: where (path of keys and indexes) and what."""
+
+    path: tuple[str | int, ...]
+    message: str
+
+
+def first_error(data: Any, schema: dict[str, Any], *,
+                name_key: bool = False) -> SchemaError | None:
+    """Validate ``data``; None when it conforms. Unknown keys read "unknown key: ...". With
+    ``name_key`` a missing or badly named key is added to the path, so the path names it."""
+    import jsonschema
+
+    validator = jsonschema.Draft202012Validator(schema)
+    errors = sorted(validator.iter_errors(data), key=lambda e: list(e.absolute_path))
+    if not errors:
+        return None
+    err = min(errors, key=lambda e: len(list(e.absolute_path)))
+    path: list[str | int] = list(err.absolute_path)
+    msg = err.message
+    if err.validator == "additionalProperties":
+        msg = f"unknown key: {msg}"
+    elif not name_key:
+        pass
+    elif err.validator == "required":
+        missing = re.match(r"^'(.+)' is a required property$", msg)
+        if missing:
+            path.append(missing.group(1))
+    elif "propertyNames" in err.schema_path:  # a key not allowed here: name it
+        path.append(str(err.instance))
+    return SchemaError(tuple(path), msg)
