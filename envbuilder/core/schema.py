@@ -209,3 +209,17 @@ def first_error(data: Any, schema: dict[str, Any], *,
     elif "propertyNames" in err.schema_path:  # a key not allowed here: name it
         path.append(str(err.instance))
     return SchemaError(tuple(path), msg)
+
+
+# -- doctor's GPU facts (envbuilder/data/gpus.yaml) ----------------------------------------------
+
+_CC = {"type": "string", "pattern": r"^[0-9]+\.[0-9]+$"}
+GPUS = _obj(["schema_version", "by_name", "by_architecture"], {
+    "schema_version": {"const": 1},
+    "by_name": {"type": "array", "minItems": 1, "items": _obj(
+        ["fragment", "compute_capability", "source"],
+        {"fragment": _TEXT, "compute_capability": _CC, "source": _SOURCE, "note": _NOTE})},
+    "by_architecture": {"type": "array", "items": _obj(
+        ["architecture", "compute_capability", "source"],
+        {"architecture": _TEXT, "compute_capability": _CC, "source": _SOURCE, "note": _NOTE})},
+})

@@ -46,14 +46,18 @@ Checks and thresholds (decisions documented here):
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
+import yaml
 from packaging.version import InvalidVersion, Version
 
+from envbuilder.core import schema
+from envbuilder.core.resources import data_path
 from envbuilder.diagnose.probe import UNLIMITED, Probe, RecordedProbe
 from envbuilder.errors import InputError
 from envbuilder.labels import StackFacts
@@ -239,31 +243,30 @@ def _fill_compute_caps(probe: Probe, inv: Inventory) -> None:
             g["compute_cap_guessed"] = g["compute_cap"] is not None
 
 
-# Product-name fragments -> compute capability (https://developer.nvidia.com/cuda-gpus).
-# Checked in order: the first fragment contained in the upper-cased name wins.
-_CC_BY_NAME: tuple[tuple[str, str], ...] = (
-    ("QUADRO RTX", "7.5"), ("TITAN RTX", "7.5"), ("ADA GENERATION", "8.9"),
-    ("GB200", "10.0"), ("B200", "10.0"), ("B100", "10.0"), ("RTX 50", "12.0"),
-    ("RTX PRO 6000", "12.0"), ("GH200", "9.0"), ("H200", "9.0"), ("H100", "9.0"), ("H800", "9.0"),
-    ("H20", "9.0"), ("L40", "8.9"), ("L20", "8.9"), ("L4", "8.9"), ("RTX 40", "8.9"),
-    ("A100", "8.0"), ("A800", "8.0"), ("A30", "8.0"),
-    ("A10", "8.6"), ("A40", "8.6"), ("A16", "8.6"), ("A2", "8.6"), ("RTX A", "8.6"),
-    ("RTX 30", "8.6"), ("T4", "7.5"), ("RTX 20", "7.5"), ("GTX 16", "7.5"), ("V100", "7.0"),
-    ("TITAN V", "7.0"),
-    ("P100", "6.0"), ("P40", "6.1"), ("P4", "6.1"), ("GTX 10", "6.1"), ("QUADRO P", "6.1"),
-    ("K80", "3.7"),
-)
-_CC_BY_ARCH = {"HOPPER": "9.0", "ADA LOVELACE": "8.9", "TURING": "7.5", "VOLTA": "7.0"}
+@functools.lru_cache(maxsize=1)
+def _gpu_facts() -> tuple[tuple[tuple[str, str], ...], dict[str, str]]:
+    """Product-name fragments and architectures -> compute capability, from the packaged
+    envbuilder/data/gpus.yaml (sourced: https://developer.nvidia.com/cuda-gpus)."""
+    path = data_path("gpus.yaml")
+    data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    err = schema.first_error(data, schema.GPUS)
+    if err is not None:
+        key = "/".join(str(p) for p in err.path) or "(top level)"
+        raise InputError(f"{path}, key {key}: {err.message}")
+    by_name = tuple((e["fragment"], e["compute_capability"]) for e in data["by_name"])
+    by_arch = {e["architecture"].upper(): e["compute_capability"] for e in data["by_architecture"]}
+    return by_name, by_arch
 
 
 def compute_capability_for(name: str, architecture: str | None = None) -> str | None:
     """Compute capability ("8.0") from a product name, or None when unknown."""
+    by_name, by_arch = _gpu_facts()
     up = name.upper()
-    for frag, cc in _CC_BY_NAME:
+    for frag, cc in by_name:
         if re.search(r"(?<![A-Z0-9])" + re.escape(frag) + r"(?![0-9])", up) or (
                 frag.startswith("RTX ") and frag in up):
             return cc
-    return _CC_BY_ARCH.get((architecture or "").upper())
+    return by_arch.get((architecture or "").upper())
 
 
 # ----------------------------------------------------------------------------------------------
