@@ -8,7 +8,7 @@ functions that need them.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from envbuilder.errors import InputError
 from envbuilder.core.matrix import Matrix, load_matrix
@@ -16,14 +16,20 @@ from envbuilder.core import resolve
 from envbuilder.core.resolve import Stack
 from envbuilder.core.target import Pins, Request, apply_options, request
 from envbuilder.lock.requirements import build_files
+from envbuilder.run.build import BuildFailed, BuildOptions, build_many, build_target
 
-__all__ = ["Pins", "bake_all", "build_files", "builtin_targets", "check_combination", "doctor",
-           "image_labels", "render_all", "render_target", "request", "resolve_target"]
+__all__ = ["BuildFailed", "BuildOptions", "Pins", "apptainer_available", "bake_all",
+           "build_files", "build_many", "build_sif", "build_target", "builtin_target_names",
+           "builtin_targets", "check_combination", "doctor", "explain", "github_matrix",
+           "image_labels", "list_targets", "lock_target", "render_all", "render_target",
+           "request", "resolve_target", "smoke", "write_ci", "write_report"]
 
 if TYPE_CHECKING:
     from docker import DockerClient
 
     from envbuilder.diagnose.doctor import Check
+    from envbuilder.diagnose.explain import Cause
+    from envbuilder.run.smoke import SmokeResult
 
 
 def resolve_target(target: str, *, matrix_dir: str | Path | None = None, pins: Pins | None = None,
@@ -103,6 +109,42 @@ def render_target(target: str, out: str | Path, *, matrix_dir: str | Path | None
             "locked": lock_text is not None}
 
 
+def lock_target(target: str, out: str | Path, *, matrix_dir: str | Path | None = None,
+                pins: Pins | None = None, check: bool = False,
+                requirements_file: str | Path | None = None, conda: bool = False,
+                conda_channels: Sequence[str] = ("conda-forge",), sbom: bool = False,
+                pip_index_url: str | None = None,
+                extra_index_urls: Sequence[str] = ()) -> dict[str, Any]:
+    """Write (or with ``check`` verify) the hash-pinned lock of a target in ``out``, and with
+    ``conda``/``sbom`` (not with ``check``) environment.yml + conda-lock.yml and an SBOM.
+    Returns the report ``envbuilder lock --json`` prints."""
+    from envbuilder.core import validate
+    from envbuilder.lock import requirements
+
+    if pip_index_url:
+        validate.url(pip_index_url, "--pip-index-url")
+    for u in extra_index_urls:
+        validate.url(u, "--extra-index-url")
+    stack = resolve_target(target, matrix_dir=matrix_dir, pins=pins)
+    dest = Path(out)
+    rep = requirements.lock_target(stack, dest, requirements_file=requirements_file,
+                                   index_url=pip_index_url,
+                                   extra_index_urls=tuple(extra_index_urls), check=check)
+    data: dict[str, Any] = {"lock": rep.to_dict(), "target": target, "tag": stack.tag}
+    if conda and not check:
+        from envbuilder.lock.conda import write_conda
+
+        data["conda"] = write_conda(stack, dest, lock_path=Path(rep.path),
+                                    channels=tuple(conda_channels), index_url=pip_index_url,
+                                    extra_index_urls=tuple(extra_index_urls)).to_dict()
+    if sbom and not check:
+        from envbuilder.lock.sbom import write_sbom
+
+        write_sbom(rep.path, dest / "sbom.cdx.json", stack)
+        data["sbom"] = str(dest / "sbom.cdx.json")
+    return data
+
+
 def render_all(out: str | Path, *, matrix_dir: str | Path | None = None,
                targets: Sequence[str] | None = None, **kw) -> list[dict]:
     """Render every built-in target (or the given ones) into OUT/<target>/, all or nothing."""
@@ -146,6 +188,139 @@ def bake_all(out: str | Path, *, matrix_dir: str | Path | None = None,
     write_bake([(r["target"], out / r["target"]) for r in reports], out / "docker-bake.hcl",
                registry=registry)
     return {"bake_file": str(out / "docker-bake.hcl"), "targets": reports}
+
+
+def list_targets(*, matrix_dir: str | Path | None = None) -> dict[str, Any]:
+    """Every built-in target and what it resolves to (or why it is refused): targets --json."""
+    from envbuilder.errors import IncompatibleError
+
+    m = load_matrix(matrix_dir)
+    rows: list[dict[str, Any]] = []
+    for name in builtin_targets(m):
+        alias = m.alias(name)
+        try:
+            d = resolve_target(name, matrix=m).to_dict()
+            rows.append({"name": name, "target": alias.target if alias else name,
+                         "description": alias.description if alias else "", "ok": True,
+                         "tag": d["tag"], "stack": {k: d[k] for k in (
+                             "cuda", "cuda_toolkit", "torch", "python", "nccl", "deepspeed",
+                             "horovod", "os", "base_image")}})
+        except IncompatibleError as e:
+            rows.append({"name": name, "target": alias.target if alias else name,
+                         "description": alias.description if alias else "", "ok": False,
+                         "error": str(e)})
+    return {"matrix": {"path": str(m.path), "digest": m.digest}, "targets": rows}
+
+
+def builtin_target_names(*, matrix_dir: str | Path | None = None) -> list[str]:
+    return builtin_targets(load_matrix(matrix_dir))
+
+
+def github_matrix(*, matrix_dir: str | Path | None = None) -> dict[str, Any]:
+    """The GitHub Actions matrix of every built-in target (targets --github-matrix)."""
+    from envbuilder.render import ci
+
+    return ci.github_matrix(load_matrix(matrix_dir))
+
+
+def write_ci(out: str | Path, *, registry: str, github: bool) -> Path:
+    """Write the CI workflow (envbuilder ci); GitHub Actions is the one CI system so far."""
+    from envbuilder.core import validate
+    from envbuilder.render import ci
+
+    if not github:
+        raise InputError("ci needs a CI system: --github")
+    validate.repository(registry, "--registry")
+    return ci.write_github_workflow(Path(out), registry=registry)
+
+
+def explain(logs: Sequence[str], *, top: int = 5) -> list[Cause]:
+    """The likely causes of a failed job, from its log files ("-" for stdin), best first."""
+    from envbuilder.diagnose.explain import explain_files
+
+    return explain_files(list(logs))[:top]
+
+
+def write_report(path: str | Path, data: Mapping[str, Any]) -> None:
+    """A JSON report written atomically (build --report)."""
+    import json
+
+    from envbuilder.render.templating import write_file_atomic
+
+    write_file_atomic(Path(path), json.dumps(data, indent=2, default=str) + "\n", step="report")
+
+
+def apptainer_available() -> bool:
+    from envbuilder.run.apptainer import find_apptainer
+
+    return find_apptainer() is not None
+
+
+def build_sif(image: str, out: str | Path) -> Path:
+    """apptainer build OUT.sif from a local Docker image."""
+    from envbuilder.run import apptainer
+
+    return apptainer.build_sif(image, Path(out))
+
+
+def smoke(image: str | None, *, host: bool = False, nproc: int = 12, nnodes: int = 1,
+          layout: str | None = None, backend: str = "auto", timeout: int = 60,
+          progressive: bool = False, min_busbw: float | None = None, shm_size: str = "2g",
+          gpus: bool | None = None) -> tuple[SmokeResult, list[SmokeResult], list[dict[str, Any]]]:
+    """Run the smoke job in ``image`` (one container, or ``nnodes`` on a private network) or on
+    this host. Returns (the result, every size run with ``progressive``, likely causes of a
+    failure)."""
+    from envbuilder.core.validate import image_ref
+    from envbuilder.run import smoke as sm
+    from envbuilder.run.build import explain_log
+
+    if backend not in ("auto", "nccl", "gloo"):
+        raise InputError(f"--backend {backend!r} is not one of auto, nccl, gloo")
+    if host == (image is not None):
+        raise InputError("smoke needs an IMAGE or --host (not both)")
+    ref = image or ""
+    if image is not None:
+        image_ref(image, "IMAGE")
+    run_one: Callable[[int], SmokeResult]
+    if nnodes > 1:
+        if host:
+            raise InputError("--nnodes > 1 runs one container per node: give an IMAGE, not --host")
+        from envbuilder.run.multinode import run_smoke_multinode
+
+        counts = None
+        if layout:
+            try:
+                counts = [int(x) for x in layout.split(",")]
+            except ValueError:
+                raise InputError(f"--layout {layout!r} is not a list of rank counts, e.g. 7,5") from None
+            if progressive:
+                raise InputError("--progressive runs even layouts: drop --layout")
+        mn_backend = "gloo" if backend == "auto" and not gpus else backend
+
+        def run_one(n: int) -> SmokeResult:
+            return run_smoke_multinode(ref, nnodes=nnodes, nproc_per_node=n, layout=counts,
+                                       backend=mn_backend, timeout=timeout, shm_size=shm_size,
+                                       gpus=gpus)
+    elif host:
+        def run_one(n: int) -> SmokeResult:
+            return sm.run_smoke_host(nproc=n, backend=backend, timeout=timeout)
+    else:
+        from envbuilder.run.engine import connect
+
+        client = connect()
+
+        def run_one(n: int) -> SmokeResult:
+            return sm.run_smoke_container(client, ref, nproc=n, backend=backend,
+                                          timeout=timeout, gpus=gpus, shm_size=shm_size)
+    runs: list[SmokeResult] = []
+    if progressive:
+        result, runs = sm.run_progressive(run_one, nproc)
+    else:
+        result = run_one(nproc)
+    if min_busbw is not None:
+        result = sm.check_min_busbw(result, min_busbw)
+    causes = [] if result.ok else explain_log(result.log, details=result.details)
+    return result, runs, causes
 
 
 def _parent(p: Path) -> Path:

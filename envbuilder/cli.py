@@ -99,7 +99,7 @@ _PIN_OPTIONS: tuple[tuple[str, Any, Any], ...] = (
 
 def with_pins(fn: Callable) -> Callable:
     """Add the pin options to a command that takes ``pins``."""
-    from envbuilder.core.target import Pins
+    from envbuilder.api import Pins
 
     sig = inspect.signature(fn)
     params = [p for p in sig.parameters.values() if p.name != "pins"]
@@ -155,32 +155,15 @@ def targets(matrix: Optional[str] = MatrixOpt, as_json: bool = JsonOpt,
             github_matrix: bool = typer.Option(False, "--github-matrix",
                                                help="Print the JSON a GitHub Actions matrix consumes.")) -> None:
     """List the built-in targets and what each resolves to."""
-    from envbuilder.api import builtin_targets, resolve_target
-    from envbuilder.errors import IncompatibleError
-    from envbuilder.core.matrix import load_matrix
+    from envbuilder import api
 
-    m = load_matrix(matrix)
-    rows = []
-    for name in builtin_targets(m):
-        alias = m.alias(name)
-        try:
-            d = resolve_target(name, matrix=m).to_dict()
-            rows.append({"name": name, "target": alias.target if alias else name,
-                         "description": alias.description if alias else "", "ok": True,
-                         "tag": d["tag"], "stack": {k: d[k] for k in (
-                             "cuda", "cuda_toolkit", "torch", "python", "nccl", "deepspeed",
-                             "horovod", "os", "base_image")}})
-        except IncompatibleError as e:
-            rows.append({"name": name, "target": alias.target if alias else name,
-                         "description": alias.description if alias else "", "ok": False,
-                         "error": str(e)})
     if github_matrix:
-        from envbuilder.render.ci import github_matrix as gh
-
-        _echo_json(gh(m))
+        _echo_json(api.github_matrix(matrix_dir=matrix))
         return
+    data = api.list_targets(matrix_dir=matrix)
+    rows = data["targets"]
     if as_json:
-        _echo_json({"matrix": {"path": str(m.path), "digest": m.digest}, "targets": rows})
+        _echo_json(data)
         return
     _table("envbuilder targets", ["target", "cuda", "torch", "python", "os", "extras", "base image"],
            [[r["name"], r["stack"]["cuda_toolkit"] or "cpu", r["stack"]["torch"], r["stack"]["python"],
@@ -297,39 +280,21 @@ def lock(target: str = typer.Argument(..., help="The target to lock."),
          pins: Any = None,
          matrix: Optional[str] = MatrixOpt, as_json: bool = JsonOpt) -> None:
     """Write the hash-pinned lock for a target; --check fails on drift (the CI gate)."""
-    from envbuilder.api import resolve_target
-    from envbuilder.lock.requirements import lock_target
-    from envbuilder.core.validate import url
+    from envbuilder.api import lock_target
 
-    if pip_index_url:
-        url(pip_index_url, "--pip-index-url")
-    for u in extra_index_url or ():
-        url(u, "--extra-index-url")
-    stack = resolve_target(target, matrix_dir=matrix,
-                           pins=pins)
-    dest = out or Path("build") / target
-    rep = lock_target(stack, dest, requirements_file=requirements, index_url=pip_index_url,
-                      extra_index_urls=tuple(extra_index_url or ()), check=check_)
-    data: dict[str, Any] = {"lock": rep.to_dict(), "target": target, "tag": stack.tag}
-    if conda and not check_:
-        from envbuilder.lock.conda import write_conda
-
-        data["conda"] = write_conda(stack, dest, lock_path=Path(rep.path),
-                                    channels=tuple(conda_channel or ("conda-forge",)),
-                                    index_url=pip_index_url,
-                                    extra_index_urls=tuple(extra_index_url or ())).to_dict()
-    if sbom and not check_:
-        from envbuilder.lock.sbom import write_sbom
-
-        write_sbom(rep.path, dest / "sbom.cdx.json", stack)
-        data["sbom"] = str(dest / "sbom.cdx.json")
+    data = lock_target(target, out or Path("build") / target, matrix_dir=matrix, pins=pins,
+                       check=check_, requirements_file=requirements, conda=conda,
+                       conda_channels=tuple(conda_channel or ("conda-forge",)), sbom=sbom,
+                       pip_index_url=pip_index_url,
+                       extra_index_urls=tuple(extra_index_url or ()))
+    rep = data["lock"]
     if as_json:
         _echo_json(data)
         return
     if check_:
-        sys.stdout.write(f"ok: {rep.path} matches a fresh resolution ({len(rep.packages)} packages, hashes verified)\n")
+        sys.stdout.write(f"ok: {rep['path']} matches a fresh resolution ({len(rep['packages'])} packages, hashes verified)\n")
     else:
-        sys.stdout.write(f"{rep.path}: {len(rep.packages)} packages, {rep.digest}\n")
+        sys.stdout.write(f"{rep['path']}: {len(rep['packages'])} packages, {rep['digest']}\n")
         for extra in ("conda", "sbom"):
             if extra in data:
                 sys.stdout.write(f"{extra}: {data[extra] if isinstance(data[extra], str) else ', '.join(str(v) for k, v in data[extra].items() if k.endswith('path') or k.endswith('file'))}\n")
@@ -342,10 +307,7 @@ def bake(out: Path = typer.Option(Path("build"), "-o", "--out", help="Folder for
          matrix: Optional[str] = MatrixOpt, as_json: bool = JsonOpt) -> None:
     """Render every built-in target and write a docker-bake.hcl for docker buildx bake."""
     from envbuilder.api import bake_all
-    from envbuilder.core.validate import repository
 
-    if registry:
-        repository(registry, "--registry")
     r = bake_all(out, matrix_dir=matrix, registry=registry)
     if as_json:
         _echo_json(r)
@@ -360,14 +322,9 @@ def ci(github: bool = typer.Option(False, "--github", help="Write a GitHub Actio
        registry: str = typer.Option(..., "--registry", help="Repository to push to, e.g. ghcr.io/org/train."),
        as_json: bool = JsonOpt) -> None:
     """Write CI that locks, renders, builds, smoke-tests and pushes every target."""
-    from envbuilder.render.ci import write_github_workflow
-    from envbuilder.errors import InputError
-    from envbuilder.core.validate import repository
+    from envbuilder.api import write_ci
 
-    if not github:
-        raise InputError("ci needs a CI system: --github")
-    repository(registry, "--registry")
-    path = write_github_workflow(out, registry=registry)
+    path = write_ci(out, registry=registry, github=github)
     if as_json:
         _echo_json({"workflow": str(path)})
     else:
@@ -417,7 +374,7 @@ class _Progress:
 def _build_opts(base_image, ca_cert, pip_index_url, extra_index_url, wheelhouse, http_proxy,
                 https_proxy, no_proxy, tag, push, no_smoke, nproc, backend, smoke_timeout,
                 shm_size, context, no_alias, lock=None):
-    from envbuilder.run.build import BuildOptions
+    from envbuilder.api import BuildOptions
 
     proxies = {k: v for k, v in (("HTTP_PROXY", http_proxy), ("HTTPS_PROXY", https_proxy),
                                  ("NO_PROXY", no_proxy)) if v}
@@ -458,7 +415,7 @@ def build(target: Optional[str] = typer.Argument(None, help="The target; omit wi
           fmt: str = typer.Option("docker", "--format", help="docker, or apptainer: also build a SIF from the image (needs apptainer)."),
           matrix: Optional[str] = MatrixOpt, as_json: bool = JsonOpt) -> None:
     """Build the image with the Docker engine, run the smoke job in it, optionally push it."""
-    from envbuilder.run.build import BuildFailed, build_many, build_target
+    from envbuilder.api import BuildFailed, build_many, build_target
     from envbuilder.errors import InputError
 
     if backend not in ("auto", "nccl", "gloo"):
@@ -466,9 +423,9 @@ def build(target: Optional[str] = typer.Argument(None, help="The target; omit wi
     if fmt not in ("docker", "apptainer"):
         raise InputError(f"--format {fmt!r} is not one of docker, apptainer")
     if fmt == "apptainer":
-        from envbuilder.run.apptainer import find_apptainer
+        from envbuilder.api import apptainer_available
 
-        if find_apptainer() is None:
+        if not apptainer_available():
             raise InputError("--format apptainer needs apptainer (or singularity) on PATH; "
                              "without it, build envbuilder.def on your cluster: apptainer build X.sif envbuilder.def")
     opts = _build_opts(base_image, ca_cert, pip_index_url, extra_index_url, wheelhouse,
@@ -477,10 +434,9 @@ def build(target: Optional[str] = typer.Argument(None, help="The target; omit wi
     if all_:
         if target is not None:
             raise InputError("build --all takes no TARGET")
-        from envbuilder.api import builtin_targets
-        from envbuilder.core.matrix import load_matrix
+        from envbuilder.api import builtin_target_names
 
-        names = [t for t in builtin_targets(load_matrix(matrix))
+        names = [t for t in builtin_target_names(matrix_dir=matrix)
                  if not only or any(o in t for o in only)]
         opts.validate()
         with _Progress(not as_json) as prog:
@@ -517,7 +473,7 @@ def build(target: Optional[str] = typer.Argument(None, help="The target; omit wi
         raise
     data = r.to_dict()
     if fmt == "apptainer":
-        from envbuilder.run.apptainer import build_sif
+        from envbuilder.api import build_sif
 
         sif = Path(f"{r.tag}.sif")
         build_sif(r.local_tags[0], sif)
@@ -532,9 +488,9 @@ def build(target: Optional[str] = typer.Argument(None, help="The target; omit wi
 def _write_report(path: Optional[Path], data: dict) -> None:
     if path is None:
         return
-    from envbuilder.render.templating import write_file_atomic
+    from envbuilder.api import write_report
 
-    write_file_atomic(path, json.dumps(data, indent=2, default=str) + "\n", step="report")
+    write_report(path, data)
 
 
 def _print_build(d: dict) -> None:
@@ -573,60 +529,11 @@ def smoke(image: Optional[str] = typer.Argument(None, help="The image to test (o
           gpus: Optional[bool] = typer.Option(None, "--gpus/--no-gpus", help="Request GPUs (default: when the engine has the NVIDIA runtime)."),
           as_json: bool = JsonOpt) -> None:
     """Run the distributed smoke job in an image (or --host) and report every check."""
-    from envbuilder.run import smoke as sm
-    from envbuilder.errors import InputError
+    from envbuilder.api import smoke as run_smoke
 
-    if backend not in ("auto", "nccl", "gloo"):
-        raise InputError(f"--backend {backend!r} is not one of auto, nccl, gloo")
-    if host == (image is not None):
-        raise InputError("smoke needs an IMAGE or --host (not both)")
-    ref = image or ""
-    if image is not None:
-        from envbuilder.core.validate import image_ref
-
-        image_ref(image, "IMAGE")
-    if nnodes > 1:
-        if host:
-            raise InputError("--nnodes > 1 runs one container per node: give an IMAGE, not --host")
-        from envbuilder.run.multinode import run_smoke_multinode
-
-        counts = None
-        if layout:
-            try:
-                counts = [int(x) for x in layout.split(",")]
-            except ValueError:
-                raise InputError(f"--layout {layout!r} is not a list of rank counts, e.g. 7,5") from None
-            if progressive:
-                raise InputError("--progressive runs even layouts: drop --layout")
-        mn_backend = "gloo" if backend == "auto" and not gpus else backend
-
-        def run_one(n: int):
-            return run_smoke_multinode(ref, nnodes=nnodes, nproc_per_node=n, layout=counts,
-                                       backend=mn_backend, timeout=timeout, shm_size=shm_size,
-                                       gpus=gpus)
-    elif host:
-        def run_one(n: int):
-            return sm.run_smoke_host(nproc=n, backend=backend, timeout=timeout)
-    else:
-        from envbuilder.run.engine import connect
-
-        client = connect()
-
-        def run_one(n: int):
-            return sm.run_smoke_container(client, ref, nproc=n, backend=backend,
-                                          timeout=timeout, gpus=gpus, shm_size=shm_size)
-    runs: list[Any] = []
-    if progressive:
-        result, runs = sm.run_progressive(run_one, nproc)
-    else:
-        result = run_one(nproc)
-    if min_busbw is not None:
-        result = sm.check_min_busbw(result, min_busbw)
-    causes = []
-    if not result.ok:
-        from envbuilder.run.build import explain_log
-
-        causes = explain_log(result.log, details=result.details)
+    result, runs, causes = run_smoke(image, host=host, nproc=nproc, nnodes=nnodes, layout=layout,
+                                     backend=backend, timeout=timeout, progressive=progressive,
+                                     min_busbw=min_busbw, shm_size=shm_size, gpus=gpus)
     data = result.to_dict()
     data.pop("log", None)
     data["causes"] = causes
@@ -687,9 +594,9 @@ def explain(logs: List[str] = typer.Argument(..., help="Log files, or - for stdi
             top: int = typer.Option(5, "--top", min=1, help="How many causes to show."),
             as_json: bool = JsonOpt) -> None:
     """Name the likely causes of a failed distributed job from its logs, with fixes."""
-    from envbuilder.diagnose.explain import explain_files
+    from envbuilder.api import explain
 
-    causes = explain_files(logs)[:top]
+    causes = explain(logs, top=top)
     if as_json:
         _echo_json({"causes": [c.to_dict() for c in causes]})
     else:
