@@ -285,7 +285,7 @@ def _user_requirements(path: str | Path) -> list[Requirement]:
     return out
 
 
-def _stack_versions(stack) -> dict[str, tuple[str, str]]:
+def _stack_versions(stack: Stack) -> dict[str, tuple[str, str]]:
     """Package -> (version, what says so) for the packages the stack pins."""
     out = {"torch": (str(stack.torch.version), f"torch {stack.torch.version} ({stack.target})")}
     if stack.deepspeed is not None:
@@ -299,12 +299,12 @@ def _stack_versions(stack) -> dict[str, tuple[str, str]]:
     return out
 
 
-def _nccl_fact(stack) -> tuple[str | None, str | None]:
+def _nccl_fact(stack: Stack) -> tuple[str | None, str | None]:
     tv = stack.torch_variant
     return (None if tv.nccl is None else str(tv.nccl)), tv.nccl_package
 
 
-def _check_user_requirements(stack, reqs: list[Requirement], path) -> None:
+def _check_user_requirements(stack: Stack, reqs: list[Requirement], path) -> None:
     pinned = _stack_versions(stack)
     _, nccl_pkg = _nccl_fact(stack)
     nccl_major = _NCCL_RE.match(canonicalize_name(nccl_pkg)) if nccl_pkg else None
@@ -330,7 +330,7 @@ def _check_user_requirements(stack, reqs: list[Requirement], path) -> None:
                 f"cannot share one environment")
 
 
-def _sources(stack, name: str) -> list[str]:
+def _sources(stack: Stack, name: str) -> list[str]:
     if name == "deepspeed" and stack.deepspeed is not None:
         return list(stack.deepspeed.source)
     if name == "horovod" and stack.horovod is not None:
@@ -338,7 +338,7 @@ def _sources(stack, name: str) -> list[str]:
     return list(stack.torch.source)
 
 
-def input_requirements(stack, extras: Sequence[Requirement] = ()) -> list[str]:
+def input_requirements(stack: Stack, extras: Sequence[Requirement] = ()) -> list[str]:
     """The top-level requirements a lock of ``stack`` resolves: every layer's requirements as
     the build plan states them (torch with numpy, then Horovod, DeepSpeed) plus the build
     dependencies of the layers that compile, plus the user's extras."""
@@ -353,7 +353,7 @@ def input_requirements(stack, extras: Sequence[Requirement] = ()) -> list[str]:
 
 # -- cross-checks ----------------------------------------------------------------------------
 
-def cross_check(stack, pkgs: list[LockedPackage], where: str) -> None:
+def cross_check(stack: Stack, pkgs: list[LockedPackage], where: str) -> None:
     """The lock agrees with the stack: torch, deepspeed, horovod, the NCCL wheel."""
     by = {p.name: p for p in pkgs}
 
@@ -431,7 +431,7 @@ def _version(s: str) -> Version | None:
 
 # -- the lock --------------------------------------------------------------------------------
 
-def _header(stack, cmd: str, inputs: list[str], uv_version: str, idx: _uv.Indexes,
+def _header(stack: Stack, cmd: str, inputs: list[str], uv_version: str, idx: _uv.Indexes,
             requirements_file: str | None) -> str:
     lines = [
         "# requirements.lock: every Python package of this environment, pinned with hashes.",
@@ -454,7 +454,7 @@ def _header(stack, cmd: str, inputs: list[str], uv_version: str, idx: _uv.Indexe
     return "\n".join(lines) + "\n"
 
 
-def _resolve(stack, tmpdir: Path, *, requirements_file, index_url, extra_index_urls, uv
+def _resolve(stack: Stack, tmpdir: Path, *, requirements_file, index_url, extra_index_urls, uv
              ) -> tuple[str, list[LockedPackage], str, _uv.Indexes]:
     extras: list[Requirement] = []
     if requirements_file is not None:
@@ -472,7 +472,7 @@ def _resolve(stack, tmpdir: Path, *, requirements_file, index_url, extra_index_u
     return text, pkgs, shown, idx
 
 
-def lock_target(stack, out_dir: str | Path, *, requirements_file: str | Path | None = None,
+def lock_target(stack: Stack, out_dir: str | Path, *, requirements_file: str | Path | None = None,
                 index_url: str | None = None, extra_index_urls: Sequence[str] = (),
                 uv: str | None = None, check: bool = False) -> LockReport:
     """Write (or, with ``check``, verify) ``out_dir/requirements.lock`` for ``stack``."""
@@ -520,7 +520,7 @@ def _comparable(text: str) -> list[str]:
     return [ln for ln in text.splitlines(keepends=True) if not ln.startswith(_VOLATILE)]
 
 
-def _check(stack, dest: Path, fresh_text: str, fresh: list[LockedPackage], shown: str,
+def _check(stack: Stack, dest: Path, fresh_text: str, fresh: list[LockedPackage], shown: str,
            idx: _uv.Indexes, versions: dict[str, str]) -> LockReport:
     disk_text = dest.read_text(encoding="utf-8")
     problems: list[str] = []

@@ -72,7 +72,7 @@ class BuildResult:
     cached_steps: int = 0
 
 
-def build(client, context: Path, *, tag: str, buildargs: Mapping[str, str] | None = None,
+def build(client: DockerClient, context: Path, *, tag: str, buildargs: Mapping[str, str] | None = None,
           labels: Mapping[str, str] | None = None, nocache: bool = False,
           on_step: Callable[[int, int, str], None] | None = None,
           on_line: Callable[[str], None] | None = None) -> BuildResult:
@@ -139,7 +139,7 @@ def _build_error(msg: str, tail: list[str]) -> str:
     return f"the build failed{' at ' + step if step else ''}: {msg.strip()[:400]}"
 
 
-def image_labels(client, image: str) -> dict[str, str]:
+def image_labels(client: DockerClient, image: str) -> dict[str, str]:
     docker = _docker()
     try:
         return dict(client.images.get(image).labels or {})
@@ -149,7 +149,7 @@ def image_labels(client, image: str) -> dict[str, str]:
         raise OperationError(f"cannot inspect image {image}: {_short(e)}", step="engine") from None
 
 
-def image_digest_ref(client, image: str) -> str:
+def image_digest_ref(client: DockerClient, image: str) -> str:
     """The base image's identity for provenance: a repo digest when it has one, else its ID."""
     docker = _docker()
     try:
@@ -161,7 +161,7 @@ def image_digest_ref(client, image: str) -> str:
     return digests[0] if digests else img.id
 
 
-def tag(client, image_id: str, repository: str, tag_: str) -> str:
+def tag(client: DockerClient, image_id: str, repository: str, tag_: str) -> str:
     try:
         client.api.tag(image_id, repository, tag_)
     except Exception as e:
@@ -184,7 +184,7 @@ _TRANSIENT = re.compile(r"(timeout|timed out|connection reset|503|502|504|too ma
                         r"temporarily unavailable|eof)", re.I)
 
 
-def push(client, repository: str, tag_: str, *, retries: int = 2,
+def push(client: DockerClient, repository: str, tag_: str, *, retries: int = 2,
          on_progress: Callable[[str], None] | None = None) -> str:
     """Push repository:tag; return the manifest digest the registry confirmed."""
     import time
@@ -200,7 +200,8 @@ def push(client, repository: str, tag_: str, *, retries: int = 2,
             time.sleep(min(2 ** attempt, 10))
 
 
-def _push_once(client, repository: str, tag_: str, on_progress) -> str:
+def _push_once(client: DockerClient, repository: str, tag_: str,
+               on_progress: Callable[[str], None] | None) -> str:
     auth = registry_auth(repository)
     digest = None
     try:
@@ -236,7 +237,7 @@ def _push_error(repository: str, msg: str) -> str:
     return f"the push of {repository} failed: {msg.strip()[:300]}"
 
 
-def verify_pushed(client, repository: str, digest: str) -> bool:
+def verify_pushed(client: DockerClient, repository: str, digest: str) -> bool:
     """Ask the registry (through the engine) whether it serves repository@digest."""
     try:
         data = client.api.inspect_distribution(f"{repository}@{digest}",
