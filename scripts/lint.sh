@@ -10,7 +10,8 @@ cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 echo "[lint.sh] import-linter (layers)" >&2
-lint-imports --no-cache
+# (lint-imports through the interpreter, so the tools of $PY are used, wherever its scripts are)
+"$PY" -c "from importlinter.cli import lint_imports_command; lint_imports_command(['--no-cache'])"
 echo "[lint.sh] ruff" >&2
 "$PY" -m ruff check envbuilder tests benchmarks
 echo "[lint.sh] mypy" >&2
