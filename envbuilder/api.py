@@ -15,10 +15,8 @@ from envbuilder.core.matrix import Matrix, load_matrix
 from envbuilder.core import resolve
 from envbuilder.core.resolve import Stack
 from envbuilder.core.target import Pins, Request, apply_options, request
-from envbuilder.lock.requirements import build_files
-from envbuilder.run.build import BuildFailed, BuildOptions, build_many, build_target
 
-__all__ = ["BuildFailed", "BuildOptions", "Pins", "apptainer_available", "bake_all",
+__all__ = ["Pins", "apptainer_available", "bake_all",
            "build_files", "build_many", "build_sif", "build_target", "builtin_target_names",
            "builtin_targets", "check_combination", "doctor", "explain", "github_matrix",
            "image_labels", "list_targets", "lock_target", "render_all", "render_target",
@@ -29,7 +27,43 @@ if TYPE_CHECKING:
 
     from envbuilder.diagnose.doctor import Check
     from envbuilder.diagnose.explain import Cause
+    from envbuilder.render.plan import BuildPlan
+    from envbuilder.run.build import BuildOptions, BuildReport
     from envbuilder.run.smoke import SmokeResult
+
+
+# Heavy layers (the engine, the lock, templates) are imported when a function needs them, so
+# `import envbuilder.api` stays light for the CLI; these names are the run layer's own types.
+def __getattr__(name: str) -> Any:
+    if name in ("BuildFailed", "BuildOptions"):
+        from envbuilder.run import build
+
+        return getattr(build, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def build_files(stack: Stack, *, lock_text: str | None = None,
+                lock_source: str = "requirements.lock",
+                **plan_kw: Any) -> tuple[BuildPlan, dict[str, str | bytes]]:
+    """The files of a build folder for ``stack`` (see lock.requirements.build_files)."""
+    from envbuilder.lock import requirements
+
+    return requirements.build_files(stack, lock_text=lock_text, lock_source=lock_source,
+                                    **plan_kw)
+
+
+def build_target(target: str, opts: BuildOptions, **kw: Any) -> BuildReport:
+    """Render, build, smoke-test and (with opts.push) push one target (run.build)."""
+    from envbuilder.run import build
+
+    return build.build_target(target, opts, **kw)
+
+
+def build_many(targets: Sequence[str], opts: BuildOptions, **kw: Any) -> list[BuildReport]:
+    """Build several targets, at most ``jobs`` at once; keep going past failures."""
+    from envbuilder.run import build
+
+    return build.build_many(targets, opts, **kw)
 
 
 def resolve_target(target: str, *, matrix_dir: str | Path | None = None, pins: Pins | None = None,
