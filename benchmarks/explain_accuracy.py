@@ -3,7 +3,7 @@
 Usage: python benchmarks/explain_accuracy.py [--json] [--min-top1 0.90] [--min-top3 0.95]
 
 tests/explain_corpus/cases.yaml names every log, its expected top cause and its public source;
-tests/explain_corpus/HELDOUT.txt lists the logs that no signature was written against. The
+tests/explain_corpus/heldout.yaml lists the logs that no signature was written against. The
 script prints top-1 and top-3 accuracy for the held-out part, the development part and all,
 names every held-out miss, and exits 1 when the held-out figures are below the thresholds.
 """
@@ -26,8 +26,8 @@ CORPUS = ROOT / "tests" / "explain_corpus"
 
 
 def heldout_names() -> set[str]:
-    lines = (CORPUS / "HELDOUT.txt").read_text(encoding="utf-8").splitlines()
-    return {ln.strip() for ln in lines if ln.strip() and not ln.startswith("#")}
+    data = yaml.safe_load((CORPUS / "heldout.yaml").read_text(encoding="utf-8"))
+    return set(data["cases"] or ())
 
 
 def score(cases: list[dict]) -> dict:
@@ -54,7 +54,7 @@ def main() -> int:
     held = heldout_names()
     unknown = held - {c["file"] for c in cases}
     if unknown:
-        print(f"HELDOUT.txt names files not in cases.yaml: {sorted(unknown)}", file=sys.stderr)
+        print(f"heldout.yaml names files not in cases.yaml: {sorted(unknown)}", file=sys.stderr)
         return 2
     parts = {"heldout": score([c for c in cases if c["file"] in held]),
              "development": score([c for c in cases if c["file"] not in held]),

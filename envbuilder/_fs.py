@@ -38,7 +38,7 @@ import tempfile
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator, Mapping
+from typing import Any, Callable, Iterator, Mapping
 
 from envbuilder.errors import InputError, OperationError
 
@@ -60,22 +60,22 @@ def held_signals() -> Iterator[None]:
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    old = {}
+    old: dict[int, Any] = {}
     got: list[int] = []
 
     def hold(signum, frame):  # noqa: ARG001
         got.append(signum)
 
-    for s in (signal.SIGINT, signal.SIGTERM):
+    for sig in (signal.SIGINT, signal.SIGTERM):
         try:
-            old[s] = signal.signal(s, hold)
+            old[sig] = signal.signal(sig, hold)
         except (ValueError, OSError):  # pragma: no cover
             pass
     try:
         yield
     finally:
-        for s, h in old.items():
-            signal.signal(s, h)
+        for num, handler in old.items():
+            signal.signal(num, handler)
         for s in got[:1]:
             h = old.get(s)
             if callable(h):
@@ -412,7 +412,7 @@ class Outputs:
                 os.close(d.fd)
         self._dests.clear()
 
-    def __enter__(self) -> "Outputs":
+    def __enter__(self) -> Outputs:
         return self
 
     def __exit__(self, *exc) -> None:

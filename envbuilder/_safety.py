@@ -33,11 +33,16 @@ class Terminated(KeyboardInterrupt):
         self.signum = signum
 
 
+LAST_SIGNAL: int | None = None  # the SIGTERM/SIGHUP that ended the command, if one did
+
+
 def install_signal_handlers() -> None:
     """SIGTERM (and SIGHUP) end the command the way Ctrl-C does: cleanup runs, staged output
     is removed, child processes are killed (subprocess.run kills its child on an exception)."""
 
     def on_signal(signum, frame):  # noqa: ARG001
+        global LAST_SIGNAL
+        LAST_SIGNAL = signum
         raise Terminated(signum)
 
     for s in (signal.SIGTERM, signal.SIGHUP):
@@ -55,8 +60,12 @@ def restore_signal_handlers() -> None:
             pass
 
 
-def interrupted_exit_code(e: BaseException) -> int:
-    return 128 + (e.signum if isinstance(e, Terminated) else signal.SIGINT)
+def interrupted_exit_code(e: BaseException | None = None) -> int:
+    if isinstance(e, Terminated):
+        return 128 + e.signum
+    if LAST_SIGNAL is not None:  # a KeyboardInterrupt re-raised by a library (click) from ours
+        return 128 + LAST_SIGNAL
+    return 128 + signal.SIGINT
 
 
 def stdout_gone() -> int:

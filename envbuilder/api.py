@@ -7,59 +7,70 @@ functions that need them.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from envbuilder.errors import InputError
 from envbuilder.core.matrix import Matrix, load_matrix
-from envbuilder.core.target import Request, apply_options, parse_target
+from envbuilder.core import resolve
+from envbuilder.core.resolve import Stack
+from envbuilder.core.target import Pins, Request, apply_options, request
+
+__all__ = ["Pins", "apptainer_available", "bake_all",
+           "build_files", "build_many", "build_sif", "build_target", "builtin_target_names",
+           "builtin_targets", "check_combination", "doctor", "explain", "github_matrix",
+           "image_labels", "list_targets", "lock_target", "render_all", "render_target",
+           "request", "resolve_target", "smoke", "verify_image", "write_ci", "write_report"]
+
+if TYPE_CHECKING:
+    from docker import DockerClient
+
+    from envbuilder.diagnose.doctor import Check
+    from envbuilder.diagnose.explain import Cause
+    from envbuilder.render.plan import BuildPlan
+    from envbuilder.run.build import BuildOptions, BuildReport
+    from envbuilder.run.smoke import SmokeResult
+    from envbuilder.run.verify import VerifyReport
 
 
-@dataclass(frozen=True)
-class Pins:
-    """Options that pin axes (the same axes a target's parts pin)."""
+# Heavy layers (the engine, the lock, templates) are imported when a function needs them, so
+# `import envbuilder.api` stays light for the CLI; these names are the run layer's own types.
+def __getattr__(name: str) -> Any:
+    if name in ("BuildFailed", "BuildOptions"):
+        from envbuilder.run import build
 
-    torch: str | None = None
-    python: str | None = None
-    deepspeed: str | None = None
-    horovod: str | None = None
-    nccl: str | None = None
-    os: str | None = None
-    driver: str | None = None
-    with_: tuple[str, ...] = ()
-    without: tuple[str, ...] = ()
-    flavour: str | None = None
-    ds_ops: str | None = None
-
-    def components(self) -> dict[str, bool]:
-        out: dict[str, bool] = {}
-        for raw, on in ((self.with_, True), (self.without, False)):
-            for item in raw:
-                for name in item.split(","):
-                    name = name.strip()
-                    if name:
-                        if name in out and out[name] != on:
-                            raise InputError(f"--with {name} and --without {name} contradict each other")
-                        out[name] = on
-        return out
+        return getattr(build, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def request(target: str, matrix: Matrix, pins: Pins | None = None) -> Request:
-    pins = pins or Pins()
-    req = parse_target(target, matrix)
-    return apply_options(req, matrix, torch=pins.torch, python=pins.python,
-                         deepspeed=pins.deepspeed, horovod=pins.horovod, nccl=pins.nccl,
-                         os=pins.os, driver=pins.driver, with_=pins.components(),
-                         flavour=pins.flavour, ds_ops=pins.ds_ops)
+def build_files(stack: Stack, *, lock_text: str | None = None,
+                lock_source: str = "requirements.lock",
+                **plan_kw: Any) -> tuple[BuildPlan, dict[str, str | bytes]]:
+    """The files of a build folder for ``stack`` (see lock.requirements.build_files)."""
+    from envbuilder.lock import requirements
+
+    return requirements.build_files(stack, lock_text=lock_text, lock_source=lock_source,
+                                    **plan_kw)
+
+
+def build_target(target: str, opts: BuildOptions, **kw: Any) -> BuildReport:
+    """Render, build, smoke-test and (with opts.push) push one target (run.build)."""
+    from envbuilder.run import build
+
+    return build.build_target(target, opts, **kw)
+
+
+def build_many(targets: Sequence[str], opts: BuildOptions, **kw: Any) -> list[BuildReport]:
+    """Build several targets, at most ``jobs`` at once; keep going past failures."""
+    from envbuilder.run import build
+
+    return build.build_many(targets, opts, **kw)
 
 
 def resolve_target(target: str, *, matrix_dir: str | Path | None = None, pins: Pins | None = None,
-                   matrix: Matrix | None = None):
-    from envbuilder.core.resolve import resolve
-
+                   matrix: Matrix | None = None) -> Stack:
     m = matrix or load_matrix(matrix_dir)
-    return resolve(request(target, m, pins), m)
+    return resolve.resolve_target(target, m, pins)
 
 
 def builtin_targets(matrix: Matrix) -> list[str]:
@@ -72,8 +83,6 @@ def check_combination(*, matrix_dir: str | Path | None = None, cuda: str | None 
                       deepspeed: str | None = None, horovod: str | None = None,
                       os: str | None = None, flavour: str | None = None) -> dict:
     """Judge a partial combination using only the axes given (envbuilder check)."""
-    from envbuilder.core.resolve import check
-
     m = load_matrix(matrix_dir)
     given = {ax for ax, v in (("cuda", cuda), ("torch", torch), ("python", python),
                               ("nccl", nccl), ("deepspeed", deepspeed), ("horovod", horovod),
@@ -86,41 +95,12 @@ def check_combination(*, matrix_dir: str | Path | None = None, cuda: str | None 
     req = Request(target="check")
     req = apply_options(req, m, cuda=cuda, driver=driver, torch=torch, python=python,
                         nccl=nccl, deepspeed=deepspeed, horovod=horovod, os=os, flavour=flavour)
-    assignment, warnings = check(req, m, given)
-    from envbuilder.core.resolve import _show
+    assignment, warnings = resolve.check(req, m, given)
     return {"ok": True,
             "given": {k: v for k, v in req.pins().items()} | ({"driver": driver} if driver else {}),
-            "satisfied_by": {k: "cpu" if k == "cuda" and v is None else _show(v)
+            "satisfied_by": {k: "cpu" if k == "cuda" and v is None else resolve._show(v)
                              for k, v in assignment.items() if k in given},
             "warnings": [w.to_dict() for w in warnings]}
-
-
-def build_files(stack, *, lock_text: str | None = None, lock_source: str = "requirements.lock",
-                **plan_kw) -> tuple:
-    """The files of a build folder for ``stack``: (plan, {relative path: content}).
-
-    With ``lock_text`` (a requirements.lock) the lock is cross-checked against the stack, cut
-    into per-layer hash-pinned files installed with ``--require-hashes``, kept beside them, and
-    its digest recorded in stack.json. ``plan_kw`` are make_plan's options."""
-    import hashlib
-    import json
-
-    from envbuilder.render.plan import make_plan
-    from envbuilder.render.templating import render_files
-
-    if lock_text is None:
-        plan = make_plan(stack, **plan_kw)
-        return plan, render_files(plan)
-    from envbuilder.lock.requirements import apply_lock
-
-    plan, layer_reqs = apply_lock(stack, plan_kw, lock_text, lock_source)
-    files = render_files(plan, layer_requirements=layer_reqs)
-    files["requirements.lock"] = lock_text
-    data = json.loads(files["stack.json"])
-    data["lock"] = {"file": "requirements.lock",
-                    "digest": "sha256:" + hashlib.sha256(lock_text.encode()).hexdigest()}
-    files["stack.json"] = json.dumps(data, indent=2) + "\n"
-    return plan, files
 
 
 def target_files(target: str, out: str | Path, *, matrix_dir: str | Path | None = None,
@@ -181,6 +161,36 @@ def render_target(target: str, out: str | Path, **kw) -> dict:
             "locked": locked}
 
 
+def lock_target(target: str, out: str | Path, *, matrix_dir: str | Path | None = None,
+                pins: Pins | None = None, check: bool = False,
+                requirements_file: str | Path | None = None, conda: bool = False,
+                conda_channels: Sequence[str] = ("conda-forge",), sbom: bool = False,
+                pip_index_url: str | None = None,
+                extra_index_urls: Sequence[str] = ()) -> dict[str, Any]:
+    """Write (or with ``check`` verify) the hash-pinned lock of a target in ``out``, and with
+    ``conda``/``sbom`` (not with ``check``) environment.yml + conda-lock.yml and an SBOM, all
+    written together or not at all (lock.requirements.write_locks). Returns the report
+    ``envbuilder lock --json`` prints."""
+    from envbuilder.core import validate
+    from envbuilder.lock import requirements
+
+    if pip_index_url:
+        validate.url(pip_index_url, "--pip-index-url")
+    for u in extra_index_urls:
+        validate.url(u, "--extra-index-url")
+    stack = resolve_target(target, matrix_dir=matrix_dir, pins=pins)
+    res = requirements.write_locks(stack, Path(out), requirements_file=requirements_file,
+                                   index_url=pip_index_url,
+                                   extra_index_urls=tuple(extra_index_urls), check=check,
+                                   conda=conda, conda_channels=tuple(conda_channels), sbom=sbom)
+    data: dict[str, Any] = {"lock": res["lock"].to_dict(), "target": target, "tag": stack.tag}
+    if res["conda"] is not None:
+        data["conda"] = res["conda"].to_dict()
+    if res["sbom"] is not None:
+        data["sbom"] = res["sbom"]
+    return data
+
+
 def render_all(out: str | Path, *, matrix_dir: str | Path | None = None,
                targets: Sequence[str] | None = None, **kw) -> list[dict]:
     """Render every built-in target (or the given ones) into OUT/<target>/, all or nothing."""
@@ -200,14 +210,228 @@ def render_all(out: str | Path, *, matrix_dir: str | Path | None = None,
     return reports
 
 
-def image_labels(image: str, client=None) -> Mapping[str, str]:
+def bake_all(out: str | Path, *, matrix_dir: str | Path | None = None,
+             registry: str | None = None, targets: Sequence[str] | None = None,
+             **kw: Any) -> dict[str, Any]:
+    """Render every built-in target (or ``targets``) into OUT/<target>/ and write
+    OUT/docker-bake.hcl. Returns {"bake_file", "targets": [render reports]}."""
+    from envbuilder.core import validate
+    from envbuilder.render.bake import write_bake
+
+    if registry is not None:
+        validate.repository(registry, "--registry")
+    out = Path(out)
+    reports = render_all(out, matrix_dir=matrix_dir, targets=targets, **kw)
+    write_bake([(r["target"], out / r["target"]) for r in reports], out / "docker-bake.hcl",
+               registry=registry)
+    return {"bake_file": str(out / "docker-bake.hcl"), "targets": reports}
+
+
+def list_targets(*, matrix_dir: str | Path | None = None) -> dict[str, Any]:
+    """Every built-in target and what it resolves to (or why it is refused): targets --json."""
+    from envbuilder.errors import IncompatibleError
+
+    m = load_matrix(matrix_dir)
+    rows: list[dict[str, Any]] = []
+    for name in builtin_targets(m):
+        alias = m.alias(name)
+        try:
+            d = resolve_target(name, matrix=m).to_dict()
+            rows.append({"name": name, "target": alias.target if alias else name,
+                         "description": alias.description if alias else "", "ok": True,
+                         "tag": d["tag"], "stack": {k: d[k] for k in (
+                             "cuda", "cuda_toolkit", "torch", "python", "nccl", "deepspeed",
+                             "horovod", "os", "base_image")}})
+        except IncompatibleError as e:
+            rows.append({"name": name, "target": alias.target if alias else name,
+                         "description": alias.description if alias else "", "ok": False,
+                         "error": str(e)})
+    return {"matrix": {"path": str(m.path), "digest": m.digest}, "targets": rows}
+
+
+def builtin_target_names(*, matrix_dir: str | Path | None = None) -> list[str]:
+    return builtin_targets(load_matrix(matrix_dir))
+
+
+def github_matrix(*, matrix_dir: str | Path | None = None) -> dict[str, Any]:
+    """The GitHub Actions matrix of every built-in target (targets --github-matrix)."""
+    from envbuilder.render import ci
+
+    return ci.github_matrix(load_matrix(matrix_dir))
+
+
+def write_ci(out: str | Path, *, registry: str, github: bool,
+             matrix_dir: str | Path | None = None) -> Path:
+    """Write the CI workflow (envbuilder ci); GitHub Actions is the one CI system so far. A
+    team matrix (``matrix_dir``) is checked here and used by the workflow's commands."""
+    from envbuilder.core import validate
+    from envbuilder.render import ci
+
+    if not github:
+        raise InputError("ci needs a CI system: --github")
+    validate.repository(registry, "--registry")
+    if matrix_dir is not None:
+        load_matrix(matrix_dir)  # the folder must exist and be a valid matrix
+    return ci.write_github_workflow(Path(out), registry=registry, matrix=matrix_dir)
+
+
+def explain(logs: Sequence[str], *, top: int = 5) -> list[Cause]:
+    """The likely causes of a failed job, from its log files ("-" for stdin), best first."""
+    from envbuilder.diagnose.explain import explain_files
+
+    return explain_files(list(logs))[:top]
+
+
+def write_report(path: str | Path, data: Mapping[str, Any]) -> None:
+    """A JSON report written atomically (build --report)."""
+    import json
+
+    from envbuilder.render.templating import write_file_atomic
+
+    write_file_atomic(Path(path), json.dumps(data, indent=2, default=str) + "\n", step="report")
+
+
+def apptainer_available() -> bool:
+    from envbuilder.run.apptainer import find_apptainer
+
+    return find_apptainer() is not None
+
+
+def build_sif(image: str, out: str | Path) -> Path:
+    """apptainer build OUT.sif from a local Docker image."""
+    from envbuilder.run import apptainer
+
+    return apptainer.build_sif(image, Path(out))
+
+
+def smoke(image: str | None, *, host: bool = False, nproc: int = 12, nnodes: int = 1,
+          layout: str | None = None, backend: str = "auto", timeout: int = 60,
+          progressive: bool = False, min_busbw: float | None = None, shm_size: str = "2g",
+          gpus: bool | None = None, records: str | None = None,
+          metrics_file: str | Path | None = None, pushgateway: str | None = None,
+          labels: Sequence[str] | None = None,
+          ) -> tuple[SmokeResult, list[SmokeResult], list[dict[str, Any]], Any]:
+    """Run the smoke job in ``image`` (one container, or ``nnodes`` on a private network), on
+    this host, or judge a finished run from its ``records`` (a folder, a log, - for stdin); with
+    ``metrics_file``/``pushgateway`` export the result as Prometheus metrics (run.metrics).
+    Returns (the result, every size run with ``progressive``, likely causes of a failure, what
+    was exported or None)."""
+    from envbuilder.core.validate import image_ref
+    from envbuilder.run import metrics as mx
+    from envbuilder.run import smoke as sm
+    from envbuilder.run.build import explain_log
+
+    if backend not in ("auto", "nccl", "gloo"):
+        raise InputError(f"--backend {backend!r} is not one of auto, nccl, gloo")
+    metrics_to = mx.check_target(metrics_file, pushgateway)
+    overrides = mx.parse_label_overrides(list(labels) if labels else None)
+    if records is not None and (host or image is not None or progressive):
+        raise InputError("--records judges a finished run: give no IMAGE, --host or --progressive")
+    if records is None and host == (image is not None):
+        raise InputError("smoke needs an IMAGE or --host (not both)")
+    ref = image or ""
+    if image is not None:
+        image_ref(image, "IMAGE")
+    client: DockerClient | None = None
+    run_one: Callable[[int], SmokeResult]
+    if records is not None:
+        src = records
+
+        def run_one(n: int) -> SmokeResult:
+            return mx.result_from_records(src)
+    elif nnodes > 1:
+        if host:
+            raise InputError("--nnodes > 1 runs one container per node: give an IMAGE, not --host")
+        from envbuilder.run.multinode import run_smoke_multinode
+
+        counts = None
+        if layout:
+            try:
+                counts = [int(x) for x in layout.split(",")]
+            except ValueError:
+                raise InputError(f"--layout {layout!r} is not a list of rank counts, e.g. 7,5") from None
+            if progressive:
+                raise InputError("--progressive runs even layouts: drop --layout")
+        mn_backend = "gloo" if backend == "auto" and not gpus else backend
+
+        def run_one(n: int) -> SmokeResult:
+            return run_smoke_multinode(ref, nnodes=nnodes, nproc_per_node=n, layout=counts,
+                                       backend=mn_backend, timeout=timeout, shm_size=shm_size,
+                                       gpus=gpus)
+    elif host:
+        def run_one(n: int) -> SmokeResult:
+            return sm.run_smoke_host(nproc=n, backend=backend, timeout=timeout)
+    else:
+        from envbuilder.run.engine import connect
+
+        client = connect()
+        c = client
+
+        def run_one(n: int) -> SmokeResult:
+            return sm.run_smoke_container(c, ref, nproc=n, backend=backend,
+                                          timeout=timeout, gpus=gpus, shm_size=shm_size)
+    runs: list[SmokeResult] = []
+    if progressive:
+        result, runs = sm.run_progressive(run_one, nproc)
+    else:
+        result = run_one(nproc)
+    if min_busbw is not None:
+        result = sm.check_min_busbw(result, min_busbw)
+    if metrics_to.wanted and image is not None and client is None:
+        from envbuilder.run.engine import connect
+
+        client = connect()
+    exported = mx.export_run(result, metrics_to, image=image, client=client, overrides=overrides)
+    causes = [] if result.ok else explain_log(result.log, details=result.details)
+    return result, runs, causes, exported
+
+
+def verify_matrix(*, matrix_dir: str | Path | None = None, pypi: str = "https://pypi.org/simple",
+                  torch_index: str | None = None,
+                  progress: Callable[[str], None] | None = None) -> Any:
+    """Check the matrix's torch facts against the package indexes it can reach (matrix verify)."""
+    from envbuilder.knowledge.indexcheck import verify_matrix as _verify
+
+    return _verify(load_matrix(matrix_dir), pypi=pypi, torch_index=torch_index,
+                   progress=progress)
+
+
+def show_axis(axis: str, *, matrix_dir: str | Path | None = None) -> Any:
+    """One axis of the matrix with the source of every row (matrix show)."""
+    from envbuilder.knowledge.show import show_axis as _show
+
+    return _show(load_matrix(matrix_dir), axis)
+
+
+def metrics_target(metrics_file: str | Path | None, pushgateway: str | None) -> Any:
+    """Where a build's smoke result goes as Prometheus metrics (checked before any work)."""
+    from envbuilder.run.metrics import check_target
+
+    return check_target(metrics_file, pushgateway)
+
+
+def safe_text(value: Any) -> str:
+    """User text fit for a terminal (no escape sequences)."""
+    from envbuilder._safety import terminal_safe
+
+    return terminal_safe(value)
+
+
+def _parent(p: Path) -> Path:
+    parent = p.resolve().parent
+    parent.mkdir(parents=True, exist_ok=True)
+    return parent
+
+
+def image_labels(image: str, client: DockerClient | None = None) -> Mapping[str, str]:
     """The labels of a local image (docker SDK), for doctor --image."""
     from envbuilder.run.engine import connect, image_labels as _labels
 
     return _labels(client or connect(), image)
 
 
-def verify_image(image: str, *, matrix_dir: str | Path | None = None, client=None):
+def verify_image(image: str, *, matrix_dir: str | Path | None = None,
+                 client: DockerClient | None = None) -> VerifyReport:
     """Run the verification payload in ``image`` and compare with its labels (envbuilder verify)."""
     from envbuilder.core import validate
     from envbuilder.run.engine import connect, image_labels as _labels
@@ -218,3 +442,20 @@ def verify_image(image: str, *, matrix_dir: str | Path | None = None, client=Non
     m = load_matrix(matrix_dir)
     ops = {n: o.module for n, o in m.toolchains.deepspeed_ops.items() if o.module}
     return verify_image_labels(c, image, _labels(c, image), ops)
+
+
+def doctor(*, target: str | None = None, image: str | None = None, nproc: int | None = None,
+           matrix_dir: str | Path | None = None) -> list[Check]:
+    """Check this host, and judge it against a target's stack or an image's labels."""
+    from envbuilder import labels
+    from envbuilder.core.validate import image_ref
+    from envbuilder.diagnose.doctor import run_doctor
+
+    if target and image:
+        raise InputError("doctor takes --target or --image, not both")
+    facts = None
+    if target:
+        facts = labels.StackFacts.from_stack(resolve_target(target, matrix_dir=matrix_dir))
+    elif image:
+        facts = labels.read(image_labels(image_ref(image, "--image")))
+    return run_doctor(stack=facts, nproc=nproc)

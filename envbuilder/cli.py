@@ -1,13 +1,15 @@
 """The command line: parse, call the library (envbuilder.api and friends), format.
 
 Exit codes: 0 ok; 1 an operation failed; 2 bad input or usage; 3 an incompatible combination
-was refused. Every command takes --json (one JSON document on stdout) and --matrix DIR.
+was refused. Every command takes --json (one JSON document on stdout); those that read the
+matrix take --matrix DIR. The pin options are declared once (``with_pins``).
 No traceback reaches a user (set ENVBUILDER_DEBUG=1 to see one).
 """
 
 from __future__ import annotations
 
 import functools
+import inspect
 import json
 import os
 import sys
@@ -52,6 +54,8 @@ CudaArchOpt = typer.Option(None, "--cuda-arch", metavar="LIST",
                            help="Narrow the CUDA archs compiled code is built for, e.g. 8.0,9.0 (default: torch's own).")
 CpuIsaOpt = typer.Option(None, "--cpu-isa", metavar="ISA",
                          help="-march of compiled CPU code (DeepSpeed CPU ops): x86-64-v3 (default), x86-64-v4, x86-64-v2.")
+BaseImageOpt = typer.Option(None, "--base-image",
+                            help="The runtime base image (and the builder's, unless it is a CUDA devel image).")
 
 
 def _echo_json(data: Any) -> None:
@@ -107,13 +111,44 @@ def command(fn: Callable) -> Callable:
     return wrapper
 
 
-def _pins(torch, python, deepspeed, horovod, nccl, os_, driver, with_, without, flavour=None,
-          ds_ops=None):
+# The pin options, declared once: ``@with_pins`` adds them to a command and hands the command
+# one ``pins: Pins`` (core.target.Pins) instead of nine parameters.
+_PIN_OPTIONS: tuple[tuple[str, Any, Any], ...] = (
+    ("torch", Optional[str], TorchOpt), ("python", Optional[str], PythonOpt),
+    ("deepspeed", Optional[str], DsOpt), ("horovod", Optional[str], HvdOpt),
+    ("nccl", Optional[str], NcclOpt), ("os_", Optional[str], OsOpt),
+    ("driver", Optional[str], DriverOpt), ("with_", Optional[List[str]], WithOpt),
+    ("without", Optional[List[str]], WithoutOpt),
+    ("flavour", Optional[str], FlavourOpt), ("ds_ops", Optional[str], DsOpsOpt),
+)
+
+
+def with_pins(fn: Callable) -> Callable:
+    """Add the pin options to a command that takes ``pins``."""
     from envbuilder.api import Pins
 
-    return Pins(torch=torch, python=python, deepspeed=deepspeed, horovod=horovod, nccl=nccl,
-                os=os_, driver=driver, with_=tuple(with_ or ()), without=tuple(without or ()),
-                flavour=flavour, ds_ops=ds_ops)
+    sig = inspect.signature(fn)
+    params = [p for p in sig.parameters.values() if p.name != "pins"]
+    at = next((i for i, p in enumerate(params) if p.name in ("base_image", "matrix", "as_json")),
+              len(params))
+    added = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=opt, annotation=ann)
+             for name, ann, opt in _PIN_OPTIONS]
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        v = {name: kwargs.pop(name, None) for name, _, _ in _PIN_OPTIONS}
+        kwargs["pins"] = Pins(torch=v["torch"], python=v["python"], deepspeed=v["deepspeed"],
+                              horovod=v["horovod"], nccl=v["nccl"], os=v["os_"],
+                              driver=v["driver"], with_=tuple(v["with_"] or ()),
+                              without=tuple(v["without"] or ()), flavour=v["flavour"],
+                              ds_ops=v["ds_ops"])
+        return fn(*args, **kwargs)
+
+    wrapper.__signature__ = sig.replace(  # type: ignore[attr-defined]
+        parameters=[p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in params[:at]]
+        + added + [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in params[at:]])
+    wrapper.__annotations__ = {k: v for k, v in fn.__annotations__.items() if k != "pins"}
+    return wrapper
 
 
 def _arch(value: Optional[str]) -> tuple[str, ...]:
@@ -159,32 +194,15 @@ def targets(matrix: Optional[str] = MatrixOpt, as_json: bool = JsonOpt,
             github_matrix: bool = typer.Option(False, "--github-matrix",
                                                help="Print the JSON a GitHub Actions matrix consumes.")) -> None:
     """List the built-in targets and what each resolves to."""
-    from envbuilder.api import builtin_targets, resolve_target
-    from envbuilder.errors import IncompatibleError
-    from envbuilder.core.matrix import load_matrix
+    from envbuilder import api
 
-    m = load_matrix(matrix)
-    rows = []
-    for name in builtin_targets(m):
-        alias = m.alias(name)
-        try:
-            d = resolve_target(name, matrix=m).to_dict()
-            rows.append({"name": name, "target": alias.target if alias else name,
-                         "description": alias.description if alias else "", "ok": True,
-                         "tag": d["tag"], "stack": {k: d[k] for k in (
-                             "cuda", "cuda_toolkit", "torch", "python", "nccl", "deepspeed",
-                             "horovod", "os", "base_image")}})
-        except IncompatibleError as e:
-            rows.append({"name": name, "target": alias.target if alias else name,
-                         "description": alias.description if alias else "", "ok": False,
-                         "error": str(e)})
     if github_matrix:
-        from envbuilder.render.ci import github_matrix as gh
-
-        _echo_json(gh(m))
+        _echo_json(api.github_matrix(matrix_dir=matrix))
         return
+    data = api.list_targets(matrix_dir=matrix)
+    rows = data["targets"]
     if as_json:
-        _echo_json({"matrix": {"path": str(m.path), "digest": m.digest}, "targets": rows})
+        _echo_json(data)
         return
     _table("envbuilder targets", ["target", "cuda", "torch", "python", "os", "extras", "base image"],
            [[r["name"], r["stack"]["cuda_toolkit"] or "cpu", r["stack"]["torch"], r["stack"]["python"],
@@ -195,19 +213,15 @@ def targets(matrix: Optional[str] = MatrixOpt, as_json: bool = JsonOpt,
 
 @app.command()
 @command
+@with_pins
 def resolve(target: str = typer.Argument(..., help="e.g. cu118, cu121-torch2.1-py310, cpu"),
-            torch: Optional[str] = TorchOpt, python: Optional[str] = PythonOpt,
-            deepspeed: Optional[str] = DsOpt, horovod: Optional[str] = HvdOpt,
-            nccl: Optional[str] = NcclOpt, os_: Optional[str] = OsOpt,
-            driver: Optional[str] = DriverOpt, with_: Optional[List[str]] = WithOpt,
-            without: Optional[List[str]] = WithoutOpt,
-           flavour: Optional[str] = FlavourOpt, ds_ops: Optional[str] = DsOpsOpt,
+            pins: Any = None,
             matrix: Optional[str] = MatrixOpt, as_json: bool = JsonOpt) -> None:
     """Print the resolved stack, or why none exists (exit 3)."""
     from envbuilder.api import resolve_target
 
     st = resolve_target(target, matrix_dir=matrix,
-                        pins=_pins(torch, python, deepspeed, horovod, nccl, os_, driver, with_, without, flavour, ds_ops))
+                        pins=pins)
     d = st.to_dict()
     if as_json:
         _echo_json(d)
@@ -242,16 +256,12 @@ def check(cuda: Optional[str] = typer.Option(None, "--cuda", help="CUDA version,
 
 @app.command()
 @command
+@with_pins
 def render(target: Optional[str] = typer.Argument(None, help="The target; omit with --all."),
            out: Optional[Path] = typer.Option(None, "-o", "--out", help="Output folder (default build/<target>)."),
            all_: bool = typer.Option(False, "--all", help="Render every built-in target into OUT/<target>/."),
-           torch: Optional[str] = TorchOpt, python: Optional[str] = PythonOpt,
-           deepspeed: Optional[str] = DsOpt, horovod: Optional[str] = HvdOpt,
-           nccl: Optional[str] = NcclOpt, os_: Optional[str] = OsOpt,
-           driver: Optional[str] = DriverOpt, with_: Optional[List[str]] = WithOpt,
-           without: Optional[List[str]] = WithoutOpt,
-           flavour: Optional[str] = FlavourOpt, ds_ops: Optional[str] = DsOpsOpt,
-           base_image: Optional[str] = typer.Option(None, "--base-image", help="The runtime base image (and the builder's, unless it is a CUDA devel image)."),
+           pins: Any = None,
+           base_image: Optional[str] = BaseImageOpt,
            builder_image: Optional[str] = BuilderImageOpt, cuda_arch: Optional[str] = CudaArchOpt,
            cpu_isa: Optional[str] = CpuIsaOpt,
            pip_index_url: Optional[str] = typer.Option(None, "--pip-index-url", help="PyPI mirror."),
@@ -267,7 +277,6 @@ def render(target: Optional[str] = typer.Argument(None, help="The target; omit w
     from envbuilder.api import render_all, render_target
     from envbuilder.errors import InputError
 
-    pins = _pins(torch, python, deepspeed, horovod, nccl, os_, driver, with_, without, flavour, ds_ops)
     kw = dict(matrix_dir=matrix, pins=pins, base_image=base_image, pip_index_url=pip_index_url,
               extra_index_urls=tuple(extra_index_url or ()), nproc=nproc, lock=lock,
               requirements_file=requirements, image=image, infiniband=infiniband,
@@ -303,6 +312,7 @@ def render(target: Optional[str] = typer.Argument(None, help="The target; omit w
 
 @app.command()
 @command
+@with_pins
 def lock(target: str = typer.Argument(..., help="The target to lock."),
          out: Optional[Path] = typer.Option(None, "-o", "--out", help="Folder for requirements.lock (default build/<target>)."),
          check_: bool = typer.Option(False, "--check", help="Re-resolve and fail (exit 1, with a diff) when the lock on disk differs."),
@@ -312,41 +322,24 @@ def lock(target: str = typer.Argument(..., help="The target to lock."),
          sbom: bool = typer.Option(False, "--sbom", help="Also write a CycloneDX SBOM (sbom.cdx.json)."),
          pip_index_url: Optional[str] = typer.Option(None, "--pip-index-url", help="Index (mirror) to lock from."),
          extra_index_url: Optional[List[str]] = typer.Option(None, "--extra-index-url"),
-         torch: Optional[str] = TorchOpt, python: Optional[str] = PythonOpt,
-         deepspeed: Optional[str] = DsOpt, horovod: Optional[str] = HvdOpt,
-         nccl: Optional[str] = NcclOpt, os_: Optional[str] = OsOpt,
-         driver: Optional[str] = DriverOpt, with_: Optional[List[str]] = WithOpt,
-         without: Optional[List[str]] = WithoutOpt,
-           flavour: Optional[str] = FlavourOpt, ds_ops: Optional[str] = DsOpsOpt,
+         pins: Any = None,
          matrix: Optional[str] = MatrixOpt, as_json: bool = JsonOpt) -> None:
     """Write the hash-pinned lock for a target; --check fails on drift (the CI gate)."""
-    from envbuilder.api import resolve_target
-    from envbuilder.lock.requirements import write_locks
-    from envbuilder.core.validate import url
+    from envbuilder.api import lock_target
 
-    if pip_index_url:
-        url(pip_index_url, "--pip-index-url")
-    for u in extra_index_url or ():
-        url(u, "--extra-index-url")
-    stack = resolve_target(target, matrix_dir=matrix,
-                           pins=_pins(torch, python, deepspeed, horovod, nccl, os_, driver, with_, without, flavour, ds_ops))
-    dest = out or Path("build") / target
-    res = write_locks(stack, dest, requirements_file=requirements, index_url=pip_index_url,
-                      extra_index_urls=tuple(extra_index_url or ()), check=check_, conda=conda,
-                      conda_channels=tuple(conda_channel or ("conda-forge",)), sbom=sbom)
-    rep = res["lock"]
-    data = {"lock": rep.to_dict(), "target": target, "tag": stack.tag}
-    if res["conda"] is not None:
-        data["conda"] = res["conda"].to_dict()
-    if res["sbom"] is not None:
-        data["sbom"] = res["sbom"]
+    data = lock_target(target, out or Path("build") / target, matrix_dir=matrix, pins=pins,
+                       check=check_, requirements_file=requirements, conda=conda,
+                       conda_channels=tuple(conda_channel or ("conda-forge",)), sbom=sbom,
+                       pip_index_url=pip_index_url,
+                       extra_index_urls=tuple(extra_index_url or ()))
+    rep = data["lock"]
     if as_json:
         _echo_json(data)
         return
     if check_:
-        sys.stdout.write(f"ok: {rep.path} matches a fresh resolution ({len(rep.packages)} packages, hashes verified)\n")
+        sys.stdout.write(f"ok: {rep['path']} matches a fresh resolution ({len(rep['packages'])} packages, hashes verified)\n")
     else:
-        sys.stdout.write(f"{rep.path}: {len(rep.packages)} packages, {rep.digest}\n")
+        sys.stdout.write(f"{rep['path']}: {len(rep['packages'])} packages, {rep['digest']}\n")
         for extra in ("conda", "sbom"):
             if extra in data:
                 sys.stdout.write(f"{extra}: {data[extra] if isinstance(data[extra], str) else ', '.join(str(v) for k, v in data[extra].items() if k.endswith('path') or k.endswith('file'))}\n")
@@ -358,11 +351,8 @@ def bake(out: Path = typer.Option(Path("build"), "-o", "--out", help="Folder for
          registry: Optional[str] = typer.Option(None, "--registry", help="Repository the tags go under."),
          matrix: Optional[str] = MatrixOpt, as_json: bool = JsonOpt) -> None:
     """Render every built-in target and write a docker-bake.hcl for docker buildx bake."""
-    from envbuilder.render.bake import bake_all
-    from envbuilder.core.validate import repository
+    from envbuilder.api import bake_all
 
-    if registry:
-        repository(registry, "--registry")
     r = bake_all(out, matrix_dir=matrix, registry=registry)
     if as_json:
         _echo_json(r)
@@ -377,18 +367,9 @@ def ci(github: bool = typer.Option(False, "--github", help="Write a GitHub Actio
        registry: str = typer.Option(..., "--registry", help="Repository to push to, e.g. ghcr.io/org/train."),
        matrix: Optional[str] = MatrixOpt, as_json: bool = JsonOpt) -> None:
     """Write CI that locks, renders, builds, smoke-tests and pushes every target."""
-    from envbuilder.render.ci import write_github_workflow
-    from envbuilder.errors import InputError
-    from envbuilder.core.validate import repository
+    from envbuilder.api import write_ci
 
-    if not github:
-        raise InputError("ci needs a CI system: --github")
-    repository(registry, "--registry")
-    if matrix is not None:
-        from envbuilder.core.matrix import load_matrix
-
-        load_matrix(matrix)  # the folder must exist and be a valid matrix
-    path = write_github_workflow(out, registry=registry, matrix=matrix)
+    path = write_ci(out, registry=registry, github=github, matrix_dir=matrix)
     if as_json:
         _echo_json({"workflow": str(path)})
     else:
@@ -402,10 +383,10 @@ class _Progress:
 
     def __init__(self, enabled: bool) -> None:
         self.enabled = enabled
-        self.progress = None
+        self.progress: Any = None
         self.tasks: dict[str, int] = {}
 
-    def __enter__(self) -> "_Progress":
+    def __enter__(self) -> _Progress:
         if self.enabled:
             from rich.console import Console
             from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
@@ -444,7 +425,7 @@ class _Progress:
 def _build_opts(base_image, ca_cert, pip_index_url, extra_index_url, wheelhouse, http_proxy,
                 https_proxy, no_proxy, tag, push, no_smoke, nproc, backend, smoke_timeout,
                 shm_size, context, no_alias, lock=None):
-    from envbuilder.run.build import BuildOptions
+    from envbuilder.api import BuildOptions
 
     proxies = {k: v for k, v in (("HTTP_PROXY", http_proxy), ("HTTPS_PROXY", https_proxy),
                                  ("NO_PROXY", no_proxy)) if v}
@@ -457,17 +438,13 @@ def _build_opts(base_image, ca_cert, pip_index_url, extra_index_url, wheelhouse,
 
 @app.command()
 @command
+@with_pins
 def build(target: Optional[str] = typer.Argument(None, help="The target; omit with --all."),
           all_: bool = typer.Option(False, "--all", help="Build every built-in target; keep going past failures."),
           only: Optional[List[str]] = typer.Option(None, "--only", help="With --all: only targets containing this text."),
           jobs: int = typer.Option(1, "--jobs", "-j", min=1, help="With --all: builds at once."),
-          torch: Optional[str] = TorchOpt, python: Optional[str] = PythonOpt,
-          deepspeed: Optional[str] = DsOpt, horovod: Optional[str] = HvdOpt,
-          nccl: Optional[str] = NcclOpt, os_: Optional[str] = OsOpt,
-          driver: Optional[str] = DriverOpt, with_: Optional[List[str]] = WithOpt,
-          without: Optional[List[str]] = WithoutOpt,
-           flavour: Optional[str] = FlavourOpt, ds_ops: Optional[str] = DsOpsOpt,
-          base_image: Optional[str] = typer.Option(None, "--base-image", help="The runtime base image (and the builder's, unless it is a CUDA devel image)."),
+          pins: Any = None,
+          base_image: Optional[str] = BaseImageOpt,
           builder_image: Optional[str] = BuilderImageOpt, cuda_arch: Optional[str] = CudaArchOpt,
           cpu_isa: Optional[str] = CpuIsaOpt,
           no_verify: bool = typer.Option(False, "--no-verify", help="Skip checking the image against its labels."),
@@ -493,8 +470,9 @@ def build(target: Optional[str] = typer.Argument(None, help="The target; omit wi
           metrics_file: Optional[Path] = typer.Option(None, "--metrics-file", help="Write the smoke result as Prometheus metrics here (*.prom)."),
           pushgateway: Optional[str] = typer.Option(None, "--pushgateway", help="Push the smoke result as Prometheus metrics to this Pushgateway URL."),
           matrix: Optional[str] = MatrixOpt, as_json: bool = JsonOpt) -> None:
-    """Build the image with the Docker engine, run the smoke job in it, optionally push it."""
-    from envbuilder.run.build import BuildFailed, build_many, build_target
+    """Build the image with the Docker engine, verify it against its labels, run the smoke job
+    in it, optionally push it."""
+    from envbuilder.api import BuildFailed, build_many, build_target
     from envbuilder.errors import InputError
 
     if backend not in ("auto", "nccl", "gloo"):
@@ -502,9 +480,9 @@ def build(target: Optional[str] = typer.Argument(None, help="The target; omit wi
     if fmt not in ("docker", "apptainer"):
         raise InputError(f"--format {fmt!r} is not one of docker, apptainer")
     if fmt == "apptainer":
-        from envbuilder.run.apptainer import find_apptainer
+        from envbuilder.api import apptainer_available
 
-        if find_apptainer() is None:
+        if not apptainer_available():
             raise InputError("--format apptainer needs apptainer (or singularity) on PATH; "
                              "without it, build envbuilder.def on your cluster: apptainer build X.sif envbuilder.def")
     opts = _build_opts(base_image, ca_cert, pip_index_url, extra_index_url, wheelhouse,
@@ -512,19 +490,17 @@ def build(target: Optional[str] = typer.Argument(None, help="The target; omit wi
                        smoke_timeout, shm_size, context, no_alias, lock)
     opts.builder_image, opts.cuda_arch, opts.cpu_isa = builder_image, _arch(cuda_arch), cpu_isa
     opts.verify = not no_verify
-    from envbuilder.run.metrics import check_target
-
     if all_ and metrics_file is not None:
         raise InputError("--metrics-file holds one run: with --all use --pushgateway (one group per target)")
-    opts.metrics = check_target(metrics_file, pushgateway)
-    pins = _pins(torch, python, deepspeed, horovod, nccl, os_, driver, with_, without, flavour, ds_ops)
+    from envbuilder.api import metrics_target
+
+    opts.metrics = metrics_target(metrics_file, pushgateway)
     if all_:
         if target is not None:
             raise InputError("build --all takes no TARGET")
-        from envbuilder.api import builtin_targets
-        from envbuilder.core.matrix import load_matrix
+        from envbuilder.api import builtin_target_names
 
-        names = [t for t in builtin_targets(load_matrix(matrix))
+        names = [t for t in builtin_target_names(matrix_dir=matrix)
                  if not only or any(o in t for o in only)]
         opts.validate()
         with _Progress(not as_json) as prog:
@@ -561,7 +537,7 @@ def build(target: Optional[str] = typer.Argument(None, help="The target; omit wi
         raise
     data = r.to_dict()
     if fmt == "apptainer":
-        from envbuilder.run.apptainer import build_sif
+        from envbuilder.api import build_sif
 
         sif = Path(f"{r.tag}.sif")
         build_sif(r.local_tags[0], sif)
@@ -576,9 +552,9 @@ def build(target: Optional[str] = typer.Argument(None, help="The target; omit wi
 def _write_report(path: Optional[Path], data: dict) -> None:
     if path is None:
         return
-    from envbuilder.render.templating import write_file_atomic
+    from envbuilder.api import write_report
 
-    write_file_atomic(path, json.dumps(data, indent=2, default=str) + "\n", step="report")
+    write_report(path, data)
 
 
 def _print_build(d: dict) -> None:
@@ -619,75 +595,16 @@ def smoke(image: Optional[str] = typer.Argument(None, help="The image to test (o
           metrics_file: Optional[Path] = typer.Option(None, "--metrics-file", help="Write the result as Prometheus metrics here (*.prom, for node-exporter's textfile collector)."),
           pushgateway: Optional[str] = typer.Option(None, "--pushgateway", help="Push the result as Prometheus metrics to this Pushgateway URL."),
           label: Optional[List[str]] = typer.Option(None, "--label", help="A metrics label KEY=VALUE (target, image, image_digest, node)."),
-          matrix: Optional[str] = MatrixOpt, as_json: bool = JsonOpt) -> None:
+          as_json: bool = JsonOpt) -> None:
     """Run the distributed smoke job in an image (or --host) and report every check."""
-    from envbuilder.run import metrics as mx
-    from envbuilder.run import smoke as sm
-    from envbuilder.errors import InputError
+    from envbuilder.api import safe_text
+    from envbuilder.api import smoke as run_smoke
 
-    if backend not in ("auto", "nccl", "gloo"):
-        raise InputError(f"--backend {backend!r} is not one of auto, nccl, gloo")
-    metrics_to = mx.check_target(metrics_file, pushgateway)
-    label_overrides = mx.parse_label_overrides(label)
-    client = None
-    if records is not None and (host or image is not None or progressive):
-        raise InputError("--records judges a finished run: give no IMAGE, --host or --progressive")
-    if records is None and host == (image is not None):
-        raise InputError("smoke needs an IMAGE or --host (not both)")
-    if image is not None:
-        from envbuilder.core.validate import image_ref
-
-        image_ref(image, "IMAGE")
-    if records is not None:
-        def run_one(n: int):
-            return mx.result_from_records(records)
-    elif nnodes > 1:
-        if host:
-            raise InputError("--nnodes > 1 runs one container per node: give an IMAGE, not --host")
-        from envbuilder.run.multinode import run_smoke_multinode
-
-        counts = None
-        if layout:
-            try:
-                counts = [int(x) for x in layout.split(",")]
-            except ValueError:
-                raise InputError(f"--layout {layout!r} is not a list of rank counts, e.g. 7,5") from None
-            if progressive:
-                raise InputError("--progressive runs even layouts: drop --layout")
-        mn_backend = "gloo" if backend == "auto" and not gpus else backend
-
-        def run_one(n: int):
-            return run_smoke_multinode(image, nnodes=nnodes, nproc_per_node=n, layout=counts,
-                                       backend=mn_backend, timeout=timeout, shm_size=shm_size)
-    elif host:
-        def run_one(n: int):
-            return sm.run_smoke_host(nproc=n, backend=backend, timeout=timeout)
-    else:
-        from envbuilder.run.engine import connect
-
-        client = connect()
-
-        def run_one(n: int):
-            return sm.run_smoke_container(client, image, nproc=n, backend=backend,
-                                          timeout=timeout, gpus=gpus, shm_size=shm_size)
-    runs = []
-    if progressive:
-        result, runs = sm.run_progressive(run_one, nproc)
-    else:
-        result = run_one(nproc)
-    if min_busbw is not None:
-        result = sm.check_min_busbw(result, min_busbw)
-    if metrics_to.wanted and image is not None and client is None:
-        from envbuilder.run.engine import connect
-
-        client = connect()
-    exported = mx.export_run(result, metrics_to, image=image, client=client,
-                             overrides=label_overrides)
-    causes = []
-    if not result.ok:
-        from envbuilder.run.build import explain_log
-
-        causes = explain_log(result.log, details=result.details)
+    result, runs, causes, exported = run_smoke(
+        image, host=host, nproc=nproc, nnodes=nnodes, layout=layout, backend=backend,
+        timeout=timeout, progressive=progressive, min_busbw=min_busbw, shm_size=shm_size,
+        gpus=gpus, records=records, metrics_file=metrics_file, pushgateway=pushgateway,
+        labels=label)
     data = result.to_dict()
     data.pop("log", None)
     data["causes"] = causes
@@ -717,13 +634,9 @@ def smoke(image: Optional[str] = typer.Argument(None, help="The image to test (o
         first = result.failed[0] if result.failed else None
         if first and result.details.get(first):
             msg += f" ({result.details[first].splitlines()[0][:200]})"
-        from envbuilder._safety import terminal_safe
-
-        sys.stderr.write(f"envbuilder: error: {terminal_safe(msg)}\n")
+        sys.stderr.write(f"envbuilder: error: {safe_text(msg)}\n")
         raise typer.Exit(EXIT_FAILED)
 
-
-# -- doctor and explain ---------------------------------------------------------------------
 
 @app.command()
 @command
@@ -732,7 +645,7 @@ def verify(image: str = typer.Argument(..., help="An image built by envbuilder (
     """Check that an image is what its labels say: torch, CUDA, the one NCCL loaded, cuDNN,
     Python, Horovod's NCCL, DeepSpeed ops, the NVIDIA variables (no GPU needed; exit 1 on a
     mismatch)."""
-    from envbuilder.api import verify_image
+    from envbuilder.api import safe_text, verify_image
 
     r = verify_image(image, matrix_dir=matrix)
     d = r.to_dict()
@@ -743,9 +656,12 @@ def verify(image: str = typer.Argument(..., help="An image built by envbuilder (
                [[c["name"], "ok" if c["ok"] else "FAIL", c["detail"]] for c in d["checks"]])
     if not r.ok:
         if not as_json:
-            sys.stderr.write(f"envbuilder: error: {image} is not what its labels say: {r.summary()}\n")
+            sys.stderr.write(f"envbuilder: error: {safe_text(image)} is not what its labels say: "
+                             f"{safe_text(r.summary())}\n")
         raise typer.Exit(EXIT_FAILED)
 
+
+# -- doctor and explain ---------------------------------------------------------------------
 
 @app.command()
 @command
@@ -754,24 +670,9 @@ def doctor(target: Optional[str] = typer.Option(None, "--target", help="Also jud
            nproc: Optional[int] = typer.Option(None, "--nproc", min=1, help="Ranks the job will run on this host."),
            matrix: Optional[str] = MatrixOpt, as_json: bool = JsonOpt) -> None:
     """Check this host: driver, GPUs, topology, /dev/shm, InfiniBand, NCCL settings, container."""
-    from envbuilder.diagnose.doctor import run_doctor, stack_from_image_labels
-    from envbuilder.errors import InputError
+    from envbuilder.api import doctor as run_doctor
 
-    stack = None
-    if target and image:
-        raise InputError("doctor takes --target or --image, not both")
-    if target:
-        from envbuilder.api import resolve_target
-
-        stack = resolve_target(target, matrix_dir=matrix).to_dict()
-    elif image:
-        from envbuilder.api import image_labels
-        from envbuilder.core.validate import image_ref
-
-        stack = stack_from_image_labels(image_labels(image_ref(image, "--image")))
-    if stack is not None and nproc is not None:
-        stack["nproc"] = nproc
-    checks = run_doctor(stack=stack, nproc=nproc)
+    checks = run_doctor(target=target, image=image, nproc=nproc, matrix_dir=matrix)
     failed = [c for c in checks if c.status == "fail"]
     if as_json:
         _echo_json({"ok": not failed, "checks": [c.to_dict() for c in checks]})
@@ -790,21 +691,18 @@ def doctor(target: Optional[str] = typer.Option(None, "--target", help="Also jud
 @command
 def explain(logs: List[str] = typer.Argument(..., help="Log files, or - for stdin."),
             top: int = typer.Option(5, "--top", min=1, help="How many causes to show."),
-            as_json: bool = JsonOpt, matrix: Optional[str] = MatrixOpt) -> None:
+            as_json: bool = JsonOpt) -> None:
     """Name the likely causes of a failed distributed job from its logs, with fixes."""
-    from envbuilder.diagnose.explain import explain_files
+    from envbuilder.api import explain, safe_text
 
-    from envbuilder._safety import terminal_safe
-
-    causes = explain_files(logs)[:top]
+    causes = explain(logs, top=top)
     if as_json:
         _echo_json({"causes": [c.to_dict() for c in causes]})
     else:
         for i, c in enumerate(causes, 1):
             sys.stdout.write(f"{i}. {c.category} ({c.confidence:.0%}): {c.title}\n")
             for ev in c.evidence[:3]:
-                sys.stdout.write(terminal_safe(f"   {ev.file}:{ev.line_no}: {ev.text.strip()[:160]}")
-                                 + "\n")
+                sys.stdout.write(safe_text(f"   {ev.file}:{ev.line_no}: {ev.text.strip()[:160]}") + "\n")
             sys.stdout.write(f"   check: {c.check}\n   fix:   {c.fix}\n   see:   {c.source}\n")
     if not causes:
         sys.stderr.write("envbuilder: nothing in the log matched a known failure\n")
@@ -824,11 +722,11 @@ def matrix_verify(pypi: str = typer.Option("https://pypi.org/simple", "--pypi-in
                   matrix: Optional[str] = MatrixOpt, as_json: bool = JsonOpt) -> None:
     """Check torch releases, variants, NCCL pins and Python tags against the reachable indexes (exit 1 on a disagreement)."""
     from rich.console import Console
-    from envbuilder.core.matrix import load_matrix
-    from envbuilder.knowledge.indexcheck import verify_matrix
+
+    from envbuilder.api import verify_matrix
 
     with Console(stderr=True, quiet=as_json).status("verify") as st:
-        rep = verify_matrix(load_matrix(matrix), pypi=pypi, torch_index=torch_index,
+        rep = verify_matrix(matrix_dir=matrix, pypi=pypi, torch_index=torch_index,
                             progress=lambda msg: st.update(msg))
     if as_json:
         _echo_json(rep.to_dict())
@@ -846,10 +744,9 @@ def matrix_verify(pypi: str = typer.Option("https://pypi.org/simple", "--pypi-in
 def matrix_show(axis: str = typer.Argument(..., help="cuda, torch, nccl, os, base_images, deepspeed, horovod or incompatibilities."),
                 matrix: Optional[str] = MatrixOpt, as_json: bool = JsonOpt) -> None:
     """Print one axis of the matrix with the source of every row."""
-    from envbuilder.core.matrix import load_matrix
-    from envbuilder.knowledge.show import show_axis
+    from envbuilder.api import show_axis
 
-    t = show_axis(load_matrix(matrix), axis)
+    t = show_axis(axis, matrix_dir=matrix)
     if as_json:
         return _echo_json(t.to_dict())
     _table(f"matrix: {axis}", [*t.columns, "source"], [[*r, " ".join(s)] for r, s in zip(t.rows, t.sources)])
@@ -860,9 +757,9 @@ def main() -> None:  # console-script entry point
     try:
         from typer._click.exceptions import NoArgsIsHelpError, UsageError
     except ImportError:  # pragma: no cover - typer before it vendored click
-        from click.exceptions import UsageError
+        from click.exceptions import UsageError  # type: ignore[assignment]
 
-        NoArgsIsHelpError = ()  # type: ignore[assignment]
+        NoArgsIsHelpError = ()  # type: ignore[assignment,misc]
     import typer.main
 
     from envbuilder import _safety
@@ -874,6 +771,7 @@ def main() -> None:  # console-script entry point
     except KeyboardInterrupt as e:  # outside a command (while parsing)
         sys.stderr.write("envbuilder: interrupted\n")
         rv = _safety.interrupted_exit_code(e)
+
     except OSError as e:
         if not _safety.is_broken_pipe(e):
             raise
@@ -891,6 +789,10 @@ def main() -> None:  # console-script entry point
     except typer.Abort:
         sys.stderr.write("envbuilder: interrupted\n")
         rv = EXIT_FAILED
+    if rv == 130 and _safety.LAST_SIGNAL is not None:
+        # typer turns a signal that lands while it parses into exit 130: say which signal
+        sys.stderr.write("envbuilder: interrupted\n")
+        rv = _safety.interrupted_exit_code()
     _safety.restore_signal_handlers()  # the work is done: a late signal just ends us
     try:
         sys.stdout.flush()

@@ -7,6 +7,8 @@ with ``err.exit_code``; no traceback reaches a user.
 
 from __future__ import annotations
 
+from typing import Any
+
 EXIT_OK = 0
 EXIT_FAILED = 1  # an operation failed: build, smoke, push, a doctor check
 EXIT_USAGE = 2  # bad input or usage
@@ -26,7 +28,7 @@ class EnvbuilderError(Exception):
     def __str__(self) -> str:
         return self.message
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {
             "error": type(self).__name__,
             "message": self.message,
@@ -50,12 +52,12 @@ class IncompatibleError(EnvbuilderError):
 
     exit_code = EXIT_INCOMPATIBLE
 
-    def __init__(self, message: str, *, violations: list | None = None,
+    def __init__(self, message: str, *, violations: list[Any] | None = None,
                  details: list[str] | None = None) -> None:
         super().__init__(message, details=details)
         self.violations = list(violations or [])
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         d = super().to_dict()
         d["violations"] = [v.to_dict() if hasattr(v, "to_dict") else v for v in self.violations]
         return d
@@ -71,7 +73,7 @@ class OperationError(EnvbuilderError):
         super().__init__(message, details=details)
         self.step = step
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         d = super().to_dict()
         d["step"] = self.step
         return d

@@ -3,7 +3,9 @@
 #   1. installs envbuilder with its test extras, and torch 2.13.0 (CPU) for the host smoke tests
 #   2. installs and starts a Docker engine, a local base image and a wheelhouse
 #      (scripts/test-services.sh; registries are started by the tests themselves)
-#   3. runs pytest; arguments are passed on (e.g. scripts/test.sh -k resolve)
+#   3. runs the static checks (scripts/lint.sh: import-linter layers, ruff, mypy); a violation
+#      fails the run before any test
+#   4. runs pytest; arguments are passed on (e.g. scripts/test.sh -k resolve)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export UV_PYTHON_DOWNLOADS=never PIP_DISABLE_PIP_VERSION_CHECK=1
@@ -13,6 +15,7 @@ echo "[test.sh] installing this checkout (torch-envbuilder[dev,lock,conda]) and 
 # torch's CPU build: on these machines pip's configuration serves it from local disk
 "$PY" -m pip install -q torch==2.13.0 numpy \
   || "$PY" -m pip install -q torch==2.13.0 numpy --index-url https://download.pytorch.org/whl/cpu
+bash scripts/lint.sh
 echo "[test.sh] starting the Docker engine, base image and wheelhouse" >&2
 eval "$(bash scripts/test-services.sh)"
 # fail (not skip) the engine tests if anything above did not come up

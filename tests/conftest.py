@@ -107,7 +107,7 @@ class Registry:
     def address(self) -> str:
         return f"127.0.0.1:{self.port}"
 
-    def start(self) -> "Registry":
+    def start(self) -> Registry:
         exe = shutil.which("docker-registry")
         if exe is None:
             _missing("docker-registry is not installed (apt-get install docker-registry)")

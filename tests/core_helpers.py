@@ -15,7 +15,12 @@ from envbuilder.core.matrix import (
 )
 from envbuilder.core.resources import matrices_dir
 
-MATRICES = matrices_dir()
+# The golden-file, rule and resolver tests name versions: they run against a frozen copy of the
+# matrix (tests/data/matrix-frozen/), so a matrix edit does not rewrite them. LIVE is the
+# built-in matrix users get; tests/test_live_matrix.py checks its invariants.
+FROZEN = Path(__file__).resolve().parent / "data" / "matrix-frozen"
+LIVE = matrices_dir()
+MATRICES = FROZEN
 REPO = Path(__file__).resolve().parent.parent
 HADOLINT_CONFIG = REPO / ".hadolint.yaml"
 GOLDEN = Path(__file__).resolve().parent / "golden"
@@ -38,7 +43,13 @@ GOLDEN_FILES = ("Dockerfile", "envbuilder.def", "requirements.in")
 
 @lru_cache(maxsize=1)
 def builtin() -> Matrix:
-    """The built-in matrix, loaded once per test session (Matrix is frozen)."""
+    """The frozen copy of the built-in matrix, loaded once per test session."""
+    return load_matrix(FROZEN)
+
+
+@lru_cache(maxsize=1)
+def live() -> Matrix:
+    """The live built-in matrix (matrices/), loaded once per test session."""
     return load_matrix()
 
 

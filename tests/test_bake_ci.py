@@ -13,7 +13,8 @@ import pytest
 import yaml
 
 from envbuilder.api import builtin_targets, render_target, resolve_target
-from envbuilder.render.bake import bake_all, write_bake
+from envbuilder.api import bake_all
+from envbuilder.render.bake import write_bake
 from envbuilder.render.ci import github_matrix, write_github_workflow
 from envbuilder.errors import InputError
 from envbuilder.core.matrix import load_matrix

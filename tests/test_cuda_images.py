@@ -20,12 +20,10 @@ scripts/test-services.sh for the wheelhouses, downloaded once).
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 import os
 import subprocess
 import sys
-import tarfile
 from dataclasses import dataclass
 from pathlib import Path
 

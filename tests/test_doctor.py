@@ -21,9 +21,10 @@ from envbuilder.diagnose.doctor import (
     parse_topology,
     run_doctor,
     select_interfaces,
-    stack_from_image_labels,
 )
 from envbuilder.errors import InputError
+from envbuilder.labels import StackFacts
+from envbuilder.labels import read as stack_from_image_labels
 
 HOSTS = Path(__file__).parent / "fixtures" / "hosts"
 
@@ -34,8 +35,12 @@ STACK_124 = {
                    "source": "https://docs.nvidia.com/cuda/cuda-toolkit-release-notes/index.html"},
     "torch": "2.5.1",
     "torch_arch": ["sm_50", "sm_60", "sm_70", "sm_75", "sm_80", "sm_86", "sm_90"],
-    "nproc": 8,
 }
+
+
+def facts(**change) -> StackFacts:
+    """STACK_124 with some fields changed, as doctor's typed input."""
+    return StackFacts.from_mapping({**STACK_124, **change})
 
 
 def by_name(checks: list[Check]) -> dict[str, Check]:
@@ -73,7 +78,7 @@ def test_every_fixture_host_documents_its_source() -> None:
 
 
 def test_healthy_h100_host() -> None:
-    checks = run_doctor(probe=host("hgx-h100-8gpu"), stack=STACK_124)
+    checks = run_doctor(probe=host("hgx-h100-8gpu"), stack=facts(), nproc=8)
     assert statuses(checks) == HEALTHY_H100
     c = by_name(checks)
     assert c["driver"].value == "565.57.01"
@@ -86,20 +91,19 @@ def test_healthy_h100_host() -> None:
 
 
 def test_old_driver_is_warned_as_minor_version_compat() -> None:
-    c = by_name(run_doctor(probe=host("hgx-h100-old-driver"), stack=STACK_124))
+    c = by_name(run_doctor(probe=host("hgx-h100-old-driver"), stack=facts(), nproc=8))
     assert c["driver"].status == "ok" and c["driver"].value == "535.104.05"
     assert c["stack-driver"].status == "warn"
     assert "535.104.05" in c["stack-driver"].detail and "550.54.15" in c["stack-driver"].detail
     assert "cuda-compat" in c["stack-driver"].fix
     # the same host against a stack its driver fully supports
-    stack = dict(STACK_124, cuda="12.2",
-                 driver_min={"version": "535.54.03", "minor_compat": "525.60.13"})
+    stack = facts(cuda="12.2", driver_min={"version": "535.54.03", "minor_compat": "525.60.13"})
     assert by_name(run_doctor(probe=host("hgx-h100-old-driver"), stack=stack))[
         "stack-driver"].status == "ok"
 
 
 def test_driver_below_minor_compat_fails_on_t4() -> None:
-    checks = run_doctor(probe=host("aws-t4-old-driver"), stack=dict(STACK_124, nproc=1))
+    checks = run_doctor(probe=host("aws-t4-old-driver"), stack=facts(), nproc=1)
     c = by_name(checks)
     assert c["driver"].value == "515.105.01"
     assert c["stack-driver"].status == "fail"
@@ -111,7 +115,7 @@ def test_driver_below_minor_compat_fails_on_t4() -> None:
 
 
 def test_small_shm_in_docker_on_pcie_box() -> None:
-    checks = run_doctor(probe=host("pcie-4090x8-small-shm"), stack=STACK_124)
+    checks = run_doctor(probe=host("pcie-4090x8-small-shm"), stack=facts(), nproc=8)
     c = by_name(checks)
     assert c["shm"].status == "fail" and c["shm"].value == 64 * 1024 * 1024
     assert "--shm-size" in c["shm"].fix
@@ -149,7 +153,7 @@ def test_socket_ifname_naming_missing_interface_fails() -> None:
 
 
 def test_fewer_visible_gpus_than_ranks() -> None:
-    c = by_name(run_doctor(probe=host("hgx-h100-4-visible"), stack=STACK_124))
+    c = by_name(run_doctor(probe=host("hgx-h100-4-visible"), stack=facts(), nproc=8))
     assert c["cuda-visible-devices"].status == "ok"
     assert c["stack-ranks"].status == "fail" and c["stack-ranks"].value == 4
     assert "8 ranks" in c["stack-ranks"].detail
@@ -157,7 +161,7 @@ def test_fewer_visible_gpus_than_ranks() -> None:
 
 
 def test_nproc_argument_overrides_stack() -> None:
-    c = by_name(run_doctor(probe=host("hgx-h100-8gpu"), stack=STACK_124, nproc=12))
+    c = by_name(run_doctor(probe=host("hgx-h100-8gpu"), stack=facts(), nproc=12))
     assert c["stack-ranks"].status == "fail" and "12 ranks" in c["stack-ranks"].detail
     c = by_name(run_doctor(probe=host("hgx-h100-8gpu"), nproc=8))
     assert c["stack-ranks"].status == "ok" and "stack-driver" not in c
@@ -172,20 +176,21 @@ def test_ib_host_with_low_memlock_fails() -> None:
 
 
 def test_arch_missing_from_torch_build_fails() -> None:
-    stack = dict(STACK_124, torch_arch=["sm_50", "sm_60", "sm_70", "sm_75", "sm_80", "sm_86"])
-    c = by_name(run_doctor(probe=host("hgx-h100-8gpu"), stack=stack))["stack-arch"]
+    arch = ["sm_50", "sm_60", "sm_70", "sm_75", "sm_80", "sm_86"]
+    c = by_name(run_doctor(probe=host("hgx-h100-8gpu"), stack=facts(torch_arch=arch)))[
+        "stack-arch"]
     assert c.status == "fail" and "sm_90" in c.detail
-    ptx = dict(stack, torch_arch=stack["torch_arch"] + ["compute_86"])
+    ptx = facts(torch_arch=arch + ["compute_86"])
     c = by_name(run_doctor(probe=host("hgx-h100-8gpu"), stack=ptx))["stack-arch"]
     assert c.status == "warn" and "PTX" in c.detail
-    arch_a = dict(stack, torch_arch=["sm_80", "sm_90a"])  # sm_90a cubins run on exactly 9.0
+    arch_a = facts(torch_arch=["sm_80", "sm_90a"])  # sm_90a cubins run on exactly 9.0
     assert by_name(run_doctor(probe=host("hgx-h100-8gpu"), stack=arch_a))[
         "stack-arch"].status == "ok"
     # cubins run on later minors of the same major only: sm_70 serves a T4 (7.5), sm_80 does not
     t4 = host("aws-t4-old-driver")
-    assert by_name(run_doctor(probe=t4, stack=dict(stack, torch_arch=["sm_70"])))[
+    assert by_name(run_doctor(probe=t4, stack=facts(torch_arch=["sm_70"])))[
         "stack-arch"].status == "ok"
-    assert by_name(run_doctor(probe=t4, stack=dict(stack, torch_arch=["sm_80", "compute_80"])))[
+    assert by_name(run_doctor(probe=t4, stack=facts(torch_arch=["sm_80", "compute_80"])))[
         "stack-arch"].status == "fail"
 
 
@@ -302,20 +307,40 @@ LABELS = {
     "io.envbuilder.cuda": "12.1", "io.envbuilder.cuda-toolkit": "12.1.1",
     "io.envbuilder.driver-min": "530.30.02", "io.envbuilder.driver-minor-compat": "525.60.13",
     "io.envbuilder.torch": "2.5.1", "io.envbuilder.torch-arch": "sm_50,sm_80, sm_90",
-    "io.envbuilder.nproc": "8", "org.opencontainers.image.title": "x",
+    "org.opencontainers.image.title": "x",
 }
 
 
 def test_stack_from_image_labels() -> None:
     s = stack_from_image_labels(LABELS)
-    assert s["cuda"] == "12.1" and s["cuda_toolkit"] == "12.1.1" and s["nproc"] == 8
-    assert s["driver_min"]["version"] == "530.30.02"
-    assert s["driver_min"]["minor_compat"] == "525.60.13"
-    assert s["torch_arch"] == ["sm_50", "sm_80", "sm_90"]
-    c = by_name(run_doctor(probe=host("aws-t4-old-driver"), stack=s))
+    assert s.cuda == "12.1" and s.cuda_toolkit == "12.1.1"
+    assert s.driver_min is not None and s.driver_min.version == "530.30.02"
+    assert s.driver_min.minor_compat == "525.60.13"
+    assert s.torch_arch == ("sm_50", "sm_80", "sm_90")
+    c = by_name(run_doctor(probe=host("aws-t4-old-driver"), stack=s, nproc=8))
     assert c["stack-driver"].status == "fail" and c["stack-ranks"].status == "fail"
     cpu = stack_from_image_labels({"io.envbuilder.cuda": "none", "io.envbuilder.torch": "2.5.1"})
-    assert cpu["cuda"] is None and cpu["driver_min"] is None and cpu["nproc"] is None
+    assert cpu.cuda is None and cpu.driver_min is None
+
+
+def test_labels_written_for_a_stack_read_back_to_the_same_facts() -> None:
+    # The writer (render's build plan) and the reader (doctor --image) are one table: every
+    # built-in target's labels read back to exactly what doctor gets from the resolved stack.
+    from envbuilder import labels
+    from envbuilder.api import builtin_targets, resolve_target
+    from envbuilder.core.matrix import load_matrix
+
+    m = load_matrix(None)
+    for name in builtin_targets(m):
+        stack = resolve_target(name, matrix=m)
+        want = StackFacts.from_stack(stack)
+        got = labels.read(labels.write(stack))
+        assert got.cuda == want.cuda and got.torch == want.torch, name
+        assert got.cuda_toolkit == want.cuda_toolkit and got.torch_arch == want.torch_arch, name
+        assert (got.driver_min is None) == (want.driver_min is None), name
+        if want.driver_min is not None:
+            assert got.driver_min.version == want.driver_min.version, name
+            assert got.driver_min.minor_compat == want.driver_min.minor_compat, name
 
 
 @pytest.mark.parametrize("change", [
@@ -323,7 +348,6 @@ def test_stack_from_image_labels() -> None:
     {"io.envbuilder.driver-min": None},
     {"io.envbuilder.driver-min": "latest"},
     {"io.envbuilder.torch-arch": "sm_80,ampere"},
-    {"io.envbuilder.nproc": "eight"},
     {"io.envbuilder.cuda": "twelve"},
 ])
 def test_unusable_labels_raise_input_error(change: dict) -> None:
@@ -340,14 +364,14 @@ def test_unusable_labels_raise_input_error(change: dict) -> None:
 
 def test_bad_stack_or_nproc_raise_input_error() -> None:
     with pytest.raises(InputError):
-        run_doctor(probe=host("hgx-h100-8gpu"), stack=dict(STACK_124, driver_min={"version": "x"}))
+        run_doctor(probe=host("hgx-h100-8gpu"), stack=facts(driver_min={"version": "x"}))
     with pytest.raises(InputError):
         run_doctor(probe=host("hgx-h100-8gpu"), nproc=0)
 
 
 def test_cpu_stack_needs_no_gpu() -> None:
-    stack = {"cuda": None, "torch": "2.5.1", "torch_arch": [], "nproc": 4}
-    c = by_name(run_doctor(probe=_NoHostProbe(), stack=stack))
+    stack = StackFacts(torch="2.5.1")
+    c = by_name(run_doctor(probe=_NoHostProbe(), stack=stack, nproc=4))
     assert c["driver"].status == "skip" and c["stack-driver"].status == "skip"
     assert c["stack-ranks"].status == "skip"
 
@@ -412,7 +436,7 @@ def test_fake_nvidia_smi_on_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
                                  'exit 0; fi\necho "unsupported: $*" >&2\nexit 2\n')
     monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ.get('PATH', '')}")
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
-    c = by_name(run_doctor(stack=dict(STACK_124, nproc=1)))
+    c = by_name(run_doctor(stack=facts(), nproc=1))
     assert c["driver"].status == "ok" and c["driver"].value == "515.105.01"
     assert "nvidia-smi -q -x" in c["driver"].detail
     assert c["gpus"].value == 1 and "Tesla T4" in c["gpus"].detail

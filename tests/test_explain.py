@@ -28,8 +28,10 @@ from envbuilder.diagnose.explain import (
 )
 
 CORPUS = Path(__file__).parent / "explain_corpus"
-TOP1_THRESHOLD = 0.95  # measured 1.00 on 80 cases (see test_corpus_accuracy)
-TOP3_THRESHOLD = 0.98  # measured 1.00
+# Thresholds of the held-out split (test_heldout_accuracy); the development split must meet them
+# too (test_corpus_accuracy, measured 1.00 on it: the signatures were written against it).
+TOP1_THRESHOLD = 0.95
+TOP3_THRESHOLD = 0.98
 
 UNHANDLED = ("RuntimeError: NCCL error in: ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:825,"
              " unhandled system error, NCCL version 2.7.8")
@@ -47,25 +49,13 @@ def load_cases() -> list[dict]:
     return yaml.safe_load((CORPUS / "cases.yaml").read_text())["cases"]
 
 
-# ----------------------------------------------------------------------------- corpus
+def load_heldout() -> tuple[set[str], int]:
+    """The held-out split (tests/explain_corpus/heldout.yaml): case files and the minimum."""
+    data = yaml.safe_load((CORPUS / "heldout.yaml").read_text())
+    return set(data["cases"] or ()), int(data["minimum"])
 
 
-def test_corpus_is_well_formed() -> None:
-    cases = load_cases()
-    assert len(cases) >= 45
-    per_category = Counter(c["category"] for c in cases)
-    assert set(per_category) == set(CATEGORIES), set(CATEGORIES) - set(per_category)
-    assert min(per_category.values()) >= 2, per_category
-    files = {p.name for p in CORPUS.iterdir()} - {"cases.yaml", "HELDOUT.txt"}
-    assert files == {c["file"] for c in cases}
-    for case in cases:
-        assert case["source"].startswith("https://github.com/"), case
-        assert case["note"].strip(), case
-        assert (CORPUS / case["file"]).stat().st_size > 0, case
-
-
-def test_corpus_accuracy() -> None:
-    cases = load_cases()
+def accuracy(cases: list[dict]) -> tuple[float, float, str]:
     top1 = top3 = 0
     misses = []
     for case in cases:
@@ -75,10 +65,48 @@ def test_corpus_accuracy() -> None:
         if got[:1] != [case["category"]]:
             misses.append(f"{case['file']}: expected {case['category']}, got {got[:3]}")
     n = len(cases)
-    report = f"corpus of {n} cases: top-1 {top1 / n:.3f}, top-3 {top3 / n:.3f}; misses: {misses}"
+    report = f"{n} cases: top-1 {top1 / n:.3f}, top-3 {top3 / n:.3f}; misses: {misses}"
     print(report)
-    assert top1 / n >= TOP1_THRESHOLD, report
-    assert top3 / n >= TOP3_THRESHOLD, report
+    return top1 / n, top3 / n, report
+
+
+# ----------------------------------------------------------------------------- corpus
+
+
+def test_corpus_is_well_formed() -> None:
+    cases = load_cases()
+    assert len(cases) >= 45
+    per_category = Counter(c["category"] for c in cases)
+    assert set(per_category) == set(CATEGORIES), set(CATEGORIES) - set(per_category)
+    assert min(per_category.values()) >= 2, per_category
+    files = {p.name for p in CORPUS.iterdir()} - {"cases.yaml", "heldout.yaml"}
+    assert files == {c["file"] for c in cases}
+    heldout, _ = load_heldout()
+    assert heldout <= files, heldout - files
+    for case in cases:
+        assert case["source"].startswith("https://github.com/"), case
+        assert case["note"].strip(), case
+        assert (CORPUS / case["file"]).stat().st_size > 0, case
+
+
+def test_corpus_accuracy() -> None:
+    """The development split (the cases the signatures were written against): a regression
+    check, not an accuracy figure."""
+    heldout, _ = load_heldout()
+    top1, top3, report = accuracy([c for c in load_cases() if c["file"] not in heldout])
+    assert top1 >= TOP1_THRESHOLD, report
+    assert top3 >= TOP3_THRESHOLD, report
+
+
+def test_heldout_accuracy() -> None:
+    """The accuracy thresholds, measured on cases the signatures were not written against."""
+    heldout, minimum = load_heldout()
+    if len(heldout) < minimum:
+        pytest.skip(f"the held-out split has {len(heldout)} case(s), fewer than {minimum}: "
+                    "add new cases to tests/explain_corpus/heldout.yaml before tuning on them")
+    top1, top3, report = accuracy([c for c in load_cases() if c["file"] in heldout])
+    assert top1 >= TOP1_THRESHOLD, report
+    assert top3 >= TOP3_THRESHOLD, report
 
 
 # ----------------------------------------------------------------------------- engine
@@ -399,7 +427,7 @@ def test_a_hang_without_an_error_is_read_from_nccl_setup_lines():
     got = explain_lines(p2p)
     assert categories(got)[:2] == ["p2p_topology", "nccl_timeout"]
     assert got[0].confidence < 0.6  # a reading, not a diagnosis
-    ib = [l.replace("via P2P/IPC", "via NET/IB/0/GDRDMA") for l in p2p]
+    ib = [ln.replace("via P2P/IPC", "via NET/IB/0/GDRDMA") for ln in p2p]
     assert categories(explain_lines(ib))[0] == "ib_rdma"
     # any real error outranks the reading
     assert categories(explain_lines(p2p + [WATCHDOG_LATE]))[0] == "nccl_timeout"
@@ -428,9 +456,8 @@ def test_second_and_third_causes_when_the_evidence_supports_them():
 
 
 def test_heldout_manifest_names_corpus_cases():
-    names = {ln.strip() for ln in (CORPUS / "HELDOUT.txt").read_text().splitlines()
-             if ln.strip() and not ln.startswith("#")}
-    assert len(names) >= 20 and names <= {c["file"] for c in load_cases()}
+    names, minimum = load_heldout()
+    assert len(names) >= max(20, minimum) and names <= {c["file"] for c in load_cases()}
 
 
 def test_new_patterns_are_re2_compatible():

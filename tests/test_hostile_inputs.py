@@ -7,9 +7,7 @@ The CLI runs in a subprocess as users run it; locks are real uv resolutions agai
 
 from __future__ import annotations
 
-import codecs
 import json
-import os
 import re
 import shutil
 import subprocess

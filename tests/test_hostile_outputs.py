@@ -11,7 +11,6 @@ import json
 import os
 import signal
 import socket
-import subprocess
 import threading
 import time
 from pathlib import Path
@@ -21,7 +20,7 @@ import pytest
 from envbuilder._fs import Outputs, owned, write_tree
 from envbuilder.errors import InputError
 from hostile_helpers import (MANIFEST, assert_clean_failure, assert_complete, cli, fill,
-                             leftovers, manifest, remount, sha, snapshot, start, tmpfs)
+                             leftovers, manifest, remount, snapshot, start, tmpfs)
 
 
 # -- 1. outputs envbuilder owns -----------------------------------------------------------------

@@ -137,7 +137,7 @@ def test_pytorchjob(files, crd_validator, plan, n, p):
     assert job["metadata"]["labels"]["envbuilder.io/tag"] == plan.stack.tag
     name = job["metadata"]["name"]
     assert name == job_name("cu121", n, p) and len(name + "-worker-99") <= 63
-    for rtype, rep in reps.items():
+    for rep in reps.values():
         assert rep["restartPolicy"] in ("Always", "OnFailure", "Never", "ExitCode")
         assert rep["restartPolicy"] == "Never"
         tpl = rep["template"]

@@ -201,7 +201,7 @@ def test_uv_resolution_conflict_is_exit_3(uv_cache, stack, tmp_path):
 
 
 def test_missing_uv_is_a_missing_extra(stack, tmp_path, monkeypatch):
-    import envbuilder.lock.requirements as lock
+    import envbuilder.lock.uv as lock
 
     monkeypatch.setitem(sys.modules, "uv", None)
     monkeypatch.setattr(lock.shutil, "which", lambda name: None)

@@ -4,6 +4,7 @@ property test that every stack it returns satisfies every rule and honours every
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -147,12 +148,19 @@ def test_cu118_hvd_uses_the_last_torch_horovod_builds_against():
     assert s.builder_image == f"nvidia/cuda:11.8.0-devel-{s.os.name}" and s.builder.gcc == 11
 
 
-def test_no_alternative_when_nothing_resolves():
+@pytest.mark.parametrize("target", ["cu133", "cu124-hvd0.28", "cu121-torch2.1-nccl2.19"])
+def test_every_suggested_alternative_resolves_as_described(target):
+    # cu133: CUDA 13.3 has neither torch wheels nor images. Each suggestion names a target that
+    # really resolves, to the torch and Python it says (a suggestion that fails is worse than none)
     m = builtin()
     with pytest.raises(IncompatibleError) as ei:
-        resolve_target("cu133", matrix=m)  # CUDA 13.3 has neither torch wheels nor images
-    assert ei.value.violations
-    assert all(isinstance(a, str) for a in ei.value.alternatives)
+        resolve_target(target, matrix=m)
+    assert ei.value.violations and ei.value.alternatives
+    for alt in ei.value.alternatives:
+        found = re.search(r": (\S+) resolves \(torch (\S+), Python (\S+),", alt)
+        assert found, alt
+        s = resolve_target(found.group(1), matrix=m)
+        assert (str(s.torch.version), s.python) == (found.group(2), found.group(3)), alt
 
 
 # -- aliases ----------------------------------------------------------------------------------

@@ -135,7 +135,7 @@ def test_twelve_ranks_pass_on_cpu(twelve_rank_run):
         assert b["seconds"] > 0 and b["algbw_gbps"] > 0
         assert b["busbw_gbps"] == pytest.approx(b["algbw_gbps"] * 2 * 11 / 12, rel=1e-3, abs=1e-3)
 
-    lines = [l for l in proc.stdout.splitlines() if l.startswith(ddp_smoke.SUMMARY_MARKER + " ")]
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith(ddp_smoke.SUMMARY_MARKER + " ")]
     assert len(lines) == 1
     assert json.loads(lines[0].split(" ", 1)[1]) == summary
 

@@ -33,7 +33,7 @@ class Builder:
     source: tuple[str, ...]
     warnings: tuple[tuple[str, str, tuple[str, ...]], ...] = ()  # (message, fix, source)
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {"image": self.image_kind,
                 "nvcc": None if self.nvcc is None else str(self.nvcc),
                 "toolkit": None if self.toolkit is None else {
@@ -90,7 +90,7 @@ def builder_for(a: Mapping[str, Any], m: Matrix, ds_ops: tuple[str, ...]) -> Bui
     elif flavour != "os":
         raise NoBuilder(f"{m.base_repository} has no CUDA {t.version} devel image for {o.name} to "
                         f"compile {_what(a, ds_ops)}", "use --flavour os, or another OS",
-                        m.base_images_for(t.version).source if m.base_images_for(t.version) else t.source)
+                        _images_source(m, t))
     else:
         same_major = [k for k in tc.toolkits_for_os(o.name) if k.cuda.major == t.version.major]
         if not same_major:
@@ -118,6 +118,11 @@ def builder_for(a: Mapping[str, Any], m: Matrix, ds_ops: tuple[str, ...]) -> Bui
                 tk.source + ("https://github.com/pytorch/pytorch/blob/main/torch/utils/cpp_extension.py",)))
     gcc, pkgs, default, gsrc = _host_gcc(m, o, nvcc, tk)
     return Builder(kind, nvcc, tk, home, gcc, pkgs, default, source + gsrc, tuple(warnings))
+
+
+def _images_source(m: Matrix, t: Toolkit) -> tuple[str, ...]:
+    imgs = m.base_images_for(t.version)
+    return imgs.source if imgs is not None else t.source
 
 
 def _what(a: Mapping[str, Any], ds_ops: tuple[str, ...]) -> str:

@@ -108,7 +108,7 @@ class OsInfo:
     source: tuple[str, ...]
 
     @property
-    def sort_key(self) -> tuple:
+    def sort_key(self) -> tuple[Any, ...]:
         # ubuntu24.04 > ubuntu22.04; debian sorts beside ubuntu by version
         num = self.name[len(self.family):]
         return (Version(num), self.family)
@@ -358,16 +358,16 @@ class _UniqueKeyLoader(yaml.SafeLoader):
     any alias (``*name``): alias expansion is how a 16 KB file becomes gigabytes ("billion
     laughs"), and a matrix has no use for it."""
 
-    def compose_node(self, parent, index):  # type: ignore[override]
+    def compose_node(self, parent: Any, index: Any) -> Any:  # type: ignore[override]
         if self.check_event(yaml.events.AliasEvent):
-            ev = self.peek_event()
+            ev = self.peek_event()  # type: ignore[no-untyped-call]
             raise yaml.composer.ComposerError(
                 None, None, "aliases (*name) are not allowed in matrix files: write the value "
                             "out", ev.start_mark)
         return super().compose_node(parent, index)
 
-    def construct_mapping(self, node, deep=False):  # type: ignore[override]
-        seen: set = set()
+    def construct_mapping(self, node: Any, deep: bool = False) -> dict[Any, Any]:
+        seen: set[Any] = set()
         for key_node, _ in node.value:
             key = self.construct_object(key_node, deep=deep)
             if key in seen:
@@ -430,17 +430,11 @@ def _check_sizes(path: Path, data: Any, key: str = "") -> None:
             todo.extend((f"{k}/{i}", vv) for i, vv in enumerate(v))
 
 
-def _validate(path: Path, data: Any, file_schema: dict) -> None:
-    import jsonschema
-
-    validator = jsonschema.Draft202012Validator(file_schema)
-    errors = sorted(validator.iter_errors(data), key=lambda e: list(e.absolute_path))
-    if errors:
-        err = min(errors, key=lambda e: len(list(e.absolute_path)))
-        key = "/".join(str(p) for p in err.absolute_path) or "(top level)"
+def _validate(path: Path, data: Any, file_schema: dict[str, Any]) -> None:
+    err = schema.first_error(data, file_schema)
+    if err is not None:
+        key = "/".join(str(p) for p in err.path) or "(top level)"
         msg = err.message if len(err.message) <= 300 else err.message[:300] + "..."
-        if err.validator == "additionalProperties":
-            msg = f"unknown key: {msg}"
         raise MatrixError(f"matrix file {path}, key {key}: {msg}")
 
 
@@ -453,7 +447,7 @@ def _spec(path: Path, key: str, text: str) -> SpecifierSet:
 
 
 def _dupes(path: Path, key: str, values: Iterable[Any]) -> None:
-    seen: set = set()
+    seen: set[Any] = set()
     for v in values:
         if v in seen:
             raise MatrixError(f"matrix file {path}, key {key}: {v} is listed twice")

@@ -11,18 +11,28 @@ would work instead.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any, Iterator, cast
 
 from packaging.version import Version
 
 from envbuilder import __version__
 from envbuilder.errors import IncompatibleError
-from envbuilder.core.matrix import Matrix, NcclRelease, OsInfo, Toolkit, minor
 from envbuilder.core.builder import Builder, builder_for, compiled
-from envbuilder.core.matrix import Flavour
+from envbuilder.core.matrix import (
+    ComponentRelease,
+    Flavour,
+    Matrix,
+    NcclRelease,
+    OsInfo,
+    Toolkit,
+    TorchRelease,
+    TorchVariant,
+    minor,
+)
 from envbuilder.core.rules import (Context, Rule, Violation, all_rules, breakages_covering,
                                    variant_of)
-from envbuilder.core.target import COMPONENTS, Request, check_pins_known, unknown_pins
+from envbuilder.core.target import (COMPONENTS, Pin, Pins, Request, check_pins_known, request,
+                                    unknown_pins)
 
 AXIS_ORDER = ("cuda", "torch", "flavour", "os", "python", "nccl", "horovod", "deepspeed")
 PYPI = "https://pypi.org/simple"
@@ -37,9 +47,9 @@ class Choice:
     value: str | None
     reason: str
     source: tuple[str, ...]
-    skipped: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    skipped: tuple[tuple[str | None, tuple[str, ...]], ...] = ()
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {"value": self.value, "reason": self.reason, "source": list(self.source),
                 "skipped": [{"value": v, "rules": list(r)} for v, r in self.skipped]}
 
@@ -61,7 +71,7 @@ class Stack:
 
     @property
     def toolkit(self) -> Toolkit | None:
-        return self.assignment["cuda"]
+        return cast("Toolkit | None", self.assignment["cuda"])
 
     @property
     def cuda(self) -> str | None:
@@ -72,37 +82,37 @@ class Stack:
         return variant_of(self.toolkit)
 
     @property
-    def torch(self):
-        return self.assignment["torch"]
+    def torch(self) -> TorchRelease:
+        return cast(TorchRelease, self.assignment["torch"])
 
     @property
-    def torch_variant(self):
+    def torch_variant(self) -> TorchVariant:
         return self.torch.variants[self.variant]
 
     @property
     def python(self) -> str:
-        return self.assignment["python"]
+        return str(self.assignment["python"])
 
     @property
     def os(self) -> OsInfo:
-        return self.assignment["os"]
+        return cast(OsInfo, self.assignment["os"])
 
     @property
     def nccl(self) -> NcclRelease | None:
         return self.assignment.get("nccl")
 
     @property
-    def deepspeed(self):
-        return self.assignment.get("deepspeed")
+    def deepspeed(self) -> ComponentRelease | None:
+        return cast("ComponentRelease | None", self.assignment.get("deepspeed"))
 
     @property
-    def horovod(self):
-        return self.assignment.get("horovod")
+    def horovod(self) -> ComponentRelease | None:
+        return cast("ComponentRelease | None", self.assignment.get("horovod"))
 
     @property
     def flavour(self) -> str:
         """The runtime base flavour: cuda-base, cuda-runtime, cudnn-runtime or os."""
-        return self.assignment["flavour"]
+        return str(self.assignment["flavour"])
 
     @property
     def base_flavour(self) -> Flavour:
@@ -152,7 +162,7 @@ class Stack:
         return self.matrix.torch_index.format(variant=self.variant)
 
     @property
-    def driver_min(self) -> dict | None:
+    def driver_min(self) -> dict[str, Any] | None:
         t = self.toolkit
         if t is None:
             return None
@@ -171,7 +181,7 @@ class Stack:
         parts.append(self.os.name)
         return "-".join(parts)
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         """The resolved stack as plain data: resolve --json and stack.json."""
         tv = self.torch_variant
         return {
@@ -246,7 +256,6 @@ def _domain(axis: str, a: dict[str, Any], req: Request, m: Matrix) -> list[Any]:
             if var is None or var.nccl is None:
                 return [None]
             return [m.nccl_release(var.nccl) or NcclRelease(var.nccl, (), a["torch"].source)]
-        from envbuilder.core.target import Pin
         pin = req.nccl
         return [n for n in m.nccl if pin is None or Pin.parse(pin.text, "nccl").matches(n.version)]
     if axis in COMPONENTS:
@@ -303,7 +312,7 @@ class _Search:
 
     def fewest(self) -> tuple[dict[str, Any] | None, list[Violation]]:
         """The most preferred assignment among those breaking the fewest rules."""
-        best: list = [None, None]  # assignment, violations
+        best: list[Any] = [None, None]  # assignment, violations
 
         def walk(i: int, a: dict[str, Any], vs: list[Violation]) -> None:
             if best[1] is not None and len(vs) >= len(best[1]):
@@ -437,7 +446,7 @@ def _stack(req: Request, m: Matrix, s: _Search, a: dict[str, Any]) -> Stack:
     for axis in AXIS_ORDER:
         value = a.get(axis)
         # what was passed over, and by which rules
-        skipped: list[tuple[str, tuple[str, ...]]] = []
+        skipped: list[tuple[str | None, tuple[str, ...]]] = []
         for cand in _domain(axis, {k: a[k] for k in AXIS_ORDER[:AXIS_ORDER.index(axis)] if k in a}, req, m):
             if cand is value or cand == value:
                 break
@@ -493,7 +502,12 @@ def _source(axis: str, value: Any, a: dict[str, Any], m: Matrix) -> tuple[str, .
     if value is None:
         return ()
     if axis == "python":
-        return a["os"].source
+        return tuple(a["os"].source)
     if axis == "flavour":
         return m.toolchains.flavour(value).source
     return tuple(value.source)
+
+
+def resolve_target(target: str, matrix: Matrix, pins: Pins | None = None) -> Stack:
+    """Resolve a target name (e.g. cu121-ds) with the pin options against ``matrix``."""
+    return resolve(request(target, matrix, pins), matrix)

@@ -21,6 +21,7 @@ from packaging.version import Version
 
 from envbuilder.core.builder import NoBuilder, builder_for, compiled
 from envbuilder.core.matrix import ComponentRelease, Matrix, OsInfo, Toolkit, TorchRelease
+from envbuilder.core.target import Pin
 
 Assignment = Mapping[str, Any]
 
@@ -34,7 +35,7 @@ class Violation:
     severity: str = "error"  # "error" refuses; "warning" is reported with the stack
     detail: str = ""  # the longer explanation, when the message is its first sentence
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         d = {"rule": self.rule, "severity": self.severity, "message": self.message,
              "fix": self.fix, "source": list(self.source)}
         if self.detail:
@@ -219,7 +220,7 @@ def _base_image(a: Assignment, ctx: Context) -> list[Violation]:
         have = m.base_image_oses(t.version)
         return [Violation("base_image",
                           f"{m.base_repository} has no CUDA {t.version} image for {o.name} "
-                          f"(it has {', '.join(have)})", m.base_images_for(t.version).source,
+                          f"(it has {', '.join(have)})", _images_source(m, t.version),
                           f"use one of {', '.join(have)}, or --flavour os")]
     if fl.nvidia_tag not in imgs.flavours:
         return [Violation("base_image",
@@ -260,7 +261,6 @@ def _nccl_pin(a: Assignment, ctx: Context) -> list[Violation]:
         return [Violation("nccl_pin",
                           f"NCCL {ctx.nccl_pin} is pinned, but CPU torch wheels bundle no NCCL",
                           a["torch"].source, "drop the NCCL pin, or use a CUDA target")]
-    from envbuilder.core.target import Pin
     t: TorchRelease = a["torch"]
     var = t.variants.get(variant_of(a["cuda"]))
     if var is None:
@@ -355,21 +355,26 @@ for _comp in ("deepspeed", "horovod"):
         rule(f"{_comp}_requires", _comp, _axis)(_requires(_comp, _axis))
 
 
+def _images_source(m: Matrix, toolkit: Version) -> tuple[str, ...]:
+    imgs = m.base_images_for(toolkit)
+    return tuple(imgs.source) if imgs is not None else ()
+
+
 # -- known breakages, as data ---------------------------------------------------------------
 
 def _axis_version(axis: str, value: Any) -> Version | str | None:
     if value is None:
         return None
     if axis == "cuda":
-        return value.version
+        return Version(str(value.version))
     if axis == "python":
         return Version(value)
     if axis == "os":
-        return value.name
-    return value.version
+        return str(value.name)
+    return Version(str(value.version))
 
 
-def _incompat_rule(x) -> Rule:
+def _incompat_rule(x: Any) -> Rule:
     def check(a: Assignment, ctx: Context) -> list[Violation]:
         for axis, cond in x.when.items():
             v = _axis_version(axis, a[axis])
@@ -414,7 +419,8 @@ def _candidates(axis: str, pins: Mapping[str, Any], m: Matrix,
     if pin is None:
         return list(known)
     p = Pin.parse(pin, axis)
-    return [v for v in known if p.matches(v)] or _pin_versions(pin)
+    out: list[Version | str | None] = [v for v in known if p.matches(v)]
+    return out or list(_pin_versions(pin))
 
 
 def _pin_versions(text: str) -> list[Version]:
@@ -434,7 +440,7 @@ def breakages_covering(axis: str, pin: str, pins: Mapping[str, str], m: Matrix,
     out: list[Violation] = []
     for x in m.incompatibilities:
         cond = x.when.get(axis)
-        if x.severity != "error" or cond is None or axis == "os":
+        if x.severity != "error" or cond is None or axis == "os" or isinstance(cond, str):
             continue
         if not all(cond.contains(v, prereleases=True) for v in _pin_versions(pin)):
             continue
@@ -443,7 +449,7 @@ def breakages_covering(axis: str, pin: str, pins: Mapping[str, str], m: Matrix,
             if other == axis:
                 continue
             values = _candidates(other, pins, m, included)
-            if not values or any(v is None or (v != oc if other == "os"
+            if not values or any(v is None or (v != oc if isinstance(oc, str)
                                                 else not oc.contains(v, prereleases=True))
                                  for v in values):
                 covered = False

@@ -6,6 +6,10 @@ caught at load time with the file and the key named, not silently ignored.
 
 from __future__ import annotations
 
+import re
+from dataclasses import dataclass
+from typing import Any, Sequence
+
 _VERSION = {"type": "string", "pattern": r"^[0-9]+(\.[0-9]+)*$"}
 _SPEC = {"type": "string", "pattern": r"^[<>=!~,.0-9* ]+$"}
 _URL = {"type": "string", "pattern": r"^https?://\S+$"}
@@ -14,12 +18,12 @@ _NAME = {"type": "string", "pattern": r"^[a-z][a-z0-9.]*$"}
 _NOTE = {"type": "string"}
 
 
-def _obj(required: list[str], props: dict) -> dict:
+def _obj(required: list[str], props: dict[str, Any]) -> dict[str, Any]:
     return {"type": "object", "required": required, "properties": props,
             "additionalProperties": False}
 
 
-def _file(key: str, item: dict, extra: dict | None = None) -> dict:
+def _file(key: str, item: dict[str, Any], extra: dict[str, Any] | None = None) -> dict[str, Any]:
     props = {"schema_version": {"const": 1}, key: {"type": "array", "items": item}}
     props.update(extra or {})
     return _obj(["schema_version", key], props)
@@ -179,7 +183,7 @@ TOOLCHAINS = _obj(
      },
 )
 
-FILES: dict[str, dict] = {
+FILES: dict[str, dict[str, Any]] = {
     "toolchains.yaml": TOOLCHAINS,
     "cuda.yaml": CUDA,
     "base_images.yaml": BASE_IMAGES,
@@ -191,3 +195,85 @@ FILES: dict[str, dict] = {
     "incompatibilities.yaml": INCOMPATIBILITIES,
     "targets.yaml": TARGETS,
 }
+
+
+# -- the explain signatures (envbuilder/data/signatures.yaml), checked by the same machinery ----
+
+_TEXT = {"type": "string", "pattern": r"\S"}
+_WEIGHT = {"type": "number", "minimum": 0}
+_WEIGHTS = {"type": "object", "minProperties": 1, "additionalProperties": _WEIGHT}
+
+
+def signatures_schema(categories: Sequence[str], settings: Sequence[str]) -> dict[str, Any]:
+    """The schema of a signatures file whose categories and settings are the given names.
+    What a schema cannot say (a regex compiles, ``adds`` names a category the file defines,
+    ``requires`` names a signature that exists) is checked by the loader."""
+    return {
+        "type": "object",
+        "required": ["categories", "signatures"],
+        "properties": {
+            "version": {"type": "integer"},
+            "settings": {"type": "object", "properties": {s: _WEIGHT for s in settings},
+                         "additionalProperties": False},
+            "categories": {
+                "type": "object", "minProperties": 1,
+                "propertyNames": {"enum": list(categories)},
+                "additionalProperties": _obj(["title", "check", "fix", "source"],
+                                             {"title": _TEXT, "check": _TEXT, "fix": _TEXT,
+                                              "source": _URL})},
+            "signatures": {
+                "type": "array", "minItems": 1,
+                "items": _obj(["id", "pattern", "adds"],
+                              {"id": _TEXT, "pattern": _TEXT, "adds": _WEIGHTS, "unless": _TEXT,
+                               "scale": _WEIGHTS, "evidence": {"type": "boolean"},
+                               "requires": {"type": "array", "items": {"type": "string"}}})},
+        },
+    }
+
+
+@dataclass(frozen=True)
+class SchemaError:
+    """The first (shallowest) violation: where (path of keys and indexes) and what."""
+
+    path: tuple[str | int, ...]
+    message: str
+
+
+def first_error(data: Any, schema: dict[str, Any], *,
+                name_key: bool = False) -> SchemaError | None:
+    """Validate ``data``; None when it conforms. Unknown keys read "unknown key: ...". With
+    ``name_key`` a missing or badly named key is added to the path, so the path names it."""
+    import jsonschema
+
+    validator = jsonschema.Draft202012Validator(schema)
+    errors = sorted(validator.iter_errors(data), key=lambda e: list(e.absolute_path))
+    if not errors:
+        return None
+    err = min(errors, key=lambda e: len(list(e.absolute_path)))
+    path: list[str | int] = list(err.absolute_path)
+    msg = err.message
+    if err.validator == "additionalProperties":
+        msg = f"unknown key: {msg}"
+    elif not name_key:
+        pass
+    elif err.validator == "required":
+        missing = re.match(r"^'(.+)' is a required property$", msg)
+        if missing:
+            path.append(missing.group(1))
+    elif "propertyNames" in err.schema_path:  # a key not allowed here: name it
+        path.append(str(err.instance))
+    return SchemaError(tuple(path), msg)
+
+
+# -- doctor's GPU facts (envbuilder/data/gpus.yaml) ----------------------------------------------
+
+_CC = {"type": "string", "pattern": r"^[0-9]+\.[0-9]+$"}
+GPUS = _obj(["schema_version", "by_name", "by_architecture"], {
+    "schema_version": {"const": 1},
+    "by_name": {"type": "array", "minItems": 1, "items": _obj(
+        ["fragment", "compute_capability", "source"],
+        {"fragment": _TEXT, "compute_capability": _CC, "source": _SOURCE, "note": _NOTE})},
+    "by_architecture": {"type": "array", "items": _obj(
+        ["architecture", "compute_capability", "source"],
+        {"architecture": _TEXT, "compute_capability": _CC, "source": _SOURCE, "note": _NOTE})},
+})

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field, replace
-from typing import Mapping
+from typing import Any, Mapping
 
 from packaging.version import Version
 
@@ -29,7 +29,7 @@ class Pin:
     exact: bool
 
     @classmethod
-    def parse(cls, text: str, what: str, *, line_parts: int = 2) -> "Pin":
+    def parse(cls, text: str, what: str, *, line_parts: int = 2) -> Pin:
         v = validate.version(text, what)
         return cls(text, len(v.release) > line_parts)
 
@@ -83,12 +83,12 @@ class Request:
         return component not in self.without and (
             component in self.with_ or getattr(self, component) is not None)
 
-    def without_pin(self, axis: str) -> "Request":
+    def without_pin(self, axis: str) -> Request:
         if axis == "cuda":
             return replace(self, cuda=None, cpu=False)
         if axis in COMPONENTS:
-            return replace(self, **{axis: None}, with_=self.with_ - {axis})
-        return replace(self, **{axis: None})
+            return replace(self, **{axis: None}, with_=self.with_ - {axis})  # type: ignore[arg-type]
+        return replace(self, **{axis: None})  # type: ignore[arg-type]
 
     def canonical(self) -> str:
         """The target string that states every pin of this request."""
@@ -130,7 +130,7 @@ def cuda_from_base(base: str) -> str | None:
 def _nearest_cuda(cuda: str, matrix: Matrix) -> str:
     """' (did you mean cu118?)': the known CUDA version nearest below (else above) the one given."""
     want = Version(cuda)
-    known = sorted((Version(c) for c in matrix.cuda_minors))
+    known = sorted(Version(c) for c in matrix.cuda_minors)
     below = [v for v in known if v < want]
     best = below[-1] if below else (known[0] if known else None)
     return f" (did you mean cu{best.major}{best.minor}?)" if best else ""
@@ -155,7 +155,7 @@ def parse_target(text: str, matrix: Matrix) -> Request:
                                 ds_ops=",".join(alias.ds_ops) if alias.ds_ops else None)
         return req
     base, *parts = text.split("-")
-    kw: dict = {"target": text}
+    kw: dict[str, Any] = {"target": text}
     if base == "cpu":
         kw["cpu"] = True
     else:
@@ -198,9 +198,9 @@ def apply_options(req: Request, matrix: Matrix, *, torch: str | None = None,
                   with_: Mapping[str, bool] | None = None, flavour: str | None = None,
                   ds_ops: str | None = None) -> Request:
     """Merge command-line pins into a request; a conflict with the target is an input error."""
-    updates: dict = {}
+    updates: dict[str, Any] = {}
 
-    def put(axis: str, value) -> None:
+    def put(axis: str, value: Any) -> None:
         current = getattr(req, axis)
         if current is not None and str(current) != str(value):
             raise InputError(f"--{axis} {value} conflicts with {current} in target {req.target!r}: "
@@ -307,3 +307,42 @@ def check_pins_known(req: Request, matrix: Matrix) -> None:
         near = validate.suggest(pin.text, lines)
         raise InputError(f"{label} {pin.text} is not in the matrix{near}; known {label} releases: "
                          f"{', '.join(lines[:12])}{' ...' if len(lines) > 12 else ''}")
+
+
+@dataclass(frozen=True)
+class Pins:
+    """Options that pin axes (the same axes a target's parts pin): the CLI's pin options."""
+
+    torch: str | None = None
+    python: str | None = None
+    deepspeed: str | None = None
+    horovod: str | None = None
+    nccl: str | None = None
+    os: str | None = None
+    driver: str | None = None
+    with_: tuple[str, ...] = ()
+    without: tuple[str, ...] = ()
+    flavour: str | None = None  # the runtime base flavour
+    ds_ops: str | None = None  # DeepSpeed ops to pre-build, comma-separated
+
+    def components(self) -> dict[str, bool]:
+        out: dict[str, bool] = {}
+        for raw, on in ((self.with_, True), (self.without, False)):
+            for item in raw:
+                for name in item.split(","):
+                    name = name.strip()
+                    if name:
+                        if name in out and out[name] != on:
+                            raise InputError(f"--with {name} and --without {name} contradict each other")
+                        out[name] = on
+        return out
+
+
+def request(target: str, matrix: Matrix, pins: Pins | None = None) -> Request:
+    """The request a target name and the pin options make together."""
+    pins = pins or Pins()
+    req = parse_target(target, matrix)
+    return apply_options(req, matrix, torch=pins.torch, python=pins.python,
+                         deepspeed=pins.deepspeed, horovod=pins.horovod, nccl=pins.nccl,
+                         os=pins.os, driver=pins.driver, with_=pins.components(),
+                         flavour=pins.flavour, ds_ops=pins.ds_ops)

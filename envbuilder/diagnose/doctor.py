@@ -36,7 +36,8 @@ Checks and thresholds (decisions documented here):
   and warns about transport switches (``NCCL_P2P_DISABLE``, ``NCCL_IB_DISABLE``...) and an
   ``NCCL_IB_HCA`` that selects no device.
 * ``container`` - inside a container? NVIDIA runtime visible (``/proc/driver/nvidia``)?
-* With ``stack=`` (the resolver's JSON): ``stack-driver`` (driver < minor_compat -> fail,
+* With ``stack=`` (a ``StackFacts``: from a resolved stack or an image's labels,
+  see ``envbuilder.labels``): ``stack-driver`` (driver < minor_compat -> fail,
   < driver_min -> warn), ``stack-ranks`` (visible GPUs < nproc -> fail), ``stack-arch``
   (every GPU's compute capability must be served by ``torch_arch``: ``sm_XY`` exact, or an
   ``sm_XW`` of the same major with W <= Y (cubin compatibility); only a ``compute_XY`` PTX entry
@@ -45,16 +46,23 @@ Checks and thresholds (decisions documented here):
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from envbuilder.errors import InputError
-from envbuilder.diagnose.probe import UNLIMITED, Probe, RecordedProbe
+import yaml
+from packaging.version import InvalidVersion, Version
 
-__all__ = ["Check", "Probe", "RecordedProbe", "run_doctor", "stack_from_image_labels",
+from envbuilder.core import schema
+from envbuilder.core.resources import data_path
+from envbuilder.diagnose.probe import UNLIMITED, Probe, RecordedProbe
+from envbuilder.errors import InputError
+from envbuilder.labels import StackFacts
+
+__all__ = ["Check", "Probe", "RecordedProbe", "run_doctor", "StackFacts",
            "parse_nvidia_smi_xml", "parse_nvidia_smi_text", "parse_topology",
            "parse_ifname_spec", "select_interfaces", "compute_capability_for"]
 
@@ -107,7 +115,7 @@ def _na(v: str | None) -> str | None:
 def _gpu(index: int, **kw: Any) -> dict:
     keys = ("name", "uuid", "bus_id", "compute_cap", "persistence", "mig", "compute_mode",
             "architecture", "fabric_state", "fabric_status")
-    g = {"index": index}
+    g: dict[str, Any] = {"index": index}
     for k in keys:
         g[k] = _na(kw.get(k))
     return g
@@ -213,6 +221,7 @@ def _inventory(probe: Probe) -> Inventory:
                 errors.append(f"`{' '.join(argv)}`: {e}")
         if inv is None:
             return Inventory("none", None, None, [], "; ".join(errors))
+    assert inv is not None
     _fill_compute_caps(probe, inv)
     return inv
 
@@ -234,31 +243,30 @@ def _fill_compute_caps(probe: Probe, inv: Inventory) -> None:
             g["compute_cap_guessed"] = g["compute_cap"] is not None
 
 
-# Product-name fragments -> compute capability (https://developer.nvidia.com/cuda-gpus).
-# Checked in order: the first fragment contained in the upper-cased name wins.
-_CC_BY_NAME: tuple[tuple[str, str], ...] = (
-    ("QUADRO RTX", "7.5"), ("TITAN RTX", "7.5"), ("ADA GENERATION", "8.9"),
-    ("GB200", "10.0"), ("B200", "10.0"), ("B100", "10.0"), ("RTX 50", "12.0"),
-    ("RTX PRO 6000", "12.0"), ("GH200", "9.0"), ("H200", "9.0"), ("H100", "9.0"), ("H800", "9.0"),
-    ("H20", "9.0"), ("L40", "8.9"), ("L20", "8.9"), ("L4", "8.9"), ("RTX 40", "8.9"),
-    ("A100", "8.0"), ("A800", "8.0"), ("A30", "8.0"),
-    ("A10", "8.6"), ("A40", "8.6"), ("A16", "8.6"), ("A2", "8.6"), ("RTX A", "8.6"),
-    ("RTX 30", "8.6"), ("T4", "7.5"), ("RTX 20", "7.5"), ("GTX 16", "7.5"), ("V100", "7.0"),
-    ("TITAN V", "7.0"),
-    ("P100", "6.0"), ("P40", "6.1"), ("P4", "6.1"), ("GTX 10", "6.1"), ("QUADRO P", "6.1"),
-    ("K80", "3.7"),
-)
-_CC_BY_ARCH = {"HOPPER": "9.0", "ADA LOVELACE": "8.9", "TURING": "7.5", "VOLTA": "7.0"}
+@functools.lru_cache(maxsize=1)
+def _gpu_facts() -> tuple[tuple[tuple[str, str], ...], dict[str, str]]:
+    """Product-name fragments and architectures -> compute capability, from the packaged
+    envbuilder/data/gpus.yaml (sourced: https://developer.nvidia.com/cuda-gpus)."""
+    path = data_path("gpus.yaml")
+    data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    err = schema.first_error(data, schema.GPUS)
+    if err is not None:
+        key = "/".join(str(p) for p in err.path) or "(top level)"
+        raise InputError(f"{path}, key {key}: {err.message}")
+    by_name = tuple((e["fragment"], e["compute_capability"]) for e in data["by_name"])
+    by_arch = {e["architecture"].upper(): e["compute_capability"] for e in data["by_architecture"]}
+    return by_name, by_arch
 
 
 def compute_capability_for(name: str, architecture: str | None = None) -> str | None:
     """Compute capability ("8.0") from a product name, or None when unknown."""
+    by_name, by_arch = _gpu_facts()
     up = name.upper()
-    for frag, cc in _CC_BY_NAME:
+    for frag, cc in by_name:
         if re.search(r"(?<![A-Z0-9])" + re.escape(frag) + r"(?![0-9])", up) or (
                 frag.startswith("RTX ") and frag in up):
             return cc
-    return _CC_BY_ARCH.get((architecture or "").upper())
+    return by_arch.get((architecture or "").upper())
 
 
 # ----------------------------------------------------------------------------------------------
@@ -334,76 +342,11 @@ def select_interfaces(spec: str, interfaces: list[str]) -> list[str]:
 # Stack
 # ----------------------------------------------------------------------------------------------
 
-def _version(v: Any, what: str):
-    from packaging.version import InvalidVersion, Version  # light, but only when needed
+def _version(v: Any, what: str) -> Version:
     try:
         return Version(str(v).strip())
     except (InvalidVersion, TypeError):
         raise InputError(f"{what} {v!r} is not a version like 535.104.05") from None
-
-
-def _validate_stack(stack: Mapping[str, Any]) -> dict:
-    if not isinstance(stack, Mapping):
-        raise InputError("stack must be a mapping shaped like the resolver's JSON output")
-    s = dict(stack)
-    if s.get("cuda") is not None:
-        dm = s.get("driver_min")
-        if not isinstance(dm, Mapping) or not dm.get("version"):
-            raise InputError("stack has cuda but no driver_min.version")
-        _version(dm["version"], "driver_min.version")
-        if dm.get("minor_compat"):
-            _version(dm["minor_compat"], "driver_min.minor_compat")
-        arch = s.get("torch_arch")
-        if arch is not None and (not isinstance(arch, (list, tuple)) or not all(
-                isinstance(a, str) and re.fullmatch(r"(sm|compute)_\d+[a-z]?", a) for a in arch)):
-            raise InputError(f"stack torch_arch {arch!r} is not a list like ['sm_80', 'sm_90']")
-    n = s.get("nproc")
-    if n is not None and (not isinstance(n, int) or isinstance(n, bool) or n < 1):
-        raise InputError(f"stack nproc {n!r} is not a positive integer")
-    return s
-
-
-_LABEL = "io.envbuilder."
-
-
-def stack_from_image_labels(labels: Mapping[str, str]) -> dict:
-    """Rebuild the stack dict from the labels envbuilder puts on an image.
-
-    Raises InputError when a required label is missing or unusable.
-    """
-    if not isinstance(labels, Mapping):
-        raise InputError("image labels must be a mapping of strings")
-    lab = {k[len(_LABEL):]: (v or "").strip() for k, v in labels.items()
-           if isinstance(k, str) and k.startswith(_LABEL)}
-    if "cuda" not in lab:
-        raise InputError(f"image has no {_LABEL}cuda label: it was not built by envbuilder "
-                         "(or its labels were stripped)")
-    cuda_raw = lab["cuda"]
-    cuda = None if cuda_raw.lower() in ("", "none", "cpu") else cuda_raw
-    if cuda is not None and not re.fullmatch(r"\d+\.\d+", cuda):
-        raise InputError(f"label {_LABEL}cuda={cuda_raw!r} is not a CUDA version like 12.1")
-    missing = [k for k in ("torch",) + (("driver-min", "torch-arch") if cuda else ())
-               if not lab.get(k)]
-    if missing:
-        raise InputError("image is missing label(s) " + ", ".join(_LABEL + m for m in missing))
-    driver_min = None
-    if cuda:
-        _version(lab["driver-min"], f"label {_LABEL}driver-min")
-        minor = lab.get("driver-minor-compat") or lab["driver-min"]
-        _version(minor, f"label {_LABEL}driver-minor-compat")
-        driver_min = {"version": lab["driver-min"], "minor_compat": minor,
-                      "source": f"image label {_LABEL}driver-min"}
-    arch = [a.strip() for a in lab.get("torch-arch", "").split(",") if a.strip()]
-    bad = [a for a in arch if not re.fullmatch(r"(sm|compute)_\d+[a-z]?", a)]
-    if bad:
-        raise InputError(f"label {_LABEL}torch-arch has unusable entries {bad}")
-    nproc = None
-    if lab.get("nproc"):
-        if not lab["nproc"].isdigit() or int(lab["nproc"]) < 1:
-            raise InputError(f"label {_LABEL}nproc={lab['nproc']!r} is not a positive integer")
-        nproc = int(lab["nproc"])
-    return {"cuda": cuda, "cuda_toolkit": lab.get("cuda-toolkit") or None,
-            "driver_min": driver_min, "torch": lab["torch"], "torch_arch": arch, "nproc": nproc}
 
 
 # ----------------------------------------------------------------------------------------------
@@ -411,13 +354,13 @@ def stack_from_image_labels(labels: Mapping[str, str]) -> dict:
 # ----------------------------------------------------------------------------------------------
 
 class _Ctx:
-    def __init__(self, probe: Probe, stack: dict | None, nproc: int | None) -> None:
+    def __init__(self, probe: Probe, stack: StackFacts | None, nproc: int | None) -> None:
         self.probe = probe
         self.stack = stack
-        self.nproc = nproc if nproc is not None else (stack or {}).get("nproc")
+        self.nproc = nproc
         self.env = dict(probe.env())
         self.inv = _inventory(probe)
-        self.cpu_stack = stack is not None and stack.get("cuda") is None
+        self.cpu_stack = stack is not None and stack.cuda is None
         self.visible, self.visible_error = _visible_gpus(self.inv.gpus, self.env)
         self.ib = _ib_ports(probe)
         topo = probe.run(["nvidia-smi", "topo", "-m"]) if self.inv.gpus else None
@@ -852,21 +795,21 @@ def _check_container(c: _Ctx) -> Check:
 # -- stack checks ------------------------------------------------------------------------------
 
 def _check_stack_driver(c: _Ctx) -> Check:
-    s = c.stack or {}
-    if s.get("cuda") is None:
+    s = c.stack
+    if s is None or s.cuda is None or s.driver_min is None:
         return Check("stack-driver", SKIP, None, "CPU-only stack: no driver needed", "")
-    dm = s["driver_min"]
-    need = _version(dm["version"], "driver_min.version")
-    floor = _version(dm.get("minor_compat") or dm["version"], "driver_min.minor_compat")
+    dm = s.driver_min
+    need = _version(dm.version, "driver_min.version")
+    floor = _version(dm.minor_compat, "driver_min.minor_compat")
     if not c.inv.driver:
         return Check("stack-driver", SKIP, None, "no driver found (see the driver check)", "")
     try:
         have = _version(c.inv.driver, "driver")
     except InputError:
         return Check("stack-driver", WARN, c.inv.driver, "driver version not comparable", "")
-    src = f" (source: {dm['source']})" if dm.get("source") else ""
-    cuda = s["cuda"]
-    have_s, need_s, floor_s = c.inv.driver, dm["version"], dm.get("minor_compat") or dm["version"]
+    src = f" (source: {dm.source})" if dm.source else ""
+    cuda = s.cuda
+    have_s, need_s, floor_s = c.inv.driver, dm.version, dm.minor_compat
     if have < floor:
         return Check("stack-driver", FAIL, c.inv.driver,
                      f"driver {have_s} is older than {floor_s}, the oldest that can run "
@@ -888,7 +831,7 @@ def _check_stack_driver(c: _Ctx) -> Check:
 def _check_stack_ranks(c: _Ctx) -> Check:
     if not c.nproc:
         return Check("stack-ranks", SKIP, None, "no nproc given", "")
-    if c.stack is not None and c.stack.get("cuda") is None:
+    if c.stack is not None and c.stack.cuda is None:
         return Check("stack-ranks", SKIP, c.nproc, "CPU-only stack: ranks do not need GPUs", "")
     n = len(c.visible)
     if n < c.nproc:
@@ -903,7 +846,8 @@ def _check_stack_ranks(c: _Ctx) -> Check:
 def _arch_verdict(cc: str, arch: list[str]) -> tuple[str, str]:
     major, minor = (int(x) for x in cc.split("."))
     mine = major * 10 + minor
-    sms, ptx = [], []
+    sms: list[tuple[int, str]] = []
+    ptx: list[tuple[int, str]] = []
     for a in arch:
         m = re.fullmatch(r"(sm|compute)_(\d+)([a-z]?)", a)
         if not m:
@@ -922,9 +866,9 @@ def _arch_verdict(cc: str, arch: list[str]) -> tuple[str, str]:
 
 
 def _check_stack_arch(c: _Ctx) -> Check:
-    s = c.stack or {}
-    arch = s.get("torch_arch")
-    if s.get("cuda") is None or not arch:
+    s = c.stack
+    arch = s.torch_arch if s is not None else ()
+    if s is None or s.cuda is None or not arch:
         return Check("stack-arch", SKIP, None, "no CUDA arch list in the stack", "")
     gpus = c.visible or c.inv.gpus
     if not gpus:
@@ -936,10 +880,10 @@ def _check_stack_arch(c: _Ctx) -> Check:
         cc = g["compute_cap"]
         if not cc:
             seen[(g["name"] or "?", "?")] = "compute capability unknown"
-            worst = max(worst, WARN, key=order.get)
+            worst = max(worst, WARN, key=lambda s: order[s])
             continue
         st, how = _arch_verdict(cc, list(arch))
-        worst = max(worst, st, key=order.get)
+        worst = max(worst, st, key=lambda s: order[s])
         guess = " (from the model name)" if g.get("compute_cap_guessed") else ""
         seen[(g["name"] or "?", cc)] = f"{how}{guess}"
         if st == FAIL:
@@ -949,7 +893,7 @@ def _check_stack_arch(c: _Ctx) -> Check:
                              if g["compute_cap"]})) or None
     if worst == FAIL:
         return Check("stack-arch", FAIL, value,
-                     f"torch {s.get('torch', '?')} has no kernels for "
+                     f"torch {s.torch} has no kernels for "
                      f"{', '.join(sorted(set(fails)))}"
                      f" (built for {', '.join(arch)}): " + "; ".join(lines),
                      "pick a torch/CUDA build whose arch list includes these GPUs (newer GPUs "
@@ -958,11 +902,13 @@ def _check_stack_arch(c: _Ctx) -> Check:
     return Check("stack-arch", worst, value, "; ".join(lines), fix)
 
 
-def run_doctor(*, probe: Probe | None = None, stack: dict | None = None,
+def run_doctor(*, probe: Probe | None = None, stack: StackFacts | None = None,
                nproc: int | None = None) -> list[Check]:
-    """Run every check against ``probe`` (default: this host) and return them in order."""
-    if stack is not None:
-        stack = _validate_stack(stack)
+    """Run every check against ``probe`` (default: this host) and return them in order.
+
+    ``stack`` (from ``StackFacts.from_stack`` or ``labels.read``) adds the stack checks."""
+    if stack is not None and not isinstance(stack, StackFacts):
+        raise InputError("stack must be a StackFacts (envbuilder.labels)")
     if nproc is not None and (not isinstance(nproc, int) or isinstance(nproc, bool) or nproc < 1):
         raise InputError(f"nproc {nproc!r} is not a positive integer")
     c = _Ctx(probe or Probe(), stack, nproc)

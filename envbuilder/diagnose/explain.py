@@ -33,6 +33,8 @@ from typing import IO, Any
 import yaml
 
 from envbuilder.errors import InputError
+from envbuilder.core import schema
+from envbuilder.core.resources import data_path
 
 __all__ = [
     "CATEGORIES",
@@ -52,7 +54,7 @@ CATEGORIES: tuple[str, ...] = (
     "mpi_mismatch", "container_build",
 )
 
-DEFAULT_SIGNATURES = Path(__file__).resolve().parent.parent / "data" / "signatures.yaml"
+DEFAULT_SIGNATURES = data_path("signatures.yaml")
 
 _SNIFF_BYTES = 8192
 _FALLBACK_LINE_CHARS = 512
@@ -176,9 +178,10 @@ def load_signatures(path: str | os.PathLike | None = None) -> SignatureSet:
         raise InputError(f"{name}: not valid YAML: {exc}") from None
     if not isinstance(raw, dict):
         raise InputError(f"{name}: top level must be a mapping with 'categories' and 'signatures'")
+    _check_schema(raw, name)
     settings = _parse_settings(raw.get("settings") or {}, name)
-    categories = _parse_categories(raw.get("categories"), name)
-    signatures = _parse_signatures(raw.get("signatures"), categories, name)
+    categories = _parse_categories(raw["categories"], name)
+    signatures = _parse_signatures(raw["signatures"], categories, name)
     return SignatureSet(name, categories, signatures, settings, _build_prefilter(signatures),
                         _build_matcher(signatures))
 
@@ -204,63 +207,46 @@ def _bad(file: str, key: str, message: str) -> InputError:
     return InputError(f"{file}: {key}: {message}")
 
 
-def _parse_settings(raw: Any, file: str) -> dict[str, float]:
-    if not isinstance(raw, dict):
-        raise _bad(file, "settings", "must be a mapping")
-    out: dict[str, float] = {}
-    for key, value in raw.items():
-        if key not in _DEFAULT_SETTINGS:
-            raise _bad(file, f"settings.{key}", "unknown setting")
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-            raise _bad(file, f"settings.{key}", "must be a non-negative number")
-        out[key] = float(value)
-    return out
+def _check_schema(raw: dict[str, Any], file: str) -> None:
+    """The file's shape, by the schema machinery the matrix uses (core/schema.py)."""
+    err = schema.first_error(raw, schema.signatures_schema(CATEGORIES, tuple(_DEFAULT_SETTINGS)),
+                             name_key=True)
+    if err is None:
+        return
+    key = ""
+    for i, part in enumerate(err.path):
+        if isinstance(part, int):  # signatures[3] (its id), as the semantic checks name it
+            sig_id = raw["signatures"][part].get("id") if err.path[i - 1] == "signatures" and \
+                isinstance(raw["signatures"][part], dict) else None
+            key += f"[{part}]" + (f" ({sig_id})" if isinstance(sig_id, str) else "")
+        else:
+            key += f".{part}" if key else str(part)
+    raise _bad(file, key or "(top level)", err.message)
 
 
-def _parse_categories(raw: Any, file: str) -> dict[str, dict[str, str]]:
-    if not isinstance(raw, dict) or not raw:
-        raise _bad(file, "categories", "must be a non-empty mapping")
-    out: dict[str, dict[str, str]] = {}
-    for cat, body in raw.items():
-        if cat not in CATEGORIES:
-            raise _bad(file, f"categories.{cat}", f"unknown category (known: {', '.join(CATEGORIES)})")
-        if not isinstance(body, dict):
-            raise _bad(file, f"categories.{cat}", "must be a mapping")
-        for key in _CATEGORY_KEYS:
-            value = body.get(key)
-            if not isinstance(value, str) or not value.strip():
-                raise _bad(file, f"categories.{cat}.{key}", "must be a non-empty string")
-        if not body["source"].startswith(("http://", "https://")):
-            raise _bad(file, f"categories.{cat}.source", "must be an http(s) URL")
-        out[cat] = {key: " ".join(body[key].split()) for key in _CATEGORY_KEYS}
-    return out
+def _parse_settings(raw: dict[str, Any], file: str) -> dict[str, float]:
+    return {key: float(value) for key, value in raw.items()}
 
 
-def _parse_weights(raw: Any, key: str, categories: dict, file: str) -> dict[str, float]:
-    if not isinstance(raw, dict) or not raw:
-        raise _bad(file, key, "must be a non-empty mapping of category: number")
+def _parse_categories(raw: dict[str, Any], file: str) -> dict[str, dict[str, str]]:
+    return {cat: {key: " ".join(body[key].split()) for key in _CATEGORY_KEYS}
+            for cat, body in raw.items()}
+
+
+def _parse_weights(raw: dict[str, Any], key: str, categories: dict, file: str) -> dict[str, float]:
     out: dict[str, float] = {}
     for cat, weight in raw.items():
         if cat not in categories:
             raise _bad(file, f"{key}.{cat}", "unknown category")
-        if isinstance(weight, bool) or not isinstance(weight, (int, float)) or weight < 0:
-            raise _bad(file, f"{key}.{cat}", "must be a non-negative number")
         out[cat] = float(weight)
     return out
 
 
 def _parse_signatures(raw: Any, categories: dict, file: str) -> tuple[Signature, ...]:
-    if not isinstance(raw, list) or not raw:
-        raise _bad(file, "signatures", "must be a non-empty list")
     out: list[Signature] = []
     seen: set[str] = set()
     for i, item in enumerate(raw):
-        where = f"signatures[{i}]"
-        if not isinstance(item, dict):
-            raise _bad(file, where, "must be a mapping")
-        sig_id = item.get("id")
-        if not isinstance(sig_id, str) or not sig_id:
-            raise _bad(file, f"{where}.id", "must be a non-empty string")
+        sig_id = item["id"]
         where = f"signatures[{i}] ({sig_id})"
         if sig_id in seen:
             raise _bad(file, f"{where}.id", "duplicate id")
@@ -284,11 +270,9 @@ def _parse_signature(item: dict, sig_id: str, where: str, categories: dict, file
             raise _bad(file, f"{where}.unless", "must be a non-empty string")
         unless, ulinear = _compile(item["unless"], file, f"{where}.unless")
         linear = linear and ulinear
-    adds = _parse_weights(item.get("adds"), f"{where}.adds", categories, file)
+    adds = _parse_weights(item["adds"], f"{where}.adds", categories, file)
     scale = _parse_weights(item["scale"], f"{where}.scale", categories, file) if "scale" in item else {}
     requires = item.get("requires", [])
-    if not isinstance(requires, list) or not all(isinstance(r, str) for r in requires):
-        raise _bad(file, f"{where}.requires", "must be a list of signature ids")
     show = item.get("evidence", True)
     if not isinstance(show, bool):
         raise _bad(file, f"{where}.evidence", "must be true or false")

@@ -213,7 +213,7 @@ class Pins:
 
 
 def find_uv(uv: str | None = None) -> str:
-    from envbuilder.lock.requirements import find_uv as _find
+    from envbuilder.lock.uv import find_uv as _find
 
     return _find(uv)
 

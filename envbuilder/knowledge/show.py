@@ -30,12 +30,13 @@ def show_axis(m: Matrix, axis: str) -> AxisTable:
     """The rows of one axis (InputError naming the axes when ``axis`` is not one)."""
     rows: list[tuple[str, ...]] = []
     srcs: list[tuple[str, ...]] = []
+    cols: tuple[str, ...]
     if axis == "cuda":
         cols = ("toolkit", "driver_min", "minor_compat_driver")
-        for t in m.toolkits:
-            mc = m.minor_compat.get(t.version.major)
-            rows.append((str(t.version), t.driver_min, mc.driver_min if mc else ""))
-            srcs.append(t.source)
+        for tk in m.toolkits:
+            mc = m.minor_compat.get(tk.version.major)
+            rows.append((str(tk.version), tk.driver_min, mc.driver_min if mc else ""))
+            srcs.append(tk.source)
     elif axis == "torch":
         cols = ("torch", "python", "pypi_default", "variant", "nccl", "nccl_package", "arch")
         for t in m.torch:

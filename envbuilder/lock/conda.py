@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import os
 import re
 import shutil
 import subprocess
@@ -37,8 +36,10 @@ from typing import Mapping, Sequence
 import yaml
 
 from envbuilder.errors import IncompatibleError, InputError, MissingExtraError, OperationError
-from envbuilder.lock.requirements import LOCK_NAME, PLATFORM, find_uv, read_lock
-from envbuilder.core.resolve import PYPI
+from envbuilder.lock.requirements import LOCK_NAME, read_lock
+from envbuilder.lock.uv import PLATFORM
+from envbuilder.lock.uv import compile as uv_compile
+from envbuilder.core.resolve import PYPI, Stack
 
 ENV_NAME = "environment.yml"
 CONDA_LOCK_NAME = "conda-lock.yml"
@@ -69,7 +70,7 @@ def _need(module: str, dist: str):
 
 # -- environment.yml ---------------------------------------------------------------------------
 
-def conda_specs(stack) -> list[str]:
+def conda_specs(stack: Stack) -> list[str]:
     """The conda part: Python (the stack's minor) and pip; compilers when a layer builds."""
     specs = [f"python {stack.python}.*", "pip"]
     if stack.compiles:
@@ -85,7 +86,7 @@ def _env_spec(spec: str) -> str:
     return f"{name}={ver.removesuffix('.*')}" if ver.endswith(".*") else f"{name}{ver}"
 
 
-def environment_yml(stack, lock_path: str | Path | None = None, *,
+def environment_yml(stack: Stack, lock_path: str | Path | None = None, *,
                     channels: Sequence[str] = ("conda-forge",)) -> str:
     if lock_path is not None:
         pins = [f"{p.name}=={p.version}" for p in read_lock(Path(lock_path).read_text("utf-8"))]
@@ -110,7 +111,7 @@ def environment_yml(stack, lock_path: str | Path | None = None, *,
 
 # -- solving the conda part --------------------------------------------------------------------
 
-def _virtual_packages(stack):
+def _virtual_packages(stack: Stack):
     rattler = _need("rattler", "py-rattler")
 
     def vp(name: str, version: str, build: str = "0"):
@@ -221,28 +222,17 @@ def solve_conda_lock(env_file: Path, platform: str, workdir: Path) -> list[dict]
 
 # -- the pip part ------------------------------------------------------------------------------
 
-def pip_wheels_from_uv(lock_path: Path, stack, *, index_url: str | None = None,
+def pip_wheels_from_uv(lock_path: Path, stack: Stack, *, index_url: str | None = None,
                        extra_index_urls: Sequence[str] = (), uv: str | None = None,
                        work: Path | None = None) -> dict[str, tuple[str, str]]:
     """name -> (wheel or sdist URL, sha256) for the lock's pins, from uv's pylock.toml."""
     import tomllib
 
-    from envbuilder.lock.requirements import _indexes, _uv_command
-
     pkgs = read_lock(lock_path.read_text("utf-8"))
-    idx = _indexes(stack, index_url, extra_index_urls)
-    uv_bin = find_uv(uv)
     with tempfile.TemporaryDirectory(prefix=".envbuilder-pylock-", dir=work) as d:
         out = Path(d) / "pylock.toml"
-        cmd = _uv_command(uv_bin, stack, idx, out, mode=("--no-deps",))
-        env = dict(os.environ)
-        env.setdefault("UV_PYTHON_DOWNLOADS", "never")
-        r = subprocess.run(cmd, input="".join(f"{p.name}=={p.version}\n" for p in pkgs),
-                           capture_output=True, text=True, env=env, cwd=d, timeout=1800)
-        if r.returncode != 0:
-            from envbuilder.lock.requirements import _uv_failure
-
-            raise _uv_failure(r.stderr, stack, idx)
+        uv_compile(stack, [f"{p.name}=={p.version}" for p in pkgs], out, index_url=index_url,
+                   extra_index_urls=extra_index_urls, uv=uv, mode=("--no-deps",))
         data = tomllib.loads(out.read_text("utf-8"))
     result: dict[str, tuple[str, str]] = {}
     for p in data.get("packages", []):
@@ -283,7 +273,7 @@ def pip_entries(lock_path: Path, wheels: Mapping[str, tuple[str, str]], platform
 
 # -- conda-lock.yml ----------------------------------------------------------------------------
 
-def write_conda(stack, out_dir: str | Path, *, lock_path: str | Path,
+def write_conda(stack: Stack, out_dir: str | Path, *, lock_path: str | Path,
                 channels: Sequence[str] = ("conda-forge",), platform: str = "linux-64",
                 solver: str = "auto", pip_wheels: Mapping[str, tuple[str, str]] | None = None,
                 index_url: str | None = None, extra_index_urls: Sequence[str] = (),

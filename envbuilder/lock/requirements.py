@@ -52,36 +52,30 @@ from __future__ import annotations
 
 import difflib
 import hashlib
-import os
 import re
-import shlex
-import shutil
-import subprocess
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Any, Iterable, Sequence
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from envbuilder import __version__
-from envbuilder.errors import IncompatibleError, InputError, MissingExtraError, OperationError
-from envbuilder.core.resolve import PYPI
+from envbuilder.errors import IncompatibleError, InputError, OperationError
+from envbuilder.core.resolve import PYPI, Stack
+from envbuilder.lock import uv as _uv
+from envbuilder.render.plan import BuildPlan, make_plan
+from envbuilder.render.templating import render_files
+from envbuilder.lock.uv import PLATFORM
 
 LOCK_NAME = "requirements.lock"
-PLATFORM = "x86_64-manylinux_2_28"
 INSTALL_HINT = "pip install --require-hashes --no-deps -r requirements.lock"
-UV_TIMEOUT_S = 1800
 _HASH_RE = re.compile(r"^--hash=sha256:[0-9a-f]{64}$")
 _NCCL_RE = re.compile(r"^nvidia-nccl-cu(\d+)$")
 # header lines that name tool versions: ignored by --check (a newer uv or envbuilder alone
 # does not make a lock stale; what it pins does)
 _VOLATILE = ("# envbuilder version:", "# uv version:")
-_NET_MARKERS = ("Failed to fetch", "error sending request", "dns error", "Connect",
-                "connection", "timed out", "Could not connect", "tcp connect error",
-                "certificate", "Network is unreachable")
 
 
 # -- data ------------------------------------------------------------------------------------
@@ -127,13 +121,12 @@ def lock_digest(path: str | Path) -> str:
     return "sha256:" + hashlib.sha256(data).hexdigest()
 
 
-def apply_lock(stack, plan_kw: dict, lock_text: str, where: str):
+def apply_lock(stack: Stack, plan_kw: dict[str, Any], lock_text: str,
+               where: str) -> tuple[BuildPlan, dict[str, str]]:
     """A build plan that installs ``lock_text`` with --require-hashes, and its per-layer files.
 
     The lock is cross-checked against the stack first (exit 3 naming the fact and lock line).
     Returns (plan, layer_requirements) for ``render_files``."""
-    from envbuilder.render.plan import make_plan
-
     check_lock_text(lock_text, where, python=stack.python)
     cross_check(stack, read_lock(lock_text), where)
     plan = make_plan(stack, hashes=True, **plan_kw)
@@ -227,6 +220,30 @@ def _cut(s: str, n: int = 120) -> str:
     return s if len(s) <= n else s[:n] + "..."
 
 
+def build_files(stack: Stack, *, lock_text: str | None = None,
+                lock_source: str = LOCK_NAME,
+                **plan_kw: Any) -> tuple[BuildPlan, dict[str, str | bytes]]:
+    """The files of a build folder for ``stack``: (plan, {relative path: content}).
+
+    With ``lock_text`` (a requirements.lock) the lock is cross-checked against the stack, cut
+    into per-layer hash-pinned files installed with ``--require-hashes``, kept beside them, and
+    its digest recorded in stack.json. ``plan_kw`` are make_plan's options. The one place a
+    lock (or none) is applied to a build: render and build both come here."""
+    import json
+
+    if lock_text is None:
+        plan = make_plan(stack, **plan_kw)
+        return plan, render_files(plan)
+    plan, layer_reqs = apply_lock(stack, plan_kw, lock_text, lock_source)
+    files = render_files(plan, layer_requirements=layer_reqs)
+    files[LOCK_NAME] = lock_text
+    data = json.loads(files["stack.json"])
+    data["lock"] = {"file": LOCK_NAME,
+                    "digest": "sha256:" + hashlib.sha256(lock_text.encode()).hexdigest()}
+    files["stack.json"] = json.dumps(data, indent=2) + "\n"
+    return plan, files
+
+
 def read_lock(text: str) -> list[LockedPackage]:
     """Parse uv's ``pip compile --generate-hashes`` output (and envbuilder's header)."""
     out: list[LockedPackage] = []
@@ -293,13 +310,13 @@ def split_by_layer(lock_text: str, plan) -> dict[str, str]:
 
     def closure(roots: Iterable[str]) -> list[str]:
         seen: list[str] = []
-        stack = [canonicalize_name(r) for r in roots]
+        stack: list[str] = [canonicalize_name(r) for r in roots]
         while stack:
             n = stack.pop()
             if n in placed or n in seen or n not in by_name:
                 continue
             seen.append(n)
-            stack.extend(sorted(children.get(n, ())))
+            stack.extend(sorted(children.get(n, set())))
         return seen
 
     order: list[str] = []
@@ -364,7 +381,7 @@ def _user_requirements(path: str | Path) -> list[Requirement]:
     return out
 
 
-def _stack_versions(stack) -> dict[str, tuple[str, str]]:
+def _stack_versions(stack: Stack) -> dict[str, tuple[str, str]]:
     """Package -> (version, what says so) for the packages the stack pins."""
     out = {"torch": (str(stack.torch.version), f"torch {stack.torch.version} ({stack.target})")}
     if stack.deepspeed is not None:
@@ -378,12 +395,12 @@ def _stack_versions(stack) -> dict[str, tuple[str, str]]:
     return out
 
 
-def _nccl_fact(stack) -> tuple[str | None, str | None]:
+def _nccl_fact(stack: Stack) -> tuple[str | None, str | None]:
     tv = stack.torch_variant
     return (None if tv.nccl is None else str(tv.nccl)), tv.nccl_package
 
 
-def _check_user_requirements(stack, reqs: list[Requirement], path) -> None:
+def _check_user_requirements(stack: Stack, reqs: list[Requirement], path) -> None:
     pinned = _stack_versions(stack)
     _, nccl_pkg = _nccl_fact(stack)
     nccl_major = _NCCL_RE.match(canonicalize_name(nccl_pkg)) if nccl_pkg else None
@@ -409,7 +426,7 @@ def _check_user_requirements(stack, reqs: list[Requirement], path) -> None:
                 f"cannot share one environment")
 
 
-def _sources(stack, name: str) -> list[str]:
+def _sources(stack: Stack, name: str) -> list[str]:
     if name == "deepspeed" and stack.deepspeed is not None:
         return list(stack.deepspeed.source)
     if name == "horovod" and stack.horovod is not None:
@@ -417,11 +434,10 @@ def _sources(stack, name: str) -> list[str]:
     return list(stack.torch.source)
 
 
-def input_requirements(stack, extras: Sequence[Requirement] = ()) -> list[str]:
+def input_requirements(stack: Stack, extras: Sequence[Requirement] = ()) -> list[str]:
     """The top-level requirements a lock of ``stack`` resolves: every layer's requirements as
     the build plan states them (torch with numpy, then Horovod, DeepSpeed) plus the build
     dependencies of the layers that compile, plus the user's extras."""
-    from envbuilder.render.plan import make_plan
 
     lines: list[str] = []
     for layer in make_plan(stack).layers:
@@ -431,155 +447,9 @@ def input_requirements(stack, extras: Sequence[Requirement] = ()) -> list[str]:
     return list(dict.fromkeys(lines))
 
 
-# -- uv --------------------------------------------------------------------------------------
-
-def find_uv(uv: str | None = None) -> str:
-    if uv:
-        if not (Path(uv).is_file() or shutil.which(uv)):
-            raise InputError(f"uv executable {uv!r} not found")
-        return uv
-    try:
-        from uv import find_uv_bin  # type: ignore[import-not-found]
-
-        return find_uv_bin()
-    except (ImportError, FileNotFoundError):
-        pass
-    found = shutil.which("uv")
-    if found:
-        return found
-    raise MissingExtraError("uv", "lock")
-
-
-def _uv_version(uv_bin: str) -> str:
-    try:
-        r = subprocess.run([uv_bin, "--version"], capture_output=True, text=True, timeout=60)
-        return r.stdout.strip() or "unknown"
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
-
-
-@dataclass(frozen=True)
-class _Indexes:
-    index: str
-    extras: tuple[str, ...]
-    best_match: bool
-
-
-def _indexes(stack, index_url: str | None, extra_index_urls: Sequence[str]) -> _Indexes:
-    from envbuilder.core import validate
-
-    mirrors = tuple(validate.url(u, "--extra-index-url") for u in extra_index_urls)
-    base = validate.url(index_url, "--pip-index-url") if index_url else PYPI
-    torch_index = stack.torch_index
-    if torch_index == PYPI:
-        return _Indexes(base, mirrors, bool(mirrors))
-    if index_url:
-        # a mirror: of PyTorch's index (it carries torch) or of PyPI with the torch index
-        # as an extra; best-match makes the order irrelevant either way
-        return _Indexes(base, mirrors, True)
-    return _Indexes(torch_index, (PYPI, *mirrors), True)
-
-
-def _uv_command(uv_bin: str, stack, idx: _Indexes, out: Path | None,
-                mode: Sequence[str] = ("--generate-hashes",)) -> list[str]:
-    """``uv pip compile`` for this stack's Python and platform from ``idx``; ``mode`` adds the
-    output flags (hashes for a lock; ``--no-deps`` for conda's pylock of pinned wheels)."""
-    cmd = [uv_bin, "pip", "compile", "-", "--no-config", *mode, "--no-header",
-           "--python-version", stack.python, "--python-platform", PLATFORM,
-           "--index-url", idx.index]
-    for u in idx.extras:
-        cmd += ["--extra-index-url", u]
-    if idx.best_match:
-        cmd += ["--index-strategy", "unsafe-best-match"]
-    if out is not None:
-        cmd += ["-o", str(Path(out).absolute())]
-    return cmd
-
-
-def _shown(cmd: list[str]) -> str:
-    """The command as the header shows it: 'uv' and a relative output name."""
-    shown = ["uv", *cmd[1:]]
-    if "-o" in shown:
-        shown[-1] = LOCK_NAME
-    else:
-        shown += ["-o", LOCK_NAME]
-    return shlex.join(shown)
-
-
-def _run_uv(cmd: list[str], inputs: list[str], stack, idx: _Indexes) -> str:
-    env = dict(os.environ)
-    env.setdefault("UV_PYTHON_DOWNLOADS", "never")
-    env.setdefault("NO_COLOR", "1")
-    try:
-        r = subprocess.run(cmd, input="\n".join(inputs) + "\n", capture_output=True, text=True,
-                           env=env, timeout=UV_TIMEOUT_S, cwd=tempfile.gettempdir())
-    except subprocess.TimeoutExpired:
-        raise OperationError(f"uv pip compile for {stack.target} took over {UV_TIMEOUT_S} s "
-                             f"(index {idx.index})", step="lock") from None
-    except OSError as e:
-        raise OperationError(f"cannot run uv ({cmd[0]}): {e.strerror or e}", step="lock") from None
-    if r.returncode == 0:
-        return r.stdout
-    raise _uv_failure(r.stderr, stack, idx)
-
-
-def _uv_failure(stderr: str, stack, idx: _Indexes) -> Exception:
-    lines = [ln.strip() for ln in stderr.splitlines() if ln.strip()]
-    lines = [ln for ln in lines if not ln.startswith("warning:")]
-    details = lines[:40]
-    text = "\n".join(lines)
-    missing = re.search(r"\b([A-Za-z0-9][A-Za-z0-9._-]*) was not found in the (?:package registry|"
-                        r"provided package locations)", text)
-    if missing:
-        return InputError(f"the package {_cut(missing.group(1), 100)} is not on the index "
-                          f"{idx.index}: check its name (in --requirements) or use "
-                          f"--pip-index-url / --extra-index-url for an index that has it",
-                          details=details)
-    if "No solution found" in text or "unsatisfiable" in text:
-        why = next((ln.split(":", 1)[1].strip() for ln in lines
-                    if ln.startswith(("cause:", "╰─▶", "Because")) or "Because" in ln), None)
-        why = why or next((ln for ln in lines if "Because" in ln), lines[0] if lines else "")
-        why = why.lstrip("╰─▶ ").strip()
-        return IncompatibleError(
-            f"the Python packages of {stack.tag} cannot be resolved together: {why}",
-            details=details)
-    if any(m in text for m in _NET_MARKERS):
-        url = None
-        for ln in lines:
-            m = re.search(r"(https?://\S+|file://\S+)", ln)
-            if m:
-                url = m.group(1).rstrip(")").rstrip(".")
-                break
-        index = _which_index(url, idx) if url else idx.index
-        reason = _net_reason(lines)
-        return OperationError(
-            f"cannot reach the package index {index} ({reason}{' for ' + url if url else ''}): "
-            f"use --pip-index-url URL (a reachable mirror) or build from a wheelhouse",
-            step="lock", details=details)
-    first = next((ln for ln in lines if ln.startswith("error:")), lines[0] if lines else "")
-    return OperationError(f"uv pip compile failed for {stack.target}: {first}", step="lock",
-                          details=details)
-
-
-def _which_index(url: str, idx: _Indexes) -> str:
-    for u in (idx.index, *idx.extras):
-        if url.startswith(u.rstrip("/")):
-            return u
-    m = re.match(r"(https?://[^/]+)", url)
-    return m.group(1) if m else url
-
-
-def _net_reason(lines: list[str]) -> str:
-    for key, what in (("dns", "DNS lookup failed"), ("certificate", "TLS certificate rejected"),
-                      ("timed out", "timed out"), ("Connect", "connection failed")):
-        if any(key.lower() in ln.lower() for ln in lines):
-            return what
-    return "request failed"
-
-
 # -- cross-checks ----------------------------------------------------------------------------
 
-def cross_check(stack, pkgs: list[LockedPackage], where: str) -> None:
+def cross_check(stack: Stack, pkgs: list[LockedPackage], where: str) -> None:
     """The lock agrees with the stack: torch, deepspeed, horovod, the NCCL wheel."""
     by = {p.name: p for p in pkgs}
 
@@ -625,7 +495,7 @@ def cross_check(stack, pkgs: list[LockedPackage], where: str) -> None:
         elif _version(p.version) is None or \
                 Version(_version(p.version).base_version) != Version(nccl):  # type: ignore[union-attr]
             refuse(f"torch {stack.torch.version} {stack.variant} bundles NCCL {nccl} ({pkg})", src, p)
-    majors = {}
+    majors: dict[str, Any] = {}
     for p in pkgs:
         m = _NCCL_RE.match(p.name)
         if m:
@@ -657,7 +527,7 @@ def _version(s: str) -> Version | None:
 
 # -- the lock --------------------------------------------------------------------------------
 
-def _header(stack, cmd: str, inputs: list[str], uv_version: str, idx: _Indexes,
+def _header(stack: Stack, cmd: str, inputs: list[str], uv_version: str, idx: _uv.Indexes,
             requirements_file: str | None) -> str:
     lines = [
         "# requirements.lock: every Python package of this environment, pinned with hashes.",
@@ -686,29 +556,27 @@ def _comment_safe(s: str) -> str:
     return "".join(c if 32 <= ord(c) != 127 else repr(c)[1:-1] for c in s)
 
 
-def _resolve(stack, *, requirements_file, index_url, extra_index_urls, uv
-             ) -> tuple[str, list[LockedPackage], str, _Indexes]:
+def _resolve(stack: Stack, *, requirements_file, index_url, extra_index_urls, uv
+             ) -> tuple[str, list[LockedPackage], str, _uv.Indexes]:
     extras: list[Requirement] = []
     if requirements_file is not None:
         extras = _user_requirements(requirements_file)
         _check_user_requirements(stack, extras, requirements_file)
     inputs = input_requirements(stack, extras)
-    idx = _indexes(stack, index_url, extra_index_urls)
-    uv_bin = find_uv(uv)
-    cmd = _uv_command(uv_bin, stack, idx, None)
-    body = _run_uv(cmd, inputs, stack, idx)
+    cmd, idx, uv_bin, body = _uv.compile(stack, inputs, None, index_url=index_url,
+                                         extra_index_urls=extra_index_urls, uv=uv)
     problems = lock_problems(body, "uv's output")
     if problems:
         raise OperationError(f"uv pip compile wrote something envbuilder does not install: "
                              f"{problems[0]}", step="lock", details=problems[:20])
     pkgs = read_lock(body)
-    shown = _shown(cmd)
-    text = _header(stack, shown, inputs, _uv_version(uv_bin), idx,
+    shown = _uv.shown(cmd, LOCK_NAME)
+    text = _header(stack, shown, inputs, _uv.version(uv_bin), idx,
                    str(requirements_file) if requirements_file else None) + body
     return text, pkgs, shown, idx
 
 
-def resolve_lock_text(stack, *, requirements_file: str | Path | None = None,
+def resolve_lock_text(stack: Stack, *, requirements_file: str | Path | None = None,
                       index_url: str | None = None, extra_index_urls: Sequence[str] = (),
                       uv: str | None = None) -> str:
     """The text of a fresh requirements.lock for ``stack`` (cross-checked); nothing is
@@ -719,7 +587,7 @@ def resolve_lock_text(stack, *, requirements_file: str | Path | None = None,
     return text
 
 
-def lock_target(stack, out_dir: str | Path, *, requirements_file: str | Path | None = None,
+def lock_target(stack: Stack, out_dir: str | Path, *, requirements_file: str | Path | None = None,
                 index_url: str | None = None, extra_index_urls: Sequence[str] = (),
                 uv: str | None = None, check: bool = False) -> LockReport:
     """Write (or, with ``check``, verify) ``out_dir/requirements.lock`` for ``stack``."""
@@ -792,8 +660,8 @@ def _comparable(text: str) -> list[str]:
     return [ln for ln in text.splitlines(keepends=True) if not ln.startswith(_VOLATILE)]
 
 
-def _check(stack, dest: Path, fresh_text: str, fresh: list[LockedPackage], shown: str,
-           idx: _Indexes, versions: dict[str, str]) -> LockReport:
+def _check(stack: Stack, dest: Path, fresh_text: str, fresh: list[LockedPackage], shown: str,
+           idx: _uv.Indexes, versions: dict[str, str]) -> LockReport:
     from envbuilder._fs import read_text_capped
 
     disk_text = read_text_capped(dest, "lock", limit=MAX_LOCK_BYTES)

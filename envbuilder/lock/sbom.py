@@ -13,11 +13,15 @@ from __future__ import annotations
 import json
 import uuid
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import quote
 
 from envbuilder import __version__
 from envbuilder.errors import InputError
 from envbuilder.lock.requirements import lock_digest, read_lock
+
+if TYPE_CHECKING:
+    from envbuilder.core.resolve import Stack
 
 SPEC_VERSION = "1.5"
 
@@ -27,7 +31,7 @@ def purl(name: str, version: str) -> str:
     return f"pkg:pypi/{name.lower().replace('_', '-')}@{quote(version, safe='')}"
 
 
-def sbom(lock_path: str | Path, stack) -> dict:
+def sbom(lock_path: str | Path, stack: Stack) -> dict:
     """The CycloneDX document for a lock file (see module docstring)."""
     path = Path(lock_path)
     try:
@@ -83,7 +87,7 @@ def sbom(lock_path: str | Path, stack) -> dict:
 SBOM_NAME = "sbom.cdx.json"
 
 
-def write_sbom(lock_path: str | Path, out_path: str | Path, stack) -> dict:
+def write_sbom(lock_path: str | Path, out_path: str | Path, stack: Stack) -> dict:
     """Write the SBOM of ``lock_path`` to ``out_path`` (temp file + rename); return it."""
     from envbuilder.render.templating import write_file_atomic
 

@@ -1,6 +1,6 @@
 """A ``docker-bake.hcl`` that builds every rendered target with one ``docker buildx bake``.
 
-Call ``envbuilder.bake.bake_all(out, matrix_dir=None, registry=None)`` for ``envbuilder bake -o
+Call ``envbuilder.api.bake_all(out, matrix_dir=None, registry=None)`` for ``envbuilder bake -o
 DIR``: it renders every built-in target into ``DIR/<target>/`` (envbuilder.api.render_target) and
 writes ``DIR/docker-bake.hcl``, returning a report. ``write_bake(targets, out, registry=...)``
 writes the file for folders already rendered (``[(name, folder), ...]``) and returns its text.
@@ -41,6 +41,7 @@ from typing import Mapping, Sequence
 from envbuilder import __version__
 from envbuilder.core import validate
 from envbuilder.errors import InputError
+from envbuilder.render.templating import write_file_atomic
 
 LOCAL_REPOSITORY = "envbuilder"
 
@@ -60,13 +61,13 @@ def _ident(name: str) -> str:
 
 def _builder_stage(dockerfile: str) -> str:
     lines = dockerfile.splitlines()
-    start = next((i for i, l in enumerate(lines)
-                  if l.startswith("FROM ") and l.rstrip().endswith(" AS builder")), None)
+    start = next((i for i, ln in enumerate(lines)
+                  if ln.startswith("FROM ") and ln.rstrip().endswith(" AS builder")), None)
     if start is None:
         return ""
     end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("FROM ")), len(lines))
     # comments and blank lines do not change what the stage builds (the parser drops them)
-    return "\n".join(l for l in lines[start:end] if l.strip() and not l.lstrip().startswith("#"))
+    return "\n".join(ln for ln in lines[start:end] if ln.strip() and not ln.lstrip().startswith("#"))
 
 
 def _builder_key(folder: Path, dockerfile: str, builder_image: str) -> str | None:
@@ -191,22 +192,5 @@ def write_bake(targets: list[tuple[str, Path]], out: Path, *, registry: str | No
             fields.append(("contexts", {"builder": f"target:{shared[i['key']]['name']}"}))
         blocks.append(_block("target", i["name"], fields))
     text = "\n\n".join(blocks) + "\n"
-    from envbuilder.render.templating import write_file_atomic
-
     write_file_atomic(path, text, step="bake", group="bake")
     return text
-
-
-def bake_all(out: str | Path, *, matrix_dir: str | Path | None = None,
-             registry: str | None = None, targets: Sequence[str] | None = None, **kw) -> dict:
-    """Render every built-in target (or ``targets``) into OUT/<target>/ and write
-    OUT/docker-bake.hcl. Returns {"bake_file", "targets": [render reports]}."""
-    from envbuilder.api import render_all
-
-    if registry is not None:
-        validate.repository(registry, "--registry")
-    out = Path(out)
-    reports = render_all(out, matrix_dir=matrix_dir, targets=targets, **kw)
-    write_bake([(r["target"], out / r["target"]) for r in reports], out / "docker-bake.hcl",
-               registry=registry)
-    return {"bake_file": str(out / "docker-bake.hcl"), "targets": reports}

@@ -26,27 +26,27 @@ from pathlib import Path
 from typing import Sequence
 
 from envbuilder.core import validate
+from envbuilder.core.matrix import Matrix, load_matrix
+from envbuilder.core.resolve import resolve_target
 from envbuilder.errors import IncompatibleError, InputError
+from envbuilder.render.templating import write_file_atomic
 
 GPU_RUNNER: tuple[str, ...] = ("self-hosted", "linux", "x64", "gpu")
 CPU_RUNNER = "ubuntu-latest"
 WORKFLOW = Path(".github") / "workflows" / "envbuilder.yml"
 
 
-def github_matrix(matrix=None, *, gpu_runner: Sequence[str] | str = GPU_RUNNER,
+def github_matrix(matrix: Matrix | None = None, *, gpu_runner: Sequence[str] | str = GPU_RUNNER,
                   cpu_runner: Sequence[str] | str = CPU_RUNNER,
                   skip_refused: bool = True) -> dict:
     """The GitHub Actions matrix of every built-in target (``matrix``: a Matrix, or None for
     the built-in one). A target the resolver refuses is left out (or raises, when
     ``skip_refused`` is false)."""
-    from envbuilder.api import builtin_targets, resolve_target
-    from envbuilder.core.matrix import load_matrix
-
     m = matrix if matrix is not None else load_matrix(None)
     include = []
-    for name in builtin_targets(m):
+    for name in [t.name for t in m.targets]:
         try:
-            stack = resolve_target(name, matrix=m)
+            stack = resolve_target(name, m)
         except IncompatibleError:
             if skip_refused:
                 continue
@@ -165,7 +165,6 @@ def write_github_workflow(out: Path, *, registry: str, **kw) -> Path:
             "# target; the moving alias tag is pushed by `envbuilder build` only after its smoke job passed.\n"
             + yaml.dump(data, Dumper=Dumper, sort_keys=False, width=100))
     path = Path(out) / WORKFLOW
-    from envbuilder.render.templating import write_file_atomic
 
     write_file_atomic(path, text, step="ci", group="ci")
     return path

@@ -213,7 +213,7 @@ def prometheus_config(*, node_exporters: Iterable[str] = ("NODE:9100",),
                       rule_files: Iterable[str] = ("alerts.yml",),
                       scrape_interval: str = "30s") -> dict[str, Any]:
     """A plain Prometheus configuration that scrapes all three sources (no operator)."""
-    jobs = []
+    jobs: list[dict[str, Any]] = []
     if list(node_exporters):
         jobs.append({"job_name": "node", "static_configs": [{"targets": list(node_exporters)}]})
     if list(pushgateways):

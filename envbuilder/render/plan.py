@@ -14,7 +14,7 @@ from typing import Mapping
 
 from packaging.version import Version
 
-from envbuilder import __version__
+from envbuilder import labels as image_labels
 from envbuilder.core import validate
 from envbuilder.errors import InputError
 from envbuilder.core.resolve import PYPI, Stack
@@ -295,13 +295,15 @@ def _horovod_layer(stack: Stack, setup: BuilderSetup, compile_env: dict[str, str
     m = stack.matrix
     gpu = stack.toolkit is not None
     env = dict(m.horovod.build_env)
+    hvd = stack.horovod
+    assert hvd is not None
     env.setdefault("HOROVOD_WITH_PYTORCH", "1")
     env.update({"HOROVOD_WITHOUT_TENSORFLOW": "1", "HOROVOD_WITHOUT_MXNET": "1",
                 "HOROVOD_WITH_GLOO": "1", "HOROVOD_WITHOUT_MPI": "1"})
     for tool in m.toolchains.build_tools:
-        if tool.applies("horovod", stack.horovod.version):
+        if tool.applies("horovod", hvd.version):
             env.update(tool.env)
-    reqs = [f"horovod=={stack.horovod.version}"]
+    reqs = [f"horovod=={hvd.version}"]
     extra_build: list[str] = []
     pre: list[str] = []
     if not gpu:
@@ -311,7 +313,7 @@ def _horovod_layer(stack: Stack, setup: BuilderSetup, compile_env: dict[str, str
         tv = stack.torch_variant
         # link Horovod against the NCCL torch loads: the nvidia-nccl wheel in the venv (for torch
         # builds that link NCCL statically, the wheel of exactly that NCCL version)
-        if tv.nccl_package is None and tv.nccl is not None:
+        if tv.nccl_package is None and tv.nccl is not None and stack.toolkit is not None:
             extra_build.append(f"nvidia-nccl-cu{stack.toolkit.version.major}=={tv.nccl}")
         # the wheel ships only libnccl.so.2; Horovod's CMake looks for libnccl.so
         pre.append(f"ln -sf libnccl.so.2 {site}/nvidia/nccl/lib/libnccl.so")
@@ -354,45 +356,5 @@ def _arch_list(arch: tuple[str, ...]) -> list[str]:
 
 def _labels(stack: Stack, extra: Mapping[str, str], base_image: str | None = None, *,
             setup: BuilderSetup | None = None, arch: tuple[str, ...] | list[str] = ()) -> dict[str, str]:
-    d = stack.to_dict()
-    labels = {
-        "org.opencontainers.image.title": f"envbuilder {stack.target}",
-        "org.opencontainers.image.description":
-            f"PyTorch {d['torch']} ({d['torch_variant']}), Python {d['python']}, {d['os']}"
-            + (f", DeepSpeed {d['deepspeed']}" if d["deepspeed"] else "")
-            + (f", Horovod {d['horovod']}" if d["horovod"] else ""),
-        "org.opencontainers.image.version": stack.tag,
-        "org.opencontainers.image.base.name": base_image or stack.runtime_image,
-        "org.opencontainers.image.vendor": "envbuilder",
-        "io.envbuilder.version": __version__,
-        "io.envbuilder.target": stack.target,
-        "io.envbuilder.torch": d["torch"],
-        "io.envbuilder.torch-variant": d["torch_variant"],
-        "io.envbuilder.python": d["python"],
-        "io.envbuilder.os": d["os"],
-        "io.envbuilder.cuda": d["cuda"] or "cpu",  # doctor --image reads it; "cpu" for CPU images
-        "io.envbuilder.matrix-digest": stack.matrix.digest,
-    }
-    optional = {
-        "io.envbuilder.cuda-toolkit": d["cuda_toolkit"],
-        "io.envbuilder.driver-min": d["driver_min"]["version"] if d["driver_min"] else None,
-        "io.envbuilder.driver-minor-compat":
-            d["driver_min"]["minor_compat"] if d["driver_min"] else None,
-        "io.envbuilder.torch-arch": ",".join(d["torch_arch"]) or None,
-        "io.envbuilder.nccl": d["nccl"],
-        "io.envbuilder.deepspeed": d["deepspeed"],
-        "io.envbuilder.horovod": d["horovod"],
-        "io.envbuilder.flavour": d["flavour"],
-        "io.envbuilder.nccl-package": d["nccl_package"],
-        "io.envbuilder.deepspeed-ops": ",".join(d["deepspeed_ops"]) or None,
-        "io.envbuilder.cuda-arch-list": ";".join(arch) or None,
-        "io.envbuilder.builder-nvcc": (d["builder"] or {}).get("nvcc"),
-        "io.envbuilder.cpu-isa": setup.cpu_isa if setup else None,
-    }
-    labels.update({k: v for k, v in optional.items() if v})
-    for k, v in extra.items():
-        labels[k] = v
-    for k, v in labels.items():
-        if any(c in f"{k}{v}" for c in '"\\\n\r`$'):
-            raise InputError(f"label {k}={v!r} contains a quote, backslash, '$', '`' or newline")
-    return labels
+    return image_labels.write(stack, extra, base_image, cuda_arch_list=";".join(arch) or None,
+                              cpu_isa=setup.cpu_isa if setup else None)

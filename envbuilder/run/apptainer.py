@@ -18,8 +18,13 @@ import subprocess
 import tarfile
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from envbuilder.errors import InputError, OperationError
+from envbuilder.run import engine
+
+if TYPE_CHECKING:
+    from docker import DockerClient
 
 
 @dataclass
@@ -121,8 +126,12 @@ def _tar_paths(folder: Path, src: str, dest: str) -> bytes:
     return buf.getvalue()
 
 
-def run_definition_in_docker(folder: Path, client, *, keep: bool = False) -> list[StageRun]:
-    """Run every stage's %files and %post in Docker, then %test with %environment sourced."""
+def run_definition_in_docker(folder: Path, client: DockerClient, *, keep: bool = False,
+                             gpus: bool | None = None) -> list[StageRun]:
+    """Run every stage's %files and %post in Docker, then %test with %environment sourced.
+
+    ``gpus``: give the %test container the GPUs (default: when the engine has the NVIDIA
+    runtime), as ``apptainer test --nv`` would."""
     import docker.errors
 
     folder = Path(folder)
@@ -130,64 +139,54 @@ def run_definition_in_docker(folder: Path, client, *, keep: bool = False) -> lis
     run_id = secrets.token_hex(4)
     built: dict[str, str] = {}
     runs: list[StageRun] = []
+    use_gpus = engine.has_gpu_runtime(client) if gpus is None else gpus
     try:
         for st in stages:
-            c = client.containers.create(st.header["From"], command=["sleep", "infinity"],
-                                         entrypoint=[], user="0")
-            try:
+            with engine.Container(client, st.header["From"], ["sleep", "infinity"],
+                                  step="apptainer", entrypoint=[], user="0") as c:
                 c.start()
                 for args, body in st.section("files"):
                     m = re.match(r"from\s+(\S+)", args)
                     for src, dest in _files(body):
                         if m:  # %files from <stage>: copy out of that stage's image
-                            tmp = client.containers.create(built[m.group(1)], command=["true"])
-                            try:
-                                stream, _ = tmp.get_archive(src)
-                                data = b"".join(stream)
-                            finally:
-                                tmp.remove(force=True)
+                            with engine.Container(client, built[m.group(1)], ["true"],
+                                                  step="apptainer") as tmp:
+                                data = tmp.get_archive(src)
+                            if data is None:
+                                raise OperationError(f"%files from {m.group(1)}: {src} is not in "
+                                                     "that stage", step="apptainer")
                             # the archive's top entry is src's basename: unpack it in dest's parent
                             # (or in dest itself when dest names a folder with a trailing /)
                             parent = dest.rstrip("/") if dest.endswith("/") else str(Path(dest).parent)
-                            c.exec_run(["mkdir", "-p", parent])
+                            c.exec(["mkdir", "-p", parent])
                             c.put_archive(parent, data)
                         else:
-                            c.exec_run(["mkdir", "-p", str(Path(dest).parent)])
+                            c.exec(["mkdir", "-p", str(Path(dest).parent)])
                             c.put_archive("/", _tar_paths(folder, src, dest))
                 for args, body in st.section("post"):
                     shell = "/bin/sh"
                     m = re.match(r"-c\s+(\S+)", args)
                     if m:
                         shell = m.group(1)
-                    res = c.exec_run([shell, "-c", body], user="0")
-                    log = res.output.decode("utf-8", "replace")
-                    runs.append(StageRun(st.name, st.header["From"], res.exit_code, log))
-                    if res.exit_code != 0:
-                        raise OperationError(f"%post of stage {st.name} failed (exit {res.exit_code}): "
+                    code, log = c.exec([shell, "-c", body], user="0")
+                    runs.append(StageRun(st.name, st.header["From"], code, log))
+                    if code != 0:
+                        raise OperationError(f"%post of stage {st.name} failed (exit {code}): "
                                              f"{log.strip().splitlines()[-1:] or ['']}", step="apptainer")
-                tag = f"envbuilder-apptainer-sim:{run_id}-{st.name}"
-                repo, t = tag.split(":")
-                c.commit(repository=repo, tag=t)
-                built[st.name] = tag
-            finally:
-                c.remove(force=True)
+                repo, t = f"envbuilder-apptainer-sim:{run_id}-{st.name}".split(":")
+                built[st.name] = c.commit(repo, t)
         final = stages[-1]
         env = "\n".join(body for _, body in final.section("environment"))
         for _, body in final.section("test"):
-            c = client.containers.create(built[final.name], command=["sleep", "infinity"],
-                                         entrypoint=[], user="1000")
-            try:
+            with engine.Container(client, built[final.name], ["sleep", "infinity"],
+                                  step="apptainer", entrypoint=[], user="1000",
+                                  gpus=use_gpus) as c:
                 c.start()
-                script = f"{env}\n{body}"
-                res = c.exec_run(["/bin/sh", "-c", script])
-                runs.append(StageRun("%test", built[final.name], res.exit_code,
-                                     res.output.decode("utf-8", "replace")))
-                if res.exit_code != 0:
-                    raise OperationError(f"%test failed (exit {res.exit_code}): "
-                                         f"{res.output.decode(errors='replace').strip()[-300:]}",
+                code, out = c.exec(["/bin/sh", "-c", f"{env}\n{body}"])
+                runs.append(StageRun("%test", built[final.name], code, out))
+                if code != 0:
+                    raise OperationError(f"%test failed (exit {code}): {out.strip()[-300:]}",
                                          step="apptainer")
-            finally:
-                c.remove(force=True)
         return runs
     finally:
         if not keep:
@@ -198,10 +197,15 @@ def run_definition_in_docker(folder: Path, client, *, keep: bool = False) -> lis
                     pass
 
 
-def environment_of(folder: Path, client, image: str, names: list[str]) -> dict[str, str]:
+def environment_of(folder: Path, client: DockerClient, image: str,
+                   names: list[str]) -> dict[str, str]:
     """Values of ``names`` after sourcing the definition's %environment in ``image``."""
     stages = parse_definition((Path(folder) / "envbuilder.def").read_text(encoding="utf-8"))
     env = "\n".join(body for _, body in stages[-1].section("environment"))
     script = env + "\n" + "".join(f'echo "{n}=${{{n}}}"\n' for n in names)
-    out = client.containers.run(image, ["/bin/sh", "-c", script], entrypoint=[], remove=True)
-    return dict(line.split("=", 1) for line in out.decode().splitlines() if "=" in line)
+    with engine.Container(client, image, ["/bin/sh", "-c", script], step="apptainer",
+                          entrypoint=[]) as c:
+        c.start()
+        c.wait(120)
+        out = c.logs(stderr=False)
+    return dict(line.split("=", 1) for line in out.splitlines() if "=" in line)

@@ -16,8 +16,22 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
+from envbuilder import labels as image_labels
 from envbuilder.core import validate
+from envbuilder.core.matrix import Matrix, load_matrix
+from envbuilder.core.resolve import Stack, resolve_target
+from envbuilder.core.target import Pins
+from envbuilder.diagnose.explain import explain_lines
 from envbuilder.errors import InputError, OperationError
+from envbuilder.lock.requirements import build_files, lock_digest
+from envbuilder.render.plan import BuildPlan
+from envbuilder.render.templating import write_tree
+from envbuilder.run import engine
+from envbuilder.run import wheelhouse as wh
+from envbuilder.run.smoke import SmokeResult, run_smoke_container
+
+if TYPE_CHECKING:
+    from docker import DockerClient
 
 if TYPE_CHECKING:  # pragma: no cover
     from envbuilder.run.metrics import MetricsTarget
@@ -48,7 +62,7 @@ class BuildOptions:
     nocache: bool = False
     lock: Path | None = None  # a requirements.lock: install with --require-hashes
     alias: bool = True  # push the moving alias (the target name, e.g. cu121) after the smoke passed
-    metrics: "MetricsTarget | None" = None  # write/push the smoke result as Prometheus metrics
+    metrics: MetricsTarget | None = None  # write/push the smoke result as Prometheus metrics
 
     def validate(self) -> None:
         if self.base_image:
@@ -136,11 +150,8 @@ def _proxy_args(opts: BuildOptions) -> dict[str, str]:
     return out
 
 
-def prepare_context(stack, opts: BuildOptions, dest: Path) -> tuple[Path, Any]:
+def prepare_context(stack: Stack, opts: BuildOptions, dest: Path) -> tuple[Path, BuildPlan]:
     """Render the build folder for ``stack`` into ``dest``, with wheels and CA bundle added."""
-    from envbuilder.run import wheelhouse as wh
-    from envbuilder.api import build_files
-    from envbuilder.render.templating import write_tree
 
     lock_text = None
     if opts.lock is not None:
@@ -173,15 +184,13 @@ def prepare_context(stack, opts: BuildOptions, dest: Path) -> tuple[Path, Any]:
 
 
 def build_target(target: str, opts: BuildOptions, *, matrix_dir: str | Path | None = None,
-                 pins=None, client=None, on_event: Callable[[str, Any], None] | None = None,
-                 matrix=None) -> BuildReport:
+                 pins: Pins | None = None, client: DockerClient | None = None,
+                 on_event: Callable[[str, Any], None] | None = None,
+                 matrix: Matrix | None = None) -> BuildReport:
     """Render, build, smoke-test and (with opts.push) push one target."""
-    from envbuilder.api import resolve_target
-    from envbuilder.core.matrix import load_matrix
-
     opts.validate()
     m = matrix or load_matrix(matrix_dir)
-    stack = resolve_target(target, pins=pins, matrix=m)
+    stack = resolve_target(target, m, pins)
     report = BuildReport(target=target, tag=stack.tag)
     emit = on_event or (lambda kind, data: None)
     tmp_root: Path | None = None
@@ -200,18 +209,14 @@ def build_target(target: str, opts: BuildOptions, *, matrix_dir: str | Path | No
         emit("step", ("render", "ok"))
 
         step = "build"
-        from envbuilder.run import engine
-
         if client is None:
             client = engine.connect()
         if stack.compiles and stack.builder is not None and stack.builder.image_kind == "devel":
             _require_builder(client, plan.builder_image, stack)
         base = opts.base_image or stack.runtime_image
-        labels = {"io.envbuilder.base-digest": _base_digest(client, base)}
-        if opts.lock is not None:
-            from envbuilder.lock.requirements import lock_digest
-
-            labels["io.envbuilder.lock-digest"] = lock_digest(opts.lock)
+        labels = image_labels.build_labels(
+            base_digest=_base_digest(client, base),
+            lock_digest=lock_digest(opts.lock) if opts.lock is not None else None)
         t0 = time.monotonic()
         res = engine.build(client, ctx_dir, tag=f"envbuilder:{stack.tag}", nocache=opts.nocache,
                            buildargs=_proxy_args(opts), labels=labels,
@@ -250,8 +255,6 @@ def build_target(target: str, opts: BuildOptions, *, matrix_dir: str | Path | No
         step = "smoke"
         smoke_passed = False
         if opts.smoke:
-            from envbuilder.run.smoke import run_smoke_container
-
             t0 = time.monotonic()
             emit("step", ("smoke", "running"))
             result = run_smoke_container(client, res.image_id, nproc=opts.nproc,
@@ -321,10 +324,8 @@ def build_target(target: str, opts: BuildOptions, *, matrix_dir: str | Path | No
             shutil.rmtree(tmp_root, ignore_errors=True)
 
 
-def _require_builder(client, image: str, stack) -> None:
+def _require_builder(client: DockerClient, image: str, stack: Stack) -> None:
     """A compiling build needs its devel builder: refuse before building when it is missing."""
-    from envbuilder.run import engine
-
     if engine.image_available(client, image):
         return
     what = " and ".join(x for x in (f"Horovod {stack.horovod.version}" if stack.horovod else "",
@@ -335,16 +336,14 @@ def _require_builder(client, image: str, stack) -> None:
                      f"whose archive has nvcc")
 
 
-def _base_digest(client, base: str) -> str:
-    from envbuilder.run import engine
-
+def _base_digest(client: DockerClient, base: str) -> str:
     try:
         return engine.image_digest_ref(client, base)
     except OperationError:
         return base  # not local yet: the engine pulls it during the build
 
 
-def _smoke_summary(result) -> dict:
+def _smoke_summary(result: SmokeResult) -> dict[str, Any]:
     return {"ok": result.ok, "world_size": result.world_size, "nproc_per_node": result.nproc_per_node,
             "nnodes": result.nnodes, "backend": result.backend, "checks": result.checks,
             "failed": result.failed, "details": result.details, "bandwidth": result.bandwidth,
@@ -355,10 +354,6 @@ def explain_log(log: str, top: int = 3, details: dict | None = None) -> list[dic
     """The likely causes of a failed smoke job, from its log and the failed checks' details
     (what each rank recorded), through envbuilder explain."""
     try:
-        from envbuilder.diagnose.explain import explain_lines
-    except ImportError:  # pragma: no cover
-        return []
-    try:
         lines = log.splitlines() + [f"{k}: {v}" for k, v in (details or {}).items()]
         causes = explain_lines(lines, name="smoke-log")
     except Exception:
@@ -366,12 +361,12 @@ def explain_log(log: str, top: int = 3, details: dict | None = None) -> list[dic
     return [c.to_dict() for c in causes[:top]]
 
 
-def build_many(targets: Sequence[str], opts: BuildOptions, *, jobs: int = 1, matrix_dir=None,
-               pins=None, client=None, on_event=None) -> list[BuildReport]:
+def build_many(targets: Sequence[str], opts: BuildOptions, *, jobs: int = 1,
+               matrix_dir: str | Path | None = None, pins: Pins | None = None,
+               client: DockerClient | None = None,
+               on_event: Callable[[str, str, Any], None] | None = None) -> list[BuildReport]:
     """Build several targets, at most ``jobs`` at once; keep going past failures."""
     from concurrent.futures import ThreadPoolExecutor
-
-    from envbuilder.core.matrix import load_matrix
 
     m = load_matrix(matrix_dir)
 

@@ -1,4 +1,7 @@
-"""The Docker engine behind one small surface: connect, build, tag, push, inspect.
+"""The Docker engine behind one small surface: connect, build, tag, push, inspect, and
+``Container``, the one life cycle of every container envbuilder runs (the smoke jobs, single-
+and multi-node, and the Apptainer proof): created on entry, GPUs passed through when asked,
+always removed on exit.
 
 The docker SDK is imported here and only here (lazily). Every engine failure becomes an
 OperationError with one sentence naming the step and what to do; push failures reported inside
@@ -8,13 +11,20 @@ when the registry confirmed it (``aux.Digest``) and answers for it afterwards.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Mapping
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Sequence
 
 from envbuilder.errors import InputError, OperationError
+
+if TYPE_CHECKING:
+    from docker import DockerClient
+    from docker.models.containers import Container as DockerContainer
+    from docker.models.networks import Network
 
 MIN_API = (1, 41)
 _STEP_RE = re.compile(r"^Step (\d+)/(\d+) : (.*)")
@@ -28,7 +38,7 @@ def _docker():
     return docker
 
 
-def connect(base_url: str | None = None, *, timeout: int = 600):
+def connect(base_url: str | None = None, *, timeout: int = 600) -> DockerClient:
     """A DockerClient for DOCKER_HOST (or base_url), checked to answer and be new enough."""
     docker = _docker()
     where = base_url or os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
@@ -62,7 +72,7 @@ class BuildResult:
     cached_steps: int = 0
 
 
-def build(client, context: Path, *, tag: str, buildargs: Mapping[str, str] | None = None,
+def build(client: DockerClient, context: Path, *, tag: str, buildargs: Mapping[str, str] | None = None,
           labels: Mapping[str, str] | None = None, nocache: bool = False,
           on_step: Callable[[int, int, str], None] | None = None,
           on_line: Callable[[str], None] | None = None) -> BuildResult:
@@ -129,7 +139,7 @@ def _build_error(msg: str, tail: list[str]) -> str:
     return f"the build failed{' at ' + step if step else ''}: {msg.strip()[:400]}"
 
 
-def image_labels(client, image: str) -> dict[str, str]:
+def image_labels(client: DockerClient, image: str) -> dict[str, str]:
     docker = _docker()
     try:
         return dict(client.images.get(image).labels or {})
@@ -139,7 +149,7 @@ def image_labels(client, image: str) -> dict[str, str]:
         raise OperationError(f"cannot inspect image {image}: {_short(e)}", step="engine") from None
 
 
-def image_size(client, image: str) -> int | None:
+def image_size(client: DockerClient, image: str) -> int | None:
     """The image's size in bytes, as the engine reports it (uncompressed, all layers)."""
     try:
         return int(client.images.get(image).attrs.get("Size") or 0) or None
@@ -147,7 +157,7 @@ def image_size(client, image: str) -> int | None:
         return None
 
 
-def image_available(client, image: str) -> bool:
+def image_available(client: DockerClient, image: str) -> bool:
     """The image is local, or the engine can pull it."""
     import docker.errors
 
@@ -165,7 +175,7 @@ def image_available(client, image: str) -> bool:
         return False
 
 
-def image_digest_ref(client, image: str) -> str:
+def image_digest_ref(client: DockerClient, image: str) -> str:
     """The base image's identity for provenance: a repo digest when it has one, else its ID."""
     docker = _docker()
     try:
@@ -177,7 +187,7 @@ def image_digest_ref(client, image: str) -> str:
     return digests[0] if digests else img.id
 
 
-def tag(client, image_id: str, repository: str, tag_: str) -> str:
+def tag(client: DockerClient, image_id: str, repository: str, tag_: str) -> str:
     try:
         client.api.tag(image_id, repository, tag_)
     except Exception as e:
@@ -200,7 +210,7 @@ _TRANSIENT = re.compile(r"(timeout|timed out|connection reset|503|502|504|too ma
                         r"temporarily unavailable|eof)", re.I)
 
 
-def push(client, repository: str, tag_: str, *, retries: int = 2,
+def push(client: DockerClient, repository: str, tag_: str, *, retries: int = 2,
          on_progress: Callable[[str], None] | None = None) -> str:
     """Push repository:tag; return the manifest digest the registry confirmed."""
     import time
@@ -216,7 +226,8 @@ def push(client, repository: str, tag_: str, *, retries: int = 2,
             time.sleep(min(2 ** attempt, 10))
 
 
-def _push_once(client, repository: str, tag_: str, on_progress) -> str:
+def _push_once(client: DockerClient, repository: str, tag_: str,
+               on_progress: Callable[[str], None] | None) -> str:
     auth = registry_auth(repository)
     digest = None
     try:
@@ -252,7 +263,7 @@ def _push_error(repository: str, msg: str) -> str:
     return f"the push of {repository} failed: {msg.strip()[:300]}"
 
 
-def verify_pushed(client, repository: str, digest: str) -> bool:
+def verify_pushed(client: DockerClient, repository: str, digest: str) -> bool:
     """Ask the registry (through the engine) whether it serves repository@digest."""
     try:
         data = client.api.inspect_distribution(f"{repository}@{digest}",
@@ -260,3 +271,167 @@ def verify_pushed(client, repository: str, digest: str) -> bool:
     except Exception:
         return False
     return data.get("Descriptor", {}).get("digest") == digest
+
+
+# -- containers ------------------------------------------------------------------------------
+
+def _unreachable_types() -> tuple[type[BaseException], ...]:
+    docker = _docker()
+    import requests.exceptions
+
+    return (docker.errors.DockerException, requests.exceptions.ConnectionError, ConnectionError)
+
+
+def unreachable_error(exc: BaseException, step: str) -> OperationError:
+    """The engine stopped answering (or never did): one sentence naming where it was looked for."""
+    host = os.environ.get("DOCKER_HOST") or "the default socket (DOCKER_HOST is not set)"
+    text = str(exc).strip().splitlines()
+    return OperationError(
+        f"cannot reach the Docker engine at {host}: start it or set DOCKER_HOST "
+        f"({type(exc).__name__}: {text[-1][:300] if text else ''})", step=step)
+
+
+def has_gpu_runtime(client: DockerClient) -> bool:
+    """Whether the engine offers the NVIDIA runtime (so a container can be given GPUs)."""
+    try:
+        runtimes = client.info().get("Runtimes") or {}
+    except Exception:
+        return False
+    return "nvidia" in runtimes
+
+
+class Container:
+    """One container, as a context manager (like cibuildwheel's OCIContainer).
+
+    ``with Container(client, image, command, step="smoke", gpus=True) as c:`` creates it (GPUs
+    passed through with a device request when ``gpus``), and the block copies files in, starts
+    it, waits, execs, reads logs and copies files out; on exit it is removed, whatever happened.
+    Engine failures become OperationError naming ``step`` and the image.
+    """
+
+    def __init__(self, client: DockerClient, image: str, command: Sequence[str], *,
+                 step: str, gpus: bool = False, environment: Mapping[str, str] | None = None,
+                 labels: Mapping[str, str] | None = None, shm_size: str | None = None,
+                 hostname: str | None = None, name: str | None = None,
+                 network: str | None = None, user: str | None = None,
+                 entrypoint: Sequence[str] | None = None) -> None:
+        self.client = client
+        self.image = image
+        self.step = step
+        self.gpus = gpus
+        self._kw: dict[str, Any] = {k: v for k, v in dict(
+            command=list(command), environment=dict(environment) if environment else None,
+            labels=dict(labels) if labels else None, shm_size=shm_size, hostname=hostname,
+            name=name, network=network, user=user,
+            entrypoint=list(entrypoint) if entrypoint is not None else None).items()
+            if v is not None}
+        self._raw: DockerContainer | None = None
+
+    @property
+    def raw(self) -> DockerContainer:
+        """The docker SDK's container (for hooks that need the engine's own object)."""
+        if self._raw is None:
+            raise RuntimeError("the container exists only inside its with-block")
+        return self._raw
+
+    def __enter__(self) -> Container:
+        docker = _docker()
+        kw = dict(self._kw)
+        if self.gpus:
+            kw["device_requests"] = [docker.types.DeviceRequest(count=-1, capabilities=[["gpu"]])]
+        try:
+            self._raw = self.client.containers.create(self.image, **kw)
+        except docker.errors.ImageNotFound:
+            raise OperationError(f"image {self.image} not found: build or pull it first",
+                                 step=self.step) from None
+        except docker.errors.APIError as exc:
+            raise OperationError(f"the Docker engine could not create a container from "
+                                 f"{self.image}: {exc.explanation or exc}", step=self.step) from None
+        except _unreachable_types() as exc:
+            raise unreachable_error(exc, self.step) from None
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        if self._raw is not None:
+            try:
+                self._raw.remove(force=True)
+            except Exception:
+                pass
+            self._raw = None
+
+    def _call(self, what: str, fn: Callable[[], Any]) -> Any:
+        docker = _docker()
+        try:
+            return fn()
+        except docker.errors.APIError as exc:
+            raise OperationError(f"the Docker engine could not {what} the container from "
+                                 f"{self.image}: {exc.explanation or exc}", step=self.step) from None
+        except _unreachable_types() as exc:
+            raise unreachable_error(exc, self.step) from None
+
+    def put_archive(self, path: str, data: bytes) -> None:
+        self._call("copy files into", lambda: self.raw.put_archive(path, data))
+
+    def start(self) -> None:
+        self._call("start", self.raw.start)
+
+    def exec(self, cmd: Sequence[str], *, user: str | None = None) -> tuple[int, str]:
+        """Run ``cmd`` in the running container: (exit code, output)."""
+        kw = {"user": user} if user is not None else {}
+        res = self._call("exec in", lambda: self.raw.exec_run(list(cmd), **kw))
+        return int(res.exit_code), res.output.decode("utf-8", "replace")
+
+    def wait(self, timeout: float) -> tuple[int, bool]:
+        """Wait for the main process: (exit code, timed out). A timed-out one is killed (124)."""
+        import requests.exceptions
+
+        docker = _docker()
+        try:
+            return int(self.raw.wait(timeout=timeout).get("StatusCode", -1)), False
+        except (requests.exceptions.ReadTimeout, requests.exceptions.ConnectionError):
+            try:
+                self.raw.kill()
+            except docker.errors.APIError:
+                pass
+            return 124, True
+
+    def logs(self, *, stderr: bool = True) -> str:
+        docker = _docker()
+        try:
+            return self.raw.logs(stdout=True, stderr=stderr).decode("utf-8", errors="replace")
+        except docker.errors.APIError as exc:
+            return f"(could not read the container's log: {exc})"
+
+    def get_archive(self, path: str) -> bytes | None:
+        """``path`` as a tar archive, or None when the container has no such path."""
+        docker = _docker()
+        try:
+            stream, _ = self.raw.get_archive(path)
+            return b"".join(stream)
+        except docker.errors.APIError:
+            return None
+
+    def commit(self, repository: str, tag_: str) -> str:
+        self._call("commit", lambda: self.raw.commit(repository=repository, tag=tag_))
+        return f"{repository}:{tag_}"
+
+
+@contextlib.contextmanager
+def private_network(client: DockerClient, name: str, *, step: str,
+                    labels: Mapping[str, str] | None = None) -> Iterator[Network]:
+    """An internal bridge network for the block's containers; removed afterwards."""
+    docker = _docker()
+    try:
+        network = client.networks.create(name, driver="bridge", internal=True,
+                                         labels=dict(labels or {}))
+    except docker.errors.APIError as e:
+        raise OperationError(f"cannot create the {step} network: {e.explanation or e}",
+                             step=step) from None
+    try:
+        yield network
+    finally:
+        try:
+            network.remove()
+        except Exception:
+            pass

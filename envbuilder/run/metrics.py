@@ -25,7 +25,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 from urllib.parse import urlsplit
 
 from envbuilder.core.smoke_metrics import (CHECK_STATES, GROUPING, JOB, LABELS, METRICS,
@@ -134,7 +134,7 @@ def parse_label_overrides(pairs: list[str] | tuple[str, ...] | None) -> dict[str
     return out
 
 
-def layout_of(result: "SmokeResult") -> str:
+def layout_of(result: SmokeResult) -> str:
     """``1x12``, ``2x6``, or ``7,5`` for an uneven split (ranks per node, in node order)."""
     per_node = (result.summary or {}).get("ranks_per_node") or {}
     counts = [int(v) for _, v in sorted(per_node.items(), key=lambda kv: str(kv[0]))]
@@ -145,7 +145,7 @@ def layout_of(result: "SmokeResult") -> str:
     return f"{result.nnodes}x{result.nproc_per_node}"
 
 
-def labels_for(result: "SmokeResult", *, image: str = "", image_digest: str = "",
+def labels_for(result: SmokeResult, *, image: str = "", image_digest: str = "",
                target: str = "", node: str | None = None,
                overrides: Mapping[str, str] | None = None) -> MetricLabels:
     values = {"target": target, "image": image, "image_digest": image_digest,
@@ -170,15 +170,15 @@ def image_identity(client, image: str) -> tuple[str, str]:
 
 # ----------------------------------------------------------------------------- the registry
 
-def smoke_registry(result: "SmokeResult", labels: MetricLabels, *,
-                   now: float | None = None) -> "CollectorRegistry":
+def smoke_registry(result: SmokeResult, labels: MetricLabels, *,
+                   now: float | None = None) -> CollectorRegistry:
     """A fresh ``CollectorRegistry`` holding every metric of one smoke run."""
     pc = _client()
     reg = pc.CollectorRegistry(auto_describe=True)
     common = labels.as_dict()
     names = list(common)
 
-    def gauge(name: str) -> "pc.Gauge":
+    def gauge(name: str) -> Any:
         help_, extra = METRICS[name]
         return pc.Gauge(name, help_, names + list(extra), registry=reg)
 
@@ -228,7 +228,7 @@ def smoke_registry(result: "SmokeResult", labels: MetricLabels, *,
     return reg
 
 
-def _rank_timings(result: "SmokeResult") -> list[dict]:
+def _rank_timings(result: SmokeResult) -> list[dict]:
     """Per-rank timings: from the rank records when we have them, else from the summary."""
     if result.ranks:
         return [{"rank": r.get("rank"), "hostname": r.get("hostname"),
@@ -239,14 +239,14 @@ def _rank_timings(result: "SmokeResult") -> list[dict]:
     return list((result.summary or {}).get("rank_timings") or [])
 
 
-def exposition(registry: "CollectorRegistry") -> str:
+def exposition(registry: CollectorRegistry) -> str:
     """The registry in the Prometheus text format (prometheus_client's own writer)."""
     return _client().generate_latest(registry).decode("utf-8")
 
 
 # ----------------------------------------------------------------------------- outputs
 
-def write_textfile(registry: "CollectorRegistry", path: Path) -> Path:
+def write_textfile(registry: CollectorRegistry, path: Path) -> Path:
     """Write for node-exporter's textfile collector. prometheus_client writes a temp file
     beside it and renames it into place, so the collector never reads half a file."""
     pc = _client()
@@ -260,7 +260,7 @@ def write_textfile(registry: "CollectorRegistry", path: Path) -> Path:
     return path
 
 
-def push(registry: "CollectorRegistry", url: str, labels: MetricLabels, *,
+def push(registry: CollectorRegistry, url: str, labels: MetricLabels, *,
          timeout: float = 10.0) -> str:
     """PUT the run to the Pushgateway: job ``envbuilder_smoke``, grouped by target, node and
     layout (a new run of the same group replaces the old one). Returns the group's URL path."""
@@ -275,7 +275,7 @@ def push(registry: "CollectorRegistry", url: str, labels: MetricLabels, *,
     return f"/metrics/job/{JOB}/" + "/".join(f"{k}/{v}" for k, v in key.items())
 
 
-def export(result: "SmokeResult", where: MetricsTarget, labels: MetricLabels, *,
+def export(result: SmokeResult, where: MetricsTarget, labels: MetricLabels, *,
            now: float | None = None) -> MetricsReport:
     """Write and/or push one run's metrics, as ``where`` asks."""
     registry = smoke_registry(result, labels, now=now)
@@ -290,7 +290,7 @@ def export(result: "SmokeResult", where: MetricsTarget, labels: MetricLabels, *,
 
 # ----------------------------------------------------------------------------- records
 
-def result_from_records(source: str) -> "SmokeResult":
+def result_from_records(source: str) -> SmokeResult:
     """A finished run's ``SmokeResult`` from what it left: a folder of records (``rank-N.json``,
     ``summary.json``), a log holding the ``ENVBUILDER_SMOKE_SUMMARY`` line, or ``-`` (that log
     on stdin, e.g. ``kubectl logs JOB-master-0 | envbuilder smoke --records -``)."""
@@ -298,7 +298,8 @@ def result_from_records(source: str) -> "SmokeResult":
 
     if source == "-":
         log = sys.stdin.read()
-        summary, ranks = None, []
+        summary: dict[str, Any] | None = None
+        ranks: list[dict[str, Any]] = []
     else:
         path = Path(source)
         if path.is_dir():
@@ -344,7 +345,7 @@ __all__ = ["METRICS", "MetricLabels", "MetricsTarget", "MetricsReport", "check_t
            "textfile_name", "export_run"]
 
 
-def export_run(result: "SmokeResult", where: MetricsTarget, *, image: str | None = None,
+def export_run(result: SmokeResult, where: MetricsTarget, *, image: str | None = None,
                client=None, target: str = "", overrides: Mapping[str, str] | None = None,
                image_digest: str = "") -> MetricsReport | None:
     """What ``envbuilder smoke`` / ``build`` do after a run: label it (the image's digest and

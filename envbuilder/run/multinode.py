@@ -11,13 +11,21 @@ Every container and the network are removed afterwards.
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import secrets
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Callable, Mapping, Sequence
 
+from envbuilder.errors import InputError
+from envbuilder.run import engine
 from envbuilder.run import smoke as sm
-from envbuilder.errors import InputError, OperationError
+
+if TYPE_CHECKING:
+    from docker import DockerClient
+    from docker.models.containers import Container as DockerContainer
+    from docker.models.networks import Network
 
 RDZV_PORT = 29400
 
@@ -51,93 +59,57 @@ def layout_of(nnodes: int, nproc_per_node: int | None, layout: Sequence[int] | N
 
 def run_smoke_multinode(image: str, *, nnodes: int, nproc_per_node: int | None = None,
                         layout: Sequence[int] | None = None, backend: str = "gloo",
-                        timeout: int = 60, shm_size: str = "2g", client=None,
+                        timeout: int = 60, shm_size: str = "2g",
+                        client: DockerClient | None = None, gpus: bool | None = None,
                         env: Mapping[str, str] | None = None,
                         node_env: Mapping[int, Mapping[str, str]] | None = None,
-                        before_start: Callable[[object, list], None] | None = None,
+                        before_start: Callable[[Network, list[DockerContainer]], None] | None = None,
                         script_args: Sequence[str] = ()) -> sm.SmokeResult:
-    """Run the smoke job on ``nnodes`` containers. ``before_start(network, containers)`` is a
-    hook for fault tests (e.g. disconnect a node from the network)."""
-    import docker
-    import docker.errors
-    import requests.exceptions
-
+    """Run the smoke job on ``nnodes`` containers. ``gpus`` as in the single-node job (every
+    node gets the GPUs). ``before_start(network, containers)`` is a hook for fault tests (e.g.
+    disconnect a node from the network)."""
     counts = layout_of(nnodes, nproc_per_node, layout)
     if client is None:
-        from envbuilder.run.engine import connect
-
-        client = connect()
+        client = engine.connect()
+    use_gpus = sm.wants_gpus(client, backend, gpus)
     run_id = "envbuilder-smoke-" + secrets.token_hex(4)
     hosts = [f"node-{i}" for i in range(nnodes)]
     rdzv = f"{hosts[0]}:{RDZV_PORT}"
     started = time.monotonic()
-    network = None
-    containers: list = []
-    try:
-        try:
-            network = client.networks.create(run_id, driver="bridge", internal=True,
-                                             labels={sm.SMOKE_LABEL: "1"})
-        except docker.errors.APIError as e:
-            raise OperationError(f"cannot create the smoke network: {e.explanation or e}",
-                                 step="smoke") from None
+    logs: list[str] = []
+    files: dict[str, bytes] = {}
+    with contextlib.ExitStack() as stack:
+        network = stack.enter_context(engine.private_network(
+            client, run_id, step="smoke", labels={sm.SMOKE_LABEL: "1"}))
+        containers: list[engine.Container] = []
         for i, host in enumerate(hosts):
             environment = {"PYTHONUNBUFFERED": "1", **(env or {}), **((node_env or {}).get(i, {}))}
             script = _node_script(nnodes, counts[i], backend, timeout, rdzv, run_id, script_args)
-            try:
-                c = client.containers.create(
-                    image, command=["sh", "-c", script], hostname=host, name=f"{run_id}-{host}",
-                    shm_size=shm_size, environment=environment, network=network.name,
-                    labels={sm.SMOKE_LABEL: "1"})
-            except docker.errors.ImageNotFound:
-                raise OperationError(f"image {image} not found: build or pull it first",
-                                     step="smoke") from None
-            network.disconnect(c)
-            network.connect(c, aliases=[host])
+            c = stack.enter_context(engine.Container(
+                client, image, ["sh", "-c", script], step="smoke", gpus=use_gpus,
+                hostname=host, name=f"{run_id}-{host}", shm_size=shm_size,
+                environment=environment, network=network.name, labels={sm.SMOKE_LABEL: "1"}))
+            network.disconnect(c.raw)
+            network.connect(c.raw, aliases=[host])
             c.put_archive("/tmp", sm._payload_tar())
             containers.append(c)
         if before_start is not None:
-            before_start(network, containers)
+            before_start(network, [c.raw for c in containers])
         for c in containers:
             c.start()
 
         deadline = sm.job_deadline(timeout)
 
-        def wait(c) -> tuple[int, float, bool]:
-            try:
-                code = int(c.wait(timeout=deadline).get("StatusCode", -1))
-                return code, time.monotonic(), False
-            except (requests.exceptions.ReadTimeout, requests.exceptions.ConnectionError):
-                try:
-                    c.kill()
-                except docker.errors.APIError:
-                    pass
-                return 124, time.monotonic(), True
+        def wait(c: engine.Container) -> tuple[int, float, bool]:
+            code, timed_out = c.wait(deadline)
+            return code, time.monotonic(), timed_out
 
         with ThreadPoolExecutor(max_workers=nnodes) as pool:
             waits = list(pool.map(wait, containers))
-        logs, files = [], {}
         for host, c in zip(hosts, containers):
-            try:
-                logs.append(f"===== {host} =====\n" + c.logs().decode("utf-8", "replace"))
-            except docker.errors.APIError as e:
-                logs.append(f"===== {host} =====\n(no log: {e})")
-            try:
-                stream, _ = c.get_archive(sm.CONTAINER_OUT)
-                for name, data in sm._untar_json(stream).items():
-                    files[f"{host}/{name}"] = data
-            except (docker.errors.APIError, Exception):
-                pass
-    finally:
-        for c in containers:
-            try:
-                c.remove(force=True)
-            except Exception:
-                pass
-        if network is not None:
-            try:
-                network.remove()
-            except Exception:
-                pass
+            logs.append(f"===== {host} =====\n" + c.logs())
+            for name, data in sm._untar_json(c.get_archive(sm.CONTAINER_OUT)).items():
+                files[f"{host}/{name}"] = data
 
     summary, ranks = sm._parse_records(files)
     log = "\n".join(logs)
@@ -180,7 +152,5 @@ def _judge_layout(result: sm.SmokeResult, hosts: list[str], counts: list[int], w
         first = ", ".join(f"{h} (exit {code})" for _, h, code in bad[:3])
         fail("nodes", f"first failing node: {first}")
     ok = not failed and result.exit_code == 0
-    import dataclasses
-
     return dataclasses.replace(result, ok=ok, checks=checks, failed=failed, details=details,
                                nproc_per_node=max(counts), world_size=result.world_size or world)

@@ -27,10 +27,14 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Callable, Mapping, Sequence
 
 from envbuilder.errors import OperationError
+from envbuilder.run import engine
 from envbuilder.run.payload import ddp_smoke
+
+if TYPE_CHECKING:
+    from docker import DockerClient
 
 SUMMARY_MARKER = ddp_smoke.SUMMARY_MARKER
 CONTAINER_DIR = "/tmp/envbuilder-smoke"
@@ -269,7 +273,7 @@ def _tail(text: str, n: int = LOG_TAIL) -> str:
 
 
 def _last_line(text: str) -> str:
-    lines = [l for l in text.strip().splitlines() if l.strip()]
+    lines = [ln for ln in text.strip().splitlines() if ln.strip()]
     return lines[-1].strip() if lines else "no output"
 
 
@@ -309,121 +313,58 @@ def _payload_tar() -> bytes:
     return buf.getvalue()
 
 
-def _untar_json(chunks) -> dict[str, bytes]:
-    data = b"".join(chunks)
-    files = {}
-    with tarfile.open(fileobj=io.BytesIO(data), mode="r") as tar:
-        for member in tar.getmembers():
-            if member.isfile() and member.name.endswith(".json"):
-                f = tar.extractfile(member)
-                if f is not None:
-                    files[member.name] = f.read()
+def _untar_json(data: bytes | None) -> dict[str, bytes]:
+    files: dict[str, bytes] = {}
+    if not data:
+        return files
+    try:
+        with tarfile.open(fileobj=io.BytesIO(data), mode="r") as tar:
+            for member in tar.getmembers():
+                if member.isfile() and member.name.endswith(".json"):
+                    f = tar.extractfile(member)
+                    if f is not None:
+                        files[member.name] = f.read()
+    except tarfile.TarError:
+        return {}
     return files
 
 
-def _engine_error(exc: BaseException) -> OperationError:
-    host = os.environ.get("DOCKER_HOST") or "the default socket (DOCKER_HOST is not set)"
-    return OperationError(
-        f"cannot reach the Docker engine at {host}: start it or set DOCKER_HOST "
-        f"({type(exc).__name__}: {_last_line(str(exc))})", step="smoke")
-
-
-def _wants_gpus(client, backend: str) -> bool:
+def wants_gpus(client: DockerClient, backend: str, gpus: bool | None) -> bool:
+    """Whether a smoke container gets GPUs: as asked; by default when the backend is nccl, or
+    when it is auto and the engine has the NVIDIA runtime."""
+    if gpus is not None:
+        return bool(gpus)
     if backend == "nccl":
         return True
     if backend == "gloo":
         return False
-    try:
-        runtimes = client.info().get("Runtimes") or {}
-    except Exception:
-        return False
-    return "nvidia" in runtimes
+    return engine.has_gpu_runtime(client)
 
 
-def run_smoke_container(client, image: str, *, nproc: int = 12, backend: str = "auto",
-                        timeout: int = 60, gpus: bool | None = None, shm_size: str = "2g",
-                        env: Mapping[str, str] | None = None,
+def run_smoke_container(client: DockerClient | None, image: str, *, nproc: int = 12,
+                        backend: str = "auto", timeout: int = 60, gpus: bool | None = None,
+                        shm_size: str = "2g", env: Mapping[str, str] | None = None,
                         script_args: Sequence[str] = ()) -> SmokeResult:
     """Run the job inside ``image``: copy the payload in, run torchrun, copy the records out.
 
-    ``client`` is a ``docker.DockerClient`` (``None``: ``docker.from_env()``). ``gpus=None``
+    ``client`` is a ``docker.DockerClient`` (``None``: the engine at DOCKER_HOST). ``gpus=None``
     requests all GPUs when ``backend`` is nccl, or when it is auto and the engine has the nvidia
     runtime. The container is always removed.
     """
-    import docker
-    import docker.errors
-    import requests.exceptions
-
-    unreachable = (docker.errors.DockerException, requests.exceptions.ConnectionError,
-                   ConnectionError)
     if client is None:
-        try:
-            client = docker.from_env()
-        except unreachable as exc:
-            raise _engine_error(exc) from None
-    try:
-        use_gpus = _wants_gpus(client, backend) if gpus is None else bool(gpus)
-        environment = {"PYTHONUNBUFFERED": "1"}
-        environment.update(env or {})
-        kwargs = dict(command=["sh", "-c", _container_script(nproc, backend, timeout, script_args)],
-                      shm_size=shm_size, environment=environment,
-                      labels={SMOKE_LABEL: "1"})
-        if use_gpus:
-            kwargs["device_requests"] = [docker.types.DeviceRequest(count=-1,
-                                                                    capabilities=[["gpu"]])]
-        try:
-            container = client.containers.create(image, **kwargs)
-        except docker.errors.ImageNotFound:
-            raise OperationError(f"image {image} not found: build or pull it first",
-                                 step="smoke") from None
-        except docker.errors.APIError as exc:
-            raise OperationError(f"the Docker engine could not create a container from {image}: "
-                                 f"{exc.explanation or exc}", step="smoke") from None
-    except OperationError:
-        raise
-    except unreachable as exc:
-        raise _engine_error(exc) from None
-
+        client = engine.connect()
+    environment = {"PYTHONUNBUFFERED": "1", **(env or {})}
     started = time.monotonic()
-    timed_out = False
-    exit_code = -1
-    log = ""
-    files: dict[str, bytes] = {}
-    try:
-        try:
-            container.put_archive("/tmp", _payload_tar())
-            container.start()
-        except docker.errors.APIError as exc:
-            raise OperationError(f"the Docker engine could not start the smoke container for "
-                                 f"{image}: {exc.explanation or exc}", step="smoke") from None
-        try:
-            status = container.wait(timeout=job_deadline(timeout))
-            exit_code = int(status.get("StatusCode", -1))
-        except (requests.exceptions.ReadTimeout, requests.exceptions.ConnectionError):
-            timed_out = True
-            exit_code = 124
-            try:
-                container.kill()
-            except docker.errors.APIError:
-                pass
-        try:
-            log = container.logs(stdout=True, stderr=True).decode("utf-8", errors="replace")
-        except docker.errors.APIError as exc:
-            log = f"(could not read the container's log: {exc})"
-        try:
-            stream, _ = container.get_archive(CONTAINER_OUT)
-            files = _untar_json(stream)
-        except (docker.errors.APIError, tarfile.TarError):
-            files = {}
-    except unreachable as exc:
-        if isinstance(exc, docker.errors.APIError):
-            raise
-        raise _engine_error(exc) from None
-    finally:
-        try:
-            container.remove(force=True)
-        except Exception:
-            pass
+    with engine.Container(client, image,
+                          ["sh", "-c", _container_script(nproc, backend, timeout, script_args)],
+                          step="smoke", gpus=wants_gpus(client, backend, gpus),
+                          shm_size=shm_size, environment=environment,
+                          labels={SMOKE_LABEL: "1"}) as c:
+        c.put_archive("/tmp", _payload_tar())
+        c.start()
+        exit_code, timed_out = c.wait(job_deadline(timeout))
+        log = c.logs()
+        files = _untar_json(c.get_archive(CONTAINER_OUT))
     summary, ranks = _parse_records(files)
     return build_result(summary=summary, ranks=ranks, log=log, exit_code=exit_code,
                         nproc_per_node=nproc, nnodes=1, backend=backend,

@@ -82,7 +82,7 @@ def scan(folder: Path) -> list[Dist]:
 
 
 def _env(python: str) -> dict[str, str]:
-    env = default_environment()
+    env: dict[str, str] = {k: str(v) for k, v in default_environment().items()}
     env.update({"python_version": python, "python_full_version": f"{python}.0",
                 "sys_platform": "linux", "platform_system": "Linux", "os_name": "posix",
                 "platform_machine": "x86_64", "implementation_name": "cpython",

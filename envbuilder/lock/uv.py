@@ -1,0 +1,198 @@
+"""The one way envbuilder runs uv: find it, build a ``uv pip compile`` command for a stack's
+Python and platform from its indexes, run it, and turn its failures into one sentence.
+
+The hash-pinned lock (lock/requirements.py) and conda's pylock of pinned wheels (lock/conda.py)
+both go through ``compile``; only the output flags (``mode``) differ. uv runs with
+``--no-config`` (no uv.toml or pyproject from the working directory changes a lock),
+``UV_PYTHON_DOWNLOADS=never`` and ``NO_COLOR``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Sequence
+
+from envbuilder.core.resolve import PYPI
+from envbuilder.errors import IncompatibleError, InputError, MissingExtraError, OperationError
+
+if TYPE_CHECKING:
+    from envbuilder.core.resolve import Stack
+
+PLATFORM = "x86_64-manylinux_2_28"
+TIMEOUT_S = 1800
+HASHES = ("--generate-hashes",)  # the mode of a hash-pinned lock
+_NET_MARKERS = ("Failed to fetch", "error sending request", "dns error", "Connect",
+                "connection", "timed out", "Could not connect", "tcp connect error",
+                "certificate", "Network is unreachable")
+
+
+def find_uv(uv: str | None = None) -> str:
+    """The uv executable: ``uv`` when given, else the one the ``uv`` package ships, else PATH."""
+    if uv:
+        if not (Path(uv).is_file() or shutil.which(uv)):
+            raise InputError(f"uv executable {uv!r} not found")
+        return uv
+    try:
+        from uv import find_uv_bin
+
+        return str(find_uv_bin())
+    except (ImportError, FileNotFoundError):
+        pass
+    found = shutil.which("uv")
+    if found:
+        return found
+    raise MissingExtraError("uv", "lock")
+
+
+def version(uv_bin: str) -> str:
+    try:
+        r = subprocess.run([uv_bin, "--version"], capture_output=True, text=True, timeout=60)
+        return r.stdout.strip() or "unknown"
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+@dataclass(frozen=True)
+class Indexes:
+    index: str
+    extras: tuple[str, ...]
+    best_match: bool
+
+
+def indexes(stack: Stack, index_url: str | None, extra_index_urls: Sequence[str]) -> Indexes:
+    """Where a stack's packages come from: PyPI (or a mirror) and PyTorch's index."""
+    from envbuilder.core import validate
+
+    mirrors = tuple(validate.url(u, "--extra-index-url") for u in extra_index_urls)
+    base = validate.url(index_url, "--pip-index-url") if index_url else PYPI
+    torch_index = stack.torch_index
+    if torch_index == PYPI:
+        return Indexes(base, mirrors, bool(mirrors))
+    if index_url:
+        # a mirror: of PyTorch's index (it carries torch) or of PyPI with the torch index
+        # as an extra; best-match makes the order irrelevant either way
+        return Indexes(base, mirrors, True)
+    return Indexes(torch_index, (PYPI, *mirrors), True)
+
+
+def compile_command(uv_bin: str, stack: Stack, idx: Indexes, out: Path | None,
+                    mode: Sequence[str] = HASHES) -> list[str]:
+    """``uv pip compile`` for this stack's Python and platform from ``idx``; ``mode`` adds the
+    output flags (hashes for a lock; ``--no-deps`` for conda's pylock of pinned wheels). With
+    ``out`` None uv prints the result on its stdout (nothing is written anywhere)."""
+    cmd = [uv_bin, "pip", "compile", "-", "--no-config", *mode, "--no-header",
+           "--python-version", stack.python, "--python-platform", PLATFORM,
+           "--index-url", idx.index]
+    for u in idx.extras:
+        cmd += ["--extra-index-url", u]
+    if idx.best_match:
+        cmd += ["--index-strategy", "unsafe-best-match"]
+    if out is not None:
+        cmd += ["-o", str(Path(out).absolute())]
+    return cmd
+
+
+def shown(cmd: list[str], out_name: str) -> str:
+    """The command as a lock's header shows it: 'uv' and a relative output name."""
+    parts = ["uv", *cmd[1:]]
+    if "-o" in parts:
+        parts[-1] = out_name
+    else:
+        parts += ["-o", out_name]
+    return shlex.join(parts)
+
+
+def run_compile(cmd: list[str], inputs: Sequence[str], stack: Stack, idx: Indexes,
+                cwd: str | Path | None = None) -> str:
+    """Run a ``compile_command`` with ``inputs`` (requirement lines) on stdin; uv's stdout.
+    uv is a child of this process: an interrupt (SIGINT/SIGTERM, see envbuilder._safety) ends it
+    with envbuilder (subprocess.run kills it when the wait is interrupted)."""
+    env = dict(os.environ)
+    env.setdefault("UV_PYTHON_DOWNLOADS", "never")
+    env.setdefault("NO_COLOR", "1")
+    try:
+        r = subprocess.run(cmd, input="\n".join(inputs) + "\n", capture_output=True, text=True,
+                           env=env, timeout=TIMEOUT_S, cwd=str(cwd or tempfile.gettempdir()))
+    except subprocess.TimeoutExpired:
+        raise OperationError(f"uv pip compile for {stack.target} took over {TIMEOUT_S} s "
+                             f"(index {idx.index})", step="lock") from None
+    except OSError as e:
+        raise OperationError(f"cannot run uv ({cmd[0]}): {e.strerror or e}", step="lock") from None
+    if r.returncode == 0:
+        return r.stdout
+    raise failure(r.stderr, stack, idx)
+
+
+def compile(stack: Stack, inputs: Sequence[str], out: Path | None, *, index_url: str | None = None,
+            extra_index_urls: Sequence[str] = (), uv: str | None = None,
+            mode: Sequence[str] = HASHES) -> tuple[list[str], Indexes, str, str]:
+    """Resolve ``inputs`` for ``stack`` (into ``out``, or onto uv's stdout when None):
+    (the command, its indexes, uv's binary, uv's stdout)."""
+    idx = indexes(stack, index_url, extra_index_urls)
+    uv_bin = find_uv(uv)
+    cmd = compile_command(uv_bin, stack, idx, out, mode)
+    text = run_compile(cmd, inputs, stack, idx, cwd=None if out is None else Path(out).parent)
+    return cmd, idx, uv_bin, text
+
+
+def failure(stderr: str, stack: Stack, idx: Indexes) -> Exception:
+    """uv's stderr as one error: a refusal (exit 3), an unreachable index, or uv's own line."""
+    lines = [ln.strip() for ln in stderr.splitlines() if ln.strip()]
+    lines = [ln for ln in lines if not ln.startswith("warning:")]
+    details = lines[:40]
+    text = "\n".join(lines)
+    missing = re.search(r"\b([A-Za-z0-9][A-Za-z0-9._-]*) was not found in the (?:package registry|"
+                        r"provided package locations)", text)
+    if missing:
+        name = missing.group(1)
+        name = name if len(name) <= 100 else name[:100] + "..."
+        return InputError(f"the package {name} is not on the index {idx.index}: check its name "
+                          f"(in --requirements) or use --pip-index-url / --extra-index-url for an "
+                          f"index that has it", details=details)
+    if "No solution found" in text or "unsatisfiable" in text:
+        why = next((ln.split(":", 1)[1].strip() for ln in lines
+                    if ln.startswith(("cause:", "╰─▶", "Because")) or "Because" in ln), None)
+        why = why or next((ln for ln in lines if "Because" in ln), lines[0] if lines else "")
+        why = why.lstrip("╰─▶ ").strip()
+        return IncompatibleError(
+            f"the Python packages of {stack.tag} cannot be resolved together: {why}",
+            details=details)
+    if any(m in text for m in _NET_MARKERS):
+        url = None
+        for ln in lines:
+            m = re.search(r"(https?://\S+|file://\S+)", ln)
+            if m:
+                url = m.group(1).rstrip(")").rstrip(".")
+                break
+        index = _which_index(url, idx) if url else idx.index
+        reason = _net_reason(lines)
+        return OperationError(
+            f"cannot reach the package index {index} ({reason}{' for ' + url if url else ''}): "
+            f"use --pip-index-url URL (a reachable mirror) or build from a wheelhouse",
+            step="lock", details=details)
+    first = next((ln for ln in lines if ln.startswith("error:")), lines[0] if lines else "")
+    return OperationError(f"uv pip compile failed for {stack.target}: {first}", step="lock",
+                          details=details)
+
+
+def _which_index(url: str, idx: Indexes) -> str:
+    for u in (idx.index, *idx.extras):
+        if url.startswith(u.rstrip("/")):
+            return u
+    m = re.match(r"(https?://[^/]+)", url)
+    return m.group(1) if m else url
+
+
+def _net_reason(lines: list[str]) -> str:
+    for key, what in (("dns", "DNS lookup failed"), ("certificate", "TLS certificate rejected"),
+                      ("timed out", "timed out"), ("Connect", "connection failed")):
+        if any(key.lower() in ln.lower() for ln in lines):
+            return what
+    return "request failed"
