@@ -230,8 +230,12 @@ def make_plan(stack: Stack, *, base_image: str | None = None, builder_image: str
                 pre += _hide_modules(tool.hide_modules)
         if pre:
             env["PYTHONPATH"] = HIDE_DIR
+        # with DS_ACCELERATOR=cuda DeepSpeed's setup.py adds nvidia-ml-py to its requirements
+        # (its sdist metadata does not list it): named here so offline wheelhouses carry it
+        extra = ("nvidia-ml-py",) if stack.ds_ops and gpu else ()
         layers.append(PipLayer("deepspeed", (f"deepspeed=={stack.deepspeed.version}",), None,
-                               build_env=env, no_build_isolation=True, pre_install=tuple(pre)))
+                               build_env=env, no_build_isolation=True, pre_install=tuple(pre),
+                               extra_build=extra))
     for layer in layers:
         for k, v in layer.build_env.items():
             validate.env_pair(k, v, "build environment")
