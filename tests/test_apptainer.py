@@ -9,7 +9,10 @@ import pytest
 from envbuilder.run.apptainer import parse_definition, run_definition_in_docker
 from envbuilder.errors import InputError
 
-CPU = "cpu-torch2.13-debian12"
+# a compiling target: DeepSpeed's CPU Adam op is built in the builder stage (g++ through
+# envbuilder's -march wrapper), so the proof covers the builder logic of compiled components
+CPU = "cpu-torch2.13-ds0.16.9-debian12"
+DS_OPS = "cpu_adam"
 
 
 def test_parse_definition_stages_and_sections(tmp_path):
@@ -34,11 +37,12 @@ def test_parse_definition_rejects_garbage():
 @pytest.mark.docker
 @pytest.mark.slow
 def test_definition_builds_and_tests_in_docker(docker_client, base_image, wheelhouse, tmp_path):
-    from envbuilder.api import resolve_target
+    from envbuilder.api import Pins, resolve_target
     from envbuilder.run.apptainer import environment_of
     from envbuilder.run.build import BuildOptions, prepare_context
 
-    stack = resolve_target(CPU)
+    stack = resolve_target(CPU, pins=Pins(ds_ops=DS_OPS))
+    assert stack.compiles
     folder, _ = prepare_context(stack, BuildOptions(base_image=base_image, wheelhouse=wheelhouse),
                                 tmp_path / "ctx")
     runs = run_definition_in_docker(folder, docker_client, keep=True)
@@ -50,6 +54,12 @@ def test_definition_builds_and_tests_in_docker(docker_client, base_image, wheelh
                              ["NCCL_DEBUG", "VIRTUAL_ENV", "NCCL_SOCKET_IFNAME"])
         assert env["NCCL_DEBUG"] == "WARN" and env["VIRTUAL_ENV"] == "/opt/venv"
         assert env["NCCL_SOCKET_IFNAME"]  # chosen by nccl-defaults.sh at start
+        # the op was compiled in the builder stage for x86-64-v3 (not -march=native) and loads
+        probe = ("import re, torch, deepspeed.ops.adam.cpu_adam_op as m; "
+                 "print(sorted(set(re.findall(rb'-march=([A-Za-z0-9_.-]+)', open(m.__file__, 'rb').read()))))")
+        out = docker_client.containers.run(runs[-1].image, ["/opt/venv/bin/python", "-c", probe],
+                                           remove=True, entrypoint=[]).decode()
+        assert "[b'x86-64-v3']" in out, out
     finally:
         for img in docker_client.images.list("envbuilder-apptainer-sim"):
             docker_client.images.remove(img.id, force=True)

@@ -19,6 +19,7 @@ scripts/test-services.sh for the wheelhouses, downloaded once).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -64,13 +65,17 @@ def _wheels(name: str) -> Path:
     return p
 
 
+BUILT_FROM = ("Dockerfile", "requirements/", "files/", "smoke/", "ca-certificates/", "wheels/")
+
+
 def _context_digest(ctx: Path) -> str:
-    """What the image is built from: every rendered file, and the wheels by name and size."""
+    """What the image is built from: the Dockerfile and what it copies (the wheels by name and
+    size), not stack.json or job files, which name the checkout's path."""
     h = hashlib.sha256()
     for p in sorted(ctx.rglob("*")):
-        if not p.is_file():
-            continue
         rel = p.relative_to(ctx).as_posix()
+        if not p.is_file() or not rel.startswith(BUILT_FROM):
+            continue
         h.update(rel.encode() + b"\0")
         if rel.startswith("wheels/"):
             h.update(str(p.stat().st_size).encode())
@@ -145,6 +150,22 @@ def _cli(*args: str, timeout: int = 1800) -> subprocess.CompletedProcess:
                           timeout=timeout, env={**os.environ, "COLUMNS": "200"})
 
 
+@contextlib.contextmanager
+def _derived(docker_client, tmp_path: Path, base: str, wheel: Path, run: str, tag: str):
+    """An image made wrong on purpose: FROM ``base``, ``wheel`` copied to /tmp, ``run`` as root;
+    removed afterwards."""
+    ctx = tmp_path / "derived"
+    ctx.mkdir()
+    (ctx / wheel.name).write_bytes(wheel.read_bytes())
+    (ctx / "Dockerfile").write_text(f"FROM {base}\nUSER root\nCOPY {wheel.name} /tmp/\n"
+                                    f"RUN {run} && rm /tmp/{wheel.name}\nUSER 1000\n")
+    image, _ = docker_client.images.build(path=str(ctx), tag=tag, rm=True)
+    try:
+        yield image
+    finally:
+        docker_client.images.remove(image.id, force=True)
+
+
 def _verify(b: Built) -> dict:
     return b.report["verify"]
 
@@ -202,15 +223,8 @@ def test_wrong_nccl_fails_verification_naming_both(cu124, docker_client, tmp_pat
     """nvidia-nccl-cu12 2.20.5 forced in after torch: the process loads another NCCL than the
     one the labels (and torch's build) say."""
     whl = next(_wheels("cu124-py311").glob("nvidia_nccl_cu12-2.20.5-*.whl"))
-    ctx = tmp_path / "ctx"
-    ctx.mkdir()
-    (ctx / whl.name).write_bytes(whl.read_bytes())
-    (ctx / "Dockerfile").write_text(
-        f"FROM {cu124.image}\nUSER root\nCOPY {whl.name} /tmp/\n"
-        f"RUN /opt/venv/bin/pip install --no-deps --no-index --force-reinstall /tmp/{whl.name} && rm /tmp/{whl.name}\n"
-        "USER 1000\n")
-    image, _ = docker_client.images.build(path=str(ctx), tag="envbuilder-test/wrong-nccl:cu124", rm=True)
-    try:
+    run = f"/opt/venv/bin/pip install --no-deps --no-index --force-reinstall /tmp/{whl.name}"
+    with _derived(docker_client, tmp_path, cu124.image, whl, run, "envbuilder-test/wrong-nccl:cu124"):
         r = _cli("verify", "envbuilder-test/wrong-nccl:cu124", "--json")
         assert r.returncode == 1, r.stderr
         d = json.loads(r.stdout)
@@ -219,8 +233,6 @@ def test_wrong_nccl_fails_verification_naming_both(cu124, docker_client, tmp_pat
         assert "2.21.5" in detail and "2.20.5" in detail
         r = _cli("verify", "envbuilder-test/wrong-nccl:cu124")
         assert r.returncode == 1 and "2.20.5" in r.stderr and "2.21.5" in r.stderr
-    finally:
-        docker_client.images.remove(image.id, force=True)
 
 
 # -- a second CUDA major line -------------------------------------------------------------------
@@ -265,18 +277,11 @@ def test_horovod_resolving_another_nccl_fails_verification(docker_client, tmp_pa
     resolves another file than torch loads, and verification names both."""
     b = _build("cu117-hvd", docker_client, tmp_path_factory)
     whl = next(_wheels("cu117-py311").glob("nvidia_nccl_cu11-2.19.3-*.whl"))
-    ctx = tmp_path / "ctx"
-    ctx.mkdir()
-    (ctx / whl.name).write_bytes(whl.read_bytes())
-    (ctx / "Dockerfile").write_text(
-        f"FROM {b.image}\nUSER root\nCOPY {whl.name} /tmp/\n"
-        "RUN apt-get update && apt-get install -y --no-install-recommends patchelf && rm -rf /var/lib/apt/lists/* \\\n"
-        f" && /opt/venv/bin/pip install --no-deps --no-index --target /opt/other-nccl /tmp/{whl.name} \\\n"
-        " && patchelf --set-rpath /opt/other-nccl/nvidia/nccl/lib "
-        "/opt/venv/lib/python3.11/site-packages/horovod/torch/mpi_lib_v2*.so\n"
-        "USER 1000\n")
-    image, _ = docker_client.images.build(path=str(ctx), tag="envbuilder-test/hvd-other-nccl:cu117", rm=True)
-    try:
+    run = ("apt-get update && apt-get install -y --no-install-recommends patchelf && rm -rf /var/lib/apt/lists/*"
+           f" && /opt/venv/bin/pip install --no-deps --no-index --target /opt/other-nccl /tmp/{whl.name}"
+           " && patchelf --set-rpath /opt/other-nccl/nvidia/nccl/lib "
+           "/opt/venv/lib/python3.11/site-packages/horovod/torch/mpi_lib_v2*.so")
+    with _derived(docker_client, tmp_path, b.image, whl, run, "envbuilder-test/hvd-other-nccl:cu117"):
         r = _cli("verify", "envbuilder-test/hvd-other-nccl:cu117", "--json")
         assert r.returncode == 1, r.stderr
         d = json.loads(r.stdout)
@@ -284,8 +289,6 @@ def test_horovod_resolving_another_nccl_fails_verification(docker_client, tmp_pa
         detail = _checks(d)["horovod_nccl"]["detail"]
         assert "/opt/other-nccl/nvidia/nccl/lib/libnccl.so.2" in detail
         assert "site-packages/nvidia/nccl/lib/libnccl.so.2" in detail
-    finally:
-        docker_client.images.remove(image.id, force=True)
 
 
 def test_a_compiling_build_without_its_devel_builder_is_refused_before_building(docker_client, tmp_path):

@@ -145,3 +145,19 @@ def test_the_payload_runs_on_this_hosts_torch():
     bad = [c for c in compare(facts, dict(labels, **{"io.envbuilder.cuda": "12.4", "io.envbuilder.nccl": "2.21.5"}))
            if not c.ok]
     assert {c.name for c in bad} >= {"torch_cuda", "torch_nccl"}
+
+
+def test_recorded_horovod_image_passes_and_names_its_nccl():
+    """Horovod 0.28.1 built by envbuilder against torch 2.0.1's nvidia-nccl-cu11 2.14.3: ldd
+    resolves Horovod's libnccl.so.2 to the file torch loads, and hvd.nccl_built() is 2.14.3."""
+    facts, labels = _recorded("cu117-torch2.0-hvd0.28-debian12")
+    checks = _by_name(compare(facts, labels))
+    assert all(c.ok for c in checks.values()), [c for c in checks.values() if not c.ok]
+    assert checks["horovod_nccl_built"].actual == 21403
+    assert checks["horovod_nccl"].actual["file"] == checks["nccl_loaded"].actual[0]["path"]
+    # the same image, had its Horovod been linked to the builder's own NCCL
+    other = copy.deepcopy(facts)
+    other["horovod"]["ldd"]["libnccl.so.2"] = "/usr/lib/x86_64-linux-gnu/libnccl.so.2"
+    bad = {c.name: c for c in compare(other, labels) if not c.ok}
+    assert set(bad) == {"horovod_nccl"}
+    assert "/usr/lib/x86_64-linux-gnu/libnccl.so.2" in bad["horovod_nccl"].detail
