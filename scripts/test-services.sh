@@ -52,6 +52,11 @@ if ! DOCKER_HOST=unix://$SOCK docker info >/dev/null 2>&1; then
   DOCKER_HOST=unix://$SOCK docker info >/dev/null 2>&1 || { tail -20 "$STATE/dockerd.log" >&2; log "dockerd did not start"; exit 1; }
 fi
 export DOCKER_HOST=unix://$SOCK
+# bounded disk across runs: stopped containers and untagged images (builder and layer stages of
+# earlier runs, several GB each for CUDA images) go; tagged images (the base images, the CUDA
+# test images the suite reuses when their build context is unchanged) stay
+docker container prune -f >/dev/null 2>&1 || true
+docker image prune -f >/dev/null 2>&1 || true
 
 # --- Debian 12 and 13 base images ---------------------------------------------------------
 mirror=$(awk '/^URIs:/{print $2; exit}' /etc/apt/sources.list.d/debian.sources 2>/dev/null || true)
