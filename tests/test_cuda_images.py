@@ -254,7 +254,7 @@ def test_deepspeed_ops_compiled_for_the_image(docker_client, tmp_path_factory):
     assert v["ok"], json.dumps(v["checks"], indent=1)
     c = _checks(v)
     assert c["ds_op_fused_adam"]["ok"] and c["ds_op_cpu_adam"]["ok"]
-    assert c["cpu_isa"]["actual"] == ["x86-64-v3"], "no -march=native in the CPU op"
+    assert "x86-64-v3" in c["cpu_isa"]["actual"] and c["cpu_isa"]["ok"], "no -march=native in the ops"
     s = _smoke_ok(b)
     assert s["checks"].get("deepspeed_zero") == "pass", s
 

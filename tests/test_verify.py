@@ -114,11 +114,15 @@ def test_deepspeed_ops_and_their_isa():
     labels = dict(labels, **{"io.envbuilder.deepspeed": "0.16.9", "io.envbuilder.deepspeed-ops": "fused_adam,cpu_adam",
                              "io.envbuilder.cpu-isa": "x86-64-v3"})
     assert all(c.ok for c in compare(facts, labels))
-    facts["deepspeed"]["ops"]["cpu_adam"]["march"] = ["native"]
+    facts["deepspeed"]["ops"]["fused_adam"]["march"] = ["x86-64"]  # GCC's default, recorded too
+    assert all(c.ok for c in compare(facts, labels))
+    facts["deepspeed"]["ops"]["cpu_adam"]["march"] = ["znver3"]  # what -march=native records
     facts["deepspeed"]["installed_ops"]["fused_adam"] = False
     bad = {c.name: c for c in compare(facts, labels) if not c.ok}
     assert set(bad) == {"cpu_isa", "ds_op_fused_adam"}
-    assert "-march=native" in bad["cpu_isa"].detail and "x86-64-v3" in bad["cpu_isa"].detail
+    assert "-march=znver3" in bad["cpu_isa"].detail and "x86-64-v3" in bad["cpu_isa"].detail
+    facts["deepspeed"]["ops"]["cpu_adam"]["march"] = ["x86-64-v4"]  # above the label
+    assert "cpu_isa" in {c.name for c in compare(facts, labels) if not c.ok}
 
 
 def test_an_image_without_envbuilder_labels_is_bad_input():

@@ -24,6 +24,9 @@ from envbuilder.errors import InputError, OperationError
 from envbuilder.run.payload import verify_image
 
 LABEL = "io.envbuilder."
+# the x86-64 psABI microarchitecture levels, each a superset of the one before
+# (https://gcc.gnu.org/onlinedocs/gcc/x86-Options.html)
+PSABI_LEVELS = ("x86-64", "x86-64-v2", "x86-64-v3", "x86-64-v4")
 CONTAINER_DIR = "/tmp/envbuilder-verify"
 TIMEOUT_S = 300
 
@@ -218,11 +221,17 @@ def _deepspeed_checks(d: Mapping[str, Any] | None, lab: Mapping[str, str],
     isa = lab.get("cpu-isa")
     marches = sorted({m for rec in (d.get("ops") or {}).values() for m in rec.get("march") or ()})
     if isa and marches:
-        ok = marches == [isa]
-        out.append(VerifyCheck("cpu_isa", ok, isa, marches,
-                               f"compiled CPU code targets -march={isa}" if ok else
-                               f"the label says -march={isa}; the op libraries were compiled with "
-                               f"{', '.join('-march=' + m for m in marches)}"))
+        # GCC records the -march of every object (DW_AT_producer), the default x86-64 too for
+        # objects compiled without one; -march=native is recorded as the build host's CPU name
+        # (znver3, skylake-avx512, ...). Allowed: the psABI levels up to the labelled one.
+        allowed = PSABI_LEVELS[:PSABI_LEVELS.index(isa) + 1] if isa in PSABI_LEVELS else (isa,)
+        bad = [m for m in marches if m not in allowed]
+        out.append(VerifyCheck("cpu_isa", not bad, isa, marches,
+                               f"compiled CPU code targets -march={isa} at most "
+                               f"({', '.join('-march=' + m for m in marches)})" if not bad else
+                               f"the label says -march={isa}; op libraries were compiled with "
+                               f"{', '.join('-march=' + m for m in bad)} (a build host's CPU: "
+                               f"-march=native), which other nodes may not run"))
     return out
 
 
