@@ -165,3 +165,17 @@ def test_recorded_horovod_image_passes_and_names_its_nccl():
     bad = {c.name: c for c in compare(other, labels) if not c.ok}
     assert set(bad) == {"horovod_nccl"}
     assert "/usr/lib/x86_64-linux-gnu/libnccl.so.2" in bad["horovod_nccl"].detail
+
+
+def test_recorded_deepspeed_image_ops_and_isa():
+    """DeepSpeed 0.16.9 with fused_adam and cpu_adam pre-built by Debian 13's nvcc 12.4 (GCC 13)
+    for x86-64-v3: both ops installed and loading; GCC recorded x86-64-v3 (and its default
+    x86-64 for objects compiled without a -march), never the build host's CPU."""
+    facts, labels = _recorded("cu124-torch2.6-ds0.16-debian13")
+    checks = _by_name(compare(facts, labels))
+    assert all(c.ok for c in checks.values()), [c for c in checks.values() if not c.ok]
+    assert checks["ds_op_fused_adam"].ok and checks["ds_op_cpu_adam"].ok
+    assert "x86-64-v3" in checks["cpu_isa"].actual
+    assert labels["io.envbuilder.cpu-isa"] == "x86-64-v3"
+    assert labels["io.envbuilder.deepspeed-ops"] == "fused_adam,cpu_adam"
+    assert labels["io.envbuilder.builder-nvcc"] == "12.4.131"
