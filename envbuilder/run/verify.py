@@ -21,9 +21,9 @@ from typing import Any, Mapping
 from packaging.version import InvalidVersion, Version
 
 from envbuilder.errors import InputError, OperationError
+from envbuilder.labels import PREFIX as LABEL
 from envbuilder.run.payload import verify_image
 
-LABEL = "io.envbuilder."
 # the x86-64 psABI microarchitecture levels, each a superset of the one before
 # (https://gcc.gnu.org/onlinedocs/gcc/x86-Options.html)
 PSABI_LEVELS = ("x86-64", "x86-64-v2", "x86-64-v3", "x86-64-v4")
