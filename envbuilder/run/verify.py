@@ -262,41 +262,27 @@ def parse_facts(log: str) -> dict | None:
     return None
 
 
-def verify_image_labels(client, image: str, labels: Mapping[str, str],
+def verify_image_labels(client: Any, image: str, labels: Mapping[str, str],
                         ds_op_modules: Mapping[str, str] | None = None) -> VerifyReport:
     """Run the payload in ``image`` (no GPU needed) and compare with ``labels``."""
+    from envbuilder.run.engine import Container
     from envbuilder.run.smoke import shell_wrap
-    import docker.errors
 
     ops = [f"{op}={mod}" for op, mod in (ds_op_modules or {}).items()
            if op in (labels.get(LABEL + "deepspeed-ops") or "").split(",")]
     cmd = shell_wrap(["PY", f"{CONTAINER_DIR}/verify_image.py",
                       *[a for o in ops for a in ("--ds-op", o)]])
     started = time.monotonic()
-    try:
-        container = client.containers.create(image, command=["sh", "-c", cmd],
-                                             labels={"envbuilder.verify": "1"})
-    except docker.errors.ImageNotFound:
-        raise OperationError(f"image {image} not found: build or pull it first", step="verify") from None
-    except docker.errors.APIError as exc:
-        raise OperationError(f"the Docker engine could not create a container from {image}: "
-                             f"{exc.explanation or exc}", step="verify") from None
-    try:
-        container.put_archive("/tmp", _payload_tar())
-        container.start()
-        status = container.wait(timeout=TIMEOUT_S)
-        log = container.logs(stdout=True, stderr=True).decode("utf-8", errors="replace")
-    except Exception as exc:  # the engine's errors, a timeout
-        raise OperationError(f"the verification container for {image} failed: {exc}", step="verify") from None
-    finally:
-        try:
-            container.remove(force=True)
-        except Exception:
-            pass
+    with Container(client, image, ["sh", "-c", cmd], step="verify",
+                   labels={"envbuilder.verify": "1"}) as c:
+        c.put_archive("/tmp", _payload_tar())
+        c.start()
+        code, timed_out = c.wait(TIMEOUT_S)
+        log = c.logs()
     facts = parse_facts(log)
     if facts is None:
-        raise OperationError(f"the verification payload reported nothing in {image} (exit "
-                             f"{status.get('StatusCode')}): {log.strip()[-400:]}", step="verify")
-    report = VerifyReport(image, compare(facts, labels, ds_op_modules), facts,
-                          time.monotonic() - started, dict(labels))
-    return report
+        why = f"ran past {TIMEOUT_S} s" if timed_out else f"exit {code}"
+        raise OperationError(f"the verification payload reported nothing in {image} ({why}): "
+                             f"{log.strip()[-400:]}", step="verify")
+    return VerifyReport(image, compare(facts, labels, ds_op_modules), facts,
+                        time.monotonic() - started, dict(labels))
