@@ -102,7 +102,7 @@ def test_build_smoke_push_pull_by_digest_and_smoke_again(cpu_build, docker_clien
     assert p.returncode == 0, p.stderr[-2000:]
     d = json.loads(p.stdout)
     assert json.loads(report.read_text()) == d
-    assert d["steps"] == {"render": "ok", "build": "ok", "smoke": "ok", "push": "ok"}
+    assert d["steps"] == {"render": "ok", "build": "ok", "verify": "ok", "smoke": "ok", "push": "ok"}
     assert d["smoke"]["world_size"] == 12 and d["smoke"]["ok"]
     assert d["smoke"]["bandwidth"] and all(b["busbw_gbps"] > 0 for b in d["smoke"]["bandwidth"])
     digests = {x["digest"] for x in d["pushed"]}
