@@ -359,7 +359,10 @@ MAX_STRING_CHARS = 4096  # any one value (a URL, a reason); rendered fields stay
 _BaseLoader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
-class _UniqueKeys:
+_Mixin: Any = object  # typed as Any: the methods it calls come from the loader it is mixed into
+
+
+class _UniqueKeys(_Mixin):  # type: ignore[misc,valid-type]
     """SafeLoader that refuses a key given twice in one mapping (PyYAML keeps the last) and
     any alias (``*name``): alias expansion is how a 16 KB file becomes gigabytes ("billion
     laughs"), and a matrix has no use for it."""
@@ -367,7 +370,7 @@ class _UniqueKeys:
     def compose_node(self, parent: Any, index: Any) -> Any:
         # the pure-Python composer only (the C one composes in C): refuse at the alias itself
         if self.check_event(yaml.events.AliasEvent):
-            ev = self.peek_event()  # type: ignore[no-untyped-call]
+            ev = self.peek_event()
             raise yaml.composer.ComposerError(
                 None, None, "aliases (*name) are not allowed in matrix files: write the value "
                             "out", ev.start_mark)
@@ -381,7 +384,8 @@ class _UniqueKeys:
                 raise yaml.constructor.ConstructorError(
                     None, None, f"duplicate key {key!r}", key_node.start_mark)
             seen.add(key)
-        return super().construct_mapping(node, deep=deep)
+        mapping: dict[Any, Any] = super().construct_mapping(node, deep=deep)
+        return mapping
 
 
 class _UniqueKeyLoader(_UniqueKeys, _BaseLoader):  # type: ignore[misc,valid-type]
