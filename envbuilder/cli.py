@@ -125,8 +125,6 @@ _PIN_OPTIONS: tuple[tuple[str, Any, Any], ...] = (
 
 def with_pins(fn: Callable) -> Callable:
     """Add the pin options to a command that takes ``pins``."""
-    from envbuilder.api import Pins
-
     sig = inspect.signature(fn)
     params = [p for p in sig.parameters.values() if p.name != "pins"]
     at = next((i for i, p in enumerate(params) if p.name in ("base_image", "matrix", "as_json")),
@@ -136,6 +134,8 @@ def with_pins(fn: Callable) -> Callable:
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
+        from envbuilder.api import Pins  # on call: `--help` does not load the library
+
         v = {name: kwargs.pop(name, None) for name, _, _ in _PIN_OPTIONS}
         kwargs["pins"] = Pins(torch=v["torch"], python=v["python"], deepspeed=v["deepspeed"],
                               horovod=v["horovod"], nccl=v["nccl"], os=v["os_"],
