@@ -762,8 +762,9 @@ def main() -> None:  # console-script entry point
         NoArgsIsHelpError = ()  # type: ignore[assignment,misc]
     import typer.main
 
-    from envbuilder import _safety
+    from envbuilder import _cli_params, _safety
 
+    _cli_params.install()  # plain str/int/Path/list parameters without pydantic (same values)
     _safety.install_signal_handlers()
     cmd = typer.main.get_command(app)
     try:
