@@ -766,9 +766,8 @@ def main() -> None:  # console-script entry point
 
     _cli_params.install()  # plain str/int/Path/list parameters without pydantic (same values)
     _safety.install_signal_handlers()
-    cmd = typer.main.get_command(app)
-    try:
-        rv = cmd.main(prog_name="envbuilder", standalone_mode=False)
+    try:  # building the command is inside: Ctrl-C there is "interrupted" too, not a traceback
+        rv = typer.main.get_command(app).main(prog_name="envbuilder", standalone_mode=False)
     except KeyboardInterrupt as e:  # outside a command (while parsing)
         sys.stderr.write("envbuilder: interrupted\n")
         rv = _safety.interrupted_exit_code(e)
