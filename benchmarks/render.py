@@ -38,9 +38,12 @@ ENVBUILDER = [sys.executable, "-c", "from envbuilder.cli import main; main()"]
 HPCCM = [sys.executable, "-c", "import sys, hpccm.cli; sys.argv[0] = 'hpccm'; sys.exit(hpccm.cli.main())"]
 
 
-def _cpu(cmd: list[str], env: dict[str, str]) -> float:
+def _cpu(cmd: list[str], env: dict[str, str], cwd: Path) -> float:
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    p = subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    # cwd: a scratch folder, so `python -c` imports envbuilder from PYTHONPATH or the install,
+    # never from whatever folder the benchmark was started in
+    p = subprocess.run(cmd, env=env, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                       text=True)
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if p.returncode != 0:
         raise SystemExit(f"{' '.join(cmd)} failed ({p.returncode}): {p.stderr.strip()[-500:]}")
@@ -48,7 +51,8 @@ def _cpu(cmd: list[str], env: dict[str, str]) -> float:
 
 
 def _have_hpccm() -> bool:
-    return subprocess.run([sys.executable, "-c", "import hpccm.cli"], capture_output=True).returncode == 0
+    return subprocess.run([sys.executable, "-c", "import hpccm.cli"], capture_output=True,
+                          cwd=tempfile.gettempdir()).returncode == 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -77,14 +81,14 @@ def main(argv: list[str] | None = None) -> int:
             del cases["hpccm one recipe"]
         # one unmeasured run of each: Python's bytecode and envbuilder's cache in place
         for cmd, _ in cases.values():
-            _cpu(cmd, warm)
+            _cpu(cmd, warm, work)
         times: dict[str, list[float]] = {k: [] for k in cases}
         for i in range(args.runs):
             for name, (cmd, cold) in cases.items():  # alternating: hpccm, then each envbuilder case
                 env = warm
                 if cold:
                     env = dict(base, XDG_CACHE_HOME=str(work / f"cold-{i}"))
-                times[name].append(_cpu(cmd, env))
+                times[name].append(_cpu(cmd, env, work))
         med = {k: statistics.median(v) for k, v in times.items()}
     finally:
         shutil.rmtree(work, ignore_errors=True)
