@@ -1,84 +1,110 @@
-"""Render time of every built-in target, and the start-up time of the CLI.
+"""Whole-process CPU time of `envbuilder render` against hpccm rendering one recipe.
 
-    python benchmarks/render.py [--runs N] [--matrix DIR] [--json]
+    python benchmarks/render.py [--runs 7] [--json]
 
-Prints, for each built-in target, the time to resolve and write its build folder (the matrix
-is loaded once, and its load time is shown apart), the total, and the time of
-`envbuilder --help` (a fresh interpreter importing envbuilder.cli) against a bare
-`python -c pass`, with their ratio. Medians of N runs. Reports only: no goal, exit 0.
+Each figure is the median of N runs of a fresh process (subprocess), measured as the CPU time
+(user + system) the child used, from resource.getrusage(RUSAGE_CHILDREN) deltas. envbuilder and
+hpccm runs alternate, so both see the same machine load. Measured:
+
+- hpccm: `hpccm --recipe benchmarks/hpccm_cu118.py --format docker` (two stages, CUDA 11.8 +
+  NCCL + a pip install of torch and DeepSpeed), the reference;
+- `envbuilder render cu118` warm (envbuilder's cache folder filled by an earlier run) and cold
+  (an empty cache folder: XDG_CACHE_HOME points at a new temporary folder every run);
+- `envbuilder render --all` warm;
+- `envbuilder --help`.
+
+Ratios are envbuilder / hpccm. Both run in the same interpreter with the same environment;
+Python's own bytecode is kept in a temporary PYTHONPYCACHEPREFIX for both (as an installed
+package would have it), whatever PYTHONDONTWRITEBYTECODE says. hpccm comes from PyPI
+(pip install hpccm); without it the absolute figures are printed. Reports only: exit 0.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import resource
+import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-HELP = [sys.executable, "-c",
-        "from envbuilder.cli import main; import sys; sys.argv=['envbuilder','--help']; main()"]
-BARE = [sys.executable, "-c", "pass"]
+HERE = Path(__file__).resolve().parent
+RECIPE = HERE / "hpccm_cu118.py"
+ENVBUILDER = [sys.executable, "-c", "from envbuilder.cli import main; main()"]
+HPCCM = [sys.executable, "-c", "import sys, hpccm.cli; sys.argv[0] = 'hpccm'; sys.exit(hpccm.cli.main())"]
 
 
-def _median_run(cmd: list[str], runs: int) -> float:
-    times = []
-    for _ in range(runs):
-        t0 = time.perf_counter()
-        p = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        times.append(time.perf_counter() - t0)
-        if p.returncode != 0:
-            raise SystemExit(f"{' '.join(cmd)} failed ({p.returncode}): {p.stderr.strip()}")
-    return statistics.median(times)
+def _cpu(cmd: list[str], env: dict[str, str], cwd: Path) -> float:
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    # cwd: a scratch folder, so `python -c` imports envbuilder from PYTHONPATH or the install,
+    # never from whatever folder the benchmark was started in
+    p = subprocess.run(cmd, env=env, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                       text=True)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if p.returncode != 0:
+        raise SystemExit(f"{' '.join(cmd)} failed ({p.returncode}): {p.stderr.strip()[-500:]}")
+    return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+
+
+def _have_hpccm() -> bool:
+    return subprocess.run([sys.executable, "-c", "import hpccm.cli"], capture_output=True,
+                          cwd=tempfile.gettempdir()).returncode == 0
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--runs", type=int, default=5, help="runs per measurement (median)")
-    ap.add_argument("--matrix", default=None, help="a matrix folder instead of the built-in one")
+    ap.add_argument("--runs", type=int, default=7, help="runs per measurement (median)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
 
-    from envbuilder.api import builtin_targets, render_target
-    from envbuilder.core.matrix import load_matrix
+    work = Path(tempfile.mkdtemp(prefix="envbuilder-bench-"))
+    try:
+        base = dict(os.environ)
+        base.pop("PYTHONDONTWRITEBYTECODE", None)
+        base.pop("ENVBUILDER_NO_CACHE", None)
+        base["PYTHONPYCACHEPREFIX"] = str(work / "pycache")
+        warm = dict(base, XDG_CACHE_HOME=str(work / "cache"))
+        hpccm = _have_hpccm()
 
-    t0 = time.perf_counter()
-    m = load_matrix(args.matrix)
-    load_s = time.perf_counter() - t0
+        cases: dict[str, tuple[list[str], bool]] = {
+            "hpccm one recipe": (HPCCM + ["--recipe", str(RECIPE), "--format", "docker"], False),
+            "render cu118 warm": (ENVBUILDER + ["render", "cu118", "-o", str(work / "one")], False),
+            "render cu118 cold": (ENVBUILDER + ["render", "cu118", "-o", str(work / "one")], True),
+            "render --all warm": (ENVBUILDER + ["render", "--all", "-o", str(work / "all")], False),
+            "--help": (ENVBUILDER + ["--help"], False),
+        }
+        if not hpccm:
+            del cases["hpccm one recipe"]
+        # one unmeasured run of each: Python's bytecode and envbuilder's cache in place
+        for cmd, _ in cases.values():
+            _cpu(cmd, warm, work)
+        times: dict[str, list[float]] = {k: [] for k in cases}
+        for i in range(args.runs):
+            for name, (cmd, cold) in cases.items():  # alternating: hpccm, then each envbuilder case
+                env = warm
+                if cold:
+                    env = dict(base, XDG_CACHE_HOME=str(work / f"cold-{i}"))
+                times[name].append(_cpu(cmd, env, work))
+        med = {k: statistics.median(v) for k, v in times.items()}
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
 
-    per_target: dict[str, float] = {}
-    with tempfile.TemporaryDirectory(prefix="envbuilder-render-bench-") as d:
-        for name in builtin_targets(m):
-            times = []
-            for i in range(args.runs):
-                t0 = time.perf_counter()
-                render_target(name, Path(d) / f"{name}-{i}", matrix=m)
-                times.append(time.perf_counter() - t0)
-            per_target[name] = statistics.median(times)
-    total = sum(per_target.values())
-
-    help_s = _median_run(HELP, args.runs)
-    bare_s = _median_run(BARE, args.runs)
-    ratio = help_s / bare_s if bare_s else float("inf")
-
+    ref = med.get("hpccm one recipe")
+    ratios = {k: v / ref for k, v in med.items() if ref and k not in ("hpccm one recipe", "--help")}
     if args.json:
-        json.dump({"runs": args.runs, "matrix_load_s": load_s, "render_s": per_target,
-                   "render_total_s": total, "help_s": help_s, "python_bare_s": bare_s,
-                   "help_ratio": ratio}, sys.stdout, indent=2)
-        sys.stdout.write("\n")
+        print(json.dumps({"runs": args.runs, "cpu_s": med, "ratio_to_hpccm": ratios,
+                          "hpccm": hpccm}, indent=2))
         return 0
-    width = max(len(n) for n in per_target) if per_target else 6
-    print(f"matrix load: {load_s * 1000:8.1f} ms")
-    print(f"render (median of {args.runs}):")
-    for name, s in per_target.items():
-        print(f"  {name:<{width}} {s * 1000:8.1f} ms")
-    print(f"  {'total':<{width}} {total * 1000:8.1f} ms")
-    print(f"envbuilder --help: {help_s * 1000:8.1f} ms")
-    print(f"python -c pass:    {bare_s * 1000:8.1f} ms")
-    print(f"ratio:             {ratio:8.2f}x")
+    print(f"whole processes, CPU time (user+system), median of {args.runs}")
+    if not hpccm:
+        print("hpccm is not installed (pip install hpccm): absolute figures only")
+    for name, v in med.items():
+        extra = f"   {ratios[name]:.2f}x hpccm" if name in ratios else ""
+        print(f"  {name:<20} {v:7.3f} s{extra}")
     return 0
 
 

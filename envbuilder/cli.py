@@ -125,8 +125,6 @@ _PIN_OPTIONS: tuple[tuple[str, Any, Any], ...] = (
 
 def with_pins(fn: Callable) -> Callable:
     """Add the pin options to a command that takes ``pins``."""
-    from envbuilder.api import Pins
-
     sig = inspect.signature(fn)
     params = [p for p in sig.parameters.values() if p.name != "pins"]
     at = next((i for i, p in enumerate(params) if p.name in ("base_image", "matrix", "as_json")),
@@ -136,6 +134,8 @@ def with_pins(fn: Callable) -> Callable:
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
+        from envbuilder.api import Pins  # on call: `--help` does not load the library
+
         v = {name: kwargs.pop(name, None) for name, _, _ in _PIN_OPTIONS}
         kwargs["pins"] = Pins(torch=v["torch"], python=v["python"], deepspeed=v["deepspeed"],
                               horovod=v["horovod"], nccl=v["nccl"], os=v["os_"],
@@ -762,12 +762,12 @@ def main() -> None:  # console-script entry point
         NoArgsIsHelpError = ()  # type: ignore[assignment,misc]
     import typer.main
 
-    from envbuilder import _safety
+    from envbuilder import _cli_params, _safety
 
+    _cli_params.install()  # plain str/int/Path/list parameters without pydantic (same values)
     _safety.install_signal_handlers()
-    cmd = typer.main.get_command(app)
-    try:
-        rv = cmd.main(prog_name="envbuilder", standalone_mode=False)
+    try:  # building the command is inside: Ctrl-C there is "interrupted" too, not a traceback
+        rv = typer.main.get_command(app).main(prog_name="envbuilder", standalone_mode=False)
     except KeyboardInterrupt as e:  # outside a command (while parsing)
         sys.stderr.write("envbuilder: interrupted\n")
         rv = _safety.interrupted_exit_code(e)

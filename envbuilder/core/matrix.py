@@ -8,7 +8,7 @@ and missing ``source:`` are errors naming the file and the key), and returns a f
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
 from typing import Any, Iterable, Mapping
@@ -353,14 +353,24 @@ MAX_FILE_BYTES = 2 << 20  # the built-in files are a few KB each
 MAX_STRING_CHARS = 4096  # any one value (a URL, a reason); rendered fields stay small
 
 
-class _UniqueKeyLoader(yaml.SafeLoader):
+# libyaml's C parser when PyYAML was built with it (several times faster), else pure Python.
+# Either way the constructor is Python, so the duplicate-key refusal below applies to both; the
+# alias refusal is done on the composed node graph (_no_aliases), which the C composer builds.
+_BaseLoader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+_Mixin: Any = object  # typed as Any: the methods it calls come from the loader it is mixed into
+
+
+class _UniqueKeys(_Mixin):  # type: ignore[misc,valid-type]
     """SafeLoader that refuses a key given twice in one mapping (PyYAML keeps the last) and
     any alias (``*name``): alias expansion is how a 16 KB file becomes gigabytes ("billion
     laughs"), and a matrix has no use for it."""
 
-    def compose_node(self, parent: Any, index: Any) -> Any:  # type: ignore[override]
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        # the pure-Python composer only (the C one composes in C): refuse at the alias itself
         if self.check_event(yaml.events.AliasEvent):
-            ev = self.peek_event()  # type: ignore[no-untyped-call]
+            ev = self.peek_event()
             raise yaml.composer.ComposerError(
                 None, None, "aliases (*name) are not allowed in matrix files: write the value "
                             "out", ev.start_mark)
@@ -374,10 +384,52 @@ class _UniqueKeyLoader(yaml.SafeLoader):
                 raise yaml.constructor.ConstructorError(
                     None, None, f"duplicate key {key!r}", key_node.start_mark)
             seen.add(key)
-        return super().construct_mapping(node, deep=deep)
+        mapping: dict[Any, Any] = super().construct_mapping(node, deep=deep)
+        return mapping
 
 
-def _read(path: Path) -> Any:
+class _UniqueKeyLoader(_UniqueKeys, _BaseLoader):  # type: ignore[misc,valid-type]
+    """libyaml's parser and composer when available."""
+
+
+class _PyUniqueKeyLoader(_UniqueKeys, yaml.SafeLoader):  # type: ignore[misc]
+    """The pure-Python variant (used when libyaml is absent, and by the tests)."""
+
+
+def _no_aliases(node: Any) -> None:
+    """Refuse a node graph in which a node is reached twice: that is an alias (``*name``).
+    Stops at the second visit, so a "billion laughs" graph is never expanded."""
+    seen: set[int] = set()
+    todo = [node]
+    while todo:
+        n = todo.pop()
+        if id(n) in seen:
+            raise yaml.composer.ComposerError(
+                None, None, "aliases (*name) are not allowed in matrix files: write the value "
+                            "out", n.start_mark)
+        seen.add(id(n))
+        if isinstance(n, yaml.SequenceNode):
+            todo.extend(n.value)
+        elif isinstance(n, yaml.MappingNode):
+            for k, v in n.value:
+                todo.extend((k, v))
+
+
+def _load_yaml(text: str, loader_cls: Any = None) -> Any:
+    """One YAML document with the refusals of _UniqueKeyLoader (duplicate keys, aliases)."""
+    loader = (loader_cls or _UniqueKeyLoader)(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        _no_aliases(node)
+        return loader.construct_document(node)
+    finally:
+        loader.dispose()
+
+
+def _read_text(path: Path) -> str:
+    """A matrix file's text, within the size limit (no parsing)."""
     import os
     import stat
 
@@ -401,10 +453,14 @@ def _read(path: Path) -> Any:
         raise MatrixError(f"matrix file {path} is not UTF-8 text (byte {e.start})") from None
     if "\x00" in text:
         raise MatrixError(f"matrix file {path} holds NUL bytes: not a YAML file")
+    return text
+
+
+def _parse(path: Path, text: str) -> Any:
     try:
-        loaded = yaml.load(text, Loader=_UniqueKeyLoader)
+        loaded = _load_yaml(text)
         _check_sizes(path, loaded)
-        return loaded, text
+        return loaded
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark else ""
@@ -413,6 +469,11 @@ def _read(path: Path) -> Any:
         raise MatrixError(f"matrix file {path}{where} is not valid YAML: {problem}") from None
     except RecursionError:
         raise MatrixError(f"matrix file {path} is nested too deeply") from None
+
+
+def _read(path: Path) -> Any:
+    text = _read_text(path)
+    return _parse(path, text), text
 
 
 def _check_sizes(path: Path, data: Any, key: str = "") -> None:
@@ -455,21 +516,38 @@ def _dupes(path: Path, key: str, values: Iterable[Any]) -> None:
 
 
 def load_matrix(path: str | Path | None = None) -> Matrix:
-    """Load and validate a matrix folder (the built-in one when ``path`` is None)."""
+    """Load and validate a matrix folder (the built-in one when ``path`` is None).
+
+    The files are always read and digested; the parsed, validated ``Matrix`` is kept in the
+    user's cache folder per digest (core/matrix_cache.py), so a second call with the same files
+    skips YAML parsing and schema validation.
+    """
+    from envbuilder.core import matrix_cache
+
     root = Path(path) if path is not None else matrices_dir()
     if not root.is_dir():
         shown = str(root) if len(str(root)) <= 200 else str(root)[:200] + "..."
         what = "is not a folder" if root.exists() else "does not exist"
         raise MatrixError(f"matrix folder {shown} {what}: pass --matrix DIR with a "
                           f"folder holding {', '.join(sorted(schema.FILES))}")
-    raw: dict[str, Any] = {}
+    texts: dict[str, str] = {}
     digest = hashlib.sha256()
     for name in sorted(schema.FILES):
-        data, text = _read(root / name)
+        text = _read_text(root / name)
+        texts[name] = text
+        digest.update(name.encode() + b"\0" + text.encode() + b"\0")
+    hexdigest = "sha256:" + digest.hexdigest()
+    cached = matrix_cache.load(hexdigest)
+    if cached is not None:
+        return replace(cached, path=root)
+    raw: dict[str, Any] = {}
+    for name in sorted(schema.FILES):
+        data = _parse(root / name, texts[name])
         _validate(root / name, data, schema.FILES[name])
         raw[name] = data
-        digest.update(name.encode() + b"\0" + text.encode() + b"\0")
-    return _build(root, raw, "sha256:" + digest.hexdigest())
+    m = _build(root, raw, hexdigest)
+    matrix_cache.store(m)
+    return m
 
 
 def _build(root: Path, raw: dict[str, Any], digest: str) -> Matrix:

@@ -14,6 +14,7 @@ An assignment maps axis names to matrix objects:
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
@@ -363,15 +364,21 @@ def _images_source(m: Matrix, toolkit: Version) -> tuple[str, ...]:
 # -- known breakages, as data ---------------------------------------------------------------
 
 def _axis_version(axis: str, value: Any) -> Version | str | None:
+    # called for every rule on every candidate: the matrix's Versions are used as they are
+    # (parsing them again from text gave the same Version, thousands of times per resolve)
     if value is None:
         return None
-    if axis == "cuda":
-        return Version(str(value.version))
     if axis == "python":
-        return Version(value)
+        return _python_version(value)
     if axis == "os":
         return str(value.name)
-    return Version(str(value.version))
+    v = value.version
+    return v if isinstance(v, Version) else Version(str(v))
+
+
+@functools.lru_cache(maxsize=64)
+def _python_version(text: str) -> Version:
+    return Version(text)
 
 
 def _incompat_rule(x: Any) -> Rule:

@@ -45,6 +45,7 @@ from envbuilder.core import validate
 from envbuilder.errors import InputError
 from envbuilder.render.plan import BuildPlan
 from envbuilder.core.resources import templates_dir
+from envbuilder.render.bccache import bytecode_cache
 
 DEFAULT_LAYOUTS: tuple[tuple[int, int], ...] = ((1, 12), (2, 6), (3, 4))
 MASTER_PORT = 23456  # the training operator's default for the port named pytorchjob-port
@@ -74,7 +75,8 @@ def _env():
 
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(templates_dir())),
                              undefined=jinja2.StrictUndefined, keep_trailing_newline=True,
-                             autoescape=False, trim_blocks=True, lstrip_blocks=True)
+                             autoescape=False, trim_blocks=True, lstrip_blocks=True,
+                             bytecode_cache=bytecode_cache())
     env.filters["q"] = _q
     env.filters["sh"] = _sh
     return env

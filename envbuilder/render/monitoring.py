@@ -24,6 +24,7 @@ import yaml
 
 from envbuilder import __version__
 from envbuilder.core.resources import templates_dir
+from envbuilder.render.bccache import bytecode_cache
 from envbuilder.errors import InputError, MissingExtraError
 from envbuilder.core.smoke_metrics import JOB, METRICS
 
@@ -411,7 +412,8 @@ def render_monitoring(*, target: str, job_names: Iterable[str],
     counters = dcgm_counters()
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(templates_dir())),
                              undefined=jinja2.StrictUndefined, keep_trailing_newline=True,
-                             autoescape=False, trim_blocks=True, lstrip_blocks=True)
+                             autoescape=False, trim_blocks=True, lstrip_blocks=True,
+                             bytecode_cache=bytecode_cache())
     files["monitoring/README.md"] = env.get_template("monitoring/README.md.j2").render(
         version=__version__, target=target, jobs=list(job_names), floor=floor,
         metrics=METRICS, dcgm_source=counters.source, job=JOB, dcgm_port=DCGM_PORT,

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Mapping
 
 from envbuilder import __version__, _fs
+from envbuilder.render.bccache import bytecode_cache
 from envbuilder.render.plan import CXX_WRAPPER, PIP_TOOLKIT_DIR, BuildPlan, PipLayer
 from envbuilder.core.resources import payload_dir, templates_dir
 
@@ -133,7 +134,8 @@ def _env(extra_dir: Path | None = None):
         loaders.append(jinja2.FileSystemLoader(str(extra_dir)))
     loaders.append(jinja2.FileSystemLoader(str(templates_dir())))
     return jinja2.Environment(loader=jinja2.ChoiceLoader(loaders), undefined=jinja2.StrictUndefined,
-                              keep_trailing_newline=True, autoescape=False)
+                              keep_trailing_newline=True, autoescape=False,
+                              bytecode_cache=bytecode_cache())
 
 
 def render_files(plan: BuildPlan, *, layer_requirements: Mapping[str, str] | None = None,
