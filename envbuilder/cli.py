@@ -762,9 +762,8 @@ def main() -> None:  # console-script entry point
         NoArgsIsHelpError = ()  # type: ignore[assignment,misc]
     import typer.main
 
-    from envbuilder import _cli_params, _safety
+    from envbuilder import _safety
 
-    _cli_params.install()  # plain str/int/Path/list parameters without pydantic (same values)
     _safety.install_signal_handlers()
     try:  # building the command is inside: Ctrl-C there is "interrupted" too, not a traceback
         rv = typer.main.get_command(app).main(prog_name="envbuilder", standalone_mode=False)

@@ -13,7 +13,6 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
-from typing import get_origin
 
 import pytest
 import yaml
@@ -202,40 +201,3 @@ def test_pure_python_fallback_loads_the_matrix(cache, monkeypatch, matrix_copy):
     with_c = load_matrix(matrix_copy)
     monkeypatch.setattr(matrix_mod, "_UniqueKeyLoader", matrix_mod._PyUniqueKeyLoader)
     assert load_matrix(matrix_copy) == with_c
-
-
-# -- parameters without pydantic (envbuilder/_cli_params.py) ----------------------------------
-
-def test_direct_coercion_gives_what_typer_gives():
-    import typer.core
-    import typer.main
-    from typer._click.exceptions import BadParameter
-
-    from envbuilder import _cli_params
-    from envbuilder.cli import app
-
-    _cli_params.install()
-    original = _cli_params._original
-    assert original is not None and typer.core.build_runtime_param is not original
-    samples = {"str": ["cu118", "", "ünï"], "int": [12, 0, 1, "7", "x"], "float": [1.5, "2.5", "y"],
-               "Path": ["/tmp", "rel/dir", "/nonexistent/x", ""], "List[str]": [("a", "b"), ()]}
-    seen = set()
-    cmd = typer.main.get_command(app)
-    for sub in cmd.commands.values():
-        for p in sub.params:
-            d = p.type_descriptor
-            name = (repr(d.annotation).replace("typing.", "") if get_origin(d.annotation)
-                    else d.annotation.__name__)
-            for value in samples.get(name, []):
-                got = want = None
-                try:
-                    want = ("ok", original(d).coerce(value, param=p, ctx=None))
-                except BadParameter as e:
-                    want = ("err", e.format_message())
-                try:
-                    got = ("ok", typer.core.build_runtime_param(d).coerce(value, param=p, ctx=None))
-                except BadParameter as e:
-                    got = ("err", e.format_message())
-                assert got == want and type(got[1]) is type(want[1]), (sub.name, p.name, value)
-                seen.add(name)
-    assert seen >= {"str", "int", "Path", "List[str]"}
