@@ -279,6 +279,9 @@ def _uv_children(port: int) -> list[int]:
     return out
 
 
+# timing-dependent (the signal must land while uv waits on the hanging index): seen to time out
+# once in a full CI run under load; rerun before failing (pytest-rerunfailures, dev extra)
+@pytest.mark.flaky(reruns=2)
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_lock_child_uv_ends_with_envbuilder(tmp_path, sig):
     pytest.importorskip("uv")

@@ -26,7 +26,7 @@ def test_wheel_carries_the_data_and_renders_from_it(tmp_path):
     wheels = tmp_path / "wheels"
     subprocess.run([sys.executable, "-m", "pip", "wheel", str(ROOT), "--no-deps", "-q",
                     "-w", str(wheels)], check=True, capture_output=True)
-    (wheel,) = wheels.glob("envbuilder-*.whl")
+    (wheel,) = wheels.glob("torch_envbuilder-*.whl")  # the distribution name
     names = set(zipfile.ZipFile(wheel).namelist())
     for top in ("matrices", "templates"):
         here = {f"envbuilder/data/{top}/{p.relative_to(ROOT / top).as_posix()}"
