@@ -216,23 +216,26 @@ def test_deepspeed_change_does_not_rebuild_the_torch_layer(cpu_build, docker_cli
 def test_ctrl_c_during_push_exits_1_and_records_nothing(cpu_build, base_image, wheelhouse,
                                                         registry, tmp_path):
     import signal
+    import time
 
     repo = f"{registry.address}/ml/interrupted"
     report = tmp_path / "report.json"
-    p = subprocess.Popen([sys.executable, "-c", "from envbuilder.cli import main; main()", "build",
-                          CPU, "--base-image", base_image, "--wheelhouse", str(wheelhouse),
-                          "--no-smoke", "--push", repo, "--report", str(report)],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    seen = []
-    for line in p.stderr:
-        seen.append(line)
-        if ": push " in line:
-            break
-    # at once: the step is "push" from the moment it is announced, and a cached image's push to
-    # a local registry can end within half a second
-    p.send_signal(signal.SIGINT)
-    out, err = p.communicate(timeout=300)
-    err = "".join(seen) + err
+    log = tmp_path / "stderr.log"
+    # Ctrl-C once the registry has seen the push begin (its first blob upload), not on a line of
+    # progress output (rich may hold that back until the command ends when stderr is no tty)
+    uploads = registry.root / "data" / "docker" / "registry" / "v2" / "repositories" / "ml" / "interrupted"
+    with open(log, "w") as err_f:
+        p = subprocess.Popen([sys.executable, "-c", "from envbuilder.cli import main; main()", "build",
+                              CPU, "--base-image", base_image, "--wheelhouse", str(wheelhouse),
+                              "--no-smoke", "--push", repo, "--report", str(report)],
+                             stdout=subprocess.DEVNULL, stderr=err_f, text=True)
+        deadline = time.time() + 600
+        while not uploads.exists() and p.poll() is None and time.time() < deadline:
+            time.sleep(0.05)
+        assert uploads.exists(), f"the push never reached the registry: {log.read_text()[-2000:]}"
+        p.send_signal(signal.SIGINT)
+        p.wait(timeout=300)
+    err = log.read_text()
     assert p.returncode == 1, err[-2000:]
     assert "interrupted during push" in err and "Traceback" not in err
     d = json.loads(report.read_text())
