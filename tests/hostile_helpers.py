@@ -36,9 +36,19 @@ def cli(*args: str, cwd: Path | None = None, timeout: float = 300, stdin=subproc
                           timeout=timeout, env=env(**env_extra), stdin=stdin)
 
 
+def interruptible() -> None:
+    """preexec_fn: SIGINT back to its default in the child. A suite started in the background
+    (``cmd &`` in a script, nohup) inherits SIGINT ignored, and Python keeps an ignored SIGINT
+    ignored, so a Ctrl-C test would otherwise send a signal nobody receives."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def start(*args: str, cwd: Path | None = None, **env_extra: str) -> subprocess.Popen:
     return subprocess.Popen([*CLI, *args], cwd=cwd, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True, env=env(**env_extra))
+                            stderr=subprocess.PIPE, text=True, env=env(**env_extra),
+                            preexec_fn=interruptible)
 
 
 def assert_clean_failure(p: subprocess.CompletedProcess, code: int, *needles: str) -> str:

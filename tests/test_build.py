@@ -218,6 +218,8 @@ def test_ctrl_c_during_push_exits_1_and_records_nothing(cpu_build, base_image, w
     import signal
     import time
 
+    from hostile_helpers import interruptible
+
     repo = f"{registry.address}/ml/interrupted"
     report = tmp_path / "report.json"
     log = tmp_path / "stderr.log"
@@ -228,7 +230,8 @@ def test_ctrl_c_during_push_exits_1_and_records_nothing(cpu_build, base_image, w
         p = subprocess.Popen([sys.executable, "-c", "from envbuilder.cli import main; main()", "build",
                               CPU, "--base-image", base_image, "--wheelhouse", str(wheelhouse),
                               "--no-smoke", "--push", repo, "--report", str(report)],
-                             stdout=subprocess.DEVNULL, stderr=err_f, text=True)
+                             stdout=subprocess.DEVNULL, stderr=err_f, text=True,
+                             preexec_fn=interruptible)
         deadline = time.time() + 600
         while not uploads.exists() and p.poll() is None and time.time() < deadline:
             time.sleep(0.05)
