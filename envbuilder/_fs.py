@@ -56,7 +56,7 @@ _pending: list[int] = []
 
 @contextlib.contextmanager
 def held_signals() -> Iterator[None]:
-    """Hold SIGINT/SIGTERM for the few renames of a commit; deliver them afterwards."""
+    """Hold SIGINT/SIGTERM/SIGHUP for a few renames or a cleanup; deliver them afterwards."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -66,7 +66,7 @@ def held_signals() -> Iterator[None]:
     def hold(signum, frame):  # noqa: ARG001
         got.append(signum)
 
-    for sig in (signal.SIGINT, signal.SIGTERM):
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         try:
             old[sig] = signal.signal(sig, hold)
         except (ValueError, OSError):  # pragma: no cover
@@ -231,15 +231,18 @@ class Outputs:
             fcntl.flock(fd, fcntl.LOCK_EX)  # concurrent runs into one folder take turns
             for stale in path.glob(STAGE_PREFIX + "*"):  # left by a SIGKILL: we hold the lock
                 shutil.rmtree(stale, ignore_errors=True)
-            stage = Path(tempfile.mkdtemp(prefix=STAGE_PREFIX, dir=path))
+            # a signal between creating the staging folder and recording it would leak it
+            with held_signals():
+                stage = Path(tempfile.mkdtemp(prefix=STAGE_PREFIX, dir=path))
+                d = _Dest(path, shown, fd, stage, created)
+                self._dests[path] = d
         except BaseException as e:
-            os.close(fd)
-            self._remove_created(created)
+            if path not in self._dests:
+                os.close(fd)
+                self._remove_created(created)
             if isinstance(e, OSError):
                 raise io_error(e, shown, self.step) from None
             raise
-        d = _Dest(path, shown, fd, stage, created)
-        self._dests[path] = d
         return d
 
     def add(self, dest: str | Path, files: Mapping[str, str | bytes], *, group: str,
@@ -404,13 +407,16 @@ class Outputs:
                 pass
 
     def close(self) -> None:
-        for d in self._dests.values():
-            shutil.rmtree(d.stage, ignore_errors=True)
-            if not self._done:
-                self._remove_created(d.created)
-            with contextlib.suppress(OSError):
-                os.close(d.fd)
-        self._dests.clear()
+        # a Ctrl-C in the middle of removing the staging folder would leave half of it:
+        # signals wait until the cleanup is over (it is quick), then take effect
+        with held_signals():
+            for d in self._dests.values():
+                shutil.rmtree(d.stage, ignore_errors=True)
+                if not self._done:
+                    self._remove_created(d.created)
+                with contextlib.suppress(OSError):
+                    os.close(d.fd)
+            self._dests.clear()
 
     def __enter__(self) -> Outputs:
         return self

@@ -194,6 +194,42 @@ def test_signals_leave_old_or_new_output(tmp_path, sig):
     assert outcomes  # (which ones depends on timing; each one was complete)
 
 
+@pytest.mark.parametrize("where", ["cleanup", "staging"])
+def test_a_signal_inside_cleanup_or_staging_leaves_no_staging_folder(tmp_path, monkeypatch, where):
+    """The two windows a random kill rarely hits (CI hit one): Ctrl-C while the staging folder
+    is being removed, and Ctrl-C right after it is created. Either way the KeyboardInterrupt
+    still reaches the caller, and no staging folder is left."""
+    import shutil
+    import tempfile
+
+    from envbuilder import _fs
+
+    def interrupt_before(real):
+        def wrapped(*a, **k):
+            os.kill(os.getpid(), signal.SIGINT)  # delivered at the next bytecode boundary
+            return real(*a, **k)
+        return wrapped
+
+    def interrupt_after(real):
+        def wrapped(*a, **k):
+            made = real(*a, **k)
+            os.kill(os.getpid(), signal.SIGINT)  # the folder exists, the caller has not seen it
+            return made
+        return wrapped
+
+    if where == "cleanup":
+        monkeypatch.setattr(_fs.shutil, "rmtree", interrupt_before(shutil.rmtree))
+    else:
+        monkeypatch.setattr(_fs.tempfile, "mkdtemp", interrupt_after(tempfile.mkdtemp))
+    out = tmp_path / "o"
+    out.mkdir()
+    with pytest.raises(KeyboardInterrupt):
+        with Outputs("render") as o:
+            o.add(out, {"a.txt": "x" * 100000, "sub/b.txt": "y"}, group="render")
+    assert leftovers(tmp_path) == []
+    assert sorted(p.name for p in out.iterdir()) == []
+
+
 def test_full_disk_keeps_the_old_output(tmp_path):
     with tmpfs(tmp_path / "mnt", size="2m") as mnt:
         out = mnt / "o"
