@@ -162,18 +162,20 @@ def render_target(target: str, out: str | Path, **kw) -> dict:
 
 
 def lock_target(target: str, out: str | Path, *, matrix_dir: str | Path | None = None,
-                pins: Pins | None = None, check: bool = False,
+                pins: Pins | None = None, check: bool = False, upgrade: bool = False,
                 requirements_file: str | Path | None = None, conda: bool = False,
                 conda_channels: Sequence[str] = ("conda-forge",), sbom: bool = False,
-                pip_index_url: str | None = None,
-                extra_index_urls: Sequence[str] = ()) -> dict[str, Any]:
-    """Write (or with ``check`` verify) the hash-pinned lock of a target in ``out``, and with
-    ``conda``/``sbom`` (not with ``check``) environment.yml + conda-lock.yml and an SBOM, all
-    written together or not at all (lock.requirements.write_locks). Returns the report
-    ``envbuilder lock --json`` prints."""
+                pip_index_url: str | None = None, extra_index_urls: Sequence[str] = (),
+                exclude_newer: str | None = None) -> dict[str, Any]:
+    """Write (or with ``check`` verify offline against its inputs) the hash-pinned lock of a
+    target in ``out``, and with ``conda``/``sbom`` (not with ``check``) environment.yml +
+    conda-lock.yml and an SBOM, all written together or not at all
+    (lock.requirements.write_locks). A lock whose inputs match is kept unless ``upgrade``.
+    Returns the report ``envbuilder lock --json`` prints."""
     from envbuilder.core import validate
     from envbuilder.lock import requirements
 
+    requirements.parse_exclude_newer(exclude_newer)  # a bad date: exit 2 before any work
     if pip_index_url:
         validate.url(pip_index_url, "--pip-index-url")
     for u in extra_index_urls:
@@ -182,7 +184,7 @@ def lock_target(target: str, out: str | Path, *, matrix_dir: str | Path | None =
     res = requirements.write_locks(stack, Path(out), requirements_file=requirements_file,
                                    index_url=pip_index_url,
                                    extra_index_urls=tuple(extra_index_urls), check=check,
-                                   conda=conda, conda_channels=tuple(conda_channels), sbom=sbom)
+                                   upgrade=upgrade, exclude_newer=exclude_newer, conda=conda, conda_channels=tuple(conda_channels), sbom=sbom)
     data: dict[str, Any] = {"lock": res["lock"].to_dict(), "target": target, "tag": stack.tag}
     if res["conda"] is not None:
         data["conda"] = res["conda"].to_dict()

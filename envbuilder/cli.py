@@ -315,7 +315,9 @@ def render(target: Optional[str] = typer.Argument(None, help="The target; omit w
 @with_pins
 def lock(target: str = typer.Argument(..., help="The target to lock."),
          out: Optional[Path] = typer.Option(None, "-o", "--out", help="Folder for requirements.lock (default build/<target>)."),
-         check_: bool = typer.Option(False, "--check", help="Re-resolve and fail (exit 1, with a diff) when the lock on disk differs."),
+         check_: bool = typer.Option(False, "--check", help="Verify offline that the lock matches its inputs (exit 1 naming what changed); never reaches an index."),
+         upgrade: bool = typer.Option(False, "--upgrade", help="Resolve again even when the inputs are unchanged (takes newer releases)."),
+         exclude_newer: Optional[str] = typer.Option(None, "--exclude-newer", metavar="DATE", help="Leave out files uploaded after DATE (ISO date = 00:00 UTC, or time); recorded in the lock."),
          requirements: Optional[Path] = typer.Option(None, "--requirements", help="Extra requirements to lock with the stack."),
          conda: bool = typer.Option(False, "--conda", help="Also write environment.yml and conda-lock.yml (extra: conda)."),
          conda_channel: Optional[List[str]] = typer.Option(None, "--conda-channel", help="Conda channel (default conda-forge)."),
@@ -324,11 +326,12 @@ def lock(target: str = typer.Argument(..., help="The target to lock."),
          extra_index_url: Optional[List[str]] = typer.Option(None, "--extra-index-url"),
          pins: Any = None,
          matrix: Optional[str] = MatrixOpt, as_json: bool = JsonOpt) -> None:
-    """Write the hash-pinned lock for a target; --check fails on drift (the CI gate)."""
+    """Write the hash-pinned lock for a target (kept when its inputs are unchanged; --upgrade resolves again); --check verifies it offline (the CI gate)."""
     from envbuilder.api import lock_target
 
     data = lock_target(target, out or Path("build") / target, matrix_dir=matrix, pins=pins,
-                       check=check_, requirements_file=requirements, conda=conda,
+                       check=check_, upgrade=upgrade, exclude_newer=exclude_newer,
+                       requirements_file=requirements, conda=conda,
                        conda_channels=tuple(conda_channel or ("conda-forge",)), sbom=sbom,
                        pip_index_url=pip_index_url,
                        extra_index_urls=tuple(extra_index_url or ()))
@@ -337,9 +340,13 @@ def lock(target: str = typer.Argument(..., help="The target to lock."),
         _echo_json(data)
         return
     if check_:
-        sys.stdout.write(f"ok: {rep['path']} matches a fresh resolution ({len(rep['packages'])} packages, hashes verified)\n")
+        sys.stdout.write(f"ok: {rep['path']} matches its inputs ({len(rep['packages'])} packages, each pinned with hashes; checked offline)\n")
+    elif rep["status"] == "unchanged":
+        sys.stdout.write(f"{rep['path']}: unchanged, its inputs match ({len(rep['packages'])} packages, {rep['digest']}); --upgrade resolves again\n")
     else:
         sys.stdout.write(f"{rep['path']}: {len(rep['packages'])} packages, {rep['digest']}\n")
+        if rep["changed"]:
+            sys.stdout.write(f"  resolved again: {rep['changed'][0]}" + (f" (and {len(rep['changed']) - 1} more)" if len(rep["changed"]) > 1 else "") + "\n")
         for extra in ("conda", "sbom"):
             if extra in data:
                 sys.stdout.write(f"{extra}: {data[extra] if isinstance(data[extra], str) else ', '.join(str(v) for k, v in data[extra].items() if k.endswith('path') or k.endswith('file'))}\n")

@@ -14,8 +14,9 @@ import pytest
 from envbuilder.api import resolve_target
 from envbuilder.errors import (IncompatibleError, InputError, MissingExtraError,
                                OperationError)
-from envbuilder.lock.requirements import (LOCK_NAME, cross_check, lock_digest, lock_target, read_lock,
-                             split_by_layer)
+from envbuilder.lock.requirements import (LOCK_NAME, cross_check, lock_digest, lock_inputs,
+                                          lock_target, parse_exclude_newer, read_header,
+                                          read_lock, split_by_layer)
 from envbuilder.render.plan import make_plan
 from envbuilder.render.templating import render_files
 
@@ -89,7 +90,52 @@ def test_lock_digest_is_the_file_sha256_and_locking_is_deterministic(locked, sta
 
 def test_check_passes_on_a_fresh_lock(locked, stack):
     r = lock_target(stack, locked[0], check=True)
-    assert r.checked and r.diff is None
+    assert r.checked and r.status == "checked" and r.problems == []
+    assert r.inputs_digest and r.inputs_digest in (locked[0] / LOCK_NAME).read_text()
+
+
+def test_the_header_records_the_inputs_and_their_digest(locked, stack):
+    text = (locked[0] / LOCK_NAME).read_text()
+    record, idig, pdig = read_header(text)
+    assert record is not None and idig and pdig
+    assert record["format"] == "2" and record["target"] == TARGET
+    assert record["python"] == "3.10" and record["platform"] == "x86_64-manylinux_2_28"
+    assert record["torch"] == "2.1.2 (cu121)" and record["nccl"] == "2.18.1 (nvidia-nccl-cu12)"
+    assert record["requirement"] == ["torch==2.1.2", "numpy<2"]
+    assert record["requirements file"] == "none" and record["exclude newer"] == "none"
+    assert record["index"] == "https://pypi.org/simple" and record["extra index"] == []
+    assert record == lock_inputs(stack).record and idig == lock_inputs(stack).digest
+    assert "uv version" not in json.dumps(record) and "envbuilder version" not in json.dumps(record)
+
+
+def _without_hashes(text: str, name: str) -> str:
+    """The lock with every --hash line of ``name``'s entry removed."""
+    lines = text.split("\n")
+    i = next(n for n, ln in enumerate(lines) if ln.startswith(f"{name}=="))
+    lines[i] = lines[i].rstrip(" \\")
+    j = i + 1
+    while lines[j].strip().startswith("--hash="):
+        del lines[j]
+    return "\n".join(lines)
+
+
+def _with_packages_digest(text: str) -> str:
+    """A hand edit done carefully: the packages digest in the header made to match again."""
+    header, body = text.split("\n\n", 1)
+    digest = "sha256:" + hashlib.sha256(body.encode()).hexdigest()
+    lines = [f"# packages digest: {digest}" if ln.startswith("# packages digest: ") else ln
+             for ln in header.split("\n")]
+    return "\n".join(lines) + "\n\n" + body
+
+
+def _check_fails(stack, d: Path) -> OperationError:
+    before = (d / LOCK_NAME).read_bytes()
+    with pytest.raises(OperationError) as e:
+        lock_target(stack, d, check=True, uv="/nonexistent/uv")  # never runs uv
+    assert e.value.exit_code == 1 and "\n" not in str(e.value)
+    assert e.value.report.checked is True and e.value.report.problems
+    assert (d / LOCK_NAME).read_bytes() == before  # --check never rewrites the lock
+    return e.value
 
 
 def test_check_fails_when_a_hash_is_altered(locked, stack, tmp_path):
@@ -100,16 +146,8 @@ def test_check_fails_when_a_hash_is_altered(locked, stack, tmp_path):
     j = text.index("--hash=sha256:", i) + len("--hash=sha256:")
     ch = text[j]
     path.write_text(text[:j] + ("0" if ch != "0" else "1") + text[j + 1:])
-    with pytest.raises(OperationError) as e:
-        lock_target(stack, d, check=True)
-    assert e.value.exit_code == 1
-    assert "nvidia-nccl-cu12" in str(e.value) and "hash" in str(e.value)
-    assert "\n" not in str(e.value)
-    diff = e.value.report.diff
-    assert diff and diff.startswith("---") and "+++ fresh resolution" in diff
-    assert any(ln.startswith("-") and "--hash=sha256:" in ln for ln in diff.splitlines())
-    assert e.value.report.checked is True
-    assert path.read_text() != text  # --check never rewrites the lock
+    err = _check_fails(stack, d)
+    assert "package entries were edited" in str(err) and "packages digest" in str(err)
 
 
 def test_check_fails_on_a_malformed_hash(locked, stack, tmp_path):
@@ -117,10 +155,205 @@ def test_check_fails_on_a_malformed_hash(locked, stack, tmp_path):
     path = d / LOCK_NAME
     text = path.read_text()
     j = text.index("--hash=sha256:") + len("--hash=sha256:")
-    path.write_text(text[:j] + "Z" + text[j + 1:])
-    with pytest.raises(OperationError) as e:
-        lock_target(stack, d, check=True)
-    assert "malformed hash" in str(e.value)
+    path.write_text(_with_packages_digest(text[:j] + "Z" + text[j + 1:]))
+    err = _check_fails(stack, d)
+    assert "malformed" in str(err)
+
+
+def test_check_fails_when_an_entry_lost_its_hashes(locked, stack, tmp_path):
+    d = _copy(locked, tmp_path)
+    path = d / LOCK_NAME
+    path.write_text(_with_packages_digest(_without_hashes(path.read_text(), "filelock")))
+    err = _check_fails(stack, d)
+    assert "filelock==" in str(err) and "no --hash" in str(err)
+
+
+def test_check_fails_on_a_tampered_nccl_pin(locked, stack, tmp_path):
+    d = _copy(locked, tmp_path)
+    path = d / LOCK_NAME
+    text = path.read_text().replace("nvidia-nccl-cu12==2.18.1", "nvidia-nccl-cu12==2.19.3")
+    path.write_text(_with_packages_digest(text))  # even with the packages digest made to match
+    err = _check_fails(stack, d)
+    assert "NCCL 2.18.1" in str(err) and "nvidia-nccl-cu12==2.19.3" in str(err)
+    assert len(err.report.problems) == 1
+
+
+def test_check_fails_on_a_removed_top_level_package(locked, stack, tmp_path):
+    d = _copy(locked, tmp_path)
+    path = d / LOCK_NAME
+    text = path.read_text()
+    i = text.index("\nnumpy==") + 1
+    j = text.index("\n", text.index("# via", i)) + 1
+    while text[j:].startswith("    #"):
+        j = text.index("\n", j) + 1
+    path.write_text(_with_packages_digest(text[:i] + text[j:]))
+    err = _check_fails(stack, d)
+    assert "numpy<2 has no entry" in str(err)
+
+
+def test_check_names_the_input_that_changed(locked, tmp_path):
+    d = _copy(locked, tmp_path)
+    other = resolve_target("cu121-torch2.2-py310")
+    err = _check_fails(other, d)
+    assert f"target {TARGET} -> cu121-torch2.2-py310" in str(err)
+    assert any(p.startswith(f"torch 2.1.2 (cu121) -> {other.torch.version} (cu121)")
+               for p in err.report.problems), err.report.problems
+    assert any("top-level requirements changed: added torch==" in p for p in err.report.problems)
+
+
+def test_check_names_an_edited_inputs_record(locked, stack, tmp_path):
+    d = _copy(locked, tmp_path)
+    path = d / LOCK_NAME
+    path.write_text(path.read_text().replace("#   torch: 2.1.2 (cu121)", "#   torch: 2.1.3 (cu121)"))
+    err = _check_fails(stack, d)
+    assert "torch 2.1.3 (cu121) -> 2.1.2 (cu121)" in str(err)
+    assert any("inputs recorded in its header were edited" in p for p in err.report.problems)
+
+
+def test_check_of_a_lock_without_inputs_asks_for_upgrade(locked, stack, tmp_path):
+    d = _copy(locked, tmp_path)
+    path = d / LOCK_NAME
+    lines = path.read_text().split("\n")
+    i = lines.index(next(ln for ln in lines if ln.startswith("# lock inputs")))
+    j = lines.index(next(ln for ln in lines if ln.startswith("# packages digest:")))
+    path.write_text("\n".join(lines[:i] + lines[j + 1:]))  # the header of an older envbuilder
+    err = _check_fails(stack, d)
+    assert "does not record its inputs" in str(err) and "--upgrade" in str(err)
+
+
+def test_plain_lock_keeps_a_current_lock_and_upgrade_resolves_again(locked, stack, tmp_path):
+    d = _copy(locked, tmp_path)
+    path = d / LOCK_NAME
+    before, mtime = path.read_bytes(), path.stat().st_mtime_ns
+    r = lock_target(stack, d, uv="/nonexistent/uv")  # inputs unchanged: uv is not needed
+    assert r.status == "unchanged" and r.changed == [] and r.packages["torch"] == "2.1.2"
+    assert path.read_bytes() == before and path.stat().st_mtime_ns == mtime
+    with pytest.raises(InputError, match="/nonexistent/uv"):
+        lock_target(stack, d, upgrade=True, uv="/nonexistent/uv")  # --upgrade runs uv
+    r = lock_target(stack, d, upgrade=True)
+    assert r.status == "resolved" and r.changed == []
+    assert path.read_bytes() == before  # same inputs, same index: the same bytes
+    _only_lock_left(d)
+
+
+def test_plain_lock_resolves_again_when_an_input_changed(locked, stack, tmp_path):
+    d = _copy(locked, tmp_path)
+    r = lock_target(stack, d, exclude_newer="2024-06-01")
+    assert r.status == "resolved"
+    assert r.changed == ["exclude newer none -> 2024-06-01T00:00:00Z"]
+    text = (d / LOCK_NAME).read_text()
+    assert "--exclude-newer 2024-06-01T00:00:00Z" in text
+    assert "#   exclude newer: 2024-06-01T00:00:00Z" in text
+    # nothing uploaded after the date: fsspec (calendar versions) is from before June 2024
+    from packaging.version import Version
+
+    assert Version(r.packages["fsspec"]) < Version("2024.6.0")
+    assert lock_target(stack, d, exclude_newer="2024-06-01T00:00:00+00:00",
+                       check=True).problems == []
+    err = _check_fails(stack, d)  # without --exclude-newer now: an input changed
+    assert "exclude newer 2024-06-01T00:00:00Z -> none" in str(err)
+
+
+def test_uv_environment_cannot_change_a_lock_behind_its_inputs(locked, stack, tmp_path,
+                                                               monkeypatch):
+    monkeypatch.setenv("UV_EXCLUDE_NEWER", "2024-01-01T00:00:00Z")
+    monkeypatch.setenv("UV_EXTRA_INDEX_URL", "http://127.0.0.1:9/simple")
+    r = lock_target(stack, tmp_path / "env")
+    assert r.digest == locked[1].digest
+
+
+@pytest.mark.parametrize("value, normal", [
+    ("2024-06-01", "2024-06-01T00:00:00Z"),
+    ("2024-06-01T12:30:00Z", "2024-06-01T12:30:00Z"),
+    ("2024-06-01T14:30:00+02:00", "2024-06-01T12:30:00Z"),
+    ("2024-06-01 12:30", "2024-06-01T12:30:00Z"),
+    ("2024-06-01T12:30:00.5z", "2024-06-01T12:30:00.500000Z"),
+])
+def test_exclude_newer_dates(value, normal):
+    assert parse_exclude_newer(value) == normal
+
+
+@pytest.mark.parametrize("value", ["yesterday", "2024-13-01", "2024-06-01T25:00:00Z", "", "2024",
+                                   "20240601", "2024-06-01; rm -rf /", "2024-06-01\n"[:-1] + "x"])
+def test_exclude_newer_garbage_is_bad_input(stack, tmp_path, value):
+    with pytest.raises(InputError) as e:
+        lock_target(stack, tmp_path / "o", exclude_newer=value)
+    assert e.value.exit_code == 2 and "--exclude-newer" in str(e.value)
+    assert not (tmp_path / "o").exists()
+
+
+def test_index_credentials_are_not_inputs(stack):
+    a = lock_inputs(stack, index_url="https://alice:s3cret@mirror.example/simple",
+                    extra_index_urls=["https://bob:t0ken@extra.example/simple"])
+    b = lock_inputs(stack, index_url="https://carol:other@mirror.example/simple",
+                    extra_index_urls=["https://bob:new@extra.example/simple"])
+    assert a.record["index"] == "https://mirror.example/simple"
+    assert a.record["extra index"] == ["https://extra.example/simple"]
+    assert a.digest == b.digest and "s3cret" not in json.dumps(a.record)
+    assert a.index_url == "https://alice:s3cret@mirror.example/simple"  # uv still gets them
+    from envbuilder.lock.uv import shown
+
+    assert "s3cret" not in shown(["uv", "--index-url", "https://alice:s3cret@m.example/s"], "x")
+
+
+def _offline(tmp_path: Path) -> tuple[dict, Path]:
+    """Environment of a CLI run that can reach no index and records any run of uv: every proxy
+    variable points at a closed port, and the uv that envbuilder would find (the ``uv``
+    package's binary first, then PATH) is a tripwire that writes a mark and fails."""
+    import os
+
+    trip = tmp_path / "tripwire"
+    (trip / "bin").mkdir(parents=True)
+    (trip / "py" / "uv").mkdir(parents=True)
+    mark = tmp_path / "uv-ran"
+    uv = trip / "bin" / "uv"
+    uv.write_text(f"#!/bin/sh\necho \"$@\" >> {mark}\nexit 1\n")
+    uv.chmod(0o755)
+    (trip / "py" / "uv" / "__init__.py").write_text(f"def find_uv_bin():\n    return {str(uv)!r}\n")
+    from hostile_helpers import ROOT
+
+    closed = "http://127.0.0.1:9"
+    env = {k: closed for k in ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY",
+                               "ALL_PROXY", "all_proxy")}
+    env.update(NO_PROXY="", no_proxy="", UV_HTTP_RETRIES="0", PIP_NO_INDEX="1",
+               PATH=f"{trip / 'bin'}{os.pathsep}{os.environ['PATH']}",
+               PYTHONPATH=f"{trip / 'py'}{os.pathsep}{ROOT}")
+    return env, mark
+
+
+def test_check_passes_offline_and_fails_naming_a_changed_input(uv_cache, stack, tmp_path):
+    """The issue's test: `lock --check` passes with every index unreachable (and uv never run)
+    on an unchanged project, and fails (exit 1) naming the input after one input changes."""
+    from hostile_helpers import assert_clean_failure, cli
+
+    team = tmp_path / "team.txt"
+    team.write_text("# the team's extras\nsix==1.16.0\n")
+    out = tmp_path / "o"
+    p = cli("lock", TARGET, "-o", str(out), "--requirements", str(team))  # online: uv resolves
+    assert p.returncode == 0, p.stderr
+    env, mark = _offline(tmp_path)
+    p = cli("lock", TARGET, "-o", str(out), "--requirements", str(team), "--check", **env)
+    assert p.returncode == 0, p.stderr
+    assert "matches its inputs" in p.stdout and not mark.exists()
+    p = cli("lock", TARGET, "-o", str(out), "--requirements", str(team), **env)  # kept as is
+    assert p.returncode == 0 and "unchanged" in p.stdout and not mark.exists(), p.stderr
+    # the tripwire works: resolving does run "uv" (and fails: no index, no real uv)
+    p = cli("lock", TARGET, "-o", str(out), "--requirements", str(team), "--upgrade", **env)
+    assert p.returncode == 1 and mark.exists(), p.stderr
+    mark.unlink()
+    before = (out / LOCK_NAME).read_bytes()
+    team.write_text("# the team's extras\nsix==1.17.0\n")  # one input changes
+    p = cli("lock", TARGET, "-o", str(out), "--requirements", str(team), "--check", **env)
+    first = assert_clean_failure(p, 1, "requirements file team.txt changed", "sha256:")
+    assert "added six==1.17.0; removed six==1.16.0" in p.stderr, p.stderr
+    assert "(and " in first and not mark.exists()
+    assert (out / LOCK_NAME).read_bytes() == before
+    p = cli("lock", TARGET, "-o", str(out), "--check", **env)  # the file not given now
+    assert_clean_failure(p, 1, "made with a --requirements file")
+    p = cli("lock", TARGET, "-o", str(out), "--check", "--requirements", str(team),
+            "--exclude-newer", "last tuesday", **env)
+    assert_clean_failure(p, 2, "--exclude-newer", "not a date")
+    assert not mark.exists()
 
 
 def test_check_without_a_lock_is_a_usage_error(stack, tmp_path):

@@ -3,18 +3,28 @@
 What to call (the CLI and ``render --lock`` use exactly these):
 
 * ``lock_target(stack, out_dir, *, requirements_file=None, index_url=None,
-  extra_index_urls=(), uv=None, check=False) -> LockReport``
+  extra_index_urls=(), uv=None, check=False, upgrade=False, exclude_newer=None) -> LockReport``
   ``envbuilder lock TARGET -o DIR [--requirements FILE] [--pip-index-url URL]
-  [--extra-index-url URL]``: resolve ``stack`` (``envbuilder.api.resolve_target``) with
-  ``uv pip compile --generate-hashes`` and write ``DIR/requirements.lock`` atomically.
-  ``--check`` is ``check=True``: resolve again into a temp file, compare it with the lock on
-  disk and verify its hashes; nothing is written. Raises InputError (exit 2: a bad
-  ``--requirements`` line, no lock to check), IncompatibleError (exit 3: the requirements or
-  the resolved lock contradict the stack), OperationError (exit 1: index unreachable, uv
-  failed, ``--check`` found a difference; the unified diff is in ``err.details`` and
-  ``err.report.diff``), MissingExtraError (uv is not installed: ``envbuilder[lock]``).
+  [--extra-index-url URL] [--exclude-newer DATE] [--upgrade | --check]``: resolve ``stack``
+  (``envbuilder.api.resolve_target``) with ``uv pip compile --generate-hashes`` and write
+  ``DIR/requirements.lock`` atomically. The lock's header records its inputs (``lock_inputs``:
+  the stack's facts that decide its packages, the top-level requirements, the
+  ``--requirements`` file's sha256, the indexes without credentials, ``--exclude-newer``, the
+  lock format) with their digest, and the digest of its package entries.
+  Like ``uv lock``, a lock already there whose inputs match is kept as it is (uv is not run);
+  it is resolved again when an input changed, and always with ``upgrade``.
+  ``--check`` (``check=True``) verifies offline, never running uv nor reaching an index, that
+  the lock on disk is the lock of the inputs given now (``lock_drift``): each changed input is
+  named with its old and new value; an edited entry, a missing hash, an NCCL or torch pin that
+  contradicts the stack, a lock without an inputs record (an older envbuilder's: lock it
+  again with ``--upgrade``) fail too. A new upstream release is not drift; ``--upgrade`` takes
+  it. Raises InputError (exit 2: a bad ``--requirements`` line or ``--exclude-newer`` date, no
+  lock to check), IncompatibleError (exit 3: the requirements or the resolved lock contradict
+  the stack), OperationError (exit 1: index unreachable, uv failed, ``--check`` found a
+  difference; every difference in ``err.details`` and ``err.report.problems``),
+  MissingExtraError (uv is not installed: ``envbuilder[lock]``).
 * ``write_locks(stack, out_dir, *, ..., conda=False, conda_channels=..., sbom=False,
-  check=False) -> {"lock", "conda", "sbom"}``: what ``envbuilder lock`` runs; the lock, the
+  check=False, upgrade=False) -> {"lock", "conda", "sbom"}``: what ``envbuilder lock`` runs; the lock, the
   conda files and the SBOM are committed together through ``envbuilder._fs.Outputs`` (a
   failing conda solve leaves the old lock), into the output folder only (uv prints the lock on
   stdout; scratch files live in the folder's staging area).
@@ -44,13 +54,13 @@ below refuses a lock whose torch local version is not the variant. ``index_url``
 
 uv runs with ``--no-config`` (no uv.toml/pyproject from the working directory changes a
 lock), ``--python-platform x86_64-manylinux_2_28`` (every OS in the matrix has glibc >= 2.31)
-and ``--python-version`` of the stack; ``UV_PYTHON_DOWNLOADS=never`` unless set. The lock
-header has no timestamp: locking twice gives the same bytes.
+and ``--python-version`` of the stack; ``UV_PYTHON_DOWNLOADS=never`` unless set; uv's
+resolution-changing ``UV_*`` variables removed (lock/uv.py). The lock header has no timestamp:
+locking twice gives the same bytes.
 """
 
 from __future__ import annotations
 
-import difflib
 import hashlib
 import re
 from dataclasses import dataclass, field
@@ -73,9 +83,6 @@ LOCK_NAME = "requirements.lock"
 INSTALL_HINT = "pip install --require-hashes --no-deps -r requirements.lock"
 _HASH_RE = re.compile(r"^--hash=sha256:[0-9a-f]{64}$")
 _NCCL_RE = re.compile(r"^nvidia-nccl-cu(\d+)$")
-# header lines that name tool versions: ignored by --check (a newer uv or envbuilder alone
-# does not make a lock stale; what it pins does)
-_VOLATILE = ("# envbuilder version:", "# uv version:")
 
 
 # -- data ------------------------------------------------------------------------------------
@@ -101,13 +108,18 @@ class LockReport:
     index: str
     command: str
     checked: bool = False
-    diff: str | None = None
     extra_indexes: list[str] = field(default_factory=list)
+    status: str = "resolved"  # "resolved" (uv ran), "unchanged" (kept: inputs match), "checked"
+    inputs_digest: str | None = None
+    changed: list[str] = field(default_factory=list)  # why a kept lock was resolved again
+    problems: list[str] = field(default_factory=list)  # what --check found
 
     def to_dict(self) -> dict:
         return {"path": self.path, "digest": self.digest, "packages": dict(self.packages),
                 "index": self.index, "extra_indexes": list(self.extra_indexes),
-                "command": self.command, "checked": self.checked, "diff": self.diff}
+                "command": self.command, "checked": self.checked, "status": self.status,
+                "inputs_digest": self.inputs_digest, "changed": list(self.changed),
+                "problems": list(self.problems)}
 
 
 # -- public helpers --------------------------------------------------------------------------
@@ -349,11 +361,12 @@ def split_by_layer(lock_text: str, plan) -> dict[str, str]:
 
 # -- inputs ----------------------------------------------------------------------------------
 
-def _user_requirements(path: str | Path) -> list[Requirement]:
+def _user_requirements(path: str | Path, text: str | None = None) -> list[Requirement]:
     from envbuilder._fs import read_text_capped
 
     p = Path(path)
-    text = read_text_capped(p, "--requirements", limit=1 << 20)
+    if text is None:
+        text = read_text_capped(p, "--requirements", limit=1 << 20)
     p = Path(_comment_safe(str(p)))
     out: list[Requirement] = []
     for n, raw in enumerate(text.splitlines(), 1):
@@ -525,10 +538,275 @@ def _version(s: str) -> Version | None:
         return None
 
 
+# -- the inputs a lock is made from ----------------------------------------------------------
+
+LOCK_FORMAT = "2"
+_INPUTS_TITLE = "# lock inputs (envbuilder lock --check compares them with the project, offline):"
+_INPUTS_DIGEST = "# inputs digest: "
+_PACKAGES_DIGEST = "# packages digest: "
+_LIST_KEYS = ("extra index", "requirement")
+_DATE_RE = re.compile(r"^[0-9]{4}-[0-9]{2}-[0-9]{2}$")
+_TIME_RE = re.compile(r"^[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt ][0-9]{2}:[0-9]{2}(:[0-9]{2}(\.[0-9]{1,6})?)?"
+                      r"([Zz]|[+-][0-9]{2}:[0-9]{2})?$")
+
+
+@dataclass(frozen=True)
+class LockInputs:
+    """What a lock of a stack is made from, computed offline (no uv, no index): the record
+    the lock's header keeps (key -> value; ``extra index`` and ``requirement`` are lists) and
+    its digest, and what uv is given (the top-level requirement lines, the indexes as given,
+    with any credentials, and the upload cut-off)."""
+
+    record: dict[str, Any]
+    digest: str
+    requirements: list[str]
+    idx: _uv.Indexes
+    index_url: str | None
+    extra_index_urls: tuple[str, ...]
+    exclude_newer: str | None
+    requirements_file: str | None
+
+
+def parse_exclude_newer(value: str | None) -> str | None:
+    """``--exclude-newer``: an ISO date (``2024-06-01``: midnight UTC at its start) or an
+    ISO/RFC 3339 time (``2024-06-01T12:00:00Z``; without an offset, UTC), as the RFC 3339 UTC
+    timestamp uv is given and the lock records. Anything else is bad input (exit 2)."""
+    import datetime as dt
+
+    if value is None:
+        return None
+    bad = InputError(f"--exclude-newer {_cut(_comment_safe(value), 60)!r} is not a date: give an "
+                     f"ISO date (2024-06-01, meaning 00:00 UTC) or time (2024-06-01T12:00:00Z)")
+    v = value.strip()
+    if not v or len(v) > 64 or not v.isascii():
+        raise bad
+    try:
+        if _DATE_RE.match(v):
+            d = dt.date.fromisoformat(v)
+            t = dt.datetime(d.year, d.month, d.day, tzinfo=dt.timezone.utc)
+        elif _TIME_RE.match(v):
+            iso = (v[:-1] + "+00:00" if v[-1] in "Zz" else v).replace("t", "T")
+            # Python 3.10 reads 3 or 6 fraction digits only
+            iso = re.sub(r"\.([0-9]{1,6})", lambda m: "." + m.group(1).ljust(6, "0"), iso)
+            t = dt.datetime.fromisoformat(iso)
+            t = (t if t.tzinfo else t.replace(tzinfo=dt.timezone.utc)).astimezone(dt.timezone.utc)
+        else:
+            raise ValueError(v)
+    except (ValueError, OverflowError):
+        raise bad from None
+    return t.strftime("%Y-%m-%dT%H:%M:%S") + (f".{t.microsecond:06d}" if t.microsecond else "") + "Z"
+
+
+def _record_digest(record: dict[str, Any]) -> str:
+    import json
+
+    canon = json.dumps(record, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    return "sha256:" + hashlib.sha256(canon.encode("ascii")).hexdigest()
+
+
+def lock_inputs(stack: Stack, *, requirements_file: str | Path | None = None,
+                index_url: str | None = None, extra_index_urls: Sequence[str] = (),
+                exclude_newer: str | None = None) -> LockInputs:
+    """The inputs of a lock of ``stack``, offline: the stack's facts that decide its packages
+    (target, Python, platform, torch and its variant, the NCCL wheel, Horovod, DeepSpeed), the
+    top-level requirement lines, the ``--requirements`` file's sha256, the indexes (without
+    credentials) and their strategy, ``--exclude-newer`` and the lock format. Tool versions
+    (uv, envbuilder) are not inputs. A bad ``--requirements`` file is refused here (exit 2,
+    or 3 when it contradicts the stack)."""
+    from envbuilder._fs import read_text_capped
+
+    extras: list[Requirement] = []
+    file_digest = "none"
+    if requirements_file is not None:
+        text = read_text_capped(Path(requirements_file), "--requirements", limit=1 << 20)
+        extras = _user_requirements(requirements_file, text)
+        _check_user_requirements(stack, extras, requirements_file)
+        file_digest = "sha256:" + hashlib.sha256(text.encode("utf-8")).hexdigest()
+    when = parse_exclude_newer(exclude_newer)
+    reqs = input_requirements(stack, extras)
+    idx = _uv.indexes(stack, index_url, extra_index_urls)
+    nccl, pkg = _nccl_fact(stack)
+    record: dict[str, Any] = {
+        "format": LOCK_FORMAT,
+        "target": stack.target,
+        "python": stack.python,
+        "platform": PLATFORM,
+        "torch": f"{stack.torch.version} ({stack.variant})",
+        "nccl": "none" if nccl is None else (f"{nccl} ({pkg})" if pkg else nccl),
+        "horovod": str(stack.horovod.version) if stack.horovod is not None else "none",
+        "deepspeed": str(stack.deepspeed.version) if stack.deepspeed is not None else "none",
+        "index": _uv.public_url(idx.index),
+        "extra index": [_uv.public_url(u) for u in idx.extras],
+        "index strategy": "unsafe-best-match" if idx.best_match else "first-index",
+        "exclude newer": when or "none",
+        "requirements file": file_digest,
+        "requirement": reqs,
+    }
+    record = {k: [_comment_safe(x) for x in v] if isinstance(v, list) else _comment_safe(v)
+              for k, v in record.items()}
+    return LockInputs(record=record, digest=_record_digest(record), requirements=reqs, idx=idx,
+                      index_url=index_url, extra_index_urls=tuple(extra_index_urls),
+                      exclude_newer=when,
+                      requirements_file=str(requirements_file) if requirements_file else None)
+
+
+def _split(text: str) -> tuple[str, str]:
+    """(header, body): the leading comment lines and one blank line; then uv's entries."""
+    lines = text.splitlines(keepends=True)
+    i = 0
+    while i < len(lines) and lines[i].startswith("#"):
+        i += 1
+    if i < len(lines) and not lines[i].strip():
+        i += 1
+    return "".join(lines[:i]), "".join(lines[i:])
+
+
+def _packages_digest(body: str) -> str:
+    return "sha256:" + hashlib.sha256(body.encode("utf-8")).hexdigest()
+
+
+def read_header(text: str) -> tuple[dict[str, Any] | None, str | None, str | None]:
+    """(inputs record, inputs digest, packages digest) from a lock's header; None where a
+    lock (one made before envbuilder recorded its inputs, or an edited one) has none."""
+    header, _ = _split(text)
+    lines = header.splitlines()
+    record: dict[str, Any] | None = None
+    idig = pdig = None
+    i = 0
+    while i < len(lines):
+        ln = lines[i]
+        i += 1
+        if ln == _INPUTS_TITLE:
+            record = {k: [] for k in _LIST_KEYS}
+            while i < len(lines) and lines[i].startswith("#   "):
+                key, sep, val = lines[i][4:].partition(": ")
+                i += 1
+                if not sep:
+                    continue
+                if key in _LIST_KEYS:
+                    record[key].append(val)
+                else:
+                    record[key] = val
+        elif ln.startswith(_INPUTS_DIGEST):
+            idig = ln[len(_INPUTS_DIGEST):].strip()
+        elif ln.startswith(_PACKAGES_DIGEST):
+            pdig = ln[len(_PACKAGES_DIGEST):].strip()
+    return record, idig, pdig
+
+
+def _short(digest: str | None) -> str:
+    return "none" if not digest else digest[:19] + "..." if len(digest) > 19 else digest
+
+
+def _changes(old: dict[str, Any], new: dict[str, Any], requirements_file: str | None) -> list[str]:
+    """Each input that differs, named with its old and new value."""
+    out: list[str] = []
+    for key in [*new, *(k for k in old if k not in new)]:
+        a, b = old.get(key), new.get(key)
+        if a == b:
+            continue
+        if key in _LIST_KEYS:
+            a, b = list(a or []), list(b or [])
+            added = [x for x in b if x not in a]
+            removed = [x for x in a if x not in b]
+            what = "top-level requirements" if key == "requirement" else "extra indexes"
+            parts = ([f"added {', '.join(added)}"] if added else []) + \
+                    ([f"removed {', '.join(removed)}"] if removed else [])
+            out.append(f"{what} changed: {'; '.join(parts) or 'reordered'}")
+        elif key == "requirements file":
+            name = Path(requirements_file).name if requirements_file else ""
+            if a in (None, "none"):
+                out.append(f"--requirements {_comment_safe(name)} is given now, the lock was made "
+                           f"without one")
+            elif b == "none":
+                out.append(f"the lock was made with a --requirements file ({_short(a)}): give "
+                           f"the same file to this command")
+            else:
+                out.append(f"requirements file {_comment_safe(name)} changed ({_short(a)} -> "
+                           f"{_short(b)})")
+        elif key == "format":
+            newer = str(a).isdigit() and str(b).isdigit() and int(str(a)) > int(str(b))
+            out.append(f"lock format {a or 'none'} -> {b} (made by "
+                       f"{'a newer' if newer else 'another'} envbuilder)")
+        else:
+            out.append(f"{key} {a if a is not None else '(not recorded)'} -> "
+                       f"{b if b is not None else '(no longer an input)'}")
+    return out
+
+
+_MARKER_ENV = {"sys_platform": "linux", "platform_system": "Linux", "os_name": "posix",
+               "platform_machine": "x86_64", "implementation_name": "cpython",
+               "platform_python_implementation": "CPython", "extra": ""}
+
+
+def _unmet(stack: Stack, reqs: Sequence[str], pkgs: list[LockedPackage], where: str) -> list[str]:
+    """Top-level requirements the lock's entries do not satisfy (missing or another version)."""
+    by = {p.name: p for p in pkgs}
+    env = dict(_MARKER_ENV, python_version=stack.python, python_full_version=f"{stack.python}.0")
+    out: list[str] = []
+    for line in reqs:
+        try:
+            req = Requirement(line)
+        except InvalidRequirement:
+            continue
+        if req.marker is not None and not req.marker.evaluate(env):
+            continue
+        p = by.get(canonicalize_name(req.name))
+        if p is None:
+            out.append(f"{where}: the top-level requirement {line} has no entry in the lock")
+        elif req.specifier and not req.specifier.contains(p.version, prereleases=True):
+            out.append(f"{where}:{p.lineno}: {p.name}=={p.version} does not satisfy the top-level "
+                       f"requirement {line}")
+    return out
+
+
+def lock_drift(stack: Stack, text: str, where: str, inputs: LockInputs) -> list[str]:
+    """Why the lock ``text`` is not the lock of ``inputs``, offline: each input that changed
+    (named, old -> new), an edited inputs record or package list, an entry without hashes or
+    not pinned with ``==``, a contradiction of the stack (torch, NCCL, Horovod, DeepSpeed), a
+    top-level requirement the entries do not satisfy. Empty when the lock is current."""
+    record, idig, pdig = read_header(text)
+    if record is None or idig is None:
+        return [f"{where} does not record its inputs (made by an older envbuilder, or its "
+                f"header was edited): lock it again once with envbuilder lock {stack.target} "
+                f"-o {_comment_safe(str(Path(where).parent))} --upgrade"]
+    problems = _changes(record, inputs.record, inputs.requirements_file)
+    if _record_digest(record) != idig:
+        problems.append(f"{where}: the inputs recorded in its header were edited (their digest "
+                        f"is not {_short(idig)})")
+    _, body = _split(text)
+    actual = _packages_digest(body)
+    if pdig != actual:
+        problems.append(f"{where}: the package entries were edited after envbuilder lock wrote "
+                        f"them (packages digest {_short(pdig)} recorded, {_short(actual)} now)")
+    problems += lock_problems(text, where, python=stack.python)
+    try:
+        pkgs = read_lock(text)
+    except InputError as e:
+        return problems + [str(e)]
+    if pkgs:
+        try:
+            cross_check(stack, pkgs, where)
+        except IncompatibleError as e:
+            problems.append(str(e))
+    problems += _unmet(stack, inputs.requirements, pkgs, where)
+    return list(dict.fromkeys(problems))
+
+
 # -- the lock --------------------------------------------------------------------------------
 
-def _header(stack: Stack, cmd: str, inputs: list[str], uv_version: str, idx: _uv.Indexes,
-            requirements_file: str | None) -> str:
+def _header(stack: Stack, cmd: str, inputs: LockInputs, uv_version: str, body: str) -> str:
+    idx = inputs.idx
+    made_by = f"# made by: envbuilder lock {stack.target}"
+    if inputs.requirements_file:
+        made_by += f" --requirements {_comment_safe(Path(inputs.requirements_file).name)}"
+    if inputs.exclude_newer:
+        made_by += f" --exclude-newer {inputs.exclude_newer}"
+    record_lines = []
+    for key, value in inputs.record.items():
+        for v in value if isinstance(value, list) else [value]:
+            record_lines.append(f"#   {key}: {v}")
+    extras = [_uv.public_url(u) for u in idx.extras]
     lines = [
         "# requirements.lock: every Python package of this environment, pinned with hashes.",
         f"# envbuilder version: {__version__}",
@@ -537,13 +815,13 @@ def _header(stack: Stack, cmd: str, inputs: list[str], uv_version: str, idx: _uv
         f"# stack: {stack.tag}",
         f"# matrix digest: {stack.matrix.digest}",
         f"# python: {stack.python}, platform: {PLATFORM}",
-        f"# index: {idx.index}" + (f" (extra: {', '.join(idx.extras)})" if idx.extras else ""),
-        f"# made by: envbuilder lock {stack.target}"
-        + (f" --requirements {_comment_safe(Path(requirements_file).name)}"
-           if requirements_file else ""),
-        f"#   which runs: {cmd} <<< input",
-        "# input:",
-        *[f"#   {_comment_safe(r)}" for r in inputs],
+        f"# index: {_uv.public_url(idx.index)}" + (f" (extra: {', '.join(extras)})" if extras else ""),
+        made_by,
+        f"#   which runs: {_comment_safe(cmd)} <<< the requirement lines below",
+        _INPUTS_TITLE,
+        *record_lines,
+        f"{_INPUTS_DIGEST}{inputs.digest}",
+        f"{_PACKAGES_DIGEST}{_packages_digest(body)}",
         f"# install: {INSTALL_HINT}",
         "#   (add --index-url/--extra-index-url for the index above)",
         "",
@@ -556,56 +834,75 @@ def _comment_safe(s: str) -> str:
     return "".join(c if 32 <= ord(c) != 127 else repr(c)[1:-1] for c in s)
 
 
-def _resolve(stack: Stack, *, requirements_file, index_url, extra_index_urls, uv
-             ) -> tuple[str, list[LockedPackage], str, _uv.Indexes]:
-    extras: list[Requirement] = []
-    if requirements_file is not None:
-        extras = _user_requirements(requirements_file)
-        _check_user_requirements(stack, extras, requirements_file)
-    inputs = input_requirements(stack, extras)
-    cmd, idx, uv_bin, body = _uv.compile(stack, inputs, None, index_url=index_url,
-                                         extra_index_urls=extra_index_urls, uv=uv)
+def _resolve(stack: Stack, inputs: LockInputs, *, uv: str | None
+             ) -> tuple[str, list[LockedPackage], str]:
+    """(lock text, its entries, the uv command shown): uv resolves ``inputs`` now."""
+    cmd, _, uv_bin, body = _uv.compile(stack, inputs.requirements, None,
+                                       index_url=inputs.index_url,
+                                       extra_index_urls=inputs.extra_index_urls, uv=uv,
+                                       exclude_newer=inputs.exclude_newer)
     problems = lock_problems(body, "uv's output")
     if problems:
         raise OperationError(f"uv pip compile wrote something envbuilder does not install: "
                              f"{problems[0]}", step="lock", details=problems[:20])
     pkgs = read_lock(body)
     shown = _uv.shown(cmd, LOCK_NAME)
-    text = _header(stack, shown, inputs, _uv.version(uv_bin), idx,
-                   str(requirements_file) if requirements_file else None) + body
-    return text, pkgs, shown, idx
+    text = _header(stack, shown, inputs, _uv.version(uv_bin), body) + body
+    return text, pkgs, shown
 
 
 def resolve_lock_text(stack: Stack, *, requirements_file: str | Path | None = None,
                       index_url: str | None = None, extra_index_urls: Sequence[str] = (),
-                      uv: str | None = None) -> str:
+                      uv: str | None = None, exclude_newer: str | None = None) -> str:
     """The text of a fresh requirements.lock for ``stack`` (cross-checked); nothing is
     written anywhere (uv prints the lock on its stdout)."""
-    text, pkgs, _, _ = _resolve(stack, requirements_file=requirements_file, index_url=index_url,
-                                extra_index_urls=extra_index_urls, uv=uv)
+    inputs = lock_inputs(stack, requirements_file=requirements_file, index_url=index_url,
+                         extra_index_urls=extra_index_urls, exclude_newer=exclude_newer)
+    text, pkgs, _ = _resolve(stack, inputs, uv=uv)
     cross_check(stack, pkgs, "uv's resolution")
     return text
 
 
 def lock_target(stack: Stack, out_dir: str | Path, *, requirements_file: str | Path | None = None,
                 index_url: str | None = None, extra_index_urls: Sequence[str] = (),
-                uv: str | None = None, check: bool = False) -> LockReport:
-    """Write (or, with ``check``, verify) ``out_dir/requirements.lock`` for ``stack``."""
+                uv: str | None = None, check: bool = False, upgrade: bool = False,
+                exclude_newer: str | None = None) -> LockReport:
+    """Write (or, with ``check``, verify offline) ``out_dir/requirements.lock`` for ``stack``."""
     return write_locks(stack, out_dir, requirements_file=requirements_file, index_url=index_url,
-                       extra_index_urls=extra_index_urls, uv=uv, check=check)["lock"]
+                       extra_index_urls=extra_index_urls, uv=uv, check=check, upgrade=upgrade,
+                       exclude_newer=exclude_newer)["lock"]
+
+
+def _recorded_command(text: str) -> str:
+    for ln in text.splitlines():
+        if ln.startswith("#   which runs: "):
+            return ln[len("#   which runs: "):].split(" <<< ")[0]
+        if not ln.startswith("#"):
+            break
+    return ""
 
 
 def write_locks(stack, out_dir: str | Path, *, requirements_file: str | Path | None = None,
                 index_url: str | None = None, extra_index_urls: Sequence[str] = (),
-                uv: str | None = None, check: bool = False, conda: bool = False,
+                uv: str | None = None, check: bool = False, upgrade: bool = False,
+                exclude_newer: str | None = None, conda: bool = False,
                 conda_channels: Sequence[str] = ("conda-forge",), sbom: bool = False) -> dict:
     """``envbuilder lock``: requirements.lock, and with ``conda`` environment.yml +
     conda-lock.yml, with ``sbom`` sbom.cdx.json, all written together or not at all (a failing
     conda solve leaves the old requirements.lock in place). Returns {"lock": LockReport,
-    "conda": CondaReport | None, "sbom": path | None}. ``check`` verifies the lock on disk
-    and writes nothing; it takes neither ``conda`` nor ``sbom``."""
+    "conda": CondaReport | None, "sbom": path | None}.
+
+    * ``check``: verify the lock on disk against its inputs, offline (``check_lock``); nothing
+      is written; takes neither ``conda`` nor ``sbom``.
+    * neither: a lock already there whose inputs match and which is consistent is kept as it
+      is (uv is not run; ``status`` "unchanged"); otherwise uv resolves and the lock is written
+      (``status`` "resolved", ``changed`` says why when there was a lock).
+    * ``upgrade``: uv resolves again whatever is there (newer releases come in)."""
     out = Path(out_dir)
     dest = out / LOCK_NAME
+    if check and upgrade:
+        raise InputError("lock --check verifies the lock offline and --upgrade resolves it "
+                         "again: give one of them")
     if check:
         if conda or sbom:
             raise InputError("lock --check verifies requirements.lock only: drop --conda/--sbom "
@@ -618,104 +915,88 @@ def write_locks(stack, out_dir: str | Path, *, requirements_file: str | Path | N
 
         for c in conda_channels:
             _check_channel(c)
-    text, pkgs, shown, idx = _resolve(stack, requirements_file=requirements_file,
-                                      index_url=index_url, extra_index_urls=extra_index_urls, uv=uv)
-    cross_check(stack, pkgs, "uv's resolution")
-    versions = {p.name: p.version for p in pkgs}
+    inputs = lock_inputs(stack, requirements_file=requirements_file, index_url=index_url,
+                         extra_index_urls=extra_index_urls, exclude_newer=exclude_newer)
     if check:
-        return {"lock": _check(stack, dest, text, pkgs, shown, idx, versions), "conda": None,
-                "sbom": None}
-    from envbuilder._fs import Outputs
+        return {"lock": check_lock(stack, dest, inputs), "conda": None, "sbom": None}
+    from envbuilder._fs import Outputs, read_text_capped
 
+    kept: str | None = None
+    changed: list[str] = []
+    if not upgrade and dest.is_file():
+        try:
+            disk = read_text_capped(dest, "lock", limit=MAX_LOCK_BYTES)
+        except InputError as e:
+            changed = [str(e)]
+        else:
+            changed = lock_drift(stack, disk, str(dest), inputs)
+            kept = None if changed else disk
+    if kept is not None:
+        text, pkgs, shown = kept, read_lock(kept), _recorded_command(kept)
+    else:
+        text, pkgs, shown = _resolve(stack, inputs, uv=uv)
+        cross_check(stack, pkgs, "uv's resolution")
+    versions = {p.name: p.version for p in pkgs}
     result: dict = {"conda": None, "sbom": None}
-    with Outputs("lock") as tx:
-        tx.add(out, {LOCK_NAME: text}, group="lock")
-        if conda or sbom:
-            scratch_lock = tx.scratch(out) / LOCK_NAME
-            scratch_lock.write_text(text, encoding="utf-8")
-        if conda:
-            from envbuilder.lock.conda import conda_outputs
+    if kept is None or conda or sbom:
+        with Outputs("lock") as tx:
+            if kept is None:
+                tx.add(out, {LOCK_NAME: text}, group="lock")
+            if conda or sbom:
+                scratch_lock = tx.scratch(out) / LOCK_NAME
+                scratch_lock.write_text(text, encoding="utf-8")
+            if conda:
+                from envbuilder.lock.conda import conda_outputs
 
-            files, rep = conda_outputs(stack, out, lock_path=scratch_lock, work=tx.scratch(out),
-                                       channels=tuple(conda_channels), index_url=index_url,
-                                       extra_index_urls=extra_index_urls, uv=uv)
-            tx.add(out, files, group="conda")
-            result["conda"] = rep
-        if sbom:
-            import json
+                files, rep = conda_outputs(stack, out, lock_path=scratch_lock,
+                                           work=tx.scratch(out), channels=tuple(conda_channels),
+                                           index_url=index_url,
+                                           extra_index_urls=extra_index_urls, uv=uv)
+                tx.add(out, files, group="conda")
+                result["conda"] = rep
+            if sbom:
+                import json
 
-            from envbuilder.lock.sbom import SBOM_NAME, sbom as make_sbom
+                from envbuilder.lock.sbom import SBOM_NAME, sbom as make_sbom
 
-            tx.add(out, {SBOM_NAME: json.dumps(make_sbom(scratch_lock, stack), indent=2) + "\n"},
-                   group="sbom")
-            result["sbom"] = str(out / SBOM_NAME)
-        tx.commit()
+                tx.add(out, {SBOM_NAME: json.dumps(make_sbom(scratch_lock, stack), indent=2)
+                             + "\n"}, group="sbom")
+                result["sbom"] = str(out / SBOM_NAME)
+            tx.commit()
     digest = "sha256:" + hashlib.sha256(text.encode("utf-8")).hexdigest()
     result["lock"] = LockReport(path=str(dest), digest=digest, packages=versions,
-                                index=idx.index, extra_indexes=list(idx.extras), command=shown)
+                                index=inputs.record["index"],
+                                extra_indexes=list(inputs.record["extra index"]), command=shown,
+                                status="unchanged" if kept is not None else "resolved",
+                                inputs_digest=inputs.digest,
+                                changed=[] if kept is not None else changed)
     return result
 
 
-def _comparable(text: str) -> list[str]:
-    return [ln for ln in text.splitlines(keepends=True) if not ln.startswith(_VOLATILE)]
-
-
-def _check(stack: Stack, dest: Path, fresh_text: str, fresh: list[LockedPackage], shown: str,
-           idx: _uv.Indexes, versions: dict[str, str]) -> LockReport:
+def check_lock(stack: Stack, dest: Path, inputs: LockInputs) -> LockReport:
+    """``lock --check``: the lock on disk is the lock of ``inputs`` (lock_drift), offline: no
+    uv, no index. OperationError (exit 1) naming the first difference otherwise, every one in
+    ``details`` and ``err.report.problems``; the lock is never rewritten."""
     from envbuilder._fs import read_text_capped
 
-    disk_text = read_text_capped(dest, "lock", limit=MAX_LOCK_BYTES)
-    problems: list[str] = [p for p in lock_problems(disk_text, str(dest), python=stack.python)
-                           if "cut short or malformed" not in p]
+    text = read_text_capped(dest, "lock", limit=MAX_LOCK_BYTES)
+    problems = lock_drift(stack, text, str(dest), inputs)
     try:
-        disk = read_lock(disk_text)
-    except InputError as e:
-        disk = []
-        problems.append(str(e))
-    # every entry hashed, every hash well formed
-    for p in disk:
-        if not p.hashes:
-            problems.append(f"{dest}:{p.lineno}: {p.name}=={p.version} has no --hash")
-        for h in p.hashes:
-            if not _HASH_RE.match(f"--hash={h}"):
-                problems.append(f"{dest}: {p.name}=={p.version}: malformed hash {h!r}")
-    fresh_by = {p.name: p for p in fresh}
-    disk_by = {p.name: p for p in disk}
-    for name, p in disk_by.items():
-        f = fresh_by.get(name)
-        if f is None:
-            problems.append(f"{name}=={p.version} is in the lock but not in a fresh resolution")
-        elif f.version != p.version:
-            problems.append(f"{name}: lock has {p.version}, a fresh resolution {f.version}")
-        elif set(p.hashes) != set(f.hashes):
-            bad = sorted(set(p.hashes) - set(f.hashes))
-            gone = sorted(set(f.hashes) - set(p.hashes))
-            problems.append(f"{name}=={p.version}: hashes differ from the index"
-                            + (f" (not on the index: {', '.join(bad)})" if bad else "")
-                            + (f" (missing: {', '.join(gone)})" if gone else ""))
-    for name, f in fresh_by.items():
-        if name not in disk_by:
-            problems.append(f"{name}=={f.version} is missing from the lock")
-    diff = "".join(difflib.unified_diff(_comparable(disk_text), _comparable(fresh_text),
-                                        fromfile=str(dest), tofile="fresh resolution"))
-    if not problems and disk:
-        try:
-            cross_check(stack, disk, str(dest))
-        except IncompatibleError as e:
-            problems.append(str(e))
-    if problems or diff:
-        report = LockReport(path=str(dest), digest=lock_digest(dest), packages=versions,
-                            index=idx.index, extra_indexes=list(idx.extras), command=shown,
-                            checked=True, diff=diff or None)
-        first = problems[0] if problems else "the header differs"
+        versions = {p.name: p.version for p in read_lock(text)}
+    except InputError:
+        versions = {}
+    report = LockReport(path=str(dest), digest=lock_digest(dest), packages=versions,
+                        index=inputs.record["index"],
+                        extra_indexes=list(inputs.record["extra index"]),
+                        command=_recorded_command(text), checked=True, status="checked",
+                        inputs_digest=inputs.digest, problems=problems)
+    if problems:
         n = len(problems)
-        err = OperationError(f"{dest} is out of date or altered: {first}"
-                             + (f" (and {n - 1} more)" if n > 1 else "")
-                             + f"; run envbuilder lock {stack.target} -o {dest.parent} again",
-                             step="lock", details=problems + (diff.splitlines() if diff else []))
+        fix = (f"envbuilder lock {stack.target} -o {_comment_safe(str(dest.parent))} makes it "
+               f"again (--upgrade also takes newer releases)")
+        err = OperationError(f"{dest} does not match its inputs: {problems[0]}"
+                             + (f" (and {n - 1} more)" if n > 1 else "") + f"; {fix}",
+                             step="lock", details=problems)
         err.report = report  # type: ignore[attr-defined]
-        err.diff = diff  # type: ignore[attr-defined]
         raise err
-    return LockReport(path=str(dest), digest=lock_digest(dest), packages=versions,
-                      index=idx.index, extra_indexes=list(idx.extras), command=shown,
-                      checked=True, diff=None)
+    return report

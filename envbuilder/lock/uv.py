@@ -4,7 +4,10 @@ Python and platform from its indexes, run it, and turn its failures into one sen
 The hash-pinned lock (lock/requirements.py) and conda's pylock of pinned wheels (lock/conda.py)
 both go through ``compile``; only the output flags (``mode``) differ. uv runs with
 ``--no-config`` (no uv.toml or pyproject from the working directory changes a lock),
-``UV_PYTHON_DOWNLOADS=never`` and ``NO_COLOR``.
+``UV_PYTHON_DOWNLOADS=never`` and ``NO_COLOR``; the ``UV_*`` variables that would change a
+resolution behind the lock's recorded inputs (indexes, ``UV_EXCLUDE_NEWER``, constraints,
+strategies: ``RESOLUTION_ENV``) are removed from uv's environment, so a lock depends on what
+its header records and nothing else. ``--exclude-newer`` is passed only when given.
 """
 
 from __future__ import annotations
@@ -28,6 +31,13 @@ if TYPE_CHECKING:
 PLATFORM = "x86_64-manylinux_2_28"
 TIMEOUT_S = 1800
 HASHES = ("--generate-hashes",)  # the mode of a hash-pinned lock
+# uv reads these when the matching flag is absent: each would change a lock without the lock
+# recording it (the indexes and the upload cut-off are recorded, and passed as flags)
+RESOLUTION_ENV = ("UV_INDEX", "UV_INDEX_URL", "UV_DEFAULT_INDEX", "UV_EXTRA_INDEX_URL",
+                  "UV_FIND_LINKS", "UV_INDEX_STRATEGY", "UV_EXCLUDE_NEWER",
+                  "UV_EXCLUDE_NEWER_PACKAGE", "UV_PRERELEASE", "UV_RESOLUTION", "UV_CONSTRAINT",
+                  "UV_OVERRIDE", "UV_BUILD_CONSTRAINT", "UV_TORCH_BACKEND", "UV_NO_BINARY",
+                  "UV_NO_BUILD", "UV_NO_INDEX")
 _NET_MARKERS = ("Failed to fetch", "error sending request", "dns error", "Connect",
                 "connection", "timed out", "Could not connect", "tcp connect error",
                 "certificate", "Network is unreachable")
@@ -83,10 +93,12 @@ def indexes(stack: Stack, index_url: str | None, extra_index_urls: Sequence[str]
 
 
 def compile_command(uv_bin: str, stack: Stack, idx: Indexes, out: Path | None,
-                    mode: Sequence[str] = HASHES) -> list[str]:
+                    mode: Sequence[str] = HASHES, exclude_newer: str | None = None) -> list[str]:
     """``uv pip compile`` for this stack's Python and platform from ``idx``; ``mode`` adds the
     output flags (hashes for a lock; ``--no-deps`` for conda's pylock of pinned wheels). With
-    ``out`` None uv prints the result on its stdout (nothing is written anywhere)."""
+    ``out`` None uv prints the result on its stdout (nothing is written anywhere).
+    ``exclude_newer`` (an RFC 3339 timestamp, checked by the caller) leaves out files uploaded
+    after it."""
     cmd = [uv_bin, "pip", "compile", "-", "--no-config", *mode, "--no-header",
            "--python-version", stack.python, "--python-platform", PLATFORM,
            "--index-url", idx.index]
@@ -94,14 +106,32 @@ def compile_command(uv_bin: str, stack: Stack, idx: Indexes, out: Path | None,
         cmd += ["--extra-index-url", u]
     if idx.best_match:
         cmd += ["--index-strategy", "unsafe-best-match"]
+    if exclude_newer:
+        cmd += ["--exclude-newer", exclude_newer]
     if out is not None:
         cmd += ["-o", str(Path(out).absolute())]
     return cmd
 
 
+def public_url(url: str) -> str:
+    """``url`` without credentials (``https://user:token@host/simple`` -> ``https://host/simple``):
+    what a lock's header shows and records (a new token is not a new input)."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return url
+    if "@" not in parts.netloc:
+        return url
+    host = parts.netloc.rsplit("@", 1)[1]
+    return urlunsplit((parts.scheme, host, parts.path, parts.query, parts.fragment))
+
+
 def shown(cmd: list[str], out_name: str) -> str:
-    """The command as a lock's header shows it: 'uv' and a relative output name."""
-    parts = ["uv", *cmd[1:]]
+    """The command as a lock's header shows it: 'uv', a relative output name, URLs without
+    credentials."""
+    parts = ["uv", *(public_url(c) if "://" in c else c for c in cmd[1:])]
     if "-o" in parts:
         parts[-1] = out_name
     else:
@@ -114,7 +144,7 @@ def run_compile(cmd: list[str], inputs: Sequence[str], stack: Stack, idx: Indexe
     """Run a ``compile_command`` with ``inputs`` (requirement lines) on stdin; uv's stdout.
     uv is a child of this process: an interrupt (SIGINT/SIGTERM, see envbuilder._safety) ends it
     with envbuilder (subprocess.run kills it when the wait is interrupted)."""
-    env = dict(os.environ)
+    env = {k: v for k, v in os.environ.items() if k not in RESOLUTION_ENV}
     env.setdefault("UV_PYTHON_DOWNLOADS", "never")
     env.setdefault("NO_COLOR", "1")
     try:
@@ -132,12 +162,13 @@ def run_compile(cmd: list[str], inputs: Sequence[str], stack: Stack, idx: Indexe
 
 def compile(stack: Stack, inputs: Sequence[str], out: Path | None, *, index_url: str | None = None,
             extra_index_urls: Sequence[str] = (), uv: str | None = None,
-            mode: Sequence[str] = HASHES) -> tuple[list[str], Indexes, str, str]:
+            mode: Sequence[str] = HASHES, exclude_newer: str | None = None
+            ) -> tuple[list[str], Indexes, str, str]:
     """Resolve ``inputs`` for ``stack`` (into ``out``, or onto uv's stdout when None):
     (the command, its indexes, uv's binary, uv's stdout)."""
     idx = indexes(stack, index_url, extra_index_urls)
     uv_bin = find_uv(uv)
-    cmd = compile_command(uv_bin, stack, idx, out, mode)
+    cmd = compile_command(uv_bin, stack, idx, out, mode, exclude_newer)
     text = run_compile(cmd, inputs, stack, idx, cwd=None if out is None else Path(out).parent)
     return cmd, idx, uv_bin, text
 
