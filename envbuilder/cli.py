@@ -76,14 +76,14 @@ def _root(version: bool = typer.Option(False, "--version", is_eager=True, callba
 
 def _console(stderr: bool = False) -> Any:
     """A rich Console that honours NO_COLOR (no escapes at all, not even bold) and the
-    terminal's width, or COLUMNS; 200 columns when the output is a file or a pipe."""
+    terminal's width, or COLUMNS; tables on stdout get 200 columns in a file or a pipe (rows
+    stay whole for grep), progress on stderr rich's default."""
     from rich.console import Console
 
-    stream = sys.stderr if stderr else sys.stdout
-    wide = stream.isatty() or os.environ.get("COLUMNS", "").isdigit()
+    sized = stderr or sys.stdout.isatty() or os.environ.get("COLUMNS", "").isdigit()
     plain = bool(os.environ.get("NO_COLOR"))  # https://no-color.org: set and not empty
     kw: dict[str, Any] = {"color_system": None} if plain else {}
-    return Console(stderr=stderr, width=None if wide else 200, **kw)
+    return Console(stderr=stderr, width=None if sized else 200, **kw)
 
 
 def _echo_json(data: Any) -> None:
