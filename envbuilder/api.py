@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
+from envbuilder import SMOKE_TIMEOUT
 from envbuilder.errors import InputError
 from envbuilder.core.matrix import Matrix, load_matrix
 from envbuilder.core import resolve
@@ -307,7 +308,7 @@ def build_sif(image: str, out: str | Path) -> Path:
 
 
 def smoke(image: str | None, *, host: bool = False, nproc: int = 12, nnodes: int = 1,
-          layout: str | None = None, backend: str = "auto", timeout: int = 60,
+          layout: str | None = None, backend: str = "auto", timeout: int = SMOKE_TIMEOUT,
           progressive: bool = False, min_busbw: float | None = None, shm_size: str = "2g",
           gpus: bool | None = None, records: str | None = None,
           metrics_file: str | Path | None = None, pushgateway: str | None = None,

@@ -18,6 +18,7 @@ from typing import Any, Callable, List, Optional
 
 import typer
 
+from envbuilder import SMOKE_TIMEOUT
 from envbuilder.errors import EXIT_FAILED, EnvbuilderError
 
 app = typer.Typer(
@@ -26,7 +27,7 @@ app = typer.Typer(
          "compatibility matrix, a resolver, Dockerfile/Apptainer renderers, builds with a "
          "12-rank smoke job, locks, and diagnosis of failed jobs.",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,  # --install-completion / --show-completion (bash, zsh, fish, PowerShell)
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
 )
@@ -56,6 +57,33 @@ CpuIsaOpt = typer.Option(None, "--cpu-isa", metavar="ISA",
                          help="-march of compiled CPU code (DeepSpeed CPU ops): x86-64-v3 (default), x86-64-v4, x86-64-v2.")
 BaseImageOpt = typer.Option(None, "--base-image",
                             help="The runtime base image (and the builder's, unless it is a CUDA devel image).")
+
+
+def _version(value: bool) -> None:
+    if value:
+        from envbuilder import __version__
+
+        sys.stdout.write(f"envbuilder {__version__}\n")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _root(version: bool = typer.Option(False, "--version", is_eager=True, callback=_version,
+                                       help="Print the version and exit.")) -> None:
+    # the options of `envbuilder` itself (the help text is the Typer app's)
+    pass
+
+
+def _console(stderr: bool = False) -> Any:
+    """A rich Console that honours NO_COLOR (no escapes at all, not even bold) and the
+    terminal's width, or COLUMNS; tables on stdout get 200 columns in a file or a pipe (rows
+    stay whole for grep), progress on stderr rich's default."""
+    from rich.console import Console
+
+    sized = stderr or sys.stdout.isatty() or os.environ.get("COLUMNS", "").isdigit()
+    plain = bool(os.environ.get("NO_COLOR"))  # https://no-color.org: set and not empty
+    kw: dict[str, Any] = {"color_system": None} if plain else {}
+    return Console(stderr=stderr, width=None if sized else 200, **kw)
 
 
 def _echo_json(data: Any) -> None:
@@ -156,7 +184,6 @@ def _arch(value: Optional[str]) -> tuple[str, ...]:
 
 
 def _table(title: str, columns: list[str], rows: list[list[Any]]) -> None:
-    from rich.console import Console
     from rich.table import Table
 
     t = Table(title=title, title_justify="left")
@@ -166,7 +193,7 @@ def _table(title: str, columns: list[str], rows: list[list[Any]]) -> None:
 
     for r in rows:
         t.add_row(*[rich_text(v) for v in r])  # user text: never markup, never escapes
-    Console(width=None if sys.stdout.isatty() else 200).print(t)
+    _console().print(t)
 
 
 def _warn(w: dict) -> None:
@@ -395,12 +422,11 @@ class _Progress:
 
     def __enter__(self) -> _Progress:
         if self.enabled:
-            from rich.console import Console
             from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
             self.progress = Progress(TextColumn("{task.description}"), BarColumn(),
                                      TextColumn("{task.completed}/{task.total}"),
-                                     TimeElapsedColumn(), console=Console(stderr=True),
+                                     TimeElapsedColumn(), console=_console(stderr=True),
                                      transient=False)
             self.progress.__enter__()
         return self
@@ -462,16 +488,17 @@ def build(target: Optional[str] = typer.Argument(None, help="The target; omit wi
           http_proxy: Optional[str] = typer.Option(None, "--http-proxy"),
           https_proxy: Optional[str] = typer.Option(None, "--https-proxy"),
           no_proxy: Optional[str] = typer.Option(None, "--no-proxy"),
-          tag: Optional[List[str]] = typer.Option(None, "--tag", help="An extra tag."),
+          tag: Optional[List[str]] = typer.Option(None, "-t", "--tag", help="Also tag the image NAME[:TAG], as docker does (e.g. myrepo/train:dev); a bare TAG is envbuilder:TAG. With --push, the TAG part is pushed too. Repeatable."),
           push: Optional[str] = typer.Option(None, "--push", help="Push to this repository (registry/name) and record the digest."),
           no_alias: bool = typer.Option(False, "--no-alias", help="Do not move the alias tag named after the target (e.g. cu121)."),
           no_smoke: bool = typer.Option(False, "--no-smoke", help="Skip the smoke job."),
           nproc: int = typer.Option(12, "--nproc", min=1, help="Ranks of the smoke job."),
           backend: str = typer.Option("auto", "--backend", help="auto, nccl or gloo."),
-          smoke_timeout: int = typer.Option(120, "--smoke-timeout", min=5),
+          smoke_timeout: int = typer.Option(SMOKE_TIMEOUT, "--smoke-timeout", min=5, help="Seconds before a collective of the smoke job counts as hung (smoke --timeout)."),
           shm_size: str = typer.Option("2g", "--shm-size"),
           context: Optional[Path] = typer.Option(None, "--context", help="Keep the build context in this folder."),
-          lock: Optional[Path] = typer.Option(None, "--lock", help="Install from this requirements.lock with --require-hashes."),
+          lock_file: Optional[Path] = typer.Option(None, "--lock-file", help="Install from this requirements.lock (from envbuilder lock) with --require-hashes."),
+          lock_legacy: Optional[Path] = typer.Option(None, "--lock", hidden=True),
           report: Optional[Path] = typer.Option(None, "--report", help="Also write the JSON report here."),
           fmt: str = typer.Option("docker", "--format", help="docker, or apptainer: also build a SIF from the image (needs apptainer)."),
           metrics_file: Optional[Path] = typer.Option(None, "--metrics-file", help="Write the smoke result as Prometheus metrics here (*.prom)."),
@@ -492,9 +519,15 @@ def build(target: Optional[str] = typer.Argument(None, help="The target; omit wi
         if not apptainer_available():
             raise InputError("--format apptainer needs apptainer (or singularity) on PATH; "
                              "without it, build envbuilder.def on your cluster: apptainer build X.sif envbuilder.def")
+    if lock_legacy is not None:  # the old `build --lock PATH`: one meaning per name, `--lock` is render's flag
+        if lock_file is not None:
+            raise InputError("give the lock once: --lock-file PATH (--lock PATH is its old name)")
+        sys.stderr.write("envbuilder: warning: build --lock PATH is now --lock-file PATH "
+                         "(--lock is render's flag: lock first)\n")
+        lock_file = lock_legacy
     opts = _build_opts(base_image, ca_cert, pip_index_url, extra_index_url, wheelhouse,
                        http_proxy, https_proxy, no_proxy, tag, push, no_smoke, nproc, backend,
-                       smoke_timeout, shm_size, context, no_alias, lock)
+                       smoke_timeout, shm_size, context, no_alias, lock_file)
     opts.builder_image, opts.cuda_arch, opts.cpu_isa = builder_image, _arch(cuda_arch), cpu_isa
     opts.verify = not no_verify
     if all_ and metrics_file is not None:
@@ -593,7 +626,7 @@ def smoke(image: Optional[str] = typer.Argument(None, help="The image to test (o
           nnodes: int = typer.Option(1, "--nnodes", min=1, help="Nodes (one container each, on a private network)."),
           layout: Optional[str] = typer.Option(None, "--layout", help="Ranks on each node for an uneven split, e.g. 7,5."),
           backend: str = typer.Option("auto", "--backend", help="auto, nccl or gloo."),
-          timeout: int = typer.Option(60, "--timeout", min=5, help="Seconds before a collective counts as hung."),
+          timeout: int = typer.Option(SMOKE_TIMEOUT, "--timeout", min=5, help="Seconds before a collective counts as hung (build --smoke-timeout)."),
           progressive: bool = typer.Option(False, "--progressive", help="Run 2, then 4, then all ranks; stop at the first failing size."),
           min_busbw: Optional[float] = typer.Option(None, "--min-busbw", help="Fail below this all-reduce bus bandwidth (GB/s)."),
           shm_size: str = typer.Option("2g", "--shm-size"),
@@ -696,12 +729,18 @@ def doctor(target: Optional[str] = typer.Option(None, "--target", help="Also jud
 
 @app.command()
 @command
-def explain(logs: List[str] = typer.Argument(..., help="Log files, or - for stdin."),
+def explain(logs: Optional[List[str]] = typer.Argument(None, help="Log files, or - for stdin (the default when stdin is a pipe or a file)."),
             top: int = typer.Option(5, "--top", min=1, help="How many causes to show."),
             as_json: bool = JsonOpt) -> None:
     """Name the likely causes of a failed distributed job from its logs, with fixes."""
     from envbuilder.api import explain, safe_text
+    from envbuilder.errors import InputError
 
+    if not logs:
+        if sys.stdin is None or sys.stdin.isatty():
+            raise InputError("explain needs a LOG file, - for stdin, or a log piped in "
+                             "(envbuilder explain < job.log)")
+        logs = ["-"]
     causes = explain(logs, top=top)
     if as_json:
         _echo_json({"causes": [c.to_dict() for c in causes]})
@@ -728,11 +767,11 @@ def matrix_verify(pypi: str = typer.Option("https://pypi.org/simple", "--pypi-in
                   torch_index: Optional[str] = typer.Option(None, "--torch-index", help="PyTorch's index template with {variant}."),
                   matrix: Optional[str] = MatrixOpt, as_json: bool = JsonOpt) -> None:
     """Check torch releases, variants, NCCL pins and Python tags against the reachable indexes (exit 1 on a disagreement)."""
-    from rich.console import Console
-
     from envbuilder.api import verify_matrix
 
-    with Console(stderr=True, quiet=as_json).status("verify") as st:
+    con = _console(stderr=True)
+    con.quiet = as_json
+    with con.status("verify") as st:
         rep = verify_matrix(matrix_dir=matrix, pypi=pypi, torch_index=torch_index,
                             progress=lambda msg: st.update(msg))
     if as_json:
@@ -757,6 +796,71 @@ def matrix_show(axis: str = typer.Argument(..., help="cuda, torch, nccl, os, bas
     if as_json:
         return _echo_json(t.to_dict())
     _table(f"matrix: {axis}", [*t.columns, "source"], [[*r, " ".join(s)] for r, s in zip(t.rows, t.sources)])
+
+
+# -- readable metavars ---------------------------------------------------------------------
+# typer shows Python types (<str>, <list[str]>, <int range>) where a value goes; the help shows
+# what to write instead. By parameter name first, then by type; a parameter with its own
+# metavar keeps it. tests/test_cli.py scans every command's --help for Python types.
+_METAVARS = {
+    "target": "TARGET", "logs": "LOG", "axis": "AXIS",
+    "image": "IMAGE", "base_image": "IMAGE", "push": "REPO", "registry": "REPO",
+    "tag": "NAME[:TAG]", "label": "KEY=VALUE", "layout": "N,N,...",
+    "torch": "VERSION", "python": "VERSION", "deepspeed": "VERSION", "horovod": "VERSION",
+    "nccl": "VERSION", "driver": "VERSION", "cuda": "VERSION", "os_": "OS",
+    "with_": "NAME,...", "without": "NAME,...", "only": "TEXT", "conda_channel": "CHANNEL",
+    "pip_index_url": "URL", "extra_index_url": "URL", "pushgateway": "URL", "pypi": "URL",
+    "torch_index": "URL", "http_proxy": "URL", "https_proxy": "URL", "no_proxy": "HOSTS",
+    "out": "DIR", "wheelhouse": "DIR", "context": "DIR", "records": "PATH",
+    "backend": "auto|nccl|gloo", "fmt": "docker|apptainer", "shm_size": "SIZE",
+    "min_busbw": "GB/S", "timeout": "SECONDS", "smoke_timeout": "SECONDS",
+}
+_METAVAR_BY_TYPE = {str: "TEXT", int: "N", float: "NUMBER", Path: "FILE"}
+
+
+def _readable_metavars(group: typer.Typer) -> None:
+    from typing import get_args
+
+    from typer.models import ArgumentInfo, OptionInfo
+    from typer.utils import get_params_from_function
+
+    for info in group.registered_commands:
+        if info.callback is None:
+            continue
+        declared = inspect.signature(info.callback).parameters  # the objects typer will copy
+        for name, p in get_params_from_function(info.callback).items():  # resolved annotations
+            d = declared[name].default
+            if not isinstance(d, (OptionInfo, ArgumentInfo)) or d.metavar is not None:
+                continue
+            ann = p.annotation
+            while get_args(ann):  # Optional[X], List[X] -> X
+                ann = next(a for a in get_args(ann) if a is not type(None))
+            if ann is bool:
+                continue
+            d.metavar = _METAVARS.get(name) or _METAVAR_BY_TYPE.get(ann, "TEXT")
+    for sub in group.registered_groups:
+        if sub.typer_instance is not None:
+            _readable_metavars(sub.typer_instance)
+
+
+_readable_metavars(app)
+
+
+def _argument_types_off() -> None:
+    """typer prints an argument as ``TARGET <str>`` even with a metavar: the metavar alone."""
+    from typer.core import TyperArgument
+
+    shown = getattr(TyperArgument, "display_type_rich", None)
+    if shown is None:  # pragma: no cover - a typer without per-argument types
+        return
+
+    def display_type_rich(self: Any, ctx: Any) -> Any:
+        return None if self.metavar else shown(self, ctx)
+
+    TyperArgument.display_type_rich = display_type_rich  # type: ignore[method-assign]
+
+
+_argument_types_off()
 
 
 def main() -> None:  # console-script entry point

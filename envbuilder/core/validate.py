@@ -99,6 +99,33 @@ def tag(value: str, what: str = "--tag") -> str:
     return value
 
 
+def tag_ref(value: str, what: str = "--tag") -> tuple[str | None, str]:
+    """``--tag`` as docker takes it: ``NAME[:TAG]`` (``myrepo/train:dev``,
+    ``registry:5000/ml/train:dev``) or a bare ``TAG`` (``dev``). Returns (name or None, tag);
+    a name without a tag gets ``latest``, as docker gives it. A value without ``/`` or ``:``
+    is a tag (the meaning ``--tag dev`` always had)."""
+    shown = _shown(value)
+    if not isinstance(value, str) or not value or len(value) > 512 or "@" in value:
+        raise InputError(f"{what} {shown} is not NAME[:TAG] or TAG: e.g. myrepo/train:dev or dev "
+                         f"(no digest)")
+    if "/" not in value and ":" not in value:
+        if _TAG_RE.fullmatch(value) is None:
+            raise InputError(f"{what} {shown} is not a tag: letters, digits, '_', '.', '-', at "
+                             f"most 128 (or NAME:TAG, e.g. myrepo/train:dev)")
+        return None, value
+    name, tag_ = value, "latest"
+    if ":" in value.rsplit("/", 1)[-1]:  # a ':' in the host part is a port, not a tag
+        name, tag_ = value.rsplit(":", 1)
+    ok = (_REPO_RE.fullmatch(name) is not None and len(name) <= 255
+          and ("/" not in name or _port_ok(name.split("/")[0]))
+          and _TAG_RE.fullmatch(tag_) is not None)
+    if not ok:
+        raise InputError(f"{what} {shown} is not NAME[:TAG]: expected [registry/]name[:tag] "
+                         f"(lowercase name; tag of letters, digits, '_', '.', '-'), e.g. "
+                         f"myrepo/train:dev")
+    return name, tag_
+
+
 def url(value: str, what: str) -> str:
     """A URL safe to place in a Dockerfile, a shell line or a pip option."""
     if not isinstance(value, str) or _SAFE_URL_RE.fullmatch(value) is None:

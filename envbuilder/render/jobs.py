@@ -40,7 +40,7 @@ import shlex
 from pathlib import PurePosixPath
 from typing import Iterable
 
-from envbuilder import __version__
+from envbuilder import SMOKE_TIMEOUT, __version__
 from envbuilder.core import validate
 from envbuilder.errors import InputError
 from envbuilder.render.plan import BuildPlan
@@ -140,7 +140,7 @@ def _pyxis_ref(image: str) -> str:
 def render_jobs(plan: BuildPlan, *, image: str,
                 layouts: Iterable[Iterable[int]] = DEFAULT_LAYOUTS,
                 gpus: bool = True, infiniband: bool = False,
-                apptainer_image: str | None = None, timeout: int = 120,
+                apptainer_image: str | None = None, timeout: int = SMOKE_TIMEOUT,
                 shm_size: str = "16Gi", cpus_per_proc: int = 4,
                 time_limit_min: int = 30) -> dict[str, str]:
     """Every file of the ``jobs/`` folder, as relative path -> content.

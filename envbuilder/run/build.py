@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
+from envbuilder import SMOKE_TIMEOUT
 from envbuilder import labels as image_labels
 from envbuilder.core import validate
 from envbuilder.core.matrix import Matrix, load_matrix
@@ -51,12 +52,12 @@ class BuildOptions:
     extra_index_urls: tuple[str, ...] = ()
     wheelhouse: Path | None = None
     proxies: dict[str, str] = field(default_factory=dict)
-    tags: tuple[str, ...] = ()
+    tags: tuple[str, ...] = ()  # --tag: NAME[:TAG] (a local name) or a bare TAG (envbuilder:TAG)
     push: str | None = None
     smoke: bool = True
     nproc: int = 12
     backend: str = "auto"
-    smoke_timeout: int = 120
+    smoke_timeout: int = SMOKE_TIMEOUT
     shm_size: str = "2g"
     context: Path | None = None  # keep the build context here (default: a temp folder)
     nocache: bool = False
@@ -72,7 +73,7 @@ class BuildOptions:
         if self.push:
             validate.repository(self.push, "--push")
         for t in self.tags:
-            validate.tag(t, "--tag")
+            validate.tag_ref(t, "--tag")
         if self.pip_index_url:
             validate.url(self.pip_index_url, "--pip-index-url")
         for u in self.extra_index_urls:
@@ -158,7 +159,7 @@ def prepare_context(stack: Stack, opts: BuildOptions, dest: Path) -> tuple[Path,
         try:
             lock_text = Path(opts.lock).read_text(encoding="utf-8")
         except OSError as e:
-            raise InputError(f"--lock {opts.lock} cannot be read: {e.strerror}") from None
+            raise InputError(f"--lock-file {opts.lock} cannot be read: {e.strerror}") from None
     plan, files = build_files(stack, lock_text=lock_text, lock_source=str(opts.lock),
                               base_image=opts.base_image, builder_image=opts.builder_image,
                               pip_index_url=opts.pip_index_url,
@@ -224,8 +225,8 @@ def build_target(target: str, opts: BuildOptions, *, matrix_dir: str | Path | No
                            on_line=lambda ln: emit("build-line", ln))
         report.image_id = res.image_id
         report.local_tags = [f"envbuilder:{stack.tag}"]
-        for t in opts.tags:
-            report.local_tags.append(engine.tag(client, res.image_id, "envbuilder", t))
+        for name, t in (validate.tag_ref(v, "--tag") for v in opts.tags):
+            report.local_tags.append(engine.tag(client, res.image_id, name or "envbuilder", t))
         report.cached_steps, report.total_steps = res.cached_steps, res.steps
         report.labels = engine.image_labels(client, res.image_id)
         report.size_bytes = engine.image_size(client, res.image_id)
@@ -284,7 +285,8 @@ def build_target(target: str, opts: BuildOptions, *, matrix_dir: str | Path | No
         step = "push"
         if opts.push:
             t0 = time.monotonic()
-            tags = [stack.tag, *opts.tags]
+            # the tag part of every --tag goes to the --push repository too
+            tags = [stack.tag, *(validate.tag_ref(v, "--tag")[1] for v in opts.tags)]
             if opts.alias and smoke_passed:
                 # the moving alias is the target's own name (cu121, cu121-ds, cpu): it follows
                 # the matrix to new releases, and moves only after the smoke job passed

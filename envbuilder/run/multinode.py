@@ -18,6 +18,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Callable, Mapping, Sequence
 
+from envbuilder import SMOKE_TIMEOUT
 from envbuilder.errors import InputError
 from envbuilder.run import engine
 from envbuilder.run import smoke as sm
@@ -59,7 +60,7 @@ def layout_of(nnodes: int, nproc_per_node: int | None, layout: Sequence[int] | N
 
 def run_smoke_multinode(image: str, *, nnodes: int, nproc_per_node: int | None = None,
                         layout: Sequence[int] | None = None, backend: str = "gloo",
-                        timeout: int = 60, shm_size: str = "2g",
+                        timeout: int = SMOKE_TIMEOUT, shm_size: str = "2g",
                         client: DockerClient | None = None, gpus: bool | None = None,
                         env: Mapping[str, str] | None = None,
                         node_env: Mapping[int, Mapping[str, str]] | None = None,

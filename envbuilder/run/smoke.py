@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Mapping, Sequence
 
+from envbuilder import SMOKE_TIMEOUT
 from envbuilder.errors import OperationError
 from envbuilder.run import engine
 from envbuilder.run.payload import ddp_smoke
@@ -117,7 +118,7 @@ def job_deadline(timeout: int) -> int:
 
 # ----------------------------------------------------------------------------- host
 
-def run_smoke_host(*, nproc: int = 12, backend: str = "auto", timeout: int = 60,
+def run_smoke_host(*, nproc: int = 12, backend: str = "auto", timeout: int = SMOKE_TIMEOUT,
                    python: str = sys.executable, env: Mapping[str, str] | None = None,
                    script_args: Sequence[str] = ()) -> SmokeResult:
     """Run the job with torchrun on this machine, ``nproc`` ranks on one node."""
@@ -342,7 +343,7 @@ def wants_gpus(client: DockerClient, backend: str, gpus: bool | None) -> bool:
 
 
 def run_smoke_container(client: DockerClient | None, image: str, *, nproc: int = 12,
-                        backend: str = "auto", timeout: int = 60, gpus: bool | None = None,
+                        backend: str = "auto", timeout: int = SMOKE_TIMEOUT, gpus: bool | None = None,
                         shm_size: str = "2g", env: Mapping[str, str] | None = None,
                         script_args: Sequence[str] = ()) -> SmokeResult:
     """Run the job inside ``image``: copy the payload in, run torchrun, copy the records out.
