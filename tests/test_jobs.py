@@ -441,3 +441,18 @@ def test_cli_render_refuses_bad_layouts(tmp_path, args, needles):
     out, p = _cli_render(tmp_path, *args)
     assert_clean_failure(p, 2, *needles)
     assert not out.exists()
+
+
+@pytest.mark.parametrize("layout,nproc,nnodes,expected", [
+    (None, None, None, (12, 1, None)),  # the smoke job's default stays 12 ranks on one node
+    ("2x2", None, None, (2, 2, None)),
+    ("2x2", 2, 2, (2, 2, None)),
+    ("1x4", None, None, (4, 1, None)),
+    ("7,5", None, None, (12, 2, [7, 5])),  # the uneven split still works, nodes from the counts
+    ("7,5", None, 2, (12, 2, [7, 5])),
+    (None, 4, 3, (4, 3, None)),
+])
+def test_smoke_layout_options(layout, nproc, nnodes, expected):
+    from envbuilder.api import _smoke_layout
+
+    assert _smoke_layout(layout, nproc, nnodes, False) == expected
