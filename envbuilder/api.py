@@ -107,21 +107,26 @@ def check_combination(*, matrix_dir: str | Path | None = None, cuda: str | None 
 def target_files(target: str, out: str | Path, *, matrix_dir: str | Path | None = None,
                  pins: Pins | None = None, base_image: str | None = None,
                  pip_index_url: str | None = None, extra_index_urls: Sequence[str] = (),
-                 nproc: int = 12, lock: bool = False, requirements_file: str | Path | None = None,
-                 image: str | None = None, gpus: bool | None = None, infiniband: bool = False,
+                 nproc: int | None = None, layouts: Sequence[str] = (), lock: bool = False,
+                 requirements_file: str | Path | None = None, image: str | None = None, gpus: bool | None = None, infiniband: bool = False,
                  min_busbw: float | None = None, matrix: Matrix | None = None,
                  builder_image: str | None = None, cuda_arch: tuple[str, ...] = (),
                  cpu_isa: str | None = None) -> tuple:
     """(stack, {relative path: content}, locked) of the build folder ``out`` would get.
 
     A ``requirements.lock`` already in ``out`` (from ``envbuilder lock``), or one made now with
-    ``lock=True``, is installed with ``--require-hashes`` (see build_files)."""
+    ``lock=True``, is installed with ``--require-hashes`` (see build_files). ``layouts`` (``2x8``,
+    or several: ``1x16,2x8``) lay the job files out and set the smoke job's world size; ``nproc``
+    alone is one node of that many plus the splits that fit 8- and 4-GPU nodes (default 12)."""
+    import json
+
     from envbuilder.render.jobs import job_name, render_jobs
     from envbuilder.render.monitoring import render_monitoring
 
     if requirements_file is not None and not lock:
         raise InputError("--requirements is locked with the stack: add --lock (or run "
                          "envbuilder lock TARGET --requirements FILE first)")
+    lays, nproc = smoke_layouts(nproc, layouts)
     m = matrix or load_matrix(matrix_dir)
     stack = resolve_target(target, pins=pins, matrix=m)
     out = Path(out)
@@ -141,14 +146,35 @@ def target_files(target: str, out: str | Path, *, matrix_dir: str | Path | None 
                               extra_index_urls=tuple(extra_index_urls), smoke_nproc=nproc,
                               builder_image=builder_image, cuda_arch=cuda_arch or None,
                               cpu_isa=cpu_isa)
-    files.update(render_jobs(plan, image=image or f"envbuilder:{stack.tag}",
+    files.update(render_jobs(plan, image=image or f"envbuilder:{stack.tag}", layouts=lays,
                              gpus=stack.toolkit is not None if gpus is None else gpus,
                              infiniband=infiniband))
+    stack_json = json.loads(files["stack.json"])
+    stack_json["smoke"] = {"world_size": nproc, "layouts": [f"{n}x{p}" for n, p in lays],
+                           "jobs": "jobs/layouts.json"}
+    files["stack.json"] = json.dumps(stack_json, indent=2) + "\n"
     files.update(render_monitoring(target=target, min_busbw_gbps=min_busbw,
-                                   job_names=[job_name(target, 1, plan.smoke_nproc)]))
+                                   job_names=[job_name(target, *lays[0])]))
     if lock_text is not None and not lock:
         files.pop("requirements.lock", None)  # already there: it stays `lock`'s file
     return stack, files, lock_text is not None
+
+
+def smoke_layouts(nproc: int | None, layouts: Sequence[str] = ()) -> tuple[tuple, int]:
+    """(the job files' layouts, the smoke job's world size) for render's ``--nproc`` and
+    ``--layout`` options: layouts given set the world size (``--nproc``, when also given, must
+    agree); ``--nproc N`` alone is 1xN plus the splits that fit common nodes; neither is 12."""
+    from envbuilder.core import layouts as lm
+
+    if layouts:
+        lays = lm.parse_layouts(layouts)
+        world = lm.world_of(lays)
+        if nproc is not None and nproc != world:
+            raise InputError(f"--nproc {nproc} disagrees with --layout {','.join(map(lm.fmt, lays))} "
+                             f"({world} ranks): drop --nproc or give layouts of {nproc} ranks")
+        return lays, world
+    world = 12 if nproc is None else nproc
+    return lm.default_layouts(world), world
 
 
 def render_target(target: str, out: str | Path, **kw) -> dict:
@@ -307,7 +333,42 @@ def build_sif(image: str, out: str | Path) -> Path:
     return apptainer.build_sif(image, Path(out))
 
 
-def smoke(image: str | None, *, host: bool = False, nproc: int = 12, nnodes: int = 1,
+def _smoke_layout(layout: str | None, nproc: int | None, nnodes: int | None,
+                  progressive: bool) -> tuple[int, int, list[int] | None]:
+    """(ranks per node, nodes, uneven rank counts or None) from smoke's --layout (``2x2`` or
+    ``7,5``), --nproc-per-node and --nnodes; options given alongside a layout must agree."""
+    from envbuilder.core import layouts as lm
+
+    counts = None
+    if layout and "x" in layout.lower():
+        n, p = lm.parse_layout(layout)
+        for opt, given, want in (("--nnodes", nnodes, n), ("--nproc-per-node", nproc, p)):
+            if given is not None and given != want:
+                raise InputError(f"{opt} {given} disagrees with --layout {n}x{p}: drop {opt}")
+        return p, n, None
+    if layout:
+        try:
+            counts = [int(x) for x in layout.split(",")]
+        except ValueError:
+            raise InputError(f"--layout {layout!r} is neither NNODESxNPROC_PER_NODE (e.g. 2x2) "
+                             f"nor ranks per node (e.g. 7,5)") from None
+        if progressive:
+            raise InputError("--progressive runs even layouts: drop --layout")
+        if nnodes is None:
+            nnodes = len(counts)
+        if nnodes != len(counts):
+            raise InputError(f"--layout {layout} names {len(counts)} nodes but --nnodes is "
+                             f"{nnodes}: drop --nnodes or name one count per node")
+        if nnodes == 1:
+            if counts[0] < 1 or (nproc is not None and nproc != counts[0]):
+                raise InputError(f"--layout {layout!r} must name at least one rank per node, "
+                                 f"agreeing with --nproc-per-node")
+            return counts[0], 1, None
+    return 12 if nproc is None else nproc, 1 if nnodes is None else nnodes, counts
+
+
+def smoke(image: str | None, *, host: bool = False, nproc: int | None = None,
+          nnodes: int | None = None,
           layout: str | None = None, backend: str = "auto", timeout: int = SMOKE_TIMEOUT,
           progressive: bool = False, min_busbw: float | None = None, shm_size: str = "2g",
           gpus: bool | None = None, records: str | None = None,
@@ -317,8 +378,10 @@ def smoke(image: str | None, *, host: bool = False, nproc: int = 12, nnodes: int
     """Run the smoke job in ``image`` (one container, or ``nnodes`` on a private network), on
     this host, or judge a finished run from its ``records`` (a folder, a log, - for stdin); with
     ``metrics_file``/``pushgateway`` export the result as Prometheus metrics (run.metrics).
-    Returns (the result, every size run with ``progressive``, likely causes of a failure, what
-    was exported or None)."""
+    ``layout``: ``NxM`` (N nodes of M ranks: ``--nnodes N --nproc-per-node M``) or an uneven
+    split ``7,5`` (ranks on each node). ``nproc`` defaults to 12 ranks per node, ``nnodes`` to 1
+    (or the nodes the layout names). Returns (the result, every size run with ``progressive``,
+    likely causes of a failure, what was exported or None)."""
     from envbuilder.core.validate import image_ref
     from envbuilder.run import metrics as mx
     from envbuilder.run import smoke as sm
@@ -328,6 +391,7 @@ def smoke(image: str | None, *, host: bool = False, nproc: int = 12, nnodes: int
         raise InputError(f"--backend {backend!r} is not one of auto, nccl, gloo")
     metrics_to = mx.check_target(metrics_file, pushgateway)
     overrides = mx.parse_label_overrides(list(labels) if labels else None)
+    nproc, nnodes, counts = _smoke_layout(layout, nproc, nnodes, progressive)
     if records is not None and (host or image is not None or progressive):
         raise InputError("--records judges a finished run: give no IMAGE, --host or --progressive")
     if records is None and host == (image is not None):
@@ -347,14 +411,6 @@ def smoke(image: str | None, *, host: bool = False, nproc: int = 12, nnodes: int
             raise InputError("--nnodes > 1 runs one container per node: give an IMAGE, not --host")
         from envbuilder.run.multinode import run_smoke_multinode
 
-        counts = None
-        if layout:
-            try:
-                counts = [int(x) for x in layout.split(",")]
-            except ValueError:
-                raise InputError(f"--layout {layout!r} is not a list of rank counts, e.g. 7,5") from None
-            if progressive:
-                raise InputError("--progressive runs even layouts: drop --layout")
         mn_backend = "gloo" if backend == "auto" and not gpus else backend
 
         def run_one(n: int) -> SmokeResult:

@@ -293,7 +293,8 @@ def render(target: Optional[str] = typer.Argument(None, help="The target; omit w
            cpu_isa: Optional[str] = CpuIsaOpt,
            pip_index_url: Optional[str] = typer.Option(None, "--pip-index-url", help="PyPI mirror."),
            extra_index_url: Optional[List[str]] = typer.Option(None, "--extra-index-url"),
-           nproc: int = typer.Option(12, "--nproc", min=1, help="Ranks of the smoke job."),
+           nproc: Optional[int] = typer.Option(None, "--nproc", min=1, help="Ranks of the smoke job (default 12): job files for one node of N plus splits for 8- and 4-GPU nodes."),
+           layout: Optional[List[str]] = typer.Option(None, "--layout", help="Job files for NNODESxNPROC_PER_NODE, e.g. 2x8 (repeat or comma-separate; one world size)."),
            lock: bool = typer.Option(False, "--lock", help="Lock first (uv, hashes) and install with --require-hashes."),
            requirements: Optional[Path] = typer.Option(None, "--requirements", help="With --lock: extra requirements to lock."),
            image: Optional[str] = typer.Option(None, "--image", help="The image the jobs/ files run (by digest when known)."),
@@ -305,7 +306,8 @@ def render(target: Optional[str] = typer.Argument(None, help="The target; omit w
     from envbuilder.errors import InputError
 
     kw = dict(matrix_dir=matrix, pins=pins, base_image=base_image, pip_index_url=pip_index_url,
-              extra_index_urls=tuple(extra_index_url or ()), nproc=nproc, lock=lock,
+              extra_index_urls=tuple(extra_index_url or ()), nproc=nproc,
+              layouts=tuple(layout or ()), lock=lock,
               requirements_file=requirements, image=image, infiniband=infiniband,
               builder_image=builder_image, cuda_arch=_arch(cuda_arch), cpu_isa=cpu_isa,
               min_busbw=min_busbw)
@@ -622,9 +624,9 @@ def _print_build(d: dict) -> None:
 @command
 def smoke(image: Optional[str] = typer.Argument(None, help="The image to test (omit with --host)."),
           host: bool = typer.Option(False, "--host", help="Run on this host with its torch, not in a container."),
-          nproc: int = typer.Option(12, "--nproc", "--nproc-per-node", min=1, help="Ranks per node."),
-          nnodes: int = typer.Option(1, "--nnodes", min=1, help="Nodes (one container each, on a private network)."),
-          layout: Optional[str] = typer.Option(None, "--layout", help="Ranks on each node for an uneven split, e.g. 7,5."),
+          nproc: Optional[int] = typer.Option(None, "--nproc", "--nproc-per-node", min=1, help="Ranks per node (default 12)."),
+          nnodes: Optional[int] = typer.Option(None, "--nnodes", min=1, help="Nodes (one container each, on a private network; default 1)."),
+          layout: Optional[str] = typer.Option(None, "--layout", help="NNODESxNPROC_PER_NODE, e.g. 2x2, or ranks on each node for an uneven split, e.g. 7,5."),
           backend: str = typer.Option("auto", "--backend", help="auto, nccl or gloo."),
           timeout: int = typer.Option(SMOKE_TIMEOUT, "--timeout", min=5, help="Seconds before a collective counts as hung (build --smoke-timeout)."),
           progressive: bool = typer.Option(False, "--progressive", help="Run 2, then 4, then all ranks; stop at the first failing size."),

@@ -26,6 +26,7 @@ from envbuilder.api import resolve_target
 from envbuilder.errors import InputError
 from envbuilder.render.jobs import DEFAULT_LAYOUTS, job_name, render_jobs
 from envbuilder.render.plan import make_plan
+from hostile_helpers import assert_clean_failure, cli
 
 DATA = Path(__file__).parent / "data"
 DIGEST = "registry.example.com:5000/ml/envbuilder@sha256:" + "0123456789abcdef" * 4
@@ -39,6 +40,21 @@ def plan():
 @pytest.fixture(scope="module")
 def files(plan):
     return render_jobs(plan, image=DIGEST)
+
+
+@pytest.fixture(scope="module")
+def by_world(files):
+    """The job files of 12 (default layouts), 16 (render --layout 1x16,2x8,4x4) and 8 ranks
+    (render --nproc 8: the default layouts of 8)."""
+    p16 = make_plan(resolve_target("cu121"), smoke_nproc=16)
+    p8 = make_plan(resolve_target("cu121"), smoke_nproc=8)
+    return {12: files, 16: render_jobs(p16, image=DIGEST, layouts=((1, 16), (2, 8), (4, 4))),
+            8: render_jobs(p8, image=DIGEST)}
+
+
+# (world size, nodes, ranks per node) of every rendered layout the per-file checks run on
+CASES = [(12, n, p) for n, p in DEFAULT_LAYOUTS] + [(16, 1, 16), (16, 2, 8), (16, 4, 4),
+                                                     (8, 1, 8), (8, 2, 4)]
 
 
 @pytest.fixture(scope="module")
@@ -108,7 +124,7 @@ def test_k8s_roundtrip_catches_unknown_and_missing_fields():
 # -- the files -----------------------------------------------------------------------------
 
 def test_file_set(files):
-    expected = {"jobs/README.md"}
+    expected = {"jobs/README.md", "jobs/layouts.json"}
     for n, p in DEFAULT_LAYOUTS:
         for kind in ("pytorchjob", "indexed-job"):
             expected.add(f"jobs/{kind}-{n}x{p}.yaml")
@@ -117,8 +133,9 @@ def test_file_set(files):
     assert set(files) == expected
 
 
-@pytest.mark.parametrize("n,p", DEFAULT_LAYOUTS)
-def test_pytorchjob(files, crd_validator, plan, n, p):
+@pytest.mark.parametrize("world,n,p", CASES)
+def test_pytorchjob(by_world, crd_validator, plan, world, n, p):
+    files = by_world[world]
     (job,) = docs(files[f"jobs/pytorchjob-{n}x{p}.yaml"])
     errors = sorted(crd_validator.iter_errors(job), key=str)
     assert not errors, [e.message for e in errors]
@@ -131,7 +148,7 @@ def test_pytorchjob(files, crd_validator, plan, n, p):
     assert set(reps) == ({"Master", "Worker"} if n > 1 else {"Master"})
     assert reps["Master"]["replicas"] == 1
     assert sum(r["replicas"] for r in reps.values()) == n
-    assert sum(r["replicas"] for r in reps.values()) * int(spec["nprocPerNode"]) == 12
+    assert sum(r["replicas"] for r in reps.values()) * int(spec["nprocPerNode"]) == world
     assert spec["runPolicy"]["backoffLimit"] == 0
     assert spec["runPolicy"]["cleanPodPolicy"] in ("None", "Running", "All")
     assert job["metadata"]["labels"]["envbuilder.io/tag"] == plan.stack.tag
@@ -176,8 +193,9 @@ def _pod_checks(tpl: dict, p: int, *, gpus: bool, ib: bool) -> None:
     assert spec["securityContext"]["runAsUser"] == 1000
 
 
-@pytest.mark.parametrize("n,p", DEFAULT_LAYOUTS)
-def test_indexed_job(files, plan, n, p):
+@pytest.mark.parametrize("world,n,p", CASES)
+def test_indexed_job(by_world, plan, world, n, p):
+    files = by_world[world]
     svc, job = docs(files[f"jobs/indexed-job-{n}x{p}.yaml"])
     assert (svc["kind"], job["kind"]) == ("Service", "Job")
     assert_model(svc, "V1Service")
@@ -191,7 +209,7 @@ def test_indexed_job(files, plan, n, p):
     assert s["completionMode"] == "Indexed"
     assert s["completions"] == s["parallelism"] == n
     assert s["backoffLimit"] == 0
-    assert s["completions"] * p == 12
+    assert s["completions"] * p == world
     tpl = s["template"]
     assert tpl["spec"]["subdomain"] == svc["metadata"]["name"]
     assert tpl["spec"]["restartPolicy"] == "Never"
@@ -227,15 +245,16 @@ def test_infiniband_and_cpu(files_ib_cpu, crd_validator):
     assert "IPC_LOCK" in files_ib_cpu["jobs/README.md"]
 
 
-@pytest.mark.parametrize("n,p", DEFAULT_LAYOUTS)
+@pytest.mark.parametrize("world,n,p", CASES)
 @pytest.mark.parametrize("kind", ["apptainer", "pyxis"])
-def test_slurm(files, plan, kind, n, p):
+def test_slurm(by_world, plan, kind, world, n, p):
+    files = by_world[world]
     text = files[f"jobs/slurm-{kind}-{n}x{p}.sbatch"]
     sb = dict(re.findall(r"^#SBATCH --([a-z-]+)(?:=(\S+))?$", text, re.M))
     assert sb["nodes"] == str(n) and sb["ntasks-per-node"] == "1"
     assert sb["gpus-per-node"] == str(p)
     assert "exclusive" in sb and int(sb["cpus-per-task"]) >= p
-    assert int(sb["nodes"]) * int(sb["gpus-per-node"]) == 12
+    assert int(sb["nodes"]) * int(sb["gpus-per-node"]) == world
     assert 'scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n1' in text
     assert '--nnodes="$nnodes"' in text and 'nnodes="${SLURM_NNODES:?' in text
     assert f"--nproc_per_node={p}" in text
@@ -286,7 +305,8 @@ def test_other_targets_render():
 @pytest.mark.parametrize("kw,match", [
     ({"image": "bad image; rm -rf /"}, "image"),
     ({"image": "x:1", "layouts": ((2, 5),)}, "10 ranks"),
-    ({"image": "x:1", "layouts": ((0, 12),)}, "1..64"),
+    ({"image": "x:1", "layouts": ((0, 12),)}, "1..1024"),
+    ({"image": "x:1", "layouts": ((1, 65),)}, "1..64"),
     ({"image": "x:1", "layouts": ((1, 12), (1, 12))}, "twice"),
     ({"image": "x:1", "shm_size": "8G; x"}, "quantity"),
     ({"image": "x:1", "apptainer_image": "a b.sif"}, "apptainer"),
@@ -301,3 +321,138 @@ def test_rejects(plan, kw, match):
 def test_job_name_sanitises():
     assert job_name("cu121-torch2.1-py310", 2, 6) == "smoke-cu121-torch2-1-py310-2x6"
     assert len(job_name("x" * 200, 12, 1)) <= 40
+
+
+# -- layouts for any GPU count (render --layout / --nproc) -----------------------------------
+
+def test_parse_layout():
+    from envbuilder.core.layouts import MAX_NODES, MAX_PER_NODE, parse_layout, parse_layouts
+
+    assert parse_layout("2x8") == (2, 8) and parse_layout(" 4X4 ") == (4, 4)
+    assert parse_layout(f"{MAX_NODES}x{MAX_PER_NODE}") == (MAX_NODES, MAX_PER_NODE)
+    assert parse_layouts(["1x16,2x8", "4x4"]) == ((1, 16), (2, 8), (4, 4))
+    for bad, match in (("0x8", "nodes must be 1..1024"), ("2x0", "ranks per node must be 1..64"),
+                       ("2x", "'2x' is not NNODES x NPROC_PER_NODE"), ("a;b", "'a;b'"),
+                       ("2x8;id", "'2x8;id'"), ("", "e.g. 2x8"), ("-1x4", "'-1x4'"),
+                       (f"{MAX_NODES + 1}x1", "nodes must be"), ("1x65", "ranks per node"),
+                       ("2*8", "e.g. 2x8"), ("1e1x2", "'1e1x2'")):
+        with pytest.raises(InputError, match=re.escape(match)):
+            parse_layout(bad)
+    with pytest.raises(InputError, match="different world sizes"):
+        parse_layouts(["1x8", "2x8"])
+    with pytest.raises(InputError, match="twice"):
+        parse_layouts(["2x8,2x8"])
+
+
+@pytest.mark.parametrize("world,expected", [
+    (12, ((1, 12), (2, 6), (3, 4))),  # the default job files: one node, 8-GPU and 4-GPU nodes
+    (16, ((1, 16), (2, 8), (4, 4))),
+    (8, ((1, 8), (2, 4))),
+    (24, ((1, 24), (3, 8), (6, 4))),
+    (4, ((1, 4),)),
+    (128, ((16, 8), (32, 4))),  # more than a node carries: no 1x128
+])
+def test_default_layouts(world, expected):
+    from envbuilder.core.layouts import default_layouts
+
+    assert default_layouts(world) == expected
+    assert all(n * p == world for n, p in expected)
+
+
+def test_default_layouts_are_the_12_rank_defaults():
+    from envbuilder.core.layouts import default_layouts
+
+    assert default_layouts(12) == DEFAULT_LAYOUTS
+    plan = make_plan(resolve_target("cu121"))
+    assert render_jobs(plan, image=DIGEST) == render_jobs(plan, image=DIGEST, layouts=DEFAULT_LAYOUTS)
+
+
+def test_layout_index_and_readme(by_world):
+    import json
+
+    idx = json.loads(by_world[16]["jobs/layouts.json"])
+    assert idx["world_size"] == 16
+    assert [e["layout"] for e in idx["layouts"]] == ["1x16", "2x8", "4x4"]
+    for e in idx["layouts"]:
+        assert e["nnodes"] * e["nproc"] == 16 and e["name"] == job_name("cu121", e["nnodes"], e["nproc"])
+        assert all(f in by_world[16] for f in e["files"]) and len(e["files"]) == 4
+    readme = by_world[16]["jobs/README.md"]
+    assert "16-rank" in readme and "kubectl apply -f pytorchjob-2x8.yaml" in readme
+    assert "| 2 x 8 | 8, 16-GPU nodes |" in readme
+    default = by_world[12]["jobs/README.md"]
+    assert "kubectl apply -f pytorchjob-2x6.yaml" in default and "| 2 x 6 | 8, 16-GPU nodes |" in default
+    assert f"kubectl get pytorchjob {job_name('cu121', 2, 6)} -w" in default
+
+
+def _cli_render(tmp_path, *args):
+    out = tmp_path / "out"
+    return out, cli("render", "cu121", "-o", str(out), *args)
+
+
+def test_cli_render_2x8_writes_16_rank_job_files(tmp_path):
+    import json
+
+    out, p = _cli_render(tmp_path, "--layout", "2x8", "--json")
+    assert p.returncode == 0, p.stderr
+    jobs = sorted(x.name for x in (out / "jobs").iterdir())
+    assert jobs == ["README.md", "indexed-job-2x8.yaml", "layouts.json", "pytorchjob-2x8.yaml",
+                    "slurm-apptainer-2x8.sbatch", "slurm-pyxis-2x8.sbatch"]
+    (job,) = docs((out / "jobs/pytorchjob-2x8.yaml").read_text())
+    reps = job["spec"]["pytorchReplicaSpecs"]
+    assert job["spec"]["nprocPerNode"] == "8" and sum(r["replicas"] for r in reps.values()) == 2
+    args = reps["Master"]["template"]["spec"]["containers"][0]["args"]
+    assert "--nnodes=2" in args and "--nproc_per_node=8" in args
+    assert json.loads((out / "stack.json").read_text())["smoke"] == {
+        "world_size": 16, "layouts": ["2x8"], "jobs": "jobs/layouts.json"}
+    assert 'NPROC:-16' in (out / "smoke/run.sh").read_text()
+
+
+def test_cli_render_several_layouts_and_nproc(tmp_path):
+    import json
+
+    out, p = _cli_render(tmp_path, "--layout", "1x16,2x8", "--layout", "4x4", "--nproc", "16")
+    assert p.returncode == 0, p.stderr
+    assert json.loads((out / "stack.json").read_text())["smoke"]["layouts"] == ["1x16", "2x8", "4x4"]
+    out8, p = _cli_render(tmp_path / "8", "--nproc", "8")
+    assert p.returncode == 0, p.stderr
+    assert json.loads((out8 / "stack.json").read_text())["smoke"]["layouts"] == ["1x8", "2x4"]
+    assert (out8 / "jobs/slurm-pyxis-1x8.sbatch").is_file()
+
+
+def test_cli_render_default_records_the_12_rank_layouts(tmp_path):
+    import json
+
+    out, p = _cli_render(tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert json.loads((out / "stack.json").read_text())["smoke"]["layouts"] == ["1x12", "2x6", "3x4"]
+    assert {"pytorchjob-1x12.yaml", "pytorchjob-2x6.yaml", "pytorchjob-3x4.yaml"} <= {
+        x.name for x in (out / "jobs").iterdir()}
+
+
+@pytest.mark.parametrize("args,needles", [
+    (("--layout", "0x8"), ("--layout 0x8", "e.g. 2x8")),
+    (("--layout", "2x"), ("--layout '2x'", "e.g. 2x8")),
+    (("--layout", "a;b"), ("--layout 'a;b'", "e.g. 2x8")),
+    (("--layout", "1x8", "--layout", "2x8"), ("different world sizes", "1x8=8", "2x8=16")),
+    (("--layout", "2x8", "--nproc", "12"), ("--nproc 12", "2x8")),
+    (("--layout", "2x8,2x8"), ("twice",)),
+])
+def test_cli_render_refuses_bad_layouts(tmp_path, args, needles):
+    out, p = _cli_render(tmp_path, *args)
+    assert_clean_failure(p, 2, *needles)
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("layout,nproc,nnodes,expected", [
+    (None, None, None, (12, 1, None)),  # the smoke job's default stays 12 ranks on one node
+    ("2x2", None, None, (2, 2, None)),
+    ("2x2", 2, 2, (2, 2, None)),
+    ("1x4", None, None, (4, 1, None)),
+    ("7,5", None, None, (12, 2, [7, 5])),  # the uneven split still works, nodes from the counts
+    ("7,5", None, 2, (12, 2, [7, 5])),
+    (None, 4, 3, (4, 3, None)),
+])
+def test_smoke_layout_options(layout, nproc, nnodes, expected):
+    from envbuilder.api import _smoke_layout
+
+    assert _smoke_layout(layout, nproc, nnodes, False) == expected

@@ -85,3 +85,32 @@ def test_rank_that_dies_mid_job(smoke_image, docker_client):
     assert r.failed and "nodes" in r.failed
     assert r.seconds < 3 * 20 + 120
     assert _leftovers(docker_client) == ([], [])
+
+
+def test_layout_2x2_runs_two_nodes_of_two(smoke_image, docker_client):
+    """smoke IMAGE --layout 2x2: the NNODESxNPROC_PER_NODE spelling of --nnodes 2 --nproc-per-node 2."""
+    p = subprocess.run([sys.executable, "-c", "from envbuilder.cli import main; main()", "smoke",
+                        smoke_image, "--layout", "2x2", "--timeout", "60", "--json"],
+                       capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr[-3000:]
+    d = json.loads(p.stdout)
+    assert d["ok"] and d["world_size"] == 4 and d["nnodes"] == 2 and d["nproc_per_node"] == 2
+    assert d["summary"]["ranks_per_node"] == {"node-0": 2, "node-1": 2}
+    assert d["checks"]["hostnames"] == "pass" and d["checks"]["layout"] == "pass"
+    assert _leftovers(docker_client) == ([], [])
+
+
+@pytest.mark.parametrize("args,needle", [
+    (("--layout", "2x"), "--layout '2x'"),
+    (("--layout", "0x2"), "--layout 0x2"),
+    (("--layout", "a;b"), "--layout 'a;b'"),
+    (("--layout", "2x2", "--nnodes", "3"), "--nnodes 3 disagrees with --layout 2x2"),
+    (("--layout", "2x2", "--nproc-per-node", "4"), "--nproc-per-node 4 disagrees"),
+    (("--layout", "7,5", "--nnodes", "3"), "names 2 nodes"),
+    (("--layout", "2x2", "--host"), "--nnodes > 1"),
+])
+def test_smoke_layout_refusals(args, needle):
+    from hostile_helpers import assert_clean_failure, cli
+
+    assert_clean_failure(cli("smoke", "envbuilder:nonexistent", *args)
+                         if "--host" not in args else cli("smoke", *args), 2, needle)

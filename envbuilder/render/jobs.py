@@ -1,4 +1,5 @@
-"""Cluster job files for the smoke job: the same 12-rank DDP check as ``smoke/run.sh``, laid out
+"""Cluster job files for the smoke job: the same DDP check as ``smoke/run.sh``
+(12 ranks unless ``render --nproc/--layout`` says otherwise), laid out
 across nodes for Kubernetes (Kubeflow PyTorchJob, or an indexed batch/v1 Job with a headless
 Service) and Slurm (Apptainer or pyxis/enroot).
 
@@ -6,10 +7,17 @@ Call ``envbuilder.jobs.render_jobs(plan, image=REF)``; it returns ``{"jobs/...":
 into ``envbuilder.render.render_files(plan)`` before ``write_tree`` (``render`` puts it in the
 build folder as ``jobs/``). ``REF`` is the image as the cluster pulls it, by digest when known.
 
-Layouts are NNODES x NPROC_PER_NODE; each must multiply to the plan's ``smoke_nproc`` (12), so
-every file runs the same world size. Every value that reaches a template is validated here
-(image references, names, quantities, paths); the templates under ``templates/jobs/`` only
-format them (strings are emitted JSON-quoted in YAML and shell-quoted in scripts).
+Layouts are NNODES x NPROC_PER_NODE (envbuilder.core.layouts: ``2x8``); each must multiply to
+the plan's ``smoke_nproc``, so every file runs the same world size. Without ``layouts`` the
+files cover ``default_layouts(smoke_nproc)``: one node plus the splits that fit 8- and 4-GPU
+nodes (12 ranks: 1x12, 2x6, 3x4). ``jobs/layouts.json`` indexes them. A job file runs an even
+layout (torchrun gives every node the same ``--nproc_per_node``): a 12-rank job on 8-GPU nodes is
+2x6, six of each node's eight GPUs (``smoke IMAGE --nnodes 2 --layout 8,4``
+tries an uneven split locally).
+
+Every value that reaches a template is validated here (image references, names, quantities,
+paths); the templates under ``templates/jobs/`` only format them (strings are emitted
+JSON-quoted in YAML and shell-quoted in scripts).
 
 How the launcher is wired, per format:
 
@@ -38,16 +46,17 @@ import json
 import re
 import shlex
 from pathlib import PurePosixPath
-from typing import Iterable
+from typing import Any, Iterable
 
 from envbuilder import SMOKE_TIMEOUT, __version__
 from envbuilder.core import validate
+from envbuilder.core import layouts as lay_mod
 from envbuilder.errors import InputError
 from envbuilder.render.plan import BuildPlan
 from envbuilder.core.resources import templates_dir
 from envbuilder.render.bccache import bytecode_cache
 
-DEFAULT_LAYOUTS: tuple[tuple[int, int], ...] = ((1, 12), (2, 6), (3, 4))
+DEFAULT_LAYOUTS: tuple[tuple[int, int], ...] = ((1, 12), (2, 6), (3, 4))  # default_layouts(12)
 MASTER_PORT = 23456  # the training operator's default for the port named pytorchjob-port
 RDZV_PORT = 29400  # torchrun's c10d rendezvous port
 CONTAINER = "pytorch"  # the container name the training operator looks for
@@ -101,8 +110,7 @@ def check_layouts(layouts: Iterable[Iterable[int]], world: int) -> tuple[tuple[i
             n, p = (int(x) for x in lay)
         except (TypeError, ValueError):
             raise InputError(f"layout {lay!r} is not NNODES x NPROC_PER_NODE, e.g. (2, 6)") from None
-        if n < 1 or p < 1 or n > 64 or p > 64:
-            raise InputError(f"layout {n}x{p}: nodes and processes per node must be 1..64")
+        lay_mod.check(n, p, "layout")
         if n * p != world:
             raise InputError(f"layout {n}x{p} runs {n * p} ranks, the smoke job is {world}: "
                              f"choose NNODES x NPROC_PER_NODE = {world}")
@@ -128,6 +136,12 @@ def _labels(plan: BuildPlan, name: str, layout: str) -> dict[str, str]:
     return labels
 
 
+def _fits(per_node: int) -> str:
+    """Which common node sizes a layout's per-node GPU count fits, for the README."""
+    sizes = [str(s) for s in (4, 8, 16) if per_node <= s]
+    return f"{', '.join(sizes)}-GPU nodes" if sizes else f"nodes of {per_node}+ GPUs"
+
+
 def _pyxis_ref(image: str) -> str:
     """docker reference -> pyxis/enroot's [REGISTRY#]IMAGE[:TAG] form (a registry host is
     separated by '#', not '/')."""
@@ -138,7 +152,7 @@ def _pyxis_ref(image: str) -> str:
 
 
 def render_jobs(plan: BuildPlan, *, image: str,
-                layouts: Iterable[Iterable[int]] = DEFAULT_LAYOUTS,
+                layouts: Iterable[Iterable[int]] | None = None,
                 gpus: bool = True, infiniband: bool = False,
                 apptainer_image: str | None = None, timeout: int = SMOKE_TIMEOUT,
                 shm_size: str = "16Gi", cpus_per_proc: int = 4,
@@ -146,6 +160,8 @@ def render_jobs(plan: BuildPlan, *, image: str,
     """Every file of the ``jobs/`` folder, as relative path -> content.
 
     ``image``: the image reference the cluster pulls (by digest when known).
+    ``layouts``: (NNODES, NPROC_PER_NODE) pairs of ``plan.smoke_nproc`` ranks (default
+    ``default_layouts(plan.smoke_nproc)``).
     ``gpus``: request ``nvidia.com/gpu`` (Kubernetes) / ``--gpus-per-node`` (Slurm) and use the
     ``auto`` backend (NCCL); without, the job runs on CPUs with gloo.
     ``infiniband``: add the IPC_LOCK capability (RDMA memory registration).
@@ -156,7 +172,7 @@ def render_jobs(plan: BuildPlan, *, image: str,
 
     validate.image_ref(image, "--image")
     world = int(plan.smoke_nproc)
-    lays = check_layouts(layouts, world)
+    lays = check_layouts(lay_mod.default_layouts(world) if layouts is None else layouts, world)
     if not isinstance(timeout, int) or not 10 <= timeout <= 3600:
         raise InputError(f"timeout {timeout!r} must be 10..3600 seconds")
     if not isinstance(shm_size, str) or not _QUANTITY.fullmatch(shm_size):
@@ -188,7 +204,7 @@ def render_jobs(plan: BuildPlan, *, image: str,
                                                           f"{time_limit_min % 60:02d}:00",
             "deadline": timeout * 4 + 600, "metrics_job": JOB}
     files: dict[str, str] = {}
-    entries = []
+    entries: list[dict[str, Any]] = []
     for n, p in lays:
         lay = f"{n}x{p}"
         name = job_name(plan.target, n, p)
@@ -212,8 +228,20 @@ def render_jobs(plan: BuildPlan, *, image: str,
             rel = f"jobs/{kind}-{lay}.{ext}"
             files[rel] = env.get_template(tpl).render(
                 ctx, file=rel, runtime="pyxis" if kind == "slurm-pyxis" else "apptainer")
-        entries.append({"layout": lay, "nnodes": n, "nproc": p, "name": name})
-    files["jobs/README.md"] = env.get_template("jobs/README.md.j2").render(base, layouts=entries)
+        entries.append({"layout": lay, "nnodes": n, "nproc": p, "name": name,
+                        "fits": _fits(p),
+                        "files": [f"jobs/{k}-{lay}.{'sbatch' if k.startswith('slurm') else 'yaml'}"
+                                  for k in ("pytorchjob", "indexed-job", "slurm-apptainer",
+                                            "slurm-pyxis")]})
+    # the README's commands show a multi-node layout when there is one (2x6 by default)
+    example = next((e for e in entries if e["layout"] == "2x6"),
+                   next((e for e in entries if e["nnodes"] > 1), entries[0]))
+    files["jobs/README.md"] = env.get_template("jobs/README.md.j2").render(
+        base, layouts=entries, example=example)
+    files["jobs/layouts.json"] = json.dumps(
+        {"world_size": world, "gpus": bool(gpus), "image": image,
+         "layouts": [{k: e[k] for k in ("layout", "nnodes", "nproc", "name", "files")}
+                     for e in entries]}, indent=2) + "\n"
     return files
 
 

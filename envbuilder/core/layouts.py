@@ -1,0 +1,102 @@
+"""Smoke-job layouts: NNODES x NPROC_PER_NODE, as ``render --layout``, ``smoke --layout`` and the
+cluster job files spell them (``2x8`` is two nodes of eight ranks, one GPU per rank).
+
+* ``parse_layout("2x8") -> (2, 8)``: positive integers joined by ``x``; 1..MAX_NODES nodes and
+  1..MAX_PER_NODE ranks per node (the largest GPU servers carry 16 GPUs; 64 leaves room for
+  CPU-only runs, and the caps keep a typo such as ``2x80000`` from rendering a job nobody meant).
+* ``parse_layouts(["1x8,2x8", "4x4"])``: every layout given (repeated options and/or commas),
+  each once, all of one world size (one smoke job, laid out several ways).
+* ``default_layouts(world)``: ``1xWORLD`` plus, for each common node size (8 and 4 GPUs), the
+  layout with the most ranks per node that fits it: 12 -> 1x12, 2x6 (8-GPU nodes), 3x4 (4-GPU
+  nodes); 16 -> 1x16, 2x8, 4x4; 8 -> 1x8, 2x4.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Iterable
+
+from envbuilder.errors import InputError
+
+MAX_NODES = 1024
+MAX_PER_NODE = 64
+NODE_SIZES = (8, 4)  # GPUs per node the default job files are laid out for (besides one node)
+EXAMPLE = "2x8 (2 nodes x 8 ranks each)"
+
+_LAYOUT = re.compile(r"([0-9]{1,6})[xX]([0-9]{1,6})")
+
+
+def parse_layout(text: str, what: str = "--layout") -> tuple[int, int]:
+    """``"2x8"`` -> ``(2, 8)``; anything else is an InputError naming the input and an example."""
+    s = str(text).strip()
+    m = _LAYOUT.fullmatch(s)
+    if not m:
+        raise InputError(f"{what} {text!r} is not NNODES x NPROC_PER_NODE: give e.g. {EXAMPLE}")
+    n, p = int(m.group(1)), int(m.group(2))
+    check(n, p, what)
+    return n, p
+
+
+def check(n: int, p: int, what: str = "--layout") -> tuple[int, int]:
+    if not 1 <= n <= MAX_NODES:
+        raise InputError(f"{what} {n}x{p}: nodes must be 1..{MAX_NODES}, e.g. {EXAMPLE}")
+    if not 1 <= p <= MAX_PER_NODE:
+        raise InputError(f"{what} {n}x{p}: ranks per node must be 1..{MAX_PER_NODE}, e.g. {EXAMPLE}")
+    return n, p
+
+
+def fmt(layout: tuple[int, int]) -> str:
+    return f"{layout[0]}x{layout[1]}"
+
+
+def parse_layouts(texts: Iterable[str], what: str = "--layout") -> tuple[tuple[int, int], ...]:
+    """Every layout in ``texts`` (each may be comma-separated), in order; duplicates and layouts
+    of different world sizes are refused (the job files all run one smoke job)."""
+    out: list[tuple[int, int]] = []
+    for text in texts:
+        parts = str(text).split(",")
+        for part in parts:
+            lay = parse_layout(part, what)
+            if lay in out:
+                raise InputError(f"{what} {fmt(lay)} is given twice")
+            out.append(lay)
+    if not out:
+        raise InputError(f"{what} names no layout: give e.g. {EXAMPLE}")
+    worlds = {n * p for n, p in out}
+    if len(worlds) > 1:
+        shown = ", ".join(f"{fmt(lay)}={lay[0] * lay[1]}" for lay in out)
+        raise InputError(f"{what} layouts run different world sizes ({shown} ranks): the job files "
+                         f"all run one smoke job, give layouts of one size (e.g. 1x16,2x8,4x4)")
+    return tuple(out)
+
+
+def world_of(layouts: Iterable[tuple[int, int]]) -> int:
+    sizes = {n * p for n, p in layouts}
+    if len(sizes) != 1:
+        raise InputError("layouts of different world sizes")
+    return sizes.pop()
+
+
+def default_layouts(world: int) -> tuple[tuple[int, int], ...]:
+    """One node of ``world`` ranks (when a node can carry that many) plus, for each common node
+    size, the even split with the most ranks per node that fits it."""
+    if not isinstance(world, int) or world < 1 or world > MAX_NODES * MAX_PER_NODE:
+        raise InputError(f"--nproc {world!r} must be 1..{MAX_NODES * MAX_PER_NODE}")
+    out: list[tuple[int, int]] = []
+    if world <= MAX_PER_NODE:
+        out.append((1, world))
+    for size in NODE_SIZES:
+        if world <= size and out:
+            continue  # one node of this size already carries the whole job
+        d = max(d for d in range(1, min(size, world) + 1) if world % d == 0)
+        lay = (world // d, d)
+        if lay not in out and lay[0] <= MAX_NODES:
+            out.append(lay)
+    if not out:
+        raise InputError(f"--nproc {world} has no layout of at most {MAX_NODES} nodes x "
+                         f"{MAX_PER_NODE} ranks: give --layout NNODES x NPROC_PER_NODE")
+    return tuple(out)
+
+
+__all__ = ["parse_layout", "parse_layouts", "default_layouts", "world_of", "fmt", "check",
+           "MAX_NODES", "MAX_PER_NODE", "NODE_SIZES"]
