@@ -12,11 +12,13 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from envbuilder.errors import InputError
 from envbuilder.core.matrix import Matrix, load_matrix
+from envbuilder.core.project import Project, ProjectTarget, find_project
 from envbuilder.core import resolve
 from envbuilder.core.resolve import Stack
 from envbuilder.core.target import Pins, Request, apply_options, request
 
-__all__ = ["Pins", "apptainer_available", "bake_all",
+__all__ = ["Pins", "Project", "in_project", "apptainer_available", "bake_all", "bake_project", "find_project",
+           "lock_project", "project_targets", "render_project",
            "build_files", "build_many", "build_sif", "build_target", "builtin_target_names",
            "builtin_targets", "check_combination", "doctor", "explain", "github_matrix",
            "image_labels", "list_targets", "lock_target", "render_all", "render_target",
@@ -110,27 +112,34 @@ def target_files(target: str, out: str | Path, *, matrix_dir: str | Path | None 
                  image: str | None = None, gpus: bool | None = None, infiniband: bool = False,
                  min_busbw: float | None = None, matrix: Matrix | None = None,
                  builder_image: str | None = None, cuda_arch: tuple[str, ...] = (),
-                 cpu_isa: str | None = None) -> tuple:
+                 cpu_isa: str | None = None, requirements: Sequence[str] = (),
+                 requirements_source: str = "requirements") -> tuple:
     """(stack, {relative path: content}, locked) of the build folder ``out`` would get.
 
     A ``requirements.lock`` already in ``out`` (from ``envbuilder lock``), or one made now with
-    ``lock=True``, is installed with ``--require-hashes`` (see build_files)."""
+    ``lock=True``, is installed with ``--require-hashes`` (see build_files). The team's own
+    requirements (``requirements_file`` and/or the lines ``requirements``, e.g. a project's)
+    get a layer of their own above torch and the compiled layers; with a lock they are locked
+    with the stack."""
+    from envbuilder.lock.requirements import team_requirements
     from envbuilder.render.jobs import job_name, render_jobs
     from envbuilder.render.monitoring import render_monitoring
 
-    if requirements_file is not None and not lock:
-        raise InputError("--requirements is locked with the stack: add --lock (or run "
-                         "envbuilder lock TARGET --requirements FILE first)")
     m = matrix or load_matrix(matrix_dir)
     stack = resolve_target(target, pins=pins, matrix=m)
+    team = team_requirements(stack, requirements_file=requirements_file, lines=requirements,
+                             source=requirements_source)
     out = Path(out)
     lock_text = None
     existing = out / "requirements.lock"
     if lock:
         from envbuilder.lock.requirements import resolve_lock_text
 
-        lock_text = resolve_lock_text(stack, requirements_file=requirements_file,
-                                      index_url=pip_index_url, extra_index_urls=extra_index_urls)
+        # the file is named in the lock's header; the project's lines are locked with it
+        lock_text = resolve_lock_text(
+            stack, requirements_file=requirements_file, index_url=pip_index_url,
+            extra_index_urls=extra_index_urls,
+            team=team_requirements(stack, lines=requirements, source=requirements_source))
     elif existing.is_file():
         from envbuilder._fs import read_text_capped
 
@@ -139,7 +148,7 @@ def target_files(target: str, out: str | Path, *, matrix_dir: str | Path | None 
                               base_image=base_image, pip_index_url=pip_index_url,
                               extra_index_urls=tuple(extra_index_urls), smoke_nproc=nproc,
                               builder_image=builder_image, cuda_arch=cuda_arch or None,
-                              cpu_isa=cpu_isa)
+                              cpu_isa=cpu_isa, team_requirements=team)
     files.update(render_jobs(plan, image=image or f"envbuilder:{stack.tag}",
                              gpus=stack.toolkit is not None if gpus is None else gpus,
                              infiniband=infiniband))
@@ -166,21 +175,23 @@ def lock_target(target: str, out: str | Path, *, matrix_dir: str | Path | None =
                 requirements_file: str | Path | None = None, conda: bool = False,
                 conda_channels: Sequence[str] = ("conda-forge",), sbom: bool = False,
                 pip_index_url: str | None = None,
-                extra_index_urls: Sequence[str] = ()) -> dict[str, Any]:
+                extra_index_urls: Sequence[str] = (), requirements: Sequence[str] = (),
+                requirements_source: str = "requirements") -> dict[str, Any]:
     """Write (or with ``check`` verify) the hash-pinned lock of a target in ``out``, and with
     ``conda``/``sbom`` (not with ``check``) environment.yml + conda-lock.yml and an SBOM, all
     written together or not at all (lock.requirements.write_locks). Returns the report
     ``envbuilder lock --json`` prints."""
     from envbuilder.core import validate
-    from envbuilder.lock import requirements
+    from envbuilder.lock import requirements as lockreq
 
     if pip_index_url:
         validate.url(pip_index_url, "--pip-index-url")
     for u in extra_index_urls:
         validate.url(u, "--extra-index-url")
     stack = resolve_target(target, matrix_dir=matrix_dir, pins=pins)
-    res = requirements.write_locks(stack, Path(out), requirements_file=requirements_file,
-                                   index_url=pip_index_url,
+    team = lockreq.team_requirements(stack, lines=requirements, source=requirements_source)
+    res = lockreq.write_locks(stack, Path(out), requirements_file=requirements_file,
+                                   team=team, index_url=pip_index_url,
                                    extra_index_urls=tuple(extra_index_urls), check=check,
                                    conda=conda, conda_channels=tuple(conda_channels), sbom=sbom)
     data: dict[str, Any] = {"lock": res["lock"].to_dict(), "target": target, "tag": stack.tag}
@@ -459,3 +470,101 @@ def doctor(*, target: str | None = None, image: str | None = None, nproc: int | 
     elif image:
         facts = labels.read(image_labels(image_ref(image, "--image")))
     return run_doctor(stack=facts, nproc=nproc)
+
+
+# -- projects (envbuilder.toml) ----------------------------------------------------------------
+
+def project_requirements(project: Project | None,
+                         requirements_file: str | Path | None = None) -> dict[str, Any]:
+    """The team-requirements options of a command run inside ``project``: ``--requirements
+    FILE`` when given, else the project's ``requirements`` (a file or a list of lines)."""
+    if requirements_file is not None or project is None or not project.has_requirements:
+        return {"requirements_file": requirements_file}
+    return {"requirements_file": project.requirements_file,
+            "requirements": tuple(project.requirements),
+            "requirements_source": f"{project.path} requirements"}
+
+
+def project_targets(project: Project, names: Sequence[str] | None = None,
+                    pins: Pins | None = None) -> list[ProjectTarget]:
+    """The project's targets (all, or those named): what render|lock|build|bake act on
+    without a TARGET. Pin options belong to one TARGET: a project sets pins per target."""
+    if pins is not None and pins != Pins():
+        raise InputError(f"pin options apply to one TARGET: in the project {project.path} "
+                         f"set them on the [[targets]] entry instead")
+    if not project.targets:
+        raise InputError(f"the project {project.path} lists no [[targets]]: add one, or give "
+                         f"a TARGET")
+    if not names:
+        return list(project.targets)
+    out = []
+    for n in names:
+        t = project.target(n)
+        if t is None:
+            raise InputError(f"{n!r} is not a target of the project {project.path}; its "
+                             f"targets: {', '.join(t.name for t in project.targets)}")
+        out.append(t)
+    return out
+
+
+def in_project(project: Project | None, target: str, pins: Pins | None,
+               requirements_file: str | Path | None = None) -> tuple[str, Pins | None, dict]:
+    """One TARGET run inside ``project``: a project target's name becomes its target string
+    and pins; the project's requirements apply (unless ``--requirements`` is given). Returns
+    (target, pins, the requirements options)."""
+    if project is None:
+        return target, pins, {"requirements_file": requirements_file}
+    t = project.target(target)
+    if t is not None and (pins is None or pins == Pins()):
+        target, pins = t.target, t.pins
+    return target, pins, project_requirements(project, requirements_file)
+
+
+def render_project(project: Project, out: str | Path, *, names: Sequence[str] | None = None,
+                   pins: Pins | None = None, matrix_dir: str | Path | None = None,
+                   requirements_file: str | Path | None = None, **kw: Any) -> list[dict]:
+    """Render the project's targets into OUT/<name>/, all or nothing, each with the team's
+    requirements in their own layer."""
+    from envbuilder._fs import Outputs
+
+    m = load_matrix(matrix_dir)
+    out = Path(out)
+    kw.update(project_requirements(project, requirements_file))
+    reports = []
+    with Outputs("render") as tx:
+        for t in project_targets(project, names, pins):
+            stack, files, locked = target_files(t.target, out / t.name, matrix=m, pins=t.pins,
+                                                **kw)
+            tx.add(out / t.name, files, group="render")
+            reports.append({"target": t.name, "resolved_target": t.target,
+                            "out": str(out / t.name), "files": sorted(files),
+                            "stack": stack.to_dict(), "locked": locked})
+        tx.commit()
+    return reports
+
+
+def lock_project(project: Project, out: str | Path, *, names: Sequence[str] | None = None,
+                 pins: Pins | None = None, requirements_file: str | Path | None = None,
+                 **kw: Any) -> list[dict[str, Any]]:
+    """Lock each of the project's targets into OUT/<name>/requirements.lock."""
+    kw.update(project_requirements(project, requirements_file))
+    return [{**lock_target(t.target, Path(out) / t.name, pins=t.pins, **kw), "name": t.name}
+            for t in project_targets(project, names, pins)]
+
+
+def bake_project(project: Project, out: str | Path, *, registry: str | None = None,
+                 **kw: Any) -> dict[str, Any]:
+    """Render the project's targets into OUT/<name>/ and write OUT/docker-bake.hcl (tags
+    under ``registry``, else the project's)."""
+    from envbuilder.core import validate
+    from envbuilder.render.bake import write_bake
+
+    registry = registry or project.registry
+    if registry is not None:
+        validate.repository(registry, "--registry" if registry != project.registry
+                            else f"registry in {project.path}")
+    out = Path(out)
+    reports = render_project(project, out, **kw)
+    write_bake([(r["target"], out / r["target"]) for r in reports], out / "docker-bake.hcl",
+               registry=registry)
+    return {"bake_file": str(out / "docker-bake.hcl"), "targets": reports}

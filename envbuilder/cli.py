@@ -294,9 +294,24 @@ def render(target: Optional[str] = typer.Argument(None, help="The target; omit w
             for r in reports:
                 sys.stdout.write(f"{r['target']}: {r['stack']['tag']} -> {r['out']}\n")
         return
+    from envbuilder.api import find_project, in_project, render_project
+
+    project = find_project()
+    if target is None and project is not None:  # the project's targets (envbuilder.toml)
+        reports = render_project(project, out or Path("build"), **kw)
+        if as_json:
+            _echo_json({"project": str(project.path), "rendered": reports})
+        else:
+            for r in reports:
+                sys.stdout.write(f"{r['target']}: {r['stack']['tag']} -> {r['out']}\n")
+        return
     if target is None:
-        raise InputError("render needs a TARGET (e.g. cu118) or --all")
-    r = render_target(target, out or Path("build") / target, **kw)
+        raise InputError("render needs a TARGET (e.g. cu118), --all, or a project file "
+                         "(envbuilder.toml) in this folder or above")
+    name = target
+    target, kw["pins"], req = in_project(project, target, pins, requirements)
+    kw.update(req)
+    r = render_target(target, out or Path("build") / name, **kw)
     if as_json:
         _echo_json(r)
         return
@@ -313,7 +328,7 @@ def render(target: Optional[str] = typer.Argument(None, help="The target; omit w
 @app.command()
 @command
 @with_pins
-def lock(target: str = typer.Argument(..., help="The target to lock."),
+def lock(target: Optional[str] = typer.Argument(None, help="The target to lock (omit inside a project: its targets)."),
          out: Optional[Path] = typer.Option(None, "-o", "--out", help="Folder for requirements.lock (default build/<target>)."),
          check_: bool = typer.Option(False, "--check", help="Re-resolve and fail (exit 1, with a diff) when the lock on disk differs."),
          requirements: Optional[Path] = typer.Option(None, "--requirements", help="Extra requirements to lock with the stack."),
@@ -325,13 +340,30 @@ def lock(target: str = typer.Argument(..., help="The target to lock."),
          pins: Any = None,
          matrix: Optional[str] = MatrixOpt, as_json: bool = JsonOpt) -> None:
     """Write the hash-pinned lock for a target; --check fails on drift (the CI gate)."""
-    from envbuilder.api import lock_target
+    from envbuilder.api import find_project, in_project, lock_project, lock_target
+    from envbuilder.errors import InputError
 
-    data = lock_target(target, out or Path("build") / target, matrix_dir=matrix, pins=pins,
-                       check=check_, requirements_file=requirements, conda=conda,
-                       conda_channels=tuple(conda_channel or ("conda-forge",)), sbom=sbom,
-                       pip_index_url=pip_index_url,
-                       extra_index_urls=tuple(extra_index_url or ()))
+    kw: dict[str, Any] = dict(matrix_dir=matrix, check=check_, conda=conda,
+                              conda_channels=tuple(conda_channel or ("conda-forge",)), sbom=sbom,
+                              pip_index_url=pip_index_url,
+                              extra_index_urls=tuple(extra_index_url or ()))
+    project = find_project()
+    if target is None:
+        if project is None:
+            raise InputError("lock needs a TARGET (e.g. cu121), or a project file "
+                             "(envbuilder.toml) in this folder or above")
+        locks = lock_project(project, out or Path("build"), pins=pins,
+                             requirements_file=requirements, **kw)
+        if as_json:
+            _echo_json({"project": str(project.path), "locks": locks})
+        else:
+            for d in locks:
+                sys.stdout.write(f"{d['name']}: {d['lock']['path']}: {len(d['lock']['packages'])} packages, "
+                                 f"{d['lock']['digest']}\n")
+        return
+    name = target
+    target, pins, req = in_project(project, target, pins, requirements)
+    data = lock_target(target, out or Path("build") / name, pins=pins, **req, **kw)
     rep = data["lock"]
     if as_json:
         _echo_json(data)
@@ -350,10 +382,15 @@ def lock(target: str = typer.Argument(..., help="The target to lock."),
 def bake(out: Path = typer.Option(Path("build"), "-o", "--out", help="Folder for the targets and docker-bake.hcl."),
          registry: Optional[str] = typer.Option(None, "--registry", help="Repository the tags go under."),
          matrix: Optional[str] = MatrixOpt, as_json: bool = JsonOpt) -> None:
-    """Render every built-in target and write a docker-bake.hcl for docker buildx bake."""
-    from envbuilder.api import bake_all
+    """Render every built-in target (inside a project: its targets) and write a docker-bake.hcl
+    for docker buildx bake."""
+    from envbuilder.api import bake_all, bake_project, find_project
 
-    r = bake_all(out, matrix_dir=matrix, registry=registry)
+    project = find_project()
+    if project is not None and project.targets:  # the project's targets (envbuilder.toml)
+        r = bake_project(project, out, matrix_dir=matrix, registry=registry)
+    else:
+        r = bake_all(out, matrix_dir=matrix, registry=registry)
     if as_json:
         _echo_json(r)
     else:
@@ -465,6 +502,7 @@ def build(target: Optional[str] = typer.Argument(None, help="The target; omit wi
           shm_size: str = typer.Option("2g", "--shm-size"),
           context: Optional[Path] = typer.Option(None, "--context", help="Keep the build context in this folder."),
           lock: Optional[Path] = typer.Option(None, "--lock", help="Install from this requirements.lock with --require-hashes."),
+          requirements: Optional[Path] = typer.Option(None, "--requirements", help="The team's own requirements, installed in their own layer (default: the project's)."),
           report: Optional[Path] = typer.Option(None, "--report", help="Also write the JSON report here."),
           fmt: str = typer.Option("docker", "--format", help="docker, or apptainer: also build a SIF from the image (needs apptainer)."),
           metrics_file: Optional[Path] = typer.Option(None, "--metrics-file", help="Write the smoke result as Prometheus metrics here (*.prom)."),
@@ -524,12 +562,47 @@ def build(target: Optional[str] = typer.Argument(None, help="The target; omit wi
         if not data["ok"]:
             raise typer.Exit(EXIT_FAILED)
         return
+    from envbuilder.api import find_project, in_project, project_targets
+
+    project = find_project()
+    if target is None and project is not None:  # the project's targets, one after another
+        if fmt == "apptainer" or metrics_file is not None:
+            raise InputError("--format apptainer and --metrics-file hold one target: name it")
+        results = []
+        for t in project_targets(project, pins=pins):
+            _, _, req = in_project(project, t.name, None, requirements)
+            opts.requirements_file = req.get("requirements_file")
+            opts.requirements = tuple(req.get("requirements", ()))
+            opts.requirements_source = req.get("requirements_source", "requirements")
+            try:
+                with _Progress(not as_json) as prog:
+                    rep = build_target(t.target, opts, matrix_dir=matrix, pins=t.pins,
+                                       on_event=lambda k, d, n=t.name: prog.event(n, k, d))
+            except BuildFailed as e:
+                rep = e.report
+            results.append(rep.to_dict() | {"name": t.name})
+        data = {"ok": all(d["ok"] for d in results), "project": str(project.path), "builds": results}
+        _write_report(report, data)
+        if as_json:
+            _echo_json(data)
+        else:
+            for d in results:
+                _print_build(d)
+        if not data["ok"]:
+            raise typer.Exit(EXIT_FAILED)
+        return
     if target is None:
-        raise InputError("build needs a TARGET (e.g. cu121) or --all")
+        raise InputError("build needs a TARGET (e.g. cu121), --all, or a project file "
+                         "(envbuilder.toml) in this folder or above")
+    name = target
+    target, pins, req = in_project(project, target, pins, requirements)
+    opts.requirements_file = req.get("requirements_file")
+    opts.requirements = tuple(req.get("requirements", ()))
+    opts.requirements_source = req.get("requirements_source", "requirements")
     try:
         with _Progress(not as_json) as prog:
             r = build_target(target, opts, matrix_dir=matrix, pins=pins,
-                             on_event=lambda k, d: prog.event(target, k, d))
+                             on_event=lambda k, d: prog.event(name, k, d))
     except BuildFailed as e:
         _write_report(report, e.report.to_dict())
         if not as_json:

@@ -354,13 +354,18 @@ def _user_requirements(path: str | Path) -> list[Requirement]:
 
     p = Path(path)
     text = read_text_capped(p, "--requirements", limit=1 << 20)
-    p = Path(_comment_safe(str(p)))
+    return parse_requirement_lines(text.splitlines(), _comment_safe(str(p)))
+
+
+def parse_requirement_lines(lines: Sequence[str], source: str) -> list[Requirement]:
+    """Plain ``name[extras] op version`` lines (a requirements file's, or a project file's
+    ``requirements`` list); comments and blank lines skipped. ``source`` names them in errors."""
     out: list[Requirement] = []
-    for n, raw in enumerate(text.splitlines(), 1):
+    for n, raw in enumerate(lines, 1):
         line = raw.split(" #", 1)[0].strip() if not raw.lstrip().startswith("#") else ""
         if not line:
             continue
-        where = f"{p}:{n}"
+        where = f"{source}:{n}"
         if any(ord(c) < 32 and c != "\t" for c in line):
             raise InputError(f"{where}: control characters are not allowed in --requirements")
         if line.startswith("-"):
@@ -379,6 +384,21 @@ def _user_requirements(path: str | Path) -> list[Requirement]:
                              f"hash-locked from an index; give name==version")
         out.append(req)
     return out
+
+
+def team_requirements(stack: Stack, *, requirements_file: str | Path | None = None,
+                      lines: Sequence[str] = (), source: str = "requirements") -> tuple[str, ...]:
+    """A team's own requirements (``--requirements FILE`` and/or a project's list), checked
+    against the stack (exit 3 when one contradicts it): the ``team`` layer's lines."""
+    reqs: list[Requirement] = []
+    if requirements_file is not None:
+        reqs += _user_requirements(requirements_file)
+        _check_user_requirements(stack, reqs, requirements_file)
+    if lines:
+        more = parse_requirement_lines(list(lines), _comment_safe(source))
+        _check_user_requirements(stack, more, source)
+        reqs += more
+    return tuple(dict.fromkeys(str(r) for r in reqs))
 
 
 def _stack_versions(stack: Stack) -> dict[str, tuple[str, str]]:
@@ -556,12 +576,13 @@ def _comment_safe(s: str) -> str:
     return "".join(c if 32 <= ord(c) != 127 else repr(c)[1:-1] for c in s)
 
 
-def _resolve(stack: Stack, *, requirements_file, index_url, extra_index_urls, uv
-             ) -> tuple[str, list[LockedPackage], str, _uv.Indexes]:
+def _resolve(stack: Stack, *, requirements_file, index_url, extra_index_urls, uv,
+             team: Sequence[str] = ()) -> tuple[str, list[LockedPackage], str, _uv.Indexes]:
     extras: list[Requirement] = []
     if requirements_file is not None:
         extras = _user_requirements(requirements_file)
         _check_user_requirements(stack, extras, requirements_file)
+    extras += [Requirement(t) for t in team]  # a project's list, checked by team_requirements
     inputs = input_requirements(stack, extras)
     cmd, idx, uv_bin, body = _uv.compile(stack, inputs, None, index_url=index_url,
                                          extra_index_urls=extra_index_urls, uv=uv)
@@ -578,11 +599,11 @@ def _resolve(stack: Stack, *, requirements_file, index_url, extra_index_urls, uv
 
 def resolve_lock_text(stack: Stack, *, requirements_file: str | Path | None = None,
                       index_url: str | None = None, extra_index_urls: Sequence[str] = (),
-                      uv: str | None = None) -> str:
+                      uv: str | None = None, team: Sequence[str] = ()) -> str:
     """The text of a fresh requirements.lock for ``stack`` (cross-checked); nothing is
     written anywhere (uv prints the lock on its stdout)."""
     text, pkgs, _, _ = _resolve(stack, requirements_file=requirements_file, index_url=index_url,
-                                extra_index_urls=extra_index_urls, uv=uv)
+                                extra_index_urls=extra_index_urls, uv=uv, team=team)
     cross_check(stack, pkgs, "uv's resolution")
     return text
 
@@ -598,7 +619,8 @@ def lock_target(stack: Stack, out_dir: str | Path, *, requirements_file: str | P
 def write_locks(stack, out_dir: str | Path, *, requirements_file: str | Path | None = None,
                 index_url: str | None = None, extra_index_urls: Sequence[str] = (),
                 uv: str | None = None, check: bool = False, conda: bool = False,
-                conda_channels: Sequence[str] = ("conda-forge",), sbom: bool = False) -> dict:
+                conda_channels: Sequence[str] = ("conda-forge",), sbom: bool = False,
+                team: Sequence[str] = ()) -> dict:
     """``envbuilder lock``: requirements.lock, and with ``conda`` environment.yml +
     conda-lock.yml, with ``sbom`` sbom.cdx.json, all written together or not at all (a failing
     conda solve leaves the old requirements.lock in place). Returns {"lock": LockReport,
@@ -619,7 +641,8 @@ def write_locks(stack, out_dir: str | Path, *, requirements_file: str | Path | N
         for c in conda_channels:
             _check_channel(c)
     text, pkgs, shown, idx = _resolve(stack, requirements_file=requirements_file,
-                                      index_url=index_url, extra_index_urls=extra_index_urls, uv=uv)
+                                      index_url=index_url, extra_index_urls=extra_index_urls, uv=uv,
+                                      team=team)
     cross_check(stack, pkgs, "uv's resolution")
     versions = {p.name: p.version for p in pkgs}
     if check:
