@@ -17,7 +17,7 @@ from envbuilder.core import resolve
 from envbuilder.core.resolve import Stack
 from envbuilder.core.target import Pins, Request, apply_options, request
 
-__all__ = ["Pins", "Project", "in_project", "apptainer_available", "bake_all", "bake_project", "find_project",
+__all__ = ["Pins", "Project", "in_project", "load", "apptainer_available", "bake_all", "bake_project", "find_project",
            "lock_project", "project_targets", "render_project",
            "build_files", "build_many", "build_sif", "build_target", "builtin_target_names",
            "builtin_targets", "check_combination", "doctor", "explain", "github_matrix",
@@ -70,8 +70,9 @@ def build_many(targets: Sequence[str], opts: BuildOptions, **kw: Any) -> list[Bu
 
 
 def resolve_target(target: str, *, matrix_dir: str | Path | None = None, pins: Pins | None = None,
-                   matrix: Matrix | None = None) -> Stack:
-    m = matrix or load_matrix(matrix_dir)
+                   matrix: Matrix | None = None,
+                   matrix_overlay: str | Path | None = None) -> Stack:
+    m = matrix or load_matrix(matrix_dir, matrix_overlay)
     return resolve.resolve_target(target, m, pins)
 
 
@@ -113,7 +114,8 @@ def target_files(target: str, out: str | Path, *, matrix_dir: str | Path | None 
                  min_busbw: float | None = None, matrix: Matrix | None = None,
                  builder_image: str | None = None, cuda_arch: tuple[str, ...] = (),
                  cpu_isa: str | None = None, requirements: Sequence[str] = (),
-                 requirements_source: str = "requirements") -> tuple:
+                 requirements_source: str = "requirements",
+                 matrix_overlay: str | Path | None = None) -> tuple:
     """(stack, {relative path: content}, locked) of the build folder ``out`` would get.
 
     A ``requirements.lock`` already in ``out`` (from ``envbuilder lock``), or one made now with
@@ -125,7 +127,7 @@ def target_files(target: str, out: str | Path, *, matrix_dir: str | Path | None 
     from envbuilder.render.jobs import job_name, render_jobs
     from envbuilder.render.monitoring import render_monitoring
 
-    m = matrix or load_matrix(matrix_dir)
+    m = matrix or load_matrix(matrix_dir, matrix_overlay)
     stack = resolve_target(target, pins=pins, matrix=m)
     team = team_requirements(stack, requirements_file=requirements_file, lines=requirements,
                              source=requirements_source)
@@ -176,7 +178,8 @@ def lock_target(target: str, out: str | Path, *, matrix_dir: str | Path | None =
                 conda_channels: Sequence[str] = ("conda-forge",), sbom: bool = False,
                 pip_index_url: str | None = None,
                 extra_index_urls: Sequence[str] = (), requirements: Sequence[str] = (),
-                requirements_source: str = "requirements") -> dict[str, Any]:
+                requirements_source: str = "requirements",
+                matrix_overlay: str | Path | None = None) -> dict[str, Any]:
     """Write (or with ``check`` verify) the hash-pinned lock of a target in ``out``, and with
     ``conda``/``sbom`` (not with ``check``) environment.yml + conda-lock.yml and an SBOM, all
     written together or not at all (lock.requirements.write_locks). Returns the report
@@ -188,7 +191,7 @@ def lock_target(target: str, out: str | Path, *, matrix_dir: str | Path | None =
         validate.url(pip_index_url, "--pip-index-url")
     for u in extra_index_urls:
         validate.url(u, "--extra-index-url")
-    stack = resolve_target(target, matrix_dir=matrix_dir, pins=pins)
+    stack = resolve_target(target, matrix_dir=matrix_dir, pins=pins, matrix_overlay=matrix_overlay)
     team = lockreq.team_requirements(stack, lines=requirements, source=requirements_source)
     res = lockreq.write_locks(stack, Path(out), requirements_file=requirements_file,
                                    team=team, index_url=pip_index_url,
@@ -203,11 +206,12 @@ def lock_target(target: str, out: str | Path, *, matrix_dir: str | Path | None =
 
 
 def render_all(out: str | Path, *, matrix_dir: str | Path | None = None,
-               targets: Sequence[str] | None = None, **kw) -> list[dict]:
+               targets: Sequence[str] | None = None,
+               matrix_overlay: str | Path | None = None, **kw) -> list[dict]:
     """Render every built-in target (or the given ones) into OUT/<target>/, all or nothing."""
     from envbuilder._fs import Outputs
 
-    m = load_matrix(matrix_dir)
+    m = load_matrix(matrix_dir, matrix_overlay)
     names = list(targets or builtin_targets(m))
     out = Path(out)
     reports = []
@@ -236,6 +240,12 @@ def bake_all(out: str | Path, *, matrix_dir: str | Path | None = None,
     write_bake([(r["target"], out / r["target"]) for r in reports], out / "docker-bake.hcl",
                registry=registry)
     return {"bake_file": str(out / "docker-bake.hcl"), "targets": reports}
+
+
+def load(matrix_dir: str | Path | None = None,
+         matrix_overlay: str | Path | None = None) -> Matrix:
+    """The matrix (built-in, or ``matrix_dir`` in its place) with a team's overlay on top."""
+    return load_matrix(matrix_dir, matrix_overlay)
 
 
 def list_targets(*, matrix_dir: str | Path | None = None) -> dict[str, Any]:
@@ -511,23 +521,27 @@ def in_project(project: Project | None, target: str, pins: Pins | None,
                requirements_file: str | Path | None = None) -> tuple[str, Pins | None, dict]:
     """One TARGET run inside ``project``: a project target's name becomes its target string
     and pins; the project's requirements apply (unless ``--requirements`` is given). Returns
-    (target, pins, the requirements options)."""
+    (target, pins, the requirements and matrix-overlay options)."""
     if project is None:
         return target, pins, {"requirements_file": requirements_file}
     t = project.target(target)
     if t is not None and (pins is None or pins == Pins()):
         target, pins = t.target, t.pins
-    return target, pins, project_requirements(project, requirements_file)
+    req = project_requirements(project, requirements_file)
+    if project.matrix_overlay is not None:
+        req["matrix_overlay"] = project.matrix_overlay
+    return target, pins, req
 
 
 def render_project(project: Project, out: str | Path, *, names: Sequence[str] | None = None,
                    pins: Pins | None = None, matrix_dir: str | Path | None = None,
-                   requirements_file: str | Path | None = None, **kw: Any) -> list[dict]:
+                   requirements_file: str | Path | None = None,
+                   matrix_overlay: str | Path | None = None, **kw: Any) -> list[dict]:
     """Render the project's targets into OUT/<name>/, all or nothing, each with the team's
-    requirements in their own layer."""
+    requirements in their own layer (and the project's matrix overlay, unless one is given)."""
     from envbuilder._fs import Outputs
 
-    m = load_matrix(matrix_dir)
+    m = load_matrix(matrix_dir, matrix_overlay or project.matrix_overlay)
     out = Path(out)
     kw.update(project_requirements(project, requirements_file))
     reports = []
@@ -548,6 +562,7 @@ def lock_project(project: Project, out: str | Path, *, names: Sequence[str] | No
                  **kw: Any) -> list[dict[str, Any]]:
     """Lock each of the project's targets into OUT/<name>/requirements.lock."""
     kw.update(project_requirements(project, requirements_file))
+    kw["matrix_overlay"] = kw.get("matrix_overlay") or project.matrix_overlay
     return [{**lock_target(t.target, Path(out) / t.name, pins=t.pins, **kw), "name": t.name}
             for t in project_targets(project, names, pins)]
 

@@ -32,8 +32,10 @@ app = typer.Typer(
 )
 
 # -- shared options -------------------------------------------------------------------------
-MatrixOpt = typer.Option(None, "--matrix", help="A matrix folder to use instead of the built-in one.",
+MatrixOpt = typer.Option(None, "--matrix", help="A matrix folder to use instead of the built-in one (replaces it entirely).",
                          metavar="DIR")
+OverlayOpt = typer.Option(None, "--matrix-overlay", help="A team's matrix folder whose entries are added to (or replace) the matrix's (default: the project's matrix_overlay).",
+                          metavar="DIR")
 JsonOpt = typer.Option(False, "--json", help="Print one JSON document for machines.")
 TorchOpt = typer.Option(None, "--torch", help="Pin torch: a line (2.1) or a version (2.1.2).")
 PythonOpt = typer.Option(None, "--python", help="Pin Python, e.g. 3.10.")
@@ -182,6 +184,9 @@ def _print_stack(d: dict) -> None:
                       "deepspeed", "horovod", "os", "base_image", "builder_image")]
     rows[0][2] = d["choices"]["cuda"]["reason"]
     _table(f"{d['target']} -> {d['tag']}", ["axis", "value", "why"], rows)
+    for e in d.get("overlay", ()):
+        sys.stdout.write(f"overlay{' (used)' if e['used'] else ''}: {e['file']} {e['key']} "
+                         f"{e['entry']} {e['action']} from {e['overlay']} (source: {', '.join(e['source'])})\n")
     for w in d["warnings"]:
         _warn(w)
 
@@ -216,12 +221,14 @@ def targets(matrix: Optional[str] = MatrixOpt, as_json: bool = JsonOpt,
 @with_pins
 def resolve(target: str = typer.Argument(..., help="e.g. cu118, cu121-torch2.1-py310, cpu"),
             pins: Any = None,
-            matrix: Optional[str] = MatrixOpt, as_json: bool = JsonOpt) -> None:
+            matrix: Optional[str] = MatrixOpt, matrix_overlay: Optional[str] = OverlayOpt,
+            as_json: bool = JsonOpt) -> None:
     """Print the resolved stack, or why none exists (exit 3)."""
-    from envbuilder.api import resolve_target
+    from envbuilder.api import find_project, in_project, resolve_target
 
-    st = resolve_target(target, matrix_dir=matrix,
-                        pins=pins)
+    target, pins, req = in_project(find_project(), target, pins)
+    st = resolve_target(target, matrix_dir=matrix, pins=pins,
+                        matrix_overlay=matrix_overlay or req.get("matrix_overlay"))
     d = st.to_dict()
     if as_json:
         _echo_json(d)
@@ -272,7 +279,8 @@ def render(target: Optional[str] = typer.Argument(None, help="The target; omit w
            image: Optional[str] = typer.Option(None, "--image", help="The image the jobs/ files run (by digest when known)."),
            infiniband: bool = typer.Option(False, "--infiniband", help="Job files request IPC_LOCK for RDMA."),
            min_busbw: Optional[float] = typer.Option(None, "--min-busbw", help="monitoring/ alerts when the smoke job's all-reduce busbw falls below this (GB/s)."),
-           matrix: Optional[str] = MatrixOpt, as_json: bool = JsonOpt) -> None:
+           matrix: Optional[str] = MatrixOpt, matrix_overlay: Optional[str] = OverlayOpt,
+           as_json: bool = JsonOpt) -> None:
     """Write the Dockerfile, envbuilder.def, requirements, stack.json, smoke job and job files."""
     from envbuilder.api import render_all, render_target
     from envbuilder.errors import InputError
@@ -281,7 +289,7 @@ def render(target: Optional[str] = typer.Argument(None, help="The target; omit w
               extra_index_urls=tuple(extra_index_url or ()), nproc=nproc, lock=lock,
               requirements_file=requirements, image=image, infiniband=infiniband,
               builder_image=builder_image, cuda_arch=_arch(cuda_arch), cpu_isa=cpu_isa,
-              min_busbw=min_busbw)
+              min_busbw=min_busbw, matrix_overlay=matrix_overlay)
     if image is not None and all_:
         raise InputError("--image names one image: use it without --all")
     if all_:
@@ -311,6 +319,7 @@ def render(target: Optional[str] = typer.Argument(None, help="The target; omit w
     name = target
     target, kw["pins"], req = in_project(project, target, pins, requirements)
     kw.update(req)
+    kw["matrix_overlay"] = matrix_overlay or req.get("matrix_overlay")
     r = render_target(target, out or Path("build") / name, **kw)
     if as_json:
         _echo_json(r)
@@ -338,7 +347,8 @@ def lock(target: Optional[str] = typer.Argument(None, help="The target to lock (
          pip_index_url: Optional[str] = typer.Option(None, "--pip-index-url", help="Index (mirror) to lock from."),
          extra_index_url: Optional[List[str]] = typer.Option(None, "--extra-index-url"),
          pins: Any = None,
-         matrix: Optional[str] = MatrixOpt, as_json: bool = JsonOpt) -> None:
+         matrix: Optional[str] = MatrixOpt, matrix_overlay: Optional[str] = OverlayOpt,
+         as_json: bool = JsonOpt) -> None:
     """Write the hash-pinned lock for a target; --check fails on drift (the CI gate)."""
     from envbuilder.api import find_project, in_project, lock_project, lock_target
     from envbuilder.errors import InputError
@@ -346,7 +356,8 @@ def lock(target: Optional[str] = typer.Argument(None, help="The target to lock (
     kw: dict[str, Any] = dict(matrix_dir=matrix, check=check_, conda=conda,
                               conda_channels=tuple(conda_channel or ("conda-forge",)), sbom=sbom,
                               pip_index_url=pip_index_url,
-                              extra_index_urls=tuple(extra_index_url or ()))
+                              extra_index_urls=tuple(extra_index_url or ()),
+                              matrix_overlay=matrix_overlay)
     project = find_project()
     if target is None:
         if project is None:
@@ -363,6 +374,7 @@ def lock(target: Optional[str] = typer.Argument(None, help="The target to lock (
         return
     name = target
     target, pins, req = in_project(project, target, pins, requirements)
+    kw["matrix_overlay"] = matrix_overlay or req.pop("matrix_overlay", None)
     data = lock_target(target, out or Path("build") / name, pins=pins, **req, **kw)
     rep = data["lock"]
     if as_json:
@@ -507,7 +519,8 @@ def build(target: Optional[str] = typer.Argument(None, help="The target; omit wi
           fmt: str = typer.Option("docker", "--format", help="docker, or apptainer: also build a SIF from the image (needs apptainer)."),
           metrics_file: Optional[Path] = typer.Option(None, "--metrics-file", help="Write the smoke result as Prometheus metrics here (*.prom)."),
           pushgateway: Optional[str] = typer.Option(None, "--pushgateway", help="Push the smoke result as Prometheus metrics to this Pushgateway URL."),
-          matrix: Optional[str] = MatrixOpt, as_json: bool = JsonOpt) -> None:
+          matrix: Optional[str] = MatrixOpt, matrix_overlay: Optional[str] = OverlayOpt,
+          as_json: bool = JsonOpt) -> None:
     """Build the image with the Docker engine, verify it against its labels, run the smoke job
     in it, optionally push it."""
     from envbuilder.api import BuildFailed, build_many, build_target
@@ -562,7 +575,7 @@ def build(target: Optional[str] = typer.Argument(None, help="The target; omit wi
         if not data["ok"]:
             raise typer.Exit(EXIT_FAILED)
         return
-    from envbuilder.api import find_project, in_project, project_targets
+    from envbuilder.api import find_project, in_project, load, project_targets
 
     project = find_project()
     if target is None and project is not None:  # the project's targets, one after another
@@ -576,7 +589,8 @@ def build(target: Optional[str] = typer.Argument(None, help="The target; omit wi
             opts.requirements_source = req.get("requirements_source", "requirements")
             try:
                 with _Progress(not as_json) as prog:
-                    rep = build_target(t.target, opts, matrix_dir=matrix, pins=t.pins,
+                    rep = build_target(t.target, opts, pins=t.pins,
+                                       matrix=load(matrix, matrix_overlay or req.get("matrix_overlay")),
                                        on_event=lambda k, d, n=t.name: prog.event(n, k, d))
             except BuildFailed as e:
                 rep = e.report
@@ -601,7 +615,8 @@ def build(target: Optional[str] = typer.Argument(None, help="The target; omit wi
     opts.requirements_source = req.get("requirements_source", "requirements")
     try:
         with _Progress(not as_json) as prog:
-            r = build_target(target, opts, matrix_dir=matrix, pins=pins,
+            r = build_target(target, opts, pins=pins,
+                             matrix=load(matrix, matrix_overlay or req.get("matrix_overlay")),
                              on_event=lambda k, d: prog.event(name, k, d))
     except BuildFailed as e:
         _write_report(report, e.report.to_dict())

@@ -15,15 +15,32 @@ import pytest
 
 from hostile_helpers import assert_clean_failure, cli
 
-from envbuilder.core.project import find_project, load_project, schema
+from envbuilder.core.project import find_project, schema
 
 CPU = "cpu-torch2.13-debian12"
 
+# the team's own Debian 12 image (here: the suite's local one), added by a matrix overlay
+INTERNAL_IMAGE = os.environ.get("ENVBUILDER_TEST_BASE_IMAGE", "envbuilder-test/debian:12")
+OVERLAY_OS = f"""\
+schema_version: 1
+os:
+- name: debian12
+  family: debian
+  image: {INTERNAL_IMAGE}
+  python_default: "3.11"
+  python:
+    "3.11":
+      packages: [python3.11, python3.11-venv]
+      repo: main
+  source: https://wiki.internal.example/platform/base-images#debian12
+"""
+
 PROJECT = f"""\
-# a team's project: two targets, their own requirements
+# a team's project: two targets, their own requirements, their own base image
 requirements = "team-requirements.txt"
 registry = "registry.example.com/team/train"
 layouts = ["1x8", "2x8"]
+matrix_overlay = "matrix"
 
 [[targets]]
 name = "train"
@@ -40,6 +57,8 @@ def _project(root: Path, text: str = PROJECT, reqs: str = "einops==0.8.2\n") -> 
     root.mkdir(parents=True, exist_ok=True)
     (root / "envbuilder.toml").write_text(text)
     (root / "team-requirements.txt").write_text(reqs)
+    (root / "matrix").mkdir(exist_ok=True)
+    (root / "matrix" / "os.yaml").write_text(OVERLAY_OS)
     (root / "src" / "deep").mkdir(parents=True, exist_ok=True)
     return root
 
@@ -52,6 +71,7 @@ def test_found_walking_up_from_a_subfolder(tmp_path):
     assert p.targets[1].pins.python == "3.11"
     assert p.requirements_file == root / "team-requirements.txt"
     assert p.layouts == ("1x8", "2x8") and p.registry == "registry.example.com/team/train"
+    assert p.matrix_overlay == root / "matrix"
     assert find_project(tmp_path) is None  # nothing at or above tmp_path
 
 
@@ -108,7 +128,17 @@ def test_render_without_a_target_renders_the_project_targets(tmp_path):
             "# layer: team" in (out / "envbuilder.def").read_text()
         stack = json.loads((out / "stack.json").read_text())
         assert [la["name"] for la in stack["layers"]][-1] == "team"
-    assert json.loads((root / "src/deep/build/eval/stack.json").read_text())["python"] == "3.11"
+    eval_stack = json.loads((root / "src/deep/build/eval/stack.json").read_text())
+    assert eval_stack["python"] == "3.11"
+    # the overlay's base image is used, and marked as the overlay's in stack.json
+    train_stack = json.loads((root / "src/deep/build/train/stack.json").read_text())
+    assert train_stack["base_image"] == INTERNAL_IMAGE
+    assert f"ARG RUNTIME_IMAGE={INTERNAL_IMAGE}" in (root / "src/deep/build/train/Dockerfile").read_text()
+    [entry] = train_stack["overlay"]
+    assert entry["file"] == "os.yaml" and entry["entry"] == "name=debian12" and entry["used"]
+    assert entry["action"] == "replaced" and entry["source"] == [
+        "https://wiki.internal.example/platform/base-images#debian12"]
+    assert train_stack["matrix"]["overlay"] == str(root / "matrix")
     # the torch layer's inputs do not depend on the team's requirements
     torch_before = (root / "src/deep/build/train/requirements/torch.txt").read_text()
     (root / "team-requirements.txt").write_text("einops==0.8.2\ntqdm==4.70.1\n")
@@ -158,7 +188,8 @@ def test_lock_one_project_target(tmp_path, uv_cache):
 def test_changing_team_requirements_rebuilds_only_the_team_layer(docker_client, base_image,
                                                                  wheelhouse, tmp_path):
     root = _project(tmp_path / "repo")
-    common = ("--no-smoke", "--base-image", base_image, "--wheelhouse", str(wheelhouse), "--json")
+    assert base_image == INTERNAL_IMAGE  # the project's overlay names the local base image
+    common = ("--no-smoke", "--wheelhouse", str(wheelhouse), "--json")
 
     def build(label: str) -> dict:
         p = cli("build", "train", *common, "--context", str(tmp_path / label), cwd=root,
@@ -170,6 +201,7 @@ def test_changing_team_requirements_rebuilds_only_the_team_layer(docker_client, 
         return docker_client.images.get(image_id).attrs["RootFS"]["Layers"]
 
     a = build("a")
+    assert a["labels"]["org.opencontainers.image.base.name"] == INTERNAL_IMAGE  # the overlay's
     (root / "team-requirements.txt").write_text("einops==0.8.2\ntqdm==4.70.1\n")
     b = build("b")
     (root / "team-requirements.txt").write_text("")  # no team packages: no team layer
@@ -183,3 +215,53 @@ def test_changing_team_requirements_rebuilds_only_the_team_layer(docker_client, 
         b["image_id"], ["python", "-c", "import einops, tqdm, torch; print('OK', tqdm.__version__)"],
         remove=True).decode()
     assert "OK 4.70.1" in out
+
+
+def _write(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path
+
+
+INTERNAL_CUDA = """\
+schema_version: 1
+images:
+- cuda: "12.1.1"
+  os: [ubuntu22.04]
+  flavours: [base, runtime, devel]
+  cudnn: cudnn8
+  repository: registry.internal.example/mirror/cuda
+  source: https://wiki.internal.example/platform/cuda-images
+"""
+
+
+def test_overlay_adds_an_internal_cuda_image_shown_by_resolve(tmp_path):
+    ov = _write(tmp_path / "ov" / "base_images.yaml", INTERNAL_CUDA).parent
+    p = cli("resolve", "cu121-torch2.1-py310", "--matrix-overlay", str(ov), "--json")
+    assert p.returncode == 0, p.stderr
+    d = json.loads(p.stdout)
+    assert d["base_image"] == "registry.internal.example/mirror/cuda:12.1.1-base-ubuntu22.04"
+    assert [(e["file"], e["entry"], e["used"]) for e in d["overlay"]] == [
+        ("base_images.yaml", "cuda=12.1.1, os=ubuntu22.04", True)]
+    plain = json.loads(cli("resolve", "cu121-torch2.1-py310", "--json").stdout)
+    assert plain["base_image"].startswith("nvidia/cuda:") and "overlay" not in plain
+    assert plain["matrix"]["digest"] != d["matrix"]["digest"]  # the overlay is in the cache key
+    # the built-in entry's other OS keeps NVIDIA's image
+    d20 = json.loads(cli("resolve", "cu121-torch2.1-py310-ubuntu20.04", "--matrix-overlay", str(ov),
+                         "--json").stdout)
+    assert d20["base_image"].startswith("nvidia/cuda:") and not d20["overlay"][0]["used"]
+    text = cli("resolve", "cu121-torch2.1-py310", "--matrix-overlay", str(ov)).stdout
+    assert "overlay (used): base_images.yaml" in text and "wiki.internal.example" in text
+
+
+def test_overlay_entries_need_a_source_and_known_keys(tmp_path):
+    ov = _write(tmp_path / "a" / "base_images.yaml",
+                INTERNAL_CUDA.replace("  source: https://wiki.internal.example/platform/cuda-images\n", ""))
+    p = cli("resolve", "cu121", "--matrix-overlay", str(ov.parent))
+    assert_clean_failure(p, 2, str(ov), "source")
+    ov = _write(tmp_path / "b" / "base_images.yaml", INTERNAL_CUDA + "  colour: blue\n")
+    p = cli("resolve", "cu121", "--matrix-overlay", str(ov.parent))
+    assert_clean_failure(p, 2, str(ov), "colour")
+    ov = _write(tmp_path / "c" / "torchh.yaml", "schema_version: 1\n")
+    p = cli("resolve", "cu121", "--matrix-overlay", str(ov.parent))
+    assert_clean_failure(p, 2, "torchh.yaml")
