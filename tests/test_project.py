@@ -181,6 +181,22 @@ def test_lock_one_project_target(tmp_path, uv_cache):
     torch = (root / "build/train/requirements/torch.txt").read_text()
     assert "einops==0.8.2" in team and "--hash=sha256:" in team
     assert "einops" not in torch and "torch==2.1.2" in torch
+    # the team's requirements are resolved within the stack's pins: changing them re-locks
+    # their own layer's file only (torch's file, hashes included, stays the same bytes)
+    (root / "team-requirements.txt").write_text("einops==0.8.2\npandas\n")
+    p = cli("lock", "train", "--json", cwd=root, UV_CACHE_DIR=str(uv_cache))
+    assert p.returncode == 0, p.stderr
+    after = json.loads(p.stdout)["lock"]["packages"]
+    assert "pandas" in after
+    assert {k: v for k, v in after.items() if k in data["lock"]["packages"]} == data["lock"]["packages"]
+    p = cli("render", "train", cwd=root)
+    assert p.returncode == 0, p.stderr
+    assert (root / "build/train/requirements/torch.txt").read_text() == torch
+    assert "pandas==" in (root / "build/train/requirements/team.txt").read_text()
+    # a team requirement that needs another version of a stack package is refused
+    (root / "team-requirements.txt").write_text("numpy>=2\n")
+    p = cli("lock", "train", cwd=root, UV_CACHE_DIR=str(uv_cache))
+    assert_clean_failure(p, 3, "numpy")
 
 
 @pytest.mark.docker

@@ -584,8 +584,14 @@ def _resolve(stack: Stack, *, requirements_file, index_url, extra_index_urls, uv
         _check_user_requirements(stack, extras, requirements_file)
     extras += [Requirement(t) for t in team]  # a project's list, checked by team_requirements
     inputs = input_requirements(stack, extras)
-    cmd, idx, uv_bin, body = _uv.compile(stack, inputs, None, index_url=index_url,
+    # the stack alone first, then the team's requirements within its pins: the stack's part
+    # of the lock (torch's and the compiled layers' files) does not change with them
+    cmd, idx, uv_bin, body = _uv.compile(stack, input_requirements(stack), None,
+                                         index_url=index_url,
                                          extra_index_urls=extra_index_urls, uv=uv)
+    if extras:
+        body = _add_team(stack, body, [str(r) for r in extras], index_url=index_url,
+                         extra_index_urls=extra_index_urls, uv=uv)
     problems = lock_problems(body, "uv's output")
     if problems:
         raise OperationError(f"uv pip compile wrote something envbuilder does not install: "
@@ -595,6 +601,25 @@ def _resolve(stack: Stack, *, requirements_file, index_url, extra_index_urls, uv
     text = _header(stack, shown, inputs, _uv.version(uv_bin), idx,
                    str(requirements_file) if requirements_file else None) + body
     return text, pkgs, shown, idx
+
+
+def _add_team(stack: Stack, body: str, extras: list[str], *, index_url, extra_index_urls,
+              uv) -> str:
+    """``body`` (the stack's lock) plus the entries the team's ``extras`` add, resolved with
+    every pin of ``body`` as a constraint (a team requirement that needs another version of a
+    stack package is refused by uv: exit 3)."""
+    import tempfile
+
+    pinned = read_lock(body)
+    have = {p.name for p in pinned}
+    with tempfile.TemporaryDirectory(prefix="envbuilder-lock-") as tmp:
+        cons = Path(tmp) / "stack-constraints.txt"
+        cons.write_text("".join(f"{p.name}=={p.version}\n" for p in pinned), encoding="utf-8")
+        _, _, _, team_body = _uv.compile(stack, extras, None, index_url=index_url,
+                                         extra_index_urls=extra_index_urls, uv=uv,
+                                         constraints=cons)
+    added = [p for p in read_lock(team_body) if p.name not in have]
+    return body.rstrip("\n") + "\n" + "".join(p.text for p in added)
 
 
 def resolve_lock_text(stack: Stack, *, requirements_file: str | Path | None = None,
