@@ -115,7 +115,8 @@ def target_files(target: str, out: str | Path, *, matrix_dir: str | Path | None 
                  builder_image: str | None = None, cuda_arch: tuple[str, ...] = (),
                  cpu_isa: str | None = None, requirements: Sequence[str] = (),
                  requirements_source: str = "requirements",
-                 matrix_overlay: str | Path | None = None) -> tuple:
+                 matrix_overlay: str | Path | None = None,
+                 layouts: Sequence[tuple[int, int]] = ()) -> tuple:
     """(stack, {relative path: content}, locked) of the build folder ``out`` would get.
 
     A ``requirements.lock`` already in ``out`` (from ``envbuilder lock``), or one made now with
@@ -124,7 +125,7 @@ def target_files(target: str, out: str | Path, *, matrix_dir: str | Path | None 
     get a layer of their own above torch and the compiled layers; with a lock they are locked
     with the stack."""
     from envbuilder.lock.requirements import team_requirements
-    from envbuilder.render.jobs import job_name, render_jobs
+    from envbuilder.render.jobs import DEFAULT_LAYOUTS, job_name, render_jobs
     from envbuilder.render.monitoring import render_monitoring
 
     m = matrix or load_matrix(matrix_dir, matrix_overlay)
@@ -152,6 +153,7 @@ def target_files(target: str, out: str | Path, *, matrix_dir: str | Path | None 
                               builder_image=builder_image, cuda_arch=cuda_arch or None,
                               cpu_isa=cpu_isa, team_requirements=team)
     files.update(render_jobs(plan, image=image or f"envbuilder:{stack.tag}",
+                             layouts=tuple(layouts) or DEFAULT_LAYOUTS,
                              gpus=stack.toolkit is not None if gpus is None else gpus,
                              infiniband=infiniband))
     files.update(render_monitoring(target=target, min_busbw_gbps=min_busbw,
@@ -544,6 +546,7 @@ def render_project(project: Project, out: str | Path, *, names: Sequence[str] | 
     m = load_matrix(matrix_dir, matrix_overlay or project.matrix_overlay)
     out = Path(out)
     kw.update(project_requirements(project, requirements_file))
+    kw.setdefault("layouts", project.layout_pairs)
     reports = []
     with Outputs("render") as tx:
         for t in project_targets(project, names, pins):

@@ -320,6 +320,8 @@ def render(target: Optional[str] = typer.Argument(None, help="The target; omit w
     target, kw["pins"], req = in_project(project, target, pins, requirements)
     kw.update(req)
     kw["matrix_overlay"] = matrix_overlay or req.get("matrix_overlay")
+    if project is not None:
+        kw["layouts"] = project.layout_pairs  # the project's job layouts (none: the defaults)
     r = render_target(target, out or Path("build") / name, **kw)
     if as_json:
         _echo_json(r)

@@ -39,7 +39,7 @@ PROJECT = f"""\
 # a team's project: two targets, their own requirements, their own base image
 requirements = "team-requirements.txt"
 registry = "registry.example.com/team/train"
-layouts = ["1x8", "2x8"]
+layouts = ["1x12", "2x6"]
 matrix_overlay = "matrix"
 
 [[targets]]
@@ -70,7 +70,7 @@ def test_found_walking_up_from_a_subfolder(tmp_path):
     assert [t.name for t in p.targets] == ["train", "eval"]
     assert p.targets[1].pins.python == "3.11"
     assert p.requirements_file == root / "team-requirements.txt"
-    assert p.layouts == ("1x8", "2x8") and p.registry == "registry.example.com/team/train"
+    assert p.layout_pairs == ((1, 12), (2, 6)) and p.registry == "registry.example.com/team/train"
     assert p.matrix_overlay == root / "matrix"
     assert find_project(tmp_path) is None  # nothing at or above tmp_path
 
@@ -128,6 +128,9 @@ def test_render_without_a_target_renders_the_project_targets(tmp_path):
             "# layer: team" in (out / "envbuilder.def").read_text()
         stack = json.loads((out / "stack.json").read_text())
         assert [la["name"] for la in stack["layers"]][-1] == "team"
+    # the project's job layouts replace the default ones
+    jobs = sorted(x.name for x in (root / "src/deep/build/train/jobs").glob("pytorchjob-*"))
+    assert jobs == ["pytorchjob-1x12.yaml", "pytorchjob-2x6.yaml"]
     eval_stack = json.loads((root / "src/deep/build/eval/stack.json").read_text())
     assert eval_stack["python"] == "3.11"
     # the overlay's base image is used, and marked as the overlay's in stack.json
@@ -281,3 +284,16 @@ def test_overlay_entries_need_a_source_and_known_keys(tmp_path):
     ov = _write(tmp_path / "c" / "torchh.yaml", "schema_version: 1\n")
     p = cli("resolve", "cu121", "--matrix-overlay", str(ov.parent))
     assert_clean_failure(p, 2, "torchh.yaml")
+
+
+def test_project_layouts_must_run_the_smoke_job_ranks(tmp_path):
+    root = _project(tmp_path / "repo", PROJECT.replace('["1x12", "2x6"]', '["1x8", "2x8"]'))
+    p = cli("render", "train", cwd=root)
+    assert_clean_failure(p, 2, "1x8", "12")
+    p = cli("render", "train", "--nproc", "8", cwd=root)
+    assert_clean_failure(p, 2, "2x8")
+    root = _project(tmp_path / "repo2", PROJECT.replace('["1x12", "2x6"]', '["1x8", "2x4"]'))
+    p = cli("render", "train", "--nproc", "8", cwd=root)
+    assert p.returncode == 0, p.stderr
+    assert sorted(x.name for x in (root / "build/train/jobs").glob("pytorchjob-*")) == [
+        "pytorchjob-1x8.yaml", "pytorchjob-2x4.yaml"]

@@ -51,6 +51,11 @@ class Project:
     def has_requirements(self) -> bool:
         return self.requirements_file is not None or bool(self.requirements)
 
+    @property
+    def layout_pairs(self) -> tuple[tuple[int, int], ...]:
+        """``layouts`` as (nodes, processes per node): the jobs/ files' layouts."""
+        return tuple((int(n), int(p)) for n, p in (x.split("x") for x in self.layouts))
+
     def target(self, name: str) -> ProjectTarget | None:
         return next((t for t in self.targets if t.name == name), None)
 
