@@ -13,11 +13,13 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 from envbuilder import SMOKE_TIMEOUT
 from envbuilder.errors import InputError
 from envbuilder.core.matrix import Matrix, load_matrix
+from envbuilder.core.project import Project, ProjectTarget, find_project
 from envbuilder.core import resolve
 from envbuilder.core.resolve import Stack
 from envbuilder.core.target import Pins, Request, apply_options, request
 
-__all__ = ["Pins", "apptainer_available", "bake_all",
+__all__ = ["Pins", "Project", "in_project", "load", "apptainer_available", "bake_all", "bake_project", "find_project",
+           "lock_project", "project_targets", "render_project",
            "build_files", "build_many", "build_sif", "build_target", "builtin_target_names",
            "builtin_targets", "check_combination", "doctor", "explain", "github_matrix",
            "image_labels", "list_targets", "lock_target", "render_all", "render_target",
@@ -69,8 +71,9 @@ def build_many(targets: Sequence[str], opts: BuildOptions, **kw: Any) -> list[Bu
 
 
 def resolve_target(target: str, *, matrix_dir: str | Path | None = None, pins: Pins | None = None,
-                   matrix: Matrix | None = None) -> Stack:
-    m = matrix or load_matrix(matrix_dir)
+                   matrix: Matrix | None = None,
+                   matrix_overlay: str | Path | None = None) -> Stack:
+    m = matrix or load_matrix(matrix_dir, matrix_overlay)
     return resolve.resolve_target(target, m, pins)
 
 
@@ -111,32 +114,40 @@ def target_files(target: str, out: str | Path, *, matrix_dir: str | Path | None 
                  requirements_file: str | Path | None = None, image: str | None = None, gpus: bool | None = None, infiniband: bool = False,
                  min_busbw: float | None = None, matrix: Matrix | None = None,
                  builder_image: str | None = None, cuda_arch: tuple[str, ...] = (),
-                 cpu_isa: str | None = None) -> tuple:
+                 cpu_isa: str | None = None, requirements: Sequence[str] = (),
+                 requirements_source: str = "requirements",
+                 matrix_overlay: str | Path | None = None) -> tuple:
     """(stack, {relative path: content}, locked) of the build folder ``out`` would get.
 
     A ``requirements.lock`` already in ``out`` (from ``envbuilder lock``), or one made now with
     ``lock=True``, is installed with ``--require-hashes`` (see build_files). ``layouts`` (``2x8``,
     or several: ``1x16,2x8``) lay the job files out and set the smoke job's world size; ``nproc``
-    alone is one node of that many plus the splits that fit 8- and 4-GPU nodes (default 12)."""
+    alone is one node of that many plus the splits that fit 8- and 4-GPU nodes (default 12).
+    The team's own requirements (``requirements_file`` and/or the lines ``requirements``, e.g. a
+    project's) get a layer of their own above torch and the compiled layers; with a lock they
+    are locked with the stack."""
     import json
 
+    from envbuilder.lock.requirements import team_requirements
     from envbuilder.render.jobs import job_name, render_jobs
     from envbuilder.render.monitoring import render_monitoring
 
-    if requirements_file is not None and not lock:
-        raise InputError("--requirements is locked with the stack: add --lock (or run "
-                         "envbuilder lock TARGET --requirements FILE first)")
     lays, nproc = smoke_layouts(nproc, layouts)
-    m = matrix or load_matrix(matrix_dir)
+    m = matrix or load_matrix(matrix_dir, matrix_overlay)
     stack = resolve_target(target, pins=pins, matrix=m)
+    team = team_requirements(stack, requirements_file=requirements_file, lines=requirements,
+                             source=requirements_source)
     out = Path(out)
     lock_text = None
     existing = out / "requirements.lock"
     if lock:
         from envbuilder.lock.requirements import resolve_lock_text
 
-        lock_text = resolve_lock_text(stack, requirements_file=requirements_file,
-                                      index_url=pip_index_url, extra_index_urls=extra_index_urls)
+        # the file is named in the lock's header; the project's lines are locked with it
+        lock_text = resolve_lock_text(
+            stack, requirements_file=requirements_file, index_url=pip_index_url,
+            extra_index_urls=extra_index_urls,
+            team=team_requirements(stack, lines=requirements, source=requirements_source))
     elif existing.is_file():
         from envbuilder._fs import read_text_capped
 
@@ -145,7 +156,7 @@ def target_files(target: str, out: str | Path, *, matrix_dir: str | Path | None 
                               base_image=base_image, pip_index_url=pip_index_url,
                               extra_index_urls=tuple(extra_index_urls), smoke_nproc=nproc,
                               builder_image=builder_image, cuda_arch=cuda_arch or None,
-                              cpu_isa=cpu_isa)
+                              cpu_isa=cpu_isa, team_requirements=team)
     files.update(render_jobs(plan, image=image or f"envbuilder:{stack.tag}", layouts=lays,
                              gpus=stack.toolkit is not None if gpus is None else gpus,
                              infiniband=infiniband))
@@ -193,25 +204,30 @@ def lock_target(target: str, out: str | Path, *, matrix_dir: str | Path | None =
                 requirements_file: str | Path | None = None, conda: bool = False,
                 conda_channels: Sequence[str] = ("conda-forge",), sbom: bool = False,
                 pip_index_url: str | None = None, extra_index_urls: Sequence[str] = (),
-                exclude_newer: str | None = None) -> dict[str, Any]:
+                exclude_newer: str | None = None, requirements: Sequence[str] = (),
+                requirements_source: str = "requirements",
+                matrix_overlay: str | Path | None = None) -> dict[str, Any]:
     """Write (or with ``check`` verify offline against its inputs) the hash-pinned lock of a
     target in ``out``, and with ``conda``/``sbom`` (not with ``check``) environment.yml +
     conda-lock.yml and an SBOM, all written together or not at all
     (lock.requirements.write_locks). A lock whose inputs match is kept unless ``upgrade``.
-    Returns the report ``envbuilder lock --json`` prints."""
+    The team's lines (``requirements``, e.g. a project's) are locked with the stack, within
+    its pins. Returns the report ``envbuilder lock --json`` prints."""
     from envbuilder.core import validate
-    from envbuilder.lock import requirements
+    from envbuilder.lock import requirements as lockreq
 
-    requirements.parse_exclude_newer(exclude_newer)  # a bad date: exit 2 before any work
+    lockreq.parse_exclude_newer(exclude_newer)  # a bad date: exit 2 before any work
     if pip_index_url:
         validate.url(pip_index_url, "--pip-index-url")
     for u in extra_index_urls:
         validate.url(u, "--extra-index-url")
-    stack = resolve_target(target, matrix_dir=matrix_dir, pins=pins)
-    res = requirements.write_locks(stack, Path(out), requirements_file=requirements_file,
-                                   index_url=pip_index_url,
-                                   extra_index_urls=tuple(extra_index_urls), check=check,
-                                   upgrade=upgrade, exclude_newer=exclude_newer, conda=conda, conda_channels=tuple(conda_channels), sbom=sbom)
+    stack = resolve_target(target, matrix_dir=matrix_dir, pins=pins, matrix_overlay=matrix_overlay)
+    team = lockreq.team_requirements(stack, lines=requirements, source=requirements_source)
+    res = lockreq.write_locks(stack, Path(out), requirements_file=requirements_file,
+                              team=team, index_url=pip_index_url,
+                              extra_index_urls=tuple(extra_index_urls), check=check,
+                              upgrade=upgrade, exclude_newer=exclude_newer, conda=conda,
+                              conda_channels=tuple(conda_channels), sbom=sbom)
     data: dict[str, Any] = {"lock": res["lock"].to_dict(), "target": target, "tag": stack.tag}
     if res["conda"] is not None:
         data["conda"] = res["conda"].to_dict()
@@ -221,11 +237,12 @@ def lock_target(target: str, out: str | Path, *, matrix_dir: str | Path | None =
 
 
 def render_all(out: str | Path, *, matrix_dir: str | Path | None = None,
-               targets: Sequence[str] | None = None, **kw) -> list[dict]:
+               targets: Sequence[str] | None = None,
+               matrix_overlay: str | Path | None = None, **kw) -> list[dict]:
     """Render every built-in target (or the given ones) into OUT/<target>/, all or nothing."""
     from envbuilder._fs import Outputs
 
-    m = load_matrix(matrix_dir)
+    m = load_matrix(matrix_dir, matrix_overlay)
     names = list(targets or builtin_targets(m))
     out = Path(out)
     reports = []
@@ -254,6 +271,12 @@ def bake_all(out: str | Path, *, matrix_dir: str | Path | None = None,
     write_bake([(r["target"], out / r["target"]) for r in reports], out / "docker-bake.hcl",
                registry=registry)
     return {"bake_file": str(out / "docker-bake.hcl"), "targets": reports}
+
+
+def load(matrix_dir: str | Path | None = None,
+         matrix_overlay: str | Path | None = None) -> Matrix:
+    """The matrix (built-in, or ``matrix_dir`` in its place) with a team's overlay on top."""
+    return load_matrix(matrix_dir, matrix_overlay)
 
 
 def list_targets(*, matrix_dir: str | Path | None = None) -> dict[str, Any]:
@@ -518,3 +541,108 @@ def doctor(*, target: str | None = None, image: str | None = None, nproc: int | 
     elif image:
         facts = labels.read(image_labels(image_ref(image, "--image")))
     return run_doctor(stack=facts, nproc=nproc)
+
+
+# -- projects (envbuilder.toml) ----------------------------------------------------------------
+
+def project_requirements(project: Project | None,
+                         requirements_file: str | Path | None = None) -> dict[str, Any]:
+    """The team-requirements options of a command run inside ``project``: ``--requirements
+    FILE`` when given, else the project's ``requirements`` (a file or a list of lines)."""
+    if requirements_file is not None or project is None or not project.has_requirements:
+        return {"requirements_file": requirements_file}
+    return {"requirements_file": project.requirements_file,
+            "requirements": tuple(project.requirements),
+            "requirements_source": f"{project.path} requirements"}
+
+
+def project_targets(project: Project, names: Sequence[str] | None = None,
+                    pins: Pins | None = None) -> list[ProjectTarget]:
+    """The project's targets (all, or those named): what render|lock|build|bake act on
+    without a TARGET. Pin options belong to one TARGET: a project sets pins per target."""
+    if pins is not None and pins != Pins():
+        raise InputError(f"pin options apply to one TARGET: in the project {project.path} "
+                         f"set them on the [[targets]] entry instead")
+    if not project.targets:
+        raise InputError(f"the project {project.path} lists no [[targets]]: add one, or give "
+                         f"a TARGET")
+    if not names:
+        return list(project.targets)
+    out = []
+    for n in names:
+        t = project.target(n)
+        if t is None:
+            raise InputError(f"{n!r} is not a target of the project {project.path}; its "
+                             f"targets: {', '.join(t.name for t in project.targets)}")
+        out.append(t)
+    return out
+
+
+def in_project(project: Project | None, target: str, pins: Pins | None,
+               requirements_file: str | Path | None = None) -> tuple[str, Pins | None, dict]:
+    """One TARGET run inside ``project``: a project target's name becomes its target string
+    and pins; the project's requirements apply (unless ``--requirements`` is given). Returns
+    (target, pins, the requirements and matrix-overlay options)."""
+    if project is None:
+        return target, pins, {"requirements_file": requirements_file}
+    t = project.target(target)
+    if t is not None and (pins is None or pins == Pins()):
+        target, pins = t.target, t.pins
+    req = project_requirements(project, requirements_file)
+    if project.matrix_overlay is not None:
+        req["matrix_overlay"] = project.matrix_overlay
+    return target, pins, req
+
+
+def render_project(project: Project, out: str | Path, *, names: Sequence[str] | None = None,
+                   pins: Pins | None = None, matrix_dir: str | Path | None = None,
+                   requirements_file: str | Path | None = None,
+                   matrix_overlay: str | Path | None = None, **kw: Any) -> list[dict]:
+    """Render the project's targets into OUT/<name>/, all or nothing, each with the team's
+    requirements in their own layer (and the project's matrix overlay, unless one is given)."""
+    from envbuilder._fs import Outputs
+
+    m = load_matrix(matrix_dir, matrix_overlay or project.matrix_overlay)
+    out = Path(out)
+    kw.update(project_requirements(project, requirements_file))
+    if not kw.get("layouts"):
+        kw["layouts"] = project.layouts  # --layout wins over the project's
+    reports = []
+    with Outputs("render") as tx:
+        for t in project_targets(project, names, pins):
+            stack, files, locked = target_files(t.target, out / t.name, matrix=m, pins=t.pins,
+                                                **kw)
+            tx.add(out / t.name, files, group="render")
+            reports.append({"target": t.name, "resolved_target": t.target,
+                            "out": str(out / t.name), "files": sorted(files),
+                            "stack": stack.to_dict(), "locked": locked})
+        tx.commit()
+    return reports
+
+
+def lock_project(project: Project, out: str | Path, *, names: Sequence[str] | None = None,
+                 pins: Pins | None = None, requirements_file: str | Path | None = None,
+                 **kw: Any) -> list[dict[str, Any]]:
+    """Lock each of the project's targets into OUT/<name>/requirements.lock."""
+    kw.update(project_requirements(project, requirements_file))
+    kw["matrix_overlay"] = kw.get("matrix_overlay") or project.matrix_overlay
+    return [{**lock_target(t.target, Path(out) / t.name, pins=t.pins, **kw), "name": t.name}
+            for t in project_targets(project, names, pins)]
+
+
+def bake_project(project: Project, out: str | Path, *, registry: str | None = None,
+                 **kw: Any) -> dict[str, Any]:
+    """Render the project's targets into OUT/<name>/ and write OUT/docker-bake.hcl (tags
+    under ``registry``, else the project's)."""
+    from envbuilder.core import validate
+    from envbuilder.render.bake import write_bake
+
+    registry = registry or project.registry
+    if registry is not None:
+        validate.repository(registry, "--registry" if registry != project.registry
+                            else f"registry in {project.path}")
+    out = Path(out)
+    reports = render_project(project, out, **kw)
+    write_bake([(r["target"], out / r["target"]) for r in reports], out / "docker-bake.hcl",
+               registry=registry)
+    return {"bake_file": str(out / "docker-bake.hcl"), "targets": reports}

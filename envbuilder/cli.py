@@ -33,8 +33,10 @@ app = typer.Typer(
 )
 
 # -- shared options -------------------------------------------------------------------------
-MatrixOpt = typer.Option(None, "--matrix", help="A matrix folder to use instead of the built-in one.",
+MatrixOpt = typer.Option(None, "--matrix", help="A matrix folder to use instead of the built-in one (replaces it entirely).",
                          metavar="DIR")
+OverlayOpt = typer.Option(None, "--matrix-overlay", help="A team's matrix folder whose entries are added to (or replace) the matrix's (default: the project's matrix_overlay).",
+                          metavar="DIR")
 JsonOpt = typer.Option(False, "--json", help="Print one JSON document for machines.")
 TorchOpt = typer.Option(None, "--torch", help="Pin torch: a line (2.1) or a version (2.1.2).")
 PythonOpt = typer.Option(None, "--python", help="Pin Python, e.g. 3.10.")
@@ -209,6 +211,9 @@ def _print_stack(d: dict) -> None:
                       "deepspeed", "horovod", "os", "base_image", "builder_image")]
     rows[0][2] = d["choices"]["cuda"]["reason"]
     _table(f"{d['target']} -> {d['tag']}", ["axis", "value", "why"], rows)
+    for e in d.get("overlay", ()):
+        sys.stdout.write(f"overlay{' (used)' if e['used'] else ''}: {e['file']} {e['key']} "
+                         f"{e['entry']} {e['action']} from {e['overlay']} (source: {', '.join(e['source'])})\n")
     for w in d["warnings"]:
         _warn(w)
 
@@ -243,12 +248,14 @@ def targets(matrix: Optional[str] = MatrixOpt, as_json: bool = JsonOpt,
 @with_pins
 def resolve(target: str = typer.Argument(..., help="e.g. cu118, cu121-torch2.1-py310, cpu"),
             pins: Any = None,
-            matrix: Optional[str] = MatrixOpt, as_json: bool = JsonOpt) -> None:
+            matrix: Optional[str] = MatrixOpt, matrix_overlay: Optional[str] = OverlayOpt,
+            as_json: bool = JsonOpt) -> None:
     """Print the resolved stack, or why none exists (exit 3)."""
-    from envbuilder.api import resolve_target
+    from envbuilder.api import find_project, in_project, resolve_target
 
-    st = resolve_target(target, matrix_dir=matrix,
-                        pins=pins)
+    target, pins, req = in_project(find_project(), target, pins)
+    st = resolve_target(target, matrix_dir=matrix, pins=pins,
+                        matrix_overlay=matrix_overlay or req.get("matrix_overlay"))
     d = st.to_dict()
     if as_json:
         _echo_json(d)
@@ -300,7 +307,8 @@ def render(target: Optional[str] = typer.Argument(None, help="The target; omit w
            image: Optional[str] = typer.Option(None, "--image", help="The image the jobs/ files run (by digest when known)."),
            infiniband: bool = typer.Option(False, "--infiniband", help="Job files request IPC_LOCK for RDMA."),
            min_busbw: Optional[float] = typer.Option(None, "--min-busbw", help="monitoring/ alerts when the smoke job's all-reduce busbw falls below this (GB/s)."),
-           matrix: Optional[str] = MatrixOpt, as_json: bool = JsonOpt) -> None:
+           matrix: Optional[str] = MatrixOpt, matrix_overlay: Optional[str] = OverlayOpt,
+           as_json: bool = JsonOpt) -> None:
     """Write the Dockerfile, envbuilder.def, requirements, stack.json, smoke job and job files."""
     from envbuilder.api import render_all, render_target
     from envbuilder.errors import InputError
@@ -310,7 +318,7 @@ def render(target: Optional[str] = typer.Argument(None, help="The target; omit w
               layouts=tuple(layout or ()), lock=lock,
               requirements_file=requirements, image=image, infiniband=infiniband,
               builder_image=builder_image, cuda_arch=_arch(cuda_arch), cpu_isa=cpu_isa,
-              min_busbw=min_busbw)
+              min_busbw=min_busbw, matrix_overlay=matrix_overlay)
     if image is not None and all_:
         raise InputError("--image names one image: use it without --all")
     if all_:
@@ -323,9 +331,27 @@ def render(target: Optional[str] = typer.Argument(None, help="The target; omit w
             for r in reports:
                 sys.stdout.write(f"{r['target']}: {r['stack']['tag']} -> {r['out']}\n")
         return
+    from envbuilder.api import find_project, in_project, render_project
+
+    project = find_project()
+    if target is None and project is not None:  # the project's targets (envbuilder.toml)
+        reports = render_project(project, out or Path("build"), **kw)
+        if as_json:
+            _echo_json({"project": str(project.path), "rendered": reports})
+        else:
+            for r in reports:
+                sys.stdout.write(f"{r['target']}: {r['stack']['tag']} -> {r['out']}\n")
+        return
     if target is None:
-        raise InputError("render needs a TARGET (e.g. cu118) or --all")
-    r = render_target(target, out or Path("build") / target, **kw)
+        raise InputError("render needs a TARGET (e.g. cu118), --all, or a project file "
+                         "(envbuilder.toml) in this folder or above")
+    name = target
+    target, kw["pins"], req = in_project(project, target, pins, requirements)
+    kw.update(req)
+    kw["matrix_overlay"] = matrix_overlay or req.get("matrix_overlay")
+    if project is not None and not kw.get("layouts"):
+        kw["layouts"] = project.layouts  # the project's job layouts (--layout wins; none: the defaults)
+    r = render_target(target, out or Path("build") / name, **kw)
     if as_json:
         _echo_json(r)
         return
@@ -342,7 +368,7 @@ def render(target: Optional[str] = typer.Argument(None, help="The target; omit w
 @app.command()
 @command
 @with_pins
-def lock(target: str = typer.Argument(..., help="The target to lock."),
+def lock(target: Optional[str] = typer.Argument(None, help="The target to lock (omit inside a project: its targets)."),
          out: Optional[Path] = typer.Option(None, "-o", "--out", help="Folder for requirements.lock (default build/<target>)."),
          check_: bool = typer.Option(False, "--check", help="Verify offline that the lock matches its inputs (exit 1 naming what changed); never reaches an index."),
          upgrade: bool = typer.Option(False, "--upgrade", help="Resolve again even when the inputs are unchanged (takes newer releases)."),
@@ -354,16 +380,36 @@ def lock(target: str = typer.Argument(..., help="The target to lock."),
          pip_index_url: Optional[str] = typer.Option(None, "--pip-index-url", help="Index (mirror) to lock from."),
          extra_index_url: Optional[List[str]] = typer.Option(None, "--extra-index-url"),
          pins: Any = None,
-         matrix: Optional[str] = MatrixOpt, as_json: bool = JsonOpt) -> None:
+         matrix: Optional[str] = MatrixOpt, matrix_overlay: Optional[str] = OverlayOpt,
+         as_json: bool = JsonOpt) -> None:
     """Write the hash-pinned lock for a target (kept when its inputs are unchanged; --upgrade resolves again); --check verifies it offline (the CI gate)."""
-    from envbuilder.api import lock_target
+    from envbuilder.api import find_project, in_project, lock_project, lock_target
+    from envbuilder.errors import InputError
 
-    data = lock_target(target, out or Path("build") / target, matrix_dir=matrix, pins=pins,
-                       check=check_, upgrade=upgrade, exclude_newer=exclude_newer,
-                       requirements_file=requirements, conda=conda,
-                       conda_channels=tuple(conda_channel or ("conda-forge",)), sbom=sbom,
-                       pip_index_url=pip_index_url,
-                       extra_index_urls=tuple(extra_index_url or ()))
+    kw: dict[str, Any] = dict(matrix_dir=matrix, check=check_, upgrade=upgrade,
+                              exclude_newer=exclude_newer, conda=conda,
+                              conda_channels=tuple(conda_channel or ("conda-forge",)), sbom=sbom,
+                              pip_index_url=pip_index_url,
+                              extra_index_urls=tuple(extra_index_url or ()),
+                              matrix_overlay=matrix_overlay)
+    project = find_project()
+    if target is None:
+        if project is None:
+            raise InputError("lock needs a TARGET (e.g. cu121), or a project file "
+                             "(envbuilder.toml) in this folder or above")
+        locks = lock_project(project, out or Path("build"), pins=pins,
+                             requirements_file=requirements, **kw)
+        if as_json:
+            _echo_json({"project": str(project.path), "locks": locks})
+        else:
+            for d in locks:
+                sys.stdout.write(f"{d['name']}: {d['lock']['path']}: {d['lock'].get('status', 'resolved')}, "
+                                 f"{len(d['lock']['packages'])} packages, {d['lock']['digest']}\n")
+        return
+    name = target
+    target, pins, req = in_project(project, target, pins, requirements)
+    kw["matrix_overlay"] = matrix_overlay or req.pop("matrix_overlay", None)
+    data = lock_target(target, out or Path("build") / name, pins=pins, **req, **kw)
     rep = data["lock"]
     if as_json:
         _echo_json(data)
@@ -386,10 +432,15 @@ def lock(target: str = typer.Argument(..., help="The target to lock."),
 def bake(out: Path = typer.Option(Path("build"), "-o", "--out", help="Folder for the targets and docker-bake.hcl."),
          registry: Optional[str] = typer.Option(None, "--registry", help="Repository the tags go under."),
          matrix: Optional[str] = MatrixOpt, as_json: bool = JsonOpt) -> None:
-    """Render every built-in target and write a docker-bake.hcl for docker buildx bake."""
-    from envbuilder.api import bake_all
+    """Render every built-in target (inside a project: its targets) and write a docker-bake.hcl
+    for docker buildx bake."""
+    from envbuilder.api import bake_all, bake_project, find_project
 
-    r = bake_all(out, matrix_dir=matrix, registry=registry)
+    project = find_project()
+    if project is not None and project.targets:  # the project's targets (envbuilder.toml)
+        r = bake_project(project, out, matrix_dir=matrix, registry=registry)
+    else:
+        r = bake_all(out, matrix_dir=matrix, registry=registry)
     if as_json:
         _echo_json(r)
     else:
@@ -501,11 +552,13 @@ def build(target: Optional[str] = typer.Argument(None, help="The target; omit wi
           context: Optional[Path] = typer.Option(None, "--context", help="Keep the build context in this folder."),
           lock_file: Optional[Path] = typer.Option(None, "--lock-file", help="Install from this requirements.lock (from envbuilder lock) with --require-hashes."),
           lock_legacy: Optional[Path] = typer.Option(None, "--lock", hidden=True),
+          requirements: Optional[Path] = typer.Option(None, "--requirements", help="The team's own requirements, installed in their own layer (default: the project's)."),
           report: Optional[Path] = typer.Option(None, "--report", help="Also write the JSON report here."),
           fmt: str = typer.Option("docker", "--format", help="docker, or apptainer: also build a SIF from the image (needs apptainer)."),
           metrics_file: Optional[Path] = typer.Option(None, "--metrics-file", help="Write the smoke result as Prometheus metrics here (*.prom)."),
           pushgateway: Optional[str] = typer.Option(None, "--pushgateway", help="Push the smoke result as Prometheus metrics to this Pushgateway URL."),
-          matrix: Optional[str] = MatrixOpt, as_json: bool = JsonOpt) -> None:
+          matrix: Optional[str] = MatrixOpt, matrix_overlay: Optional[str] = OverlayOpt,
+          as_json: bool = JsonOpt) -> None:
     """Build the image with the Docker engine, verify it against its labels, run the smoke job
     in it, optionally push it."""
     from envbuilder.api import BuildFailed, build_many, build_target
@@ -566,12 +619,49 @@ def build(target: Optional[str] = typer.Argument(None, help="The target; omit wi
         if not data["ok"]:
             raise typer.Exit(EXIT_FAILED)
         return
+    from envbuilder.api import find_project, in_project, load, project_targets
+
+    project = find_project()
+    if target is None and project is not None:  # the project's targets, one after another
+        if fmt == "apptainer" or metrics_file is not None:
+            raise InputError("--format apptainer and --metrics-file hold one target: name it")
+        results = []
+        for t in project_targets(project, pins=pins):
+            _, _, req = in_project(project, t.name, None, requirements)
+            opts.requirements_file = req.get("requirements_file")
+            opts.requirements = tuple(req.get("requirements", ()))
+            opts.requirements_source = req.get("requirements_source", "requirements")
+            try:
+                with _Progress(not as_json) as prog:
+                    rep = build_target(t.target, opts, pins=t.pins,
+                                       matrix=load(matrix, matrix_overlay or req.get("matrix_overlay")),
+                                       on_event=lambda k, d, n=t.name: prog.event(n, k, d))
+            except BuildFailed as e:
+                rep = e.report
+            results.append(rep.to_dict() | {"name": t.name})
+        data = {"ok": all(d["ok"] for d in results), "project": str(project.path), "builds": results}
+        _write_report(report, data)
+        if as_json:
+            _echo_json(data)
+        else:
+            for d in results:
+                _print_build(d)
+        if not data["ok"]:
+            raise typer.Exit(EXIT_FAILED)
+        return
     if target is None:
-        raise InputError("build needs a TARGET (e.g. cu121) or --all")
+        raise InputError("build needs a TARGET (e.g. cu121), --all, or a project file "
+                         "(envbuilder.toml) in this folder or above")
+    name = target
+    target, pins, req = in_project(project, target, pins, requirements)
+    opts.requirements_file = req.get("requirements_file")
+    opts.requirements = tuple(req.get("requirements", ()))
+    opts.requirements_source = req.get("requirements_source", "requirements")
     try:
         with _Progress(not as_json) as prog:
-            r = build_target(target, opts, matrix_dir=matrix, pins=pins,
-                             on_event=lambda k, d: prog.event(target, k, d))
+            r = build_target(target, opts, pins=pins,
+                             matrix=load(matrix, matrix_overlay or req.get("matrix_overlay")),
+                             on_event=lambda k, d: prog.event(name, k, d))
     except BuildFailed as e:
         _write_report(report, e.report.to_dict())
         if not as_json:

@@ -33,6 +33,7 @@ def test_wheel_carries_the_data_and_renders_from_it(tmp_path):
                 for p in (ROOT / top).rglob("*") if p.is_file()}
         assert here <= names, sorted(here - names)[:5]
     assert "envbuilder/data/signatures.yaml" in names
+    assert "envbuilder/data/project.schema.json" in names  # editors validate envbuilder.toml
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True)
     py = venv / "bin" / "python"

@@ -66,6 +66,7 @@ class BaseImages:
     cudnn_os: tuple[str, ...] | None
     removed: bool
     source: tuple[str, ...]
+    repository: str | None = None  # this set's own repository (a team's internal images)
 
     def tag(self, flavour: str, os_name: str, *, cudnn: bool = True) -> str:
         """nvidia/cuda's tag: 12.1.1-cudnn8-runtime-ubuntu22.04 (cudnn) or 12.1.1-runtime-ubuntu22.04."""
@@ -302,6 +303,8 @@ class Matrix:
     targets: tuple[TargetAlias, ...]
     toolchains: Toolchains
     extra: Mapping[str, Any] = field(default_factory=dict)
+    overlay_path: Path | None = None  # a team's overlay folder on top of ``path``
+    overlay: tuple[Mapping[str, Any], ...] = ()  # what it added or replaced (_apply_overlay)
 
     # -- lookups ---------------------------------------------------------------------------
     def toolkits_for(self, cuda_minor: str) -> list[Toolkit]:
@@ -515,12 +518,29 @@ def _dupes(path: Path, key: str, values: Iterable[Any]) -> None:
         seen.add(v)
 
 
-def load_matrix(path: str | Path | None = None) -> Matrix:
-    """Load and validate a matrix folder (the built-in one when ``path`` is None).
+# How entries of each list of a matrix file are matched by an overlay (add or replace by key).
+OVERLAY_KEYS: dict[tuple[str, str], tuple[str, ...]] = {
+    ("cuda.yaml", "toolkits"): ("version",), ("cuda.yaml", "minor_compat"): ("major",),
+    ("base_images.yaml", "images"): ("cuda", "os"), ("nccl.yaml", "releases"): ("version",),
+    ("os.yaml", "os"): ("name",), ("torch.yaml", "releases"): ("line",),
+    ("deepspeed.yaml", "releases"): ("line",), ("horovod.yaml", "releases"): ("line",),
+    ("incompatibilities.yaml", "incompatibilities"): ("id",), ("targets.yaml", "targets"): ("name",),
+    ("toolchains.yaml", "flavours"): ("name",), ("toolchains.yaml", "nvcc_host_gcc"): ("cuda",),
+    ("toolchains.yaml", "builder_toolkits"): ("os", "cuda"),
+    ("toolchains.yaml", "host_compilers"): ("os",), ("toolchains.yaml", "deepspeed_ops"): ("name",),
+    ("toolchains.yaml", "cpu_isas"): ("name",),
+    ("toolchains.yaml", "build_tools"): ("component", "versions"),
+}
 
-    The files are always read and digested; the parsed, validated ``Matrix`` is kept in the
-    user's cache folder per digest (core/matrix_cache.py), so a second call with the same files
-    skips YAML parsing and schema validation.
+
+def load_matrix(path: str | Path | None = None, overlay: str | Path | None = None) -> Matrix:
+    """Load and validate a matrix folder (the built-in one when ``path`` is None), with a
+    team's ``overlay`` folder on top (see ``_apply_overlay``).
+
+    The files are always read and digested (the overlay's too: it is part of the digest, so
+    of the cache key); the parsed, validated ``Matrix`` is kept in the user's cache folder per
+    digest (core/matrix_cache.py), so a second call with the same files skips YAML parsing and
+    schema validation.
     """
     from envbuilder.core import matrix_cache
 
@@ -536,18 +556,100 @@ def load_matrix(path: str | Path | None = None) -> Matrix:
         text = _read_text(root / name)
         texts[name] = text
         digest.update(name.encode() + b"\0" + text.encode() + b"\0")
+    over_root = Path(overlay) if overlay is not None else None
+    over_texts: dict[str, str] = {}
+    if over_root is not None:
+        if not over_root.is_dir():
+            raise MatrixError(f"matrix overlay {str(over_root)[:200]} is not a folder: pass "
+                              f"--matrix-overlay DIR with some of {', '.join(sorted(schema.FILES))}")
+        for f in sorted(over_root.iterdir()):
+            if f.suffix in (".yaml", ".yml") and f.name not in schema.FILES:
+                raise MatrixError(f"matrix overlay file {f}: not a matrix file name (one of "
+                                  f"{', '.join(sorted(schema.FILES))})")
+        for name in sorted(schema.FILES):
+            if (over_root / name).exists():
+                over_texts[name] = _read_text(over_root / name)
+                digest.update(b"overlay\0" + name.encode() + b"\0" +
+                              over_texts[name].encode() + b"\0")
+        if not over_texts:
+            raise MatrixError(f"matrix overlay {over_root} holds none of "
+                              f"{', '.join(sorted(schema.FILES))}")
     hexdigest = "sha256:" + digest.hexdigest()
     cached = matrix_cache.load(hexdigest)
     if cached is not None:
-        return replace(cached, path=root)
+        return replace(cached, path=root, overlay_path=over_root)
     raw: dict[str, Any] = {}
     for name in sorted(schema.FILES):
         data = _parse(root / name, texts[name])
         _validate(root / name, data, schema.FILES[name])
         raw[name] = data
+    entries: list[dict[str, Any]] = []
+    if over_root is not None:
+        for name, text in over_texts.items():
+            entries += _apply_overlay(over_root / name, _parse(over_root / name, text), raw, name)
     m = _build(root, raw, hexdigest)
+    if over_root is not None:
+        m = replace(m, overlay_path=over_root, overlay=tuple(entries))
     matrix_cache.store(m)
     return m
+
+
+def _overlay_key(entry: dict[str, Any], fields: tuple[str, ...]) -> str:
+    return ", ".join(f"{f}={'/'.join(map(str, v)) if isinstance(v, list) else v}"
+                     for f in fields for v in [entry.get(f)])
+
+
+def _apply_overlay(path: Path, data: Any, raw: dict[str, Any], name: str) -> list[dict[str, Any]]:
+    """Merge one overlay file into the built-in file's data ``raw[name]``: every list entry
+    replaces the built-in entry with the same key (OVERLAY_KEYS; base images per CUDA version
+    and OS) or is added; top-level values replace the built-in ones. The overlay file has the
+    built-in file's schema (partial lists allowed); each entry must name its ``source:``
+    (targets.yaml entries have none). Returns what it did, for stack.json and resolve."""
+    if not isinstance(data, dict):
+        raise MatrixError(f"matrix overlay file {path}: expected a mapping of keys (as in the "
+                          f"built-in {name})")
+    base = raw[name]
+    merged = dict(base)
+    done: list[dict[str, Any]] = []
+    for key, value in data.items():
+        fields = OVERLAY_KEYS.get((name, key))
+        if fields is None or not isinstance(value, list):
+            merged[key] = value
+            continue
+        items = list(base.get(key, []))
+        for i, entry in enumerate(value):
+            if not isinstance(entry, dict):
+                continue  # the schema check below names it
+            if name != "targets.yaml" and "source" not in entry:
+                raise MatrixError(f"matrix overlay file {path}, key {key}/{i}: every overlay "
+                                  f"entry needs a source: (where the fact comes from)")
+            action = "added"
+            if name == "base_images.yaml":  # replace per (CUDA version, OS)
+                mine = set(entry.get("os", []))
+                kept = []
+                for b in items:
+                    if str(b.get("cuda")) == str(entry.get("cuda")) and mine & set(b.get("os", [])):
+                        action = "replaced"
+                        rest = [o for o in b["os"] if o not in mine]
+                        if rest:
+                            kept.append({**b, "os": rest})
+                    else:
+                        kept.append(b)
+                items = kept
+            else:
+                k = _overlay_key(entry, fields)
+                n = len(items)
+                items = [b for b in items if _overlay_key(b, fields) != k]
+                action = "replaced" if len(items) < n else "added"
+            items.append(entry)
+            src = entry.get("source")
+            done.append({"file": name, "key": key, "entry": _overlay_key(entry, fields),
+                         "action": action, "overlay": str(path),
+                         "source": [src] if isinstance(src, str) else list(src or [])})
+        merged[key] = items
+    _validate(path, merged, schema.FILES[name])
+    raw[name] = merged
+    return done
 
 
 def _build(root: Path, raw: dict[str, Any], digest: str) -> Matrix:
@@ -563,7 +665,7 @@ def _build(root: Path, raw: dict[str, Any], digest: str) -> Matrix:
     base_images = tuple(
         BaseImages(Version(b["cuda"]), tuple(b["os"]), tuple(b["flavours"]), b.get("cudnn"),
                    tuple(b["cudnn_os"]) if "cudnn_os" in b else None,
-                   bool(b.get("removed", False)), _sources(b["source"]))
+                   bool(b.get("removed", False)), _sources(b["source"]), b.get("repository"))
         for b in bi["images"])
     _dupes(root / "base_images.yaml", "images", (f"{b.cuda} on {o}" for b in base_images for o in b.os))
 

@@ -11,7 +11,7 @@ would work instead.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Iterator, cast
+from typing import Any, Iterator, Mapping, cast
 
 from packaging.version import Version
 
@@ -136,7 +136,8 @@ class Stack:
         assert self.toolkit is not None
         imgs = self.matrix.base_images_for(self.toolkit.version, self.os.name)
         assert imgs is not None
-        return f"{self.matrix.base_repository}:{imgs.tag(tag_flavour, self.os.name, cudnn=cudnn)}"
+        repo = imgs.repository or self.matrix.base_repository
+        return f"{repo}:{imgs.tag(tag_flavour, self.os.name, cudnn=cudnn)}"
 
     @property
     def runtime_image(self) -> str:
@@ -184,6 +185,31 @@ class Stack:
     def to_dict(self) -> dict[str, Any]:
         """The resolved stack as plain data: resolve --json and stack.json."""
         tv = self.torch_variant
+        d = self._to_dict(tv)
+        if self.matrix.overlay_path is not None:  # a team's overlay: what came from it
+            d["matrix"]["overlay"] = str(self.matrix.overlay_path)
+            d["overlay"] = [dict(e, used=self._uses(e)) for e in self.matrix.overlay]
+        return d
+
+    def _uses(self, e: Mapping[str, Any]) -> bool:
+        """Whether this stack stands on an overlay entry (its base image, OS, torch line...)."""
+        key = {k: v for k, v in (p.split("=", 1) for p in str(e["entry"]).split(", ") if "=" in p)}
+        f = e["file"]
+        if f == "base_images.yaml":
+            return (self.toolkit is not None and key.get("cuda") == str(self.toolkit.version)
+                    and self.os.name in key.get("os", "").split("/"))
+        if f == "os.yaml":
+            return key.get("name") == self.os.name
+        if f == "torch.yaml":
+            return key.get("line") == self.torch.line
+        if f == "cuda.yaml" and e["key"] == "toolkits":
+            return self.toolkit is not None and key.get("version") == str(self.toolkit.version)
+        for comp, rel in (("deepspeed.yaml", self.deepspeed), ("horovod.yaml", self.horovod)):
+            if f == comp:
+                return rel is not None and key.get("line") == rel.line
+        return False
+
+    def _to_dict(self, tv: TorchVariant) -> dict[str, Any]:
         return {
             "target": self.target,
             "cuda": self.cuda,

@@ -47,7 +47,9 @@ BASE_IMAGES = _file(
           "flavours": {"type": "array", "items": {"enum": ["base", "runtime", "devel"]}},
           "cudnn": {"type": ["string", "null"], "pattern": r"^cudnn[0-9]*$"},
           "cudnn_os": {"type": "array", "items": _NAME},
-          "removed": {"type": "boolean"}, "source": _SOURCE, "note": _NOTE}),
+          "removed": {"type": "boolean"}, "source": _SOURCE, "note": _NOTE,
+          # a set's own repository (e.g. a team's internal registry, in a matrix overlay)
+          "repository": {"type": "string", "pattern": r"^[a-z0-9][a-z0-9./:_-]*$"}}),
     {"repository": {"type": "string", "pattern": r"^[a-z0-9./_-]+$"}, "note": _NOTE},
 )
 

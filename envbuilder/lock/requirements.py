@@ -367,13 +367,18 @@ def _user_requirements(path: str | Path, text: str | None = None) -> list[Requir
     p = Path(path)
     if text is None:
         text = read_text_capped(p, "--requirements", limit=1 << 20)
-    p = Path(_comment_safe(str(p)))
+    return parse_requirement_lines(text.splitlines(), _comment_safe(str(p)))
+
+
+def parse_requirement_lines(lines: Sequence[str], source: str) -> list[Requirement]:
+    """Plain ``name[extras] op version`` lines (a requirements file's, or a project file's
+    ``requirements`` list); comments and blank lines skipped. ``source`` names them in errors."""
     out: list[Requirement] = []
-    for n, raw in enumerate(text.splitlines(), 1):
+    for n, raw in enumerate(lines, 1):
         line = raw.split(" #", 1)[0].strip() if not raw.lstrip().startswith("#") else ""
         if not line:
             continue
-        where = f"{p}:{n}"
+        where = f"{source}:{n}"
         if any(ord(c) < 32 and c != "\t" for c in line):
             raise InputError(f"{where}: control characters are not allowed in --requirements")
         if line.startswith("-"):
@@ -392,6 +397,21 @@ def _user_requirements(path: str | Path, text: str | None = None) -> list[Requir
                              f"hash-locked from an index; give name==version")
         out.append(req)
     return out
+
+
+def team_requirements(stack: Stack, *, requirements_file: str | Path | None = None,
+                      lines: Sequence[str] = (), source: str = "requirements") -> tuple[str, ...]:
+    """A team's own requirements (``--requirements FILE`` and/or a project's list), checked
+    against the stack (exit 3 when one contradicts it): the ``team`` layer's lines."""
+    reqs: list[Requirement] = []
+    if requirements_file is not None:
+        reqs += _user_requirements(requirements_file)
+        _check_user_requirements(stack, reqs, requirements_file)
+    if lines:
+        more = parse_requirement_lines(list(lines), _comment_safe(source))
+        _check_user_requirements(stack, more, source)
+        reqs += more
+    return tuple(dict.fromkeys(str(r) for r in reqs))
 
 
 def _stack_versions(stack: Stack) -> dict[str, tuple[str, str]]:
@@ -565,6 +585,8 @@ class LockInputs:
     extra_index_urls: tuple[str, ...]
     exclude_newer: str | None
     requirements_file: str | None
+    stack_requirements: list[str] = field(default_factory=list)  # the stack's alone
+    team: tuple[str, ...] = ()  # the team's lines, resolved within the stack's pins
 
 
 def parse_exclude_newer(value: str | None) -> str | None:
@@ -606,7 +628,7 @@ def _record_digest(record: dict[str, Any]) -> str:
 
 def lock_inputs(stack: Stack, *, requirements_file: str | Path | None = None,
                 index_url: str | None = None, extra_index_urls: Sequence[str] = (),
-                exclude_newer: str | None = None) -> LockInputs:
+                exclude_newer: str | None = None, team: Sequence[str] = ()) -> LockInputs:
     """The inputs of a lock of ``stack``, offline: the stack's facts that decide its packages
     (target, Python, platform, torch and its variant, the NCCL wheel, Horovod, DeepSpeed), the
     top-level requirement lines, the ``--requirements`` file's sha256, the indexes (without
@@ -622,6 +644,7 @@ def lock_inputs(stack: Stack, *, requirements_file: str | Path | None = None,
         extras = _user_requirements(requirements_file, text)
         _check_user_requirements(stack, extras, requirements_file)
         file_digest = "sha256:" + hashlib.sha256(text.encode("utf-8")).hexdigest()
+    extras += [Requirement(t) for t in team]  # a project's list, checked by team_requirements
     when = parse_exclude_newer(exclude_newer)
     reqs = input_requirements(stack, extras)
     idx = _uv.indexes(stack, index_url, extra_index_urls)
@@ -647,7 +670,9 @@ def lock_inputs(stack: Stack, *, requirements_file: str | Path | None = None,
     return LockInputs(record=record, digest=_record_digest(record), requirements=reqs, idx=idx,
                       index_url=index_url, extra_index_urls=tuple(extra_index_urls),
                       exclude_newer=when,
-                      requirements_file=str(requirements_file) if requirements_file else None)
+                      requirements_file=str(requirements_file) if requirements_file else None,
+                      stack_requirements=input_requirements(stack),
+                      team=tuple(dict.fromkeys(str(r) for r in extras)))
 
 
 def _split(text: str) -> tuple[str, str]:
@@ -836,11 +861,15 @@ def _comment_safe(s: str) -> str:
 
 def _resolve(stack: Stack, inputs: LockInputs, *, uv: str | None
              ) -> tuple[str, list[LockedPackage], str]:
-    """(lock text, its entries, the uv command shown): uv resolves ``inputs`` now."""
-    cmd, _, uv_bin, body = _uv.compile(stack, inputs.requirements, None,
+    """(lock text, its entries, the uv command shown): uv resolves ``inputs`` now; the stack
+    alone first, then the team's requirements within its pins, so the stack's part of the
+    lock (torch's and the compiled layers' files) does not change with them."""
+    cmd, _, uv_bin, body = _uv.compile(stack, inputs.stack_requirements, None,
                                        index_url=inputs.index_url,
                                        extra_index_urls=inputs.extra_index_urls, uv=uv,
                                        exclude_newer=inputs.exclude_newer)
+    if inputs.team:
+        body = _add_team(stack, body, list(inputs.team), inputs, uv=uv)
     problems = lock_problems(body, "uv's output")
     if problems:
         raise OperationError(f"uv pip compile wrote something envbuilder does not install: "
@@ -851,13 +880,34 @@ def _resolve(stack: Stack, inputs: LockInputs, *, uv: str | None
     return text, pkgs, shown
 
 
+def _add_team(stack: Stack, body: str, extras: list[str], inputs: LockInputs, *,
+              uv: str | None) -> str:
+    """``body`` (the stack's lock) plus the entries the team's ``extras`` add, resolved with
+    every pin of ``body`` as a constraint (a team requirement that needs another version of a
+    stack package is refused by uv: exit 3)."""
+    import tempfile
+
+    pinned = read_lock(body)
+    have = {p.name for p in pinned}
+    with tempfile.TemporaryDirectory(prefix="envbuilder-lock-") as tmp:
+        cons = Path(tmp) / "stack-constraints.txt"
+        cons.write_text("".join(f"{p.name}=={p.version}\n" for p in pinned), encoding="utf-8")
+        _, _, _, team_body = _uv.compile(stack, extras, None, index_url=inputs.index_url,
+                                         extra_index_urls=inputs.extra_index_urls, uv=uv,
+                                         exclude_newer=inputs.exclude_newer, constraints=cons)
+    added = [p for p in read_lock(team_body) if p.name not in have]
+    return body.rstrip("\n") + "\n" + "".join(p.text for p in added)
+
+
 def resolve_lock_text(stack: Stack, *, requirements_file: str | Path | None = None,
                       index_url: str | None = None, extra_index_urls: Sequence[str] = (),
-                      uv: str | None = None, exclude_newer: str | None = None) -> str:
+                      uv: str | None = None, exclude_newer: str | None = None,
+                      team: Sequence[str] = ()) -> str:
     """The text of a fresh requirements.lock for ``stack`` (cross-checked); nothing is
     written anywhere (uv prints the lock on its stdout)."""
     inputs = lock_inputs(stack, requirements_file=requirements_file, index_url=index_url,
-                         extra_index_urls=extra_index_urls, exclude_newer=exclude_newer)
+                         extra_index_urls=extra_index_urls, exclude_newer=exclude_newer,
+                         team=team)
     text, pkgs, _ = _resolve(stack, inputs, uv=uv)
     cross_check(stack, pkgs, "uv's resolution")
     return text
@@ -886,7 +936,8 @@ def write_locks(stack, out_dir: str | Path, *, requirements_file: str | Path | N
                 index_url: str | None = None, extra_index_urls: Sequence[str] = (),
                 uv: str | None = None, check: bool = False, upgrade: bool = False,
                 exclude_newer: str | None = None, conda: bool = False,
-                conda_channels: Sequence[str] = ("conda-forge",), sbom: bool = False) -> dict:
+                conda_channels: Sequence[str] = ("conda-forge",), sbom: bool = False,
+                team: Sequence[str] = ()) -> dict:
     """``envbuilder lock``: requirements.lock, and with ``conda`` environment.yml +
     conda-lock.yml, with ``sbom`` sbom.cdx.json, all written together or not at all (a failing
     conda solve leaves the old requirements.lock in place). Returns {"lock": LockReport,
@@ -916,7 +967,8 @@ def write_locks(stack, out_dir: str | Path, *, requirements_file: str | Path | N
         for c in conda_channels:
             _check_channel(c)
     inputs = lock_inputs(stack, requirements_file=requirements_file, index_url=index_url,
-                         extra_index_urls=extra_index_urls, exclude_newer=exclude_newer)
+                         extra_index_urls=extra_index_urls, exclude_newer=exclude_newer,
+                         team=team)
     if check:
         return {"lock": check_lock(stack, dest, inputs), "conda": None, "sbom": None}
     from envbuilder._fs import Outputs, read_text_capped

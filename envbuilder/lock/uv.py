@@ -93,7 +93,8 @@ def indexes(stack: Stack, index_url: str | None, extra_index_urls: Sequence[str]
 
 
 def compile_command(uv_bin: str, stack: Stack, idx: Indexes, out: Path | None,
-                    mode: Sequence[str] = HASHES, exclude_newer: str | None = None) -> list[str]:
+                    mode: Sequence[str] = HASHES, exclude_newer: str | None = None,
+                    constraints: Path | None = None) -> list[str]:
     """``uv pip compile`` for this stack's Python and platform from ``idx``; ``mode`` adds the
     output flags (hashes for a lock; ``--no-deps`` for conda's pylock of pinned wheels). With
     ``out`` None uv prints the result on its stdout (nothing is written anywhere).
@@ -108,6 +109,8 @@ def compile_command(uv_bin: str, stack: Stack, idx: Indexes, out: Path | None,
         cmd += ["--index-strategy", "unsafe-best-match"]
     if exclude_newer:
         cmd += ["--exclude-newer", exclude_newer]
+    if constraints is not None:
+        cmd += ["--constraint", str(Path(constraints).absolute())]
     if out is not None:
         cmd += ["-o", str(Path(out).absolute())]
     return cmd
@@ -162,13 +165,14 @@ def run_compile(cmd: list[str], inputs: Sequence[str], stack: Stack, idx: Indexe
 
 def compile(stack: Stack, inputs: Sequence[str], out: Path | None, *, index_url: str | None = None,
             extra_index_urls: Sequence[str] = (), uv: str | None = None,
-            mode: Sequence[str] = HASHES, exclude_newer: str | None = None
-            ) -> tuple[list[str], Indexes, str, str]:
-    """Resolve ``inputs`` for ``stack`` (into ``out``, or onto uv's stdout when None):
-    (the command, its indexes, uv's binary, uv's stdout)."""
+            mode: Sequence[str] = HASHES, exclude_newer: str | None = None,
+            constraints: Path | None = None) -> tuple[list[str], Indexes, str, str]:
+    """Resolve ``inputs`` for ``stack`` (into ``out``, or onto uv's stdout when None), within
+    the pins of a ``constraints`` file when given: (the command, its indexes, uv's binary,
+    uv's stdout)."""
     idx = indexes(stack, index_url, extra_index_urls)
     uv_bin = find_uv(uv)
-    cmd = compile_command(uv_bin, stack, idx, out, mode, exclude_newer)
+    cmd = compile_command(uv_bin, stack, idx, out, mode, exclude_newer, constraints)
     text = run_compile(cmd, inputs, stack, idx, cwd=None if out is None else Path(out).parent)
     return cmd, idx, uv_bin, text
 

@@ -51,7 +51,7 @@ LAYER_BUILD_DEPS: dict[str, tuple[str, ...]] = {
 class PipLayer:
     """One group of Python packages installed in its own stage and layer."""
 
-    name: str  # torch | horovod | deepspeed
+    name: str  # torch | horovod | deepspeed | team (a project's own requirements, last)
     requirements: tuple[str, ...]  # PEP 508 lines, e.g. "torch==2.5.1"
     index_url: str | None  # None: the PIP_INDEX_URL build argument
     extra_index_url: bool = True  # also look at PIP_INDEX_URL (deps not on the torch index)
@@ -89,6 +89,7 @@ class BuilderSetup:
 
 
 PIP_TOOLKIT_DIR = "/opt/cuda-pip"
+TEAM_LAYER = "team"  # the layer of a project's own requirements (envbuilder.toml), always last
 CXX_WRAPPER = "/usr/local/libexec/envbuilder/c++"  # files/cxx-isa.sh in the builder stage only
 DEFAULT_CPU_ISA = "x86-64-v3"
 
@@ -147,8 +148,13 @@ def make_plan(stack: Stack, *, base_image: str | None = None, builder_image: str
               pip_index_url: str | None = None, extra_index_urls: tuple[str, ...] = (),
               wheelhouse: bool = False, hashes: bool = False,
               labels: Mapping[str, str] | None = None, smoke_nproc: int = 12,
-              cuda_arch: tuple[str, ...] | None = None, cpu_isa: str | None = None) -> BuildPlan:
+              cuda_arch: tuple[str, ...] | None = None, cpu_isa: str | None = None,
+              team_requirements: tuple[str, ...] = ()) -> BuildPlan:
     """Turn a resolved stack and the build options into a plan.
+
+    ``team_requirements`` (PEP 508 lines, validated by the caller) are a team's own packages:
+    they get a layer of their own (``team``), installed after torch and the compiled layers
+    with those layers' versions as constraints, so changing them rebuilds that layer only.
 
     ``base_image`` replaces the runtime base (and the builder when the builder is a plain OS
     image that installs its own toolkit, or nothing compiles); an nvidia/cuda devel builder is
@@ -236,6 +242,8 @@ def make_plan(stack: Stack, *, base_image: str | None = None, builder_image: str
         layers.append(PipLayer("deepspeed", (f"deepspeed=={stack.deepspeed.version}",), None,
                                build_env=env, no_build_isolation=True, pre_install=tuple(pre),
                                extra_build=extra))
+    if team_requirements:
+        layers.append(PipLayer(TEAM_LAYER, tuple(team_requirements), None))
     for layer in layers:
         for k, v in layer.build_env.items():
             validate.env_pair(k, v, "build environment")

@@ -105,18 +105,25 @@ def make_steps(plan: BuildPlan) -> Steps:
             install[layer.name] = cmds + ["rm -rf /tmp/envbuilder"]
             install_app[layer.name] = cmds
             continue
-        build_req = f"/tmp/envbuilder/{layer.name}.build.txt"
-        files[layer.name] = [layer.file, f"requirements/{layer.name}.build.txt",
-                             "files/collect-layer.sh"]
-        env = " ".join(f"{k}={_q(v)}" for k, v in sorted(layer.build_env.items()))
         constraints = [] if plan.hashes else ["-c /tmp/envbuilder/constraints.txt"]
-        core = [
-            *([] if plan.hashes else ["pip freeze > /tmp/envbuilder/constraints.txt"]),
-            " ".join([pip, *hashes, *constraints, "-r", build_req]),
-            *layer.pre_install,
-            " ".join(["env", env, pip, "--no-build-isolation", "--verbose" if plan.compiles else "",
-                      *hashes, *constraints, "-r", req]).replace("  ", " "),
-        ]
+        freeze = [] if plan.hashes else ["pip freeze > /tmp/envbuilder/constraints.txt"]
+        if not layer.build_requirements and not layer.no_build_isolation:
+            # a team's own packages (the team layer): plain installs, with what the layers
+            # before it hold as constraints (nothing below is upgraded or replaced)
+            files[layer.name] = [layer.file, "files/collect-layer.sh"]
+            core = [*freeze, " ".join([pip, *hashes, *constraints, "-r", req])]
+        else:
+            build_req = f"/tmp/envbuilder/{layer.name}.build.txt"
+            files[layer.name] = [layer.file, f"requirements/{layer.name}.build.txt",
+                                 "files/collect-layer.sh"]
+            env = " ".join(f"{k}={_q(v)}" for k, v in sorted(layer.build_env.items()))
+            core = [
+                *freeze,
+                " ".join([pip, *hashes, *constraints, "-r", build_req]),
+                *layer.pre_install,
+                " ".join(["env", env, pip, "--no-build-isolation", "--verbose" if plan.compiles else "",
+                          *hashes, *constraints, "-r", req]).replace("  ", " "),
+            ]
         install[layer.name] = (["touch /tmp/envbuilder/stamp"] + core +
                                [f"sh /tmp/envbuilder/collect-layer.sh /tmp/envbuilder/stamp "
                                 f"{plan.venv} /opt/layers/{layer.name}", "rm -rf /tmp/envbuilder"])

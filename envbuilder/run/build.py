@@ -64,6 +64,9 @@ class BuildOptions:
     lock: Path | None = None  # a requirements.lock: install with --require-hashes
     alias: bool = True  # push the moving alias (the target name, e.g. cu121) after the smoke passed
     metrics: MetricsTarget | None = None  # write/push the smoke result as Prometheus metrics
+    requirements_file: Path | None = None  # the team's own requirements: a layer of their own
+    requirements: tuple[str, ...] = ()  # ... or as lines (a project file's list)
+    requirements_source: str = "requirements"  # where those lines come from, for errors
 
     def validate(self) -> None:
         if self.base_image:
@@ -160,12 +163,17 @@ def prepare_context(stack: Stack, opts: BuildOptions, dest: Path) -> tuple[Path,
             lock_text = Path(opts.lock).read_text(encoding="utf-8")
         except OSError as e:
             raise InputError(f"--lock-file {opts.lock} cannot be read: {e.strerror}") from None
+    from envbuilder.lock.requirements import team_requirements
+
+    team = team_requirements(stack, requirements_file=opts.requirements_file,
+                             lines=opts.requirements, source=opts.requirements_source)
     plan, files = build_files(stack, lock_text=lock_text, lock_source=str(opts.lock),
                               base_image=opts.base_image, builder_image=opts.builder_image,
                               pip_index_url=opts.pip_index_url,
                               extra_index_urls=opts.extra_index_urls,
                               wheelhouse=opts.wheelhouse is not None, smoke_nproc=opts.nproc,
-                              cuda_arch=opts.cuda_arch or None, cpu_isa=opts.cpu_isa)
+                              cuda_arch=opts.cuda_arch or None, cpu_isa=opts.cpu_isa,
+                              team_requirements=team)
     split = None
     if opts.wheelhouse is not None:
         layers = {la.name: [*la.requirements, *la.build_requirements]
