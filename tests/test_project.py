@@ -184,9 +184,16 @@ def test_lock_one_project_target(tmp_path, uv_cache):
     torch = (root / "build/train/requirements/torch.txt").read_text()
     assert "einops==0.8.2" in team and "--hash=sha256:" in team
     assert "einops" not in torch and "torch==2.1.2" in torch
+    # lock --check, offline (every proxy a closed port), passes on the unchanged project
+    offline = {k: "http://127.0.0.1:9" for k in ("http_proxy", "https_proxy", "HTTP_PROXY",
+                                                  "HTTPS_PROXY", "ALL_PROXY")}
+    p = cli("lock", "train", "--check", cwd=root, **offline)
+    assert p.returncode == 0, p.stderr
     # the team's requirements are resolved within the stack's pins: changing them re-locks
     # their own layer's file only (torch's file, hashes included, stays the same bytes)
     (root / "team-requirements.txt").write_text("einops==0.8.2\npandas\n")
+    p = cli("lock", "train", "--check", cwd=root, **offline)  # and the check names the change
+    assert p.returncode == 1 and "pandas" in p.stderr, (p.returncode, p.stderr)
     p = cli("lock", "train", "--json", cwd=root, UV_CACHE_DIR=str(uv_cache))
     assert p.returncode == 0, p.stderr
     after = json.loads(p.stdout)["lock"]["packages"]
