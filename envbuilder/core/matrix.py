@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field, replace
-from functools import cached_property
+from functools import cached_property, lru_cache
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
@@ -75,6 +75,12 @@ class BaseImages:
         return "-".join(parts)
 
 
+@lru_cache(maxsize=256)
+def _cuda_majors(cuda: tuple[str, ...]) -> frozenset[int]:
+    # asked for every candidate of every search; the same few tuples each time
+    return frozenset(Version(c).major for c in cuda)
+
+
 @dataclass(frozen=True)
 class NcclRelease:
     version: Version
@@ -83,7 +89,7 @@ class NcclRelease:
 
     @property
     def cuda_majors(self) -> frozenset[int]:
-        return frozenset(Version(c).major for c in self.cuda)
+        return _cuda_majors(self.cuda)
 
 
 @dataclass(frozen=True)

@@ -381,11 +381,27 @@ def _python_version(text: str) -> Version:
     return Version(text)
 
 
+# (id of a breakage's range, version) -> (the range, whether it covers the version): the search
+# asks the same question thousands of times per resolve (and render --all resolves every
+# target); a range's answer for a version never changes. The range is kept with its answer, so
+# its id cannot be reused by another while the entry lives.
+_COVERS: dict[tuple[int, Any], tuple[Any, bool]] = {}
+
+
 def _incompat_rule(x: Any) -> Rule:
+    def hit(axis: str, cond: Any, v: Version | str) -> bool:
+        if axis == "os":
+            return v == cond
+        key = (id(cond), v)  # a SpecifierSet's own hash is recomputed on every call
+        got = _COVERS.get(key)
+        if got is None or got[0] is not cond:
+            got = _COVERS[key] = (cond, bool(cond.contains(v, prereleases=True)))
+        return got[1]
+
     def check(a: Assignment, ctx: Context) -> list[Violation]:
         for axis, cond in x.when.items():
             v = _axis_version(axis, a[axis])
-            if v is None or (v != cond if axis == "os" else not cond.contains(v, prereleases=True)):
+            if v is None or not hit(axis, cond, v):
                 return []
         desc = ", ".join(f"{ax} {_axis_version(ax, a[ax])}" for ax in x.when)
         return [Violation("known_incompatibility", f"{desc}: {_first_sentence(x.reason)} [{x.id}]",

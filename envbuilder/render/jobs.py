@@ -45,7 +45,7 @@ from envbuilder.core import validate
 from envbuilder.errors import InputError
 from envbuilder.render.plan import BuildPlan
 from envbuilder.core.resources import templates_dir
-from envbuilder.render.bccache import bytecode_cache
+from envbuilder.render.bccache import bytecode_cache, environment
 
 DEFAULT_LAYOUTS: tuple[tuple[int, int], ...] = ((1, 12), (2, 6), (3, 4))
 MASTER_PORT = 23456  # the training operator's default for the port named pytorchjob-port
@@ -71,6 +71,10 @@ def _sh(value) -> str:
 
 
 def _env():
+    return environment(("jobs",), _make_env)
+
+
+def _make_env():
     import jinja2
 
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(templates_dir())),
