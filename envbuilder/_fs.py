@@ -31,6 +31,7 @@ import fcntl
 import hashlib
 import json
 import os
+import re
 import shutil
 import signal
 import stat
@@ -145,7 +146,37 @@ def _manifest_text(entries: Mapping[str, _Entry]) -> bytes:
     doc = {"written_by": "envbuilder", "envbuilder_version": __version__, "format": 1,
            "note": "files envbuilder wrote here; it replaces or removes only these",
            "files": {k: entries[k].to_dict() for k in sorted(entries)}}
-    return (json.dumps(doc, indent=2) + "\n").encode()
+    return (_dumps_indent2(doc) + "\n").encode()
+
+
+def _dumps_indent2(doc: Mapping[str, Any]) -> str:
+    """``json.dumps(doc, indent=2)`` for a manifest, without json's pure-Python indenting
+    encoder (it is most of writing a manifest): objects of strings and ints are laid out
+    here, every scalar is encoded by json's C encoder. Anything else goes to json.dumps."""
+    def lay(v: Any, pad: str) -> str:
+        if isinstance(v, dict):
+            if not v:
+                return "{}"
+            inner = pad + "  "
+            items = []
+            for k, x in v.items():
+                if not isinstance(k, str):
+                    raise TypeError(k)
+                items.append(f"{inner}{_json_str(k)}: {lay(x, inner)}")
+            return "{\n" + ",\n".join(items) + "\n" + pad + "}"
+        if isinstance(v, str):
+            return _json_str(v)
+        if type(v) is int:
+            return str(v)
+        raise TypeError(v)
+
+    try:
+        return lay(doc, "")
+    except TypeError:
+        return json.dumps(doc, indent=2)
+
+
+_json_str = json.encoder.encode_basestring_ascii  # type: ignore[attr-defined]
 
 
 def _sha(data: bytes) -> str:
@@ -169,10 +200,13 @@ def _file_sha(p: Path) -> str | None:
     return h.hexdigest()
 
 
+_CONTROL = re.compile("[\x00-\x1f\x7f]")
+
+
 def _safe_rel(rel: str) -> bool:
     parts = rel.split("/")
     return (bool(rel) and not rel.startswith("/") and all(p not in ("", ".", "..") for p in parts)
-            and not any(ord(c) < 32 or ord(c) == 127 for c in rel) and parts[0] != MANIFEST
+            and _CONTROL.search(rel) is None and parts[0] != MANIFEST
             and not parts[0].startswith(STAGE_PREFIX))
 
 
@@ -186,6 +220,9 @@ class _Dest:
     stage: Path
     created: list[Path]
     files: dict[str, tuple[bytes | None, str]] = field(default_factory=dict)  # rel -> (data, group)
+    # rel -> SHA-256 of what add() staged, taken from the bytes it wrote (no read back);
+    # forgotten when add_with's writer may have changed the staging folder
+    shas: dict[str, str] = field(default_factory=dict)
     prune_groups: set[str] = field(default_factory=set)
     extras: list[tuple[Callable[[Path], None], str]] = field(default_factory=list)
 
@@ -258,6 +295,7 @@ class Outputs:
             data = content if isinstance(content, bytes) else content.encode("utf-8")
             self._stage_file(d, rel, data)
             d.files[rel] = (None, group)
+            d.shas[rel] = _sha(data)
         return d.path
 
     def add_with(self, dest: str | Path, fn: Callable[[Path], None], *, group: str) -> None:
@@ -265,6 +303,7 @@ class Outputs:
         they are owned by ``group`` like the rest."""
         d = self.folder(dest)
         before = set(self._walk(d.stage))
+        d.shas.clear()  # fn may rewrite any staged file: hash them from disk
         try:
             fn(d.stage)
         except OSError as e:
@@ -311,7 +350,7 @@ class Outputs:
         new: dict[str, _Entry] = {}
         for rel, (_, group) in d.files.items():
             staged = d.stage / rel
-            sha = _file_sha(staged) or ""
+            sha = d.shas.get(rel) or _file_sha(staged) or ""
             target = d.path / rel
             self._check_parents(d, rel)
             prev = None

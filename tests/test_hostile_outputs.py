@@ -16,6 +16,8 @@ import time
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from envbuilder._fs import Outputs, owned, write_tree
 from envbuilder.errors import InputError
@@ -337,3 +339,33 @@ def test_lock_child_uv_ends_with_envbuilder(tmp_path, sig):
     time.sleep(0.5)
     assert _uv_children(port) == []
     assert not out.exists() and leftovers(tmp_path) == []
+
+
+# -- the manifest's text: laid out by _fs itself, byte for byte what json.dumps(indent=2) gives
+
+_keys = st.text(max_size=8)
+_leaf = st.one_of(st.text(max_size=12), st.integers(), st.booleans(), st.none(),
+                  st.floats(allow_nan=False), st.lists(st.integers(), max_size=2))
+_tree = st.recursive(_leaf, lambda c: st.dictionaries(_keys, c, max_size=4), max_leaves=20)
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.dictionaries(_keys, _tree, max_size=5))
+def test_manifest_layout_is_json_dumps_indent_2(doc):
+    from envbuilder._fs import _dumps_indent2
+
+    assert _dumps_indent2(doc) == json.dumps(doc, indent=2)
+
+
+def test_write_tree_records_the_sha_of_what_it_wrote_and_of_what_extra_rewrote(tmp_path):
+    import hashlib
+
+    def rewrite(folder: Path) -> None:  # a writer that changes a file add() staged
+        (folder / "a.txt").write_text("rewritten\n")
+        (folder / "b.txt").write_text("extra\n")
+
+    write_tree(tmp_path / "o", {"a.txt": "first\n", "é.txt": "ü\n"}, extra=rewrite)
+    files = manifest(tmp_path / "o")
+    for rel in ("a.txt", "b.txt", "é.txt"):
+        assert files[rel]["sha256"] == hashlib.sha256((tmp_path / "o" / rel).read_bytes()).hexdigest()
+    assert (tmp_path / "o" / "a.txt").read_text() == "rewritten\n"

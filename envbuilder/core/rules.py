@@ -391,7 +391,7 @@ _COVERS: dict[tuple[int, Any], tuple[Any, bool]] = {}
 def _incompat_rule(x: Any) -> Rule:
     def hit(axis: str, cond: Any, v: Version | str) -> bool:
         if axis == "os":
-            return v == cond
+            return bool(v == cond)
         key = (id(cond), v)  # a SpecifierSet's own hash is recomputed on every call
         got = _COVERS.get(key)
         if got is None or got[0] is not cond:

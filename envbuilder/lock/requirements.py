@@ -55,9 +55,8 @@ import hashlib
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
-from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
@@ -68,6 +67,10 @@ from envbuilder.lock import uv as _uv
 from envbuilder.render.plan import BuildPlan, make_plan
 from envbuilder.render.templating import render_files
 from envbuilder.lock.uv import PLATFORM
+
+if TYPE_CHECKING:
+    # imported where a requirement is parsed: render without a lock never parses one
+    from packaging.requirements import Requirement
 
 LOCK_NAME = "requirements.lock"
 INSTALL_HINT = "pip install --require-hashes --no-deps -r requirements.lock"
@@ -319,6 +322,8 @@ def split_by_layer(lock_text: str, plan) -> dict[str, str]:
             stack.extend(sorted(children.get(n, set())))
         return seen
 
+    from packaging.requirements import Requirement
+
     order: list[str] = []
     layers = list(plan.layers)
     for layer in layers:
@@ -350,6 +355,8 @@ def split_by_layer(lock_text: str, plan) -> dict[str, str]:
 # -- inputs ----------------------------------------------------------------------------------
 
 def _user_requirements(path: str | Path) -> list[Requirement]:
+    from packaging.requirements import InvalidRequirement, Requirement
+
     from envbuilder._fs import read_text_capped
 
     p = Path(path)
