@@ -223,6 +223,7 @@ class _Dest:
     # rel -> SHA-256 of what add() staged, taken from the bytes it wrote (no read back);
     # forgotten when add_with's writer may have changed the staging folder
     shas: dict[str, str] = field(default_factory=dict)
+    staged_dirs: set[str] = field(default_factory=set)  # folders made in the staging folder
     prune_groups: set[str] = field(default_factory=set)
     extras: list[tuple[Callable[[Path], None], str]] = field(default_factory=list)
 
@@ -304,6 +305,7 @@ class Outputs:
         d = self.folder(dest)
         before = set(self._walk(d.stage))
         d.shas.clear()  # fn may rewrite any staged file: hash them from disk
+        d.staged_dirs.clear()
         try:
             fn(d.stage)
         except OSError as e:
@@ -324,7 +326,10 @@ class Outputs:
     def _stage_file(self, d: _Dest, rel: str, data: bytes) -> None:
         p = d.stage / rel
         try:
-            p.parent.mkdir(parents=True, exist_ok=True)
+            folder = rel.rpartition("/")[0]
+            if folder and folder not in d.staged_dirs:  # each folder once, not once per file
+                p.parent.mkdir(parents=True, exist_ok=True)
+                d.staged_dirs.add(folder)
             with open(p, "wb") as f:
                 f.write(data)
                 f.flush()
@@ -398,8 +403,8 @@ class Outputs:
         for d in self._dests.values():
             final, remove, inflight = self._plan(d)
             try:
-                for rel in final:
-                    (d.path / rel).parent.mkdir(parents=True, exist_ok=True)
+                for folder in dict.fromkeys(rel.rpartition("/")[0] for rel in final):
+                    (d.path / folder).mkdir(parents=True, exist_ok=True)
                 for name, entries in (("manifest.final", final), ("manifest.inflight", inflight)):
                     p = d.stage / name
                     with open(p, "wb") as f:
