@@ -48,8 +48,8 @@ class DcgmCounters:
 
 def dcgm_counters() -> DcgmCounters:
     """The dcgm-exporter counters enabled by default (data file, with its source URL)."""
-    doc = yaml.safe_load((templates_dir() / "monitoring" / "dcgm-default-counters.yaml")
-                         .read_text(encoding="utf-8"))
+    doc = yaml.load((templates_dir() / "monitoring" / "dcgm-default-counters.yaml")
+                    .read_text(encoding="utf-8"), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     return DcgmCounters(source=doc["source"], enabled=tuple(doc["enabled"]))
 
 
@@ -203,8 +203,13 @@ def prometheus_rule_yaml(min_busbw_gbps: float | None = None) -> str:
 
 
 def _yaml(doc: Any) -> str:
-    return yaml.safe_dump(doc, sort_keys=False, default_flow_style=False, width=100,
-                          allow_unicode=True)
+    # libyaml's emitter where PyYAML has it (the same text for these documents: a test
+    # compares both); the pure-Python one otherwise
+    return yaml.dump(doc, Dumper=_DUMPER, sort_keys=False, default_flow_style=False,
+                     width=100, allow_unicode=True)
+
+
+_DUMPER = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
 
 
 # ----------------------------------------------------------------------------- scrape wiring
