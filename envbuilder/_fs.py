@@ -18,6 +18,9 @@ each file envbuilder wrote there, the command group that wrote it (``render``, `
   untouched and removes the staging folder. Concurrent runs into one folder are serialised
   with ``flock`` on the folder itself (no lock file is left behind). A staging folder left by
   a SIGKILL is removed by the next run.
+* A file that already holds exactly the bytes (and mode) to be written is left in place, not
+  staged and replaced: re-rendering an unchanged target creates no files (creating a file is
+  most of the cost of writing a folder). Its manifest entry is written as for any other.
 
 ``Outputs`` is the transaction (several folders at once: ``render --all``, ``lock --conda
 --sbom``); ``write_tree`` and ``write_file_atomic`` are the one-folder and one-file forms.
@@ -203,6 +206,31 @@ def _file_sha(p: Path) -> str | None:
 _CONTROL = re.compile("[\x00-\x1f\x7f]")
 
 
+def _mode(rel: str) -> int:
+    return 0o755 if rel.endswith(".sh") else 0o644
+
+
+def _holds(path: Path, data: bytes, mode: int) -> bool:
+    """Whether ``path`` is a regular file of ours (not a link, one name, this user's) that
+    holds exactly ``data`` with permissions ``mode``: writing it again would change nothing."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+    except OSError:
+        return False
+    try:
+        st = os.fstat(fd)
+        if (not stat.S_ISREG(st.st_mode) or stat.S_IMODE(st.st_mode) != mode
+                or st.st_nlink != 1 or st.st_size != len(data)
+                or (hasattr(os, "getuid") and st.st_uid != os.getuid())):
+            return False
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            return f.read(len(data) + 1) == data
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+
+
 def _safe_rel(rel: str) -> bool:
     parts = rel.split("/")
     return (bool(rel) and not rel.startswith("/") and all(p not in ("", ".", "..") for p in parts)
@@ -224,6 +252,8 @@ class _Dest:
     # forgotten when add_with's writer may have changed the staging folder
     shas: dict[str, str] = field(default_factory=dict)
     staged_dirs: set[str] = field(default_factory=set)  # folders made in the staging folder
+    # rel -> data of files whose target already holds these bytes: not staged, not moved
+    unchanged: dict[str, bytes] = field(default_factory=dict)
     prune_groups: set[str] = field(default_factory=set)
     extras: list[tuple[Callable[[Path], None], str]] = field(default_factory=list)
 
@@ -294,7 +324,11 @@ class Outputs:
             if not _safe_rel(rel):
                 raise InputError(f"refusing to write {rel!r}: not a plain relative path")
             data = content if isinstance(content, bytes) else content.encode("utf-8")
-            self._stage_file(d, rel, data)
+            if rel not in d.files and _holds(d.path / rel, data, _mode(rel)):
+                d.unchanged[rel] = data
+            else:
+                d.unchanged.pop(rel, None)
+                self._stage_file(d, rel, data)
             d.files[rel] = (None, group)
             d.shas[rel] = _sha(data)
         return d.path
@@ -303,6 +337,9 @@ class Outputs:
         """Let ``fn(folder)`` write more files (wheels, a CA bundle) into the staging folder;
         they are owned by ``group`` like the rest."""
         d = self.folder(dest)
+        for rel, data in d.unchanged.items():  # fn sees (and may rewrite) every file
+            self._stage_file(d, rel, data)
+        d.unchanged.clear()
         before = set(self._walk(d.stage))
         d.shas.clear()  # fn may rewrite any staged file: hash them from disk
         d.staged_dirs.clear()
@@ -334,7 +371,7 @@ class Outputs:
                 f.write(data)
                 f.flush()
                 os.fsync(f.fileno())
-            os.chmod(p, (0o755 if rel.endswith(".sh") else 0o644))
+            os.chmod(p, _mode(rel))
         except OSError as e:
             raise io_error(e, Path(d.shown) / rel, self.step) from None
 
@@ -357,6 +394,8 @@ class Outputs:
             staged = d.stage / rel
             sha = d.shas.get(rel) or _file_sha(staged) or ""
             target = d.path / rel
+            if rel in d.unchanged and not _holds(target, d.unchanged[rel], _mode(rel)):
+                self._stage_file(d, rel, d.unchanged.pop(rel))  # changed since add(): write it
             self._check_parents(d, rel)
             prev = None
             if os.path.lexists(target):
@@ -421,7 +460,8 @@ class Outputs:
                     final, remove = plans[d.path]
                     os.replace(d.stage / "manifest.inflight", d.path / MANIFEST)
                     for rel, (_, _g) in d.files.items():
-                        os.replace(d.stage / rel, d.path / rel)
+                        if rel not in d.unchanged:
+                            os.replace(d.stage / rel, d.path / rel)
                     for rel in remove:
                         with contextlib.suppress(FileNotFoundError):
                             (d.path / rel).unlink()

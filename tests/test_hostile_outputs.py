@@ -369,3 +369,49 @@ def test_write_tree_records_the_sha_of_what_it_wrote_and_of_what_extra_rewrote(t
     for rel in ("a.txt", "b.txt", "é.txt"):
         assert files[rel]["sha256"] == hashlib.sha256((tmp_path / "o" / rel).read_bytes()).hexdigest()
     assert (tmp_path / "o" / "a.txt").read_text() == "rewritten\n"
+
+
+def test_rerender_leaves_unchanged_files_in_place_and_replaces_the_rest(tmp_path):
+    # a file that already holds the bytes and mode to be written is not created again (same
+    # inode); a changed one, one with other permissions, or one with a second name is replaced
+    out = tmp_path / "o"
+    write_tree(out, {"same.txt": "a\n", "changes.txt": "old\n", "run.sh": "echo\n",
+                     "linked.txt": "l\n"})
+    before = {n: os.stat(out / n).st_ino for n in ("same.txt", "changes.txt", "run.sh", "linked.txt")}
+    os.chmod(out / "run.sh", 0o700)
+    os.link(out / "linked.txt", tmp_path / "other-name")
+    write_tree(out, {"same.txt": "a\n", "changes.txt": "new\n", "run.sh": "echo\n",
+                     "linked.txt": "l\n"})
+    assert os.stat(out / "same.txt").st_ino == before["same.txt"]
+    for n in ("changes.txt", "run.sh", "linked.txt"):
+        assert os.stat(out / n).st_ino != before[n], n
+    assert (out / "changes.txt").read_text() == "new\n"
+    assert os.stat(out / "run.sh").st_mode & 0o777 == 0o755
+    assert (tmp_path / "other-name").read_text() == "l\n"
+    import hashlib
+
+    for rel, ent in manifest(out).items():
+        assert hashlib.sha256((out / rel).read_bytes()).hexdigest() == ent["sha256"], rel
+        assert "prev" not in ent
+    assert leftovers(out) == []
+
+
+def test_an_unchanged_file_edited_before_commit_is_refused_not_kept(tmp_path):
+    # add() saw the file unchanged; a user edit before commit() is caught as before
+    out = tmp_path / "o"
+    write_tree(out, {"f.txt": "mine\n"})
+    with Outputs("render") as tx:
+        tx.add(out, {"f.txt": "mine\n"}, group="render")
+        (out / "f.txt").write_text("edited\n")
+        with pytest.raises(InputError, match="changed since envbuilder wrote it"):
+            tx.commit()
+    assert (out / "f.txt").read_text() == "edited\n"
+
+
+def test_extra_writer_sees_unchanged_files_in_the_staging_folder(tmp_path):
+    out = tmp_path / "o"
+    write_tree(out, {"f.txt": "x\n"})
+    seen = []
+    write_tree(out, {"f.txt": "x\n"}, extra=lambda folder: seen.append((folder / "f.txt").read_text()))
+    assert seen == ["x\n"]
+    assert (out / "f.txt").read_text() == "x\n"
