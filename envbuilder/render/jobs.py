@@ -62,8 +62,12 @@ _NAME_MAX = 40  # leaves room for "-worker-NN" / "-NN" suffixes within DNS label
 
 
 def _q(value) -> str:
-    """A YAML double-quoted scalar (JSON string syntax is valid YAML)."""
-    return json.dumps(str(value))
+    """A YAML double-quoted scalar (JSON string syntax is valid YAML): what json.dumps gives
+    for a string, from json's C string encoder directly (the job files quote thousands)."""
+    return _json_str(str(value))
+
+
+_json_str = json.encoder.encode_basestring_ascii  # type: ignore[attr-defined]
 
 
 def _sh(value) -> str:
