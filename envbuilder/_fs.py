@@ -437,17 +437,23 @@ class Outputs:
                                  f"there): move it away or choose another -o")
 
     def commit(self) -> None:
-        plans = {}
+        plans: dict[Path, tuple[dict[str, _Entry], list[str]] | None] = {}
         # everything that needs space or can be refused happens before the first move
         for d in self._dests.values():
             final, remove, inflight = self._plan(d)
+            texts = {"manifest.final": _manifest_text(final)}
+            if not remove and all(rel in d.unchanged for rel in d.files) and \
+                    _holds(d.path / MANIFEST, texts["manifest.final"], 0o644):
+                plans[d.path] = None  # every file and the manifest already as they would be
+                continue
+            texts["manifest.inflight"] = _manifest_text(inflight)
             try:
                 for folder in dict.fromkeys(rel.rpartition("/")[0] for rel in final):
                     (d.path / folder).mkdir(parents=True, exist_ok=True)
-                for name, entries in (("manifest.final", final), ("manifest.inflight", inflight)):
+                for name, text in texts.items():
                     p = d.stage / name
                     with open(p, "wb") as f:
-                        f.write(_manifest_text(entries))
+                        f.write(text)
                         f.flush()
                         os.fsync(f.fileno())
                     os.chmod(p, 0o644)
@@ -457,7 +463,10 @@ class Outputs:
         with held_signals():
             try:
                 for d in self._dests.values():
-                    final, remove = plans[d.path]
+                    plan = plans[d.path]
+                    if plan is None:
+                        continue
+                    final, remove = plan
                     os.replace(d.stage / "manifest.inflight", d.path / MANIFEST)
                     for rel, (_, _g) in d.files.items():
                         if rel not in d.unchanged:

@@ -415,3 +415,18 @@ def test_extra_writer_sees_unchanged_files_in_the_staging_folder(tmp_path):
     write_tree(out, {"f.txt": "x\n"}, extra=lambda folder: seen.append((folder / "f.txt").read_text()))
     assert seen == ["x\n"]
     assert (out / "f.txt").read_text() == "x\n"
+
+
+def test_rewriting_an_unchanged_folder_touches_nothing(tmp_path):
+    out = tmp_path / "o"
+    files = {"a.txt": "a\n", "sub/run.sh": "echo\n"}
+    write_tree(out, files)
+    names = ["a.txt", "sub/run.sh", MANIFEST]
+    before = {n: os.stat(out / n).st_ino for n in names}
+    write_tree(out, files)
+    assert {n: os.stat(out / n).st_ino for n in names} == before
+    assert leftovers(out) == []
+    write_tree(out, {"a.txt": "a\n"})  # sub/run.sh no longer written: removed, manifest new
+    assert not (out / "sub").exists()
+    assert os.stat(out / "a.txt").st_ino == before["a.txt"]
+    assert sorted(manifest(out)) == ["a.txt"]
