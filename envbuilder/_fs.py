@@ -18,6 +18,9 @@ each file envbuilder wrote there, the command group that wrote it (``render``, `
   untouched and removes the staging folder. Concurrent runs into one folder are serialised
   with ``flock`` on the folder itself (no lock file is left behind). A staging folder left by
   a SIGKILL is removed by the next run.
+* A file that already holds exactly the bytes (and mode) to be written is left in place, not
+  staged and replaced: re-rendering an unchanged target creates no files (creating a file is
+  most of the cost of writing a folder). Its manifest entry is written as for any other.
 
 ``Outputs`` is the transaction (several folders at once: ``render --all``, ``lock --conda
 --sbom``); ``write_tree`` and ``write_file_atomic`` are the one-folder and one-file forms.
@@ -31,6 +34,7 @@ import fcntl
 import hashlib
 import json
 import os
+import re
 import shutil
 import signal
 import stat
@@ -145,7 +149,37 @@ def _manifest_text(entries: Mapping[str, _Entry]) -> bytes:
     doc = {"written_by": "envbuilder", "envbuilder_version": __version__, "format": 1,
            "note": "files envbuilder wrote here; it replaces or removes only these",
            "files": {k: entries[k].to_dict() for k in sorted(entries)}}
-    return (json.dumps(doc, indent=2) + "\n").encode()
+    return (_dumps_indent2(doc) + "\n").encode()
+
+
+def _dumps_indent2(doc: Mapping[str, Any]) -> str:
+    """``json.dumps(doc, indent=2)`` for a manifest, without json's pure-Python indenting
+    encoder (it is most of writing a manifest): objects of strings and ints are laid out
+    here, every scalar is encoded by json's C encoder. Anything else goes to json.dumps."""
+    def lay(v: Any, pad: str) -> str:
+        if isinstance(v, dict):
+            if not v:
+                return "{}"
+            inner = pad + "  "
+            items = []
+            for k, x in v.items():
+                if not isinstance(k, str):
+                    raise TypeError(k)
+                items.append(f"{inner}{_json_str(k)}: {lay(x, inner)}")
+            return "{\n" + ",\n".join(items) + "\n" + pad + "}"
+        if isinstance(v, str):
+            return _json_str(v)
+        if type(v) is int:
+            return str(v)
+        raise TypeError(v)
+
+    try:
+        return lay(doc, "")
+    except TypeError:
+        return json.dumps(doc, indent=2)
+
+
+_json_str = json.encoder.encode_basestring_ascii  # type: ignore[attr-defined]
 
 
 def _sha(data: bytes) -> str:
@@ -169,10 +203,38 @@ def _file_sha(p: Path) -> str | None:
     return h.hexdigest()
 
 
+_CONTROL = re.compile("[\x00-\x1f\x7f]")
+
+
+def _mode(rel: str) -> int:
+    return 0o755 if rel.endswith(".sh") else 0o644
+
+
+def _holds(path: Path, data: bytes, mode: int) -> bool:
+    """Whether ``path`` is a regular file of ours (not a link, one name, this user's) that
+    holds exactly ``data`` with permissions ``mode``: writing it again would change nothing."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+    except OSError:
+        return False
+    try:
+        st = os.fstat(fd)
+        if (not stat.S_ISREG(st.st_mode) or stat.S_IMODE(st.st_mode) != mode
+                or st.st_nlink != 1 or st.st_size != len(data)
+                or (hasattr(os, "getuid") and st.st_uid != os.getuid())):
+            return False
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            return f.read(len(data) + 1) == data
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+
+
 def _safe_rel(rel: str) -> bool:
     parts = rel.split("/")
     return (bool(rel) and not rel.startswith("/") and all(p not in ("", ".", "..") for p in parts)
-            and not any(ord(c) < 32 or ord(c) == 127 for c in rel) and parts[0] != MANIFEST
+            and _CONTROL.search(rel) is None and parts[0] != MANIFEST
             and not parts[0].startswith(STAGE_PREFIX))
 
 
@@ -186,6 +248,12 @@ class _Dest:
     stage: Path
     created: list[Path]
     files: dict[str, tuple[bytes | None, str]] = field(default_factory=dict)  # rel -> (data, group)
+    # rel -> SHA-256 of what add() staged, taken from the bytes it wrote (no read back);
+    # forgotten when add_with's writer may have changed the staging folder
+    shas: dict[str, str] = field(default_factory=dict)
+    staged_dirs: set[str] = field(default_factory=set)  # folders made in the staging folder
+    # rel -> data of files whose target already holds these bytes: not staged, not moved
+    unchanged: dict[str, bytes] = field(default_factory=dict)
     prune_groups: set[str] = field(default_factory=set)
     extras: list[tuple[Callable[[Path], None], str]] = field(default_factory=list)
 
@@ -256,15 +324,25 @@ class Outputs:
             if not _safe_rel(rel):
                 raise InputError(f"refusing to write {rel!r}: not a plain relative path")
             data = content if isinstance(content, bytes) else content.encode("utf-8")
-            self._stage_file(d, rel, data)
+            if rel not in d.files and _holds(d.path / rel, data, _mode(rel)):
+                d.unchanged[rel] = data
+            else:
+                d.unchanged.pop(rel, None)
+                self._stage_file(d, rel, data)
             d.files[rel] = (None, group)
+            d.shas[rel] = _sha(data)
         return d.path
 
     def add_with(self, dest: str | Path, fn: Callable[[Path], None], *, group: str) -> None:
         """Let ``fn(folder)`` write more files (wheels, a CA bundle) into the staging folder;
         they are owned by ``group`` like the rest."""
         d = self.folder(dest)
+        for rel, data in d.unchanged.items():  # fn sees (and may rewrite) every file
+            self._stage_file(d, rel, data)
+        d.unchanged.clear()
         before = set(self._walk(d.stage))
+        d.shas.clear()  # fn may rewrite any staged file: hash them from disk
+        d.staged_dirs.clear()
         try:
             fn(d.stage)
         except OSError as e:
@@ -285,12 +363,15 @@ class Outputs:
     def _stage_file(self, d: _Dest, rel: str, data: bytes) -> None:
         p = d.stage / rel
         try:
-            p.parent.mkdir(parents=True, exist_ok=True)
+            folder = rel.rpartition("/")[0]
+            if folder and folder not in d.staged_dirs:  # each folder once, not once per file
+                p.parent.mkdir(parents=True, exist_ok=True)
+                d.staged_dirs.add(folder)
             with open(p, "wb") as f:
                 f.write(data)
                 f.flush()
                 os.fsync(f.fileno())
-            os.chmod(p, (0o755 if rel.endswith(".sh") else 0o644))
+            os.chmod(p, _mode(rel))
         except OSError as e:
             raise io_error(e, Path(d.shown) / rel, self.step) from None
 
@@ -311,8 +392,10 @@ class Outputs:
         new: dict[str, _Entry] = {}
         for rel, (_, group) in d.files.items():
             staged = d.stage / rel
-            sha = _file_sha(staged) or ""
+            sha = d.shas.get(rel) or _file_sha(staged) or ""
             target = d.path / rel
+            if rel in d.unchanged and not _holds(target, d.unchanged[rel], _mode(rel)):
+                self._stage_file(d, rel, d.unchanged.pop(rel))  # changed since add(): write it
             self._check_parents(d, rel)
             prev = None
             if os.path.lexists(target):
@@ -354,17 +437,23 @@ class Outputs:
                                  f"there): move it away or choose another -o")
 
     def commit(self) -> None:
-        plans = {}
+        plans: dict[Path, tuple[dict[str, _Entry], list[str]] | None] = {}
         # everything that needs space or can be refused happens before the first move
         for d in self._dests.values():
             final, remove, inflight = self._plan(d)
+            texts = {"manifest.final": _manifest_text(final)}
+            if not remove and all(rel in d.unchanged for rel in d.files) and \
+                    _holds(d.path / MANIFEST, texts["manifest.final"], 0o644):
+                plans[d.path] = None  # every file and the manifest already as they would be
+                continue
+            texts["manifest.inflight"] = _manifest_text(inflight)
             try:
-                for rel in final:
-                    (d.path / rel).parent.mkdir(parents=True, exist_ok=True)
-                for name, entries in (("manifest.final", final), ("manifest.inflight", inflight)):
+                for folder in dict.fromkeys(rel.rpartition("/")[0] for rel in final):
+                    (d.path / folder).mkdir(parents=True, exist_ok=True)
+                for name, text in texts.items():
                     p = d.stage / name
                     with open(p, "wb") as f:
-                        f.write(_manifest_text(entries))
+                        f.write(text)
                         f.flush()
                         os.fsync(f.fileno())
                     os.chmod(p, 0o644)
@@ -374,10 +463,14 @@ class Outputs:
         with held_signals():
             try:
                 for d in self._dests.values():
-                    final, remove = plans[d.path]
+                    plan = plans[d.path]
+                    if plan is None:
+                        continue
+                    final, remove = plan
                     os.replace(d.stage / "manifest.inflight", d.path / MANIFEST)
                     for rel, (_, _g) in d.files.items():
-                        os.replace(d.stage / rel, d.path / rel)
+                        if rel not in d.unchanged:
+                            os.replace(d.stage / rel, d.path / rel)
                     for rel in remove:
                         with contextlib.suppress(FileNotFoundError):
                             (d.path / rel).unlink()

@@ -16,6 +16,8 @@ import time
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from envbuilder._fs import Outputs, owned, write_tree
 from envbuilder.errors import InputError
@@ -337,3 +339,94 @@ def test_lock_child_uv_ends_with_envbuilder(tmp_path, sig):
     time.sleep(0.5)
     assert _uv_children(port) == []
     assert not out.exists() and leftovers(tmp_path) == []
+
+
+# -- the manifest's text: laid out by _fs itself, byte for byte what json.dumps(indent=2) gives
+
+_keys = st.text(max_size=8)
+_leaf = st.one_of(st.text(max_size=12), st.integers(), st.booleans(), st.none(),
+                  st.floats(allow_nan=False), st.lists(st.integers(), max_size=2))
+_tree = st.recursive(_leaf, lambda c: st.dictionaries(_keys, c, max_size=4), max_leaves=20)
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.dictionaries(_keys, _tree, max_size=5))
+def test_manifest_layout_is_json_dumps_indent_2(doc):
+    from envbuilder._fs import _dumps_indent2
+
+    assert _dumps_indent2(doc) == json.dumps(doc, indent=2)
+
+
+def test_write_tree_records_the_sha_of_what_it_wrote_and_of_what_extra_rewrote(tmp_path):
+    import hashlib
+
+    def rewrite(folder: Path) -> None:  # a writer that changes a file add() staged
+        (folder / "a.txt").write_text("rewritten\n")
+        (folder / "b.txt").write_text("extra\n")
+
+    write_tree(tmp_path / "o", {"a.txt": "first\n", "é.txt": "ü\n"}, extra=rewrite)
+    files = manifest(tmp_path / "o")
+    for rel in ("a.txt", "b.txt", "é.txt"):
+        assert files[rel]["sha256"] == hashlib.sha256((tmp_path / "o" / rel).read_bytes()).hexdigest()
+    assert (tmp_path / "o" / "a.txt").read_text() == "rewritten\n"
+
+
+def test_rerender_leaves_unchanged_files_in_place_and_replaces_the_rest(tmp_path):
+    # a file that already holds the bytes and mode to be written is not created again (same
+    # inode); a changed one, one with other permissions, or one with a second name is replaced
+    out = tmp_path / "o"
+    write_tree(out, {"same.txt": "a\n", "changes.txt": "old\n", "run.sh": "echo\n",
+                     "linked.txt": "l\n"})
+    before = {n: os.stat(out / n).st_ino for n in ("same.txt", "changes.txt", "run.sh", "linked.txt")}
+    os.chmod(out / "run.sh", 0o700)
+    os.link(out / "linked.txt", tmp_path / "other-name")
+    write_tree(out, {"same.txt": "a\n", "changes.txt": "new\n", "run.sh": "echo\n",
+                     "linked.txt": "l\n"})
+    assert os.stat(out / "same.txt").st_ino == before["same.txt"]
+    for n in ("changes.txt", "run.sh", "linked.txt"):
+        assert os.stat(out / n).st_ino != before[n], n
+    assert (out / "changes.txt").read_text() == "new\n"
+    assert os.stat(out / "run.sh").st_mode & 0o777 == 0o755
+    assert (tmp_path / "other-name").read_text() == "l\n"
+    import hashlib
+
+    for rel, ent in manifest(out).items():
+        assert hashlib.sha256((out / rel).read_bytes()).hexdigest() == ent["sha256"], rel
+        assert "prev" not in ent
+    assert leftovers(out) == []
+
+
+def test_an_unchanged_file_edited_before_commit_is_refused_not_kept(tmp_path):
+    # add() saw the file unchanged; a user edit before commit() is caught as before
+    out = tmp_path / "o"
+    write_tree(out, {"f.txt": "mine\n"})
+    with Outputs("render") as tx:
+        tx.add(out, {"f.txt": "mine\n"}, group="render")
+        (out / "f.txt").write_text("edited\n")
+        with pytest.raises(InputError, match="changed since envbuilder wrote it"):
+            tx.commit()
+    assert (out / "f.txt").read_text() == "edited\n"
+
+
+def test_extra_writer_sees_unchanged_files_in_the_staging_folder(tmp_path):
+    out = tmp_path / "o"
+    write_tree(out, {"f.txt": "x\n"})
+    seen = []
+    write_tree(out, {"f.txt": "x\n"}, extra=lambda folder: seen.append((folder / "f.txt").read_text()))
+    assert seen == ["x\n"]
+    assert (out / "f.txt").read_text() == "x\n"
+
+
+def test_rewriting_an_unchanged_folder_touches_nothing(tmp_path):
+    out = tmp_path / "o"
+    files = {"a.txt": "a\n", "sub/run.sh": "echo\n"}
+    write_tree(out, files)
+    names = ["a.txt", "sub/run.sh", MANIFEST]
+    before = {n: os.stat(out / n).st_ino for n in names}
+    write_tree(out, files)
+    assert {n: os.stat(out / n).st_ino for n in names} == before
+    assert leftovers(out) == []
+    write_tree(out, {"a.txt": "a\n"})  # sub/run.sh no longer written: removed, manifest new
+    assert not (out / "sub").exists()
+    assert os.stat(out / "a.txt").st_ino == before["a.txt"]
+    assert sorted(manifest(out)) == ["a.txt"]

@@ -491,3 +491,16 @@ def test_smoke_image_labels_come_from_the_image(smoke_image, docker_client, tmp_
     assert f'target="{labels["io.envbuilder.target"]}"' in text
     assert f'image="{smoke_image}"' in text and 'node="gpu-07"' in text
     assert f'image_digest="{docker_client.images.get(smoke_image).id}"' in text
+
+
+@pytest.mark.skipif(not hasattr(yaml, "CSafeDumper"), reason="PyYAML without libyaml")
+@pytest.mark.parametrize("floor", [None, 0.001, 1.0, 3.5, 25.0, 100.0, 1234.5678, 99999.99])
+def test_monitoring_yaml_is_the_same_from_libyaml_and_the_pure_python_emitter(floor):
+    # render writes monitoring/ with libyaml's emitter when PyYAML has it; the pure-Python
+    # one (PyYAML without libyaml) must give the same bytes
+    docs = [{"groups": monitoring.alert_groups(floor)}, monitoring.prometheus_config(),
+            monitoring._podmonitor_dcgm(), monitoring._servicemonitor_pushgateway()]
+    for doc in docs:
+        kw = dict(sort_keys=False, default_flow_style=False, width=100, allow_unicode=True)
+        assert monitoring._yaml(doc) == yaml.dump(doc, Dumper=yaml.SafeDumper, **kw)
+    assert monitoring._DUMPER is yaml.CSafeDumper

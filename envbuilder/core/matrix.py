@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field, replace
-from functools import cached_property
+from functools import cached_property, lru_cache
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
@@ -76,6 +76,12 @@ class BaseImages:
         return "-".join(parts)
 
 
+@lru_cache(maxsize=256)
+def _cuda_majors(cuda: tuple[str, ...]) -> frozenset[int]:
+    # asked for every candidate of every search; the same few tuples each time
+    return frozenset(Version(c).major for c in cuda)
+
+
 @dataclass(frozen=True)
 class NcclRelease:
     version: Version
@@ -84,7 +90,7 @@ class NcclRelease:
 
     @property
     def cuda_majors(self) -> frozenset[int]:
-        return frozenset(Version(c).major for c in self.cuda)
+        return _cuda_majors(self.cuda)
 
 
 @dataclass(frozen=True)
@@ -320,7 +326,7 @@ class Matrix:
 
     def base_images_for(self, toolkit: Version, os_name: str | None = None) -> BaseImages | None:
         """The image set for a toolkit (on one OS when ``os_name`` is given)."""
-        found = [b for b in self.base_images if b.cuda == toolkit]
+        found = self._base_images_by_cuda.get(toolkit, [])
         if os_name is not None:
             found = [b for b in found if os_name in b.os] or found[:0]
         return found[0] if found else None
@@ -329,10 +335,23 @@ class Matrix:
         return [o for b in self.base_images if b.cuda == toolkit for o in b.os]
 
     def nccl_release(self, version: Version) -> NcclRelease | None:
+        return self._nccl_by_version.get(version)
+
+    # the resolver asks these for every candidate: indexed once per Matrix (equal Versions
+    # hash equal, so a lookup finds what a scan with == found, the first in matrix order)
+    @cached_property
+    def _base_images_by_cuda(self) -> dict[Version, list[BaseImages]]:
+        out: dict[Version, list[BaseImages]] = {}
+        for b in self.base_images:
+            out.setdefault(b.cuda, []).append(b)
+        return out
+
+    @cached_property
+    def _nccl_by_version(self) -> dict[Version, NcclRelease]:
+        out: dict[Version, NcclRelease] = {}
         for n in self.nccl:
-            if n.version == version:
-                return n
-        return None
+            out.setdefault(n.version, n)
+        return out
 
     def component(self, name: str) -> Component:
         return self.deepspeed if name == "deepspeed" else self.horovod

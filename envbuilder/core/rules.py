@@ -324,7 +324,7 @@ def _nccl_cuda(a: Assignment, ctx: Context) -> list[Violation]:
 
 def _requires_value(axis: str, a: Assignment) -> Version | None:
     if axis == "python":
-        return Version(a["python"])
+        return _python_version(a["python"])
     value = a[axis]  # torch: TorchRelease; cuda: Toolkit | None (CPU); nccl: NcclRelease | None
     return None if value is None else value.version
 
@@ -338,7 +338,7 @@ def _requires(comp: str, axis: str) -> CheckFn:
             return []
         spec = c.requires.get(axis)
         value = _requires_value(axis, a) if spec is not None else None
-        if spec is None or value is None or spec.contains(value, prereleases=True):
+        if spec is None or value is None or _covers(spec, value):
             return []
         ok = [r.line for r in ctx.matrix.component(comp).releases
               if (s := r.requires.get(axis)) is None or s.contains(value, prereleases=True)]
@@ -381,15 +381,47 @@ def _python_version(text: str) -> Version:
     return Version(text)
 
 
+# (id of a breakage's range, version) -> (the range, whether it covers the version): the search
+# asks the same question thousands of times per resolve (and render --all resolves every
+# target); a range's answer for a version never changes. The range is kept with its answer, so
+# its id cannot be reused by another while the entry lives.
+_COVERS: dict[tuple[int, Any], tuple[Any, bool]] = {}
+
+
+def _covers(cond: Any, v: Any) -> bool:
+    """``cond.contains(v, prereleases=True)`` for a SpecifierSet of the matrix, memoized."""
+    key = (id(cond), v)  # a SpecifierSet's own hash is recomputed on every call
+    got = _COVERS.get(key)
+    if got is None or got[0] is not cond:
+        if len(_COVERS) > 100_000:  # a long-lived process with many matrices: start over
+            _COVERS.clear()
+        got = _COVERS[key] = (cond, bool(cond.contains(v, prereleases=True)))
+    return got[1]
+
+
 def _incompat_rule(x: Any) -> Rule:
+    def hit(axis: str, cond: Any, v: Version | str) -> bool:
+        if axis == "os":
+            return bool(v == cond)
+        return _covers(cond, v)
+
+    made: dict[tuple[Any, ...], Violation] = {}  # the versions it names -> the (frozen) finding
+
     def check(a: Assignment, ctx: Context) -> list[Violation]:
+        vs = []
         for axis, cond in x.when.items():
             v = _axis_version(axis, a[axis])
-            if v is None or (v != cond if axis == "os" else not cond.contains(v, prereleases=True)):
+            if v is None or not hit(axis, cond, v):
                 return []
-        desc = ", ".join(f"{ax} {_axis_version(ax, a[ax])}" for ax in x.when)
-        return [Violation("known_incompatibility", f"{desc}: {_first_sentence(x.reason)} [{x.id}]",
-                          x.source, x.fix, severity=x.severity, detail=x.reason)]
+            vs.append(v)
+        key = tuple(vs)
+        found = made.get(key)
+        if found is None:
+            desc = ", ".join(f"{ax} {v}" for ax, v in zip(x.when, vs))
+            found = made[key] = Violation("known_incompatibility",
+                                          f"{desc}: {_first_sentence(x.reason)} [{x.id}]",
+                                          x.source, x.fix, severity=x.severity, detail=x.reason)
+        return [found]
     return Rule("known_incompatibility", tuple(x.when), f"known breakage {x.id}", check)
 
 
@@ -471,8 +503,16 @@ def breakages_covering(axis: str, pin: str, pins: Mapping[str, str], m: Matrix,
 
 
 def all_rules(matrix: Matrix) -> list[Rule]:
-    """The built-in rules plus one rule per known breakage of the matrix."""
-    return RULES + [_incompat_rule(x) for x in matrix.incompatibilities]
+    """The built-in rules plus one rule per known breakage of the matrix (made once per
+    Matrix: render --all resolves every target against the same one)."""
+    if _LAST_RULES and _LAST_RULES[0] is matrix:
+        return list(_LAST_RULES[1])
+    rules = RULES + [_incompat_rule(x) for x in matrix.incompatibilities]
+    _LAST_RULES[:] = [matrix, rules]
+    return list(rules)
+
+
+_LAST_RULES: list[Any] = []  # [the Matrix, its rules]
 
 
 def rules_by_name() -> dict[str, Rule]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field, replace
+from functools import lru_cache
 from typing import Any, Mapping
 
 from packaging.version import Version
@@ -19,6 +20,12 @@ from envbuilder.errors import InputError
 from envbuilder.core.matrix import Matrix
 
 COMPONENTS = ("deepspeed", "horovod")
+
+
+@lru_cache(maxsize=1024)
+def _version(text: str) -> Version:
+    # a pin is matched against every candidate of a search: parse its text once
+    return Version(text)
 
 
 @dataclass(frozen=True)
@@ -34,9 +41,10 @@ class Pin:
         return cls(text, len(v.release) > line_parts)
 
     def matches(self, v: Version) -> bool:
-        want = Version(self.text).release
+        pinned = _version(self.text)
+        want = pinned.release
         if self.exact:
-            return v.release[: len(want)] == want and Version(self.text) == Version(
+            return v.release[: len(want)] == want and pinned == _version(
                 ".".join(map(str, v.release[: len(want)])))
         return v.release[: len(want)] == want
 

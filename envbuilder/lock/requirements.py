@@ -65,9 +65,8 @@ import hashlib
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
-from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
@@ -78,6 +77,10 @@ from envbuilder.lock import uv as _uv
 from envbuilder.render.plan import BuildPlan, make_plan
 from envbuilder.render.templating import render_files
 from envbuilder.lock.uv import PLATFORM
+
+if TYPE_CHECKING:
+    # imported where a requirement is parsed: render without a lock never parses one
+    from packaging.requirements import Requirement
 
 LOCK_NAME = "requirements.lock"
 INSTALL_HINT = "pip install --require-hashes --no-deps -r requirements.lock"
@@ -331,6 +334,8 @@ def split_by_layer(lock_text: str, plan) -> dict[str, str]:
             stack.extend(sorted(children.get(n, set())))
         return seen
 
+    from packaging.requirements import Requirement
+
     order: list[str] = []
     layers = list(plan.layers)
     for layer in layers:
@@ -373,6 +378,8 @@ def _user_requirements(path: str | Path, text: str | None = None) -> list[Requir
 def parse_requirement_lines(lines: Sequence[str], source: str) -> list[Requirement]:
     """Plain ``name[extras] op version`` lines (a requirements file's, or a project file's
     ``requirements`` list); comments and blank lines skipped. ``source`` names them in errors."""
+    from packaging.requirements import InvalidRequirement, Requirement
+
     out: list[Requirement] = []
     for n, raw in enumerate(lines, 1):
         line = raw.split(" #", 1)[0].strip() if not raw.lstrip().startswith("#") else ""
@@ -635,6 +642,8 @@ def lock_inputs(stack: Stack, *, requirements_file: str | Path | None = None,
     credentials) and their strategy, ``--exclude-newer`` and the lock format. Tool versions
     (uv, envbuilder) are not inputs. A bad ``--requirements`` file is refused here (exit 2,
     or 3 when it contradicts the stack)."""
+    from packaging.requirements import Requirement
+
     from envbuilder._fs import read_text_capped
 
     extras: list[Requirement] = []
@@ -766,6 +775,8 @@ _MARKER_ENV = {"sys_platform": "linux", "platform_system": "Linux", "os_name": "
 
 def _unmet(stack: Stack, reqs: Sequence[str], pkgs: list[LockedPackage], where: str) -> list[str]:
     """Top-level requirements the lock's entries do not satisfy (missing or another version)."""
+    from packaging.requirements import InvalidRequirement, Requirement
+
     by = {p.name: p for p in pkgs}
     env = dict(_MARKER_ENV, python_version=stack.python, python_full_version=f"{stack.python}.0")
     out: list[str] = []

@@ -2,7 +2,21 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
+
+_ENVS: dict[tuple, Any] = {}
+
+
+def environment(key: tuple, make: Callable[[], Any]) -> Any:
+    """One jinja2 Environment per ``key`` (and cache setting) for the whole process: its
+    templates are loaded once, not once per target (render --all renders many)."""
+    from envbuilder.core import matrix_cache
+
+    full = (key, matrix_cache.disabled(), str(matrix_cache.cache_dir()))
+    env = _ENVS.get(full)
+    if env is None:
+        env = _ENVS[full] = make()
+    return env
 
 
 def bytecode_cache() -> Any:  # jinja2.BytecodeCache | None

@@ -54,7 +54,7 @@ from envbuilder.core import layouts as lay_mod
 from envbuilder.errors import InputError
 from envbuilder.render.plan import BuildPlan
 from envbuilder.core.resources import templates_dir
-from envbuilder.render.bccache import bytecode_cache
+from envbuilder.render.bccache import bytecode_cache, environment
 
 DEFAULT_LAYOUTS: tuple[tuple[int, int], ...] = ((1, 12), (2, 6), (3, 4))  # default_layouts(12)
 MASTER_PORT = 23456  # the training operator's default for the port named pytorchjob-port
@@ -71,8 +71,12 @@ _NAME_MAX = 40  # leaves room for "-worker-NN" / "-NN" suffixes within DNS label
 
 
 def _q(value) -> str:
-    """A YAML double-quoted scalar (JSON string syntax is valid YAML)."""
-    return json.dumps(str(value))
+    """A YAML double-quoted scalar (JSON string syntax is valid YAML): what json.dumps gives
+    for a string, from json's C string encoder directly (the job files quote thousands)."""
+    return _json_str(str(value))
+
+
+_json_str = json.encoder.encode_basestring_ascii  # type: ignore[attr-defined]
 
 
 def _sh(value) -> str:
@@ -80,6 +84,10 @@ def _sh(value) -> str:
 
 
 def _env():
+    return environment(("jobs",), _make_env)
+
+
+def _make_env():
     import jinja2
 
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(templates_dir())),

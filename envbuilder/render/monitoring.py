@@ -15,6 +15,7 @@ NVIDIA's dcgm-exporter enables by default, with its source URL).
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from dataclasses import dataclass
@@ -24,7 +25,7 @@ import yaml
 
 from envbuilder import __version__
 from envbuilder.core.resources import templates_dir
-from envbuilder.render.bccache import bytecode_cache
+from envbuilder.render.bccache import bytecode_cache, environment
 from envbuilder.errors import InputError, MissingExtraError
 from envbuilder.core.smoke_metrics import JOB, METRICS
 
@@ -47,8 +48,8 @@ class DcgmCounters:
 
 def dcgm_counters() -> DcgmCounters:
     """The dcgm-exporter counters enabled by default (data file, with its source URL)."""
-    doc = yaml.safe_load((templates_dir() / "monitoring" / "dcgm-default-counters.yaml")
-                         .read_text(encoding="utf-8"))
+    doc = yaml.load((templates_dir() / "monitoring" / "dcgm-default-counters.yaml")
+                    .read_text(encoding="utf-8"), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     return DcgmCounters(source=doc["source"], enabled=tuple(doc["enabled"]))
 
 
@@ -202,8 +203,13 @@ def prometheus_rule_yaml(min_busbw_gbps: float | None = None) -> str:
 
 
 def _yaml(doc: Any) -> str:
-    return yaml.safe_dump(doc, sort_keys=False, default_flow_style=False, width=100,
-                          allow_unicode=True)
+    # libyaml's emitter where PyYAML has it (the same text for these documents: a test
+    # compares both); the pure-Python one otherwise
+    return yaml.dump(doc, Dumper=_DUMPER, sort_keys=False, default_flow_style=False,
+                     width=100, allow_unicode=True)
+
+
+_DUMPER = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
 
 
 # ----------------------------------------------------------------------------- scrape wiring
@@ -385,13 +391,19 @@ def load_dashboard_model(text: str):
 
 # ----------------------------------------------------------------------------- the folder
 
-def render_monitoring(*, target: str, job_names: Iterable[str],
-                      min_busbw_gbps: float | None = None) -> dict[str, str]:
-    """Every file of the ``monitoring/`` folder, as relative path -> content."""
-    import jinja2
+@functools.lru_cache(maxsize=8)
+def _static_files(floor: float | None) -> tuple[tuple[str, str], ...]:
+    """The files that depend only on the busbw floor (render --all writes them per target)."""
+    return tuple(_static_dict(floor).items())
 
-    floor = check_min_busbw(min_busbw_gbps)
-    files = {
+
+@functools.lru_cache(maxsize=1)
+def _dcgm_counters_once() -> DcgmCounters:
+    return dcgm_counters()
+
+
+def _static_dict(floor: float | None) -> dict[str, str]:
+    return {
         DASHBOARD_FILE: shipped_dashboard(),
         "monitoring/alerts.yml": alert_rules_yaml(floor),
         "monitoring/prometheusrule.yaml": prometheus_rule_yaml(floor),
@@ -409,11 +421,20 @@ def render_monitoring(*, target: str, job_names: Iterable[str],
             "# honorLabels keeps the pushed labels (target, node, layout, image)\n"
             + _yaml(_servicemonitor_pushgateway())),
     }
-    counters = dcgm_counters()
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(templates_dir())),
-                             undefined=jinja2.StrictUndefined, keep_trailing_newline=True,
-                             autoescape=False, trim_blocks=True, lstrip_blocks=True,
-                             bytecode_cache=bytecode_cache())
+
+
+def render_monitoring(*, target: str, job_names: Iterable[str],
+                      min_busbw_gbps: float | None = None) -> dict[str, str]:
+    """Every file of the ``monitoring/`` folder, as relative path -> content."""
+    import jinja2
+
+    floor = check_min_busbw(min_busbw_gbps)
+    files = dict(_static_files(floor))
+    counters = _dcgm_counters_once()
+    env = environment(("monitoring",), lambda: jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(templates_dir())), undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True, autoescape=False, trim_blocks=True, lstrip_blocks=True,
+        bytecode_cache=bytecode_cache()))
     files["monitoring/README.md"] = env.get_template("monitoring/README.md.j2").render(
         version=__version__, target=target, jobs=list(job_names), floor=floor,
         metrics=METRICS, dcgm_source=counters.source, job=JOB, dcgm_port=DCGM_PORT,

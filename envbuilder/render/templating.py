@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Mapping
 
 from envbuilder import __version__, _fs
-from envbuilder.render.bccache import bytecode_cache
+from envbuilder.render.bccache import bytecode_cache, environment
 from envbuilder.render.plan import CXX_WRAPPER, PIP_TOOLKIT_DIR, BuildPlan, PipLayer
 from envbuilder.core.resources import payload_dir, templates_dir
 
@@ -134,6 +134,11 @@ def make_steps(plan: BuildPlan) -> Steps:
 # -- the output folder ----------------------------------------------------------------------
 
 def _env(extra_dir: Path | None = None):
+    return environment(("build", None if extra_dir is None else str(extra_dir)),
+                       lambda: _make_env(extra_dir))
+
+
+def _make_env(extra_dir: Path | None):
     import jinja2
 
     loaders: list = []
