@@ -471,7 +471,8 @@ def smoke(image: str | None, *, host: bool = False, nproc: int | None = None,
 def verify_matrix(*, matrix_dir: str | Path | None = None, pypi: str = "https://pypi.org/simple",
                   torch_index: str | None = None,
                   progress: Callable[[str], None] | None = None) -> Any:
-    """Check the matrix's torch facts against the package indexes it can reach (matrix verify)."""
+    """Check the matrix's torch, DeepSpeed and Horovod facts against the package indexes it can
+    reach (matrix verify)."""
     from envbuilder.knowledge.indexcheck import verify_matrix as _verify
 
     return _verify(load_matrix(matrix_dir), pypi=pypi, torch_index=torch_index,

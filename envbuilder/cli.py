@@ -858,7 +858,7 @@ app.add_typer(matrix_app, name="matrix")
 def matrix_verify(pypi: str = typer.Option("https://pypi.org/simple", "--pypi-index-url", help="PyPI or a mirror."),
                   torch_index: Optional[str] = typer.Option(None, "--torch-index", help="PyTorch's index template with {variant}."),
                   matrix: Optional[str] = MatrixOpt, as_json: bool = JsonOpt) -> None:
-    """Check torch releases, variants, NCCL pins and Python tags against the reachable indexes (exit 1 on a disagreement)."""
+    """Check torch releases, variants, NCCL pins and Python tags, and DeepSpeed/Horovod releases and requires-python, against the reachable indexes (exit 1 on a disagreement)."""
     from envbuilder.api import verify_matrix
 
     con = _console(stderr=True)

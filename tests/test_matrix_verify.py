@@ -2,7 +2,8 @@
 
 The verify tests need PyPI (marked ``network``: deselect offline with ``-m 'not network'``);
 they run in CI. PyTorch's own index is not reachable here: it must be reported as skipped,
-never counted as agreement.
+never counted as agreement. DeepSpeed and Horovod are checked against their pages on the
+simple index (PyPI's JSON form, or a local HTML index served by the test).
 """
 
 from __future__ import annotations
@@ -10,16 +11,18 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 import yaml
 
 from envbuilder.core.matrix import load_matrix
-from envbuilder.knowledge.indexcheck import linux_x86_64_files
+from envbuilder.knowledge.indexcheck import VerifyReport, linux_x86_64_files, verify_components
 from envbuilder.knowledge.show import AXES, show_axis
 
-from core_helpers import copy_matrix
+from core_helpers import MATRICES, copy_matrix
 
 
 def cli(*args: str) -> subprocess.CompletedProcess:
@@ -93,6 +96,121 @@ def test_verify_reports_an_unreachable_index_as_skipped(tmp_path: Path):
     assert p.returncode == 0 and rep["agreed"] == [] and rep["disagreements"] == []
     assert all(v.startswith("unreachable") for v in rep["indexes"].values())
     assert len(rep["skipped"]) == len(rep["indexes"])
+    # DeepSpeed and Horovod are looked up on the same (unreachable) index: skipped, not agreed
+    for name in ("deepspeed", "horovod"):
+        url = f"http://127.0.0.1:{port}/simple/{name}/"
+        assert rep["indexes"][url].startswith("unreachable")
+        (sk,) = [s for s in rep["skipped"] if s["index_url"] == url]
+        assert sk["entry"] == f"index {url}" and f"{name} release(s) not checked" in sk["detail"]
+    assert not [f for f in rep["unverified"] + rep["new"] if f["entry"].startswith(("deepspeed", "horovod"))]
+
+
+@pytest.mark.network
+def test_verify_checks_deepspeed_and_horovod_on_pypi():
+    """The shipped matrix agrees with PyPI's simple index for every DeepSpeed and Horovod
+    release it lists: each exists, none is yanked, and Horovod's requires-python is the
+    matrix's; DeepSpeed declares none, so its python constraints stay unverified."""
+    p = cli("matrix", "verify", "--json")
+    rep = json.loads(p.stdout)
+    assert p.returncode == 0, rep["disagreements"]
+    ds, hv = "https://pypi.org/simple/deepspeed/", "https://pypi.org/simple/horovod/"
+    assert rep["indexes"][ds] == "reachable" and rep["indexes"][hv] == "reachable"
+    assert not [d for d in rep["disagreements"] if d["index_url"] in (ds, hv)]
+    agreed = set(rep["agreed"])
+    m = load_matrix()
+    for comp in (m.deepspeed, m.horovod):
+        for r in comp.releases:
+            assert any(a.startswith(f"{comp.name} {r.version}: release on the index") for a in agreed)
+    assert "deepspeed 0.9.1: release on the index (uploaded 2023-04-21)" in agreed
+    assert {f"horovod {v}: python >=3.6" for v in ("0.24.0", "0.27.0", "0.28.1")} <= agreed
+    unv = [(u["entry"], u["field"], u["matrix"]) for u in rep["unverified"] if u["index_url"] == ds]
+    assert ("deepspeed 0.9.0..0.9.5", "python", ">=3.6") in unv
+    assert not [u for u in rep["unverified"] if u["index_url"] == hv]
+    assert not [n for n in rep["new"] if n["index_url"] == hv]  # 0.28.1 is the last release
+
+
+@pytest.mark.network
+def test_verify_fails_on_a_deepspeed_release_pypi_does_not_have(tmp_path: Path):
+    folder = copy_matrix(tmp_path / "m")
+    data = yaml.safe_load((folder / "deepspeed.yaml").read_text())
+    entry = next(r for r in data["releases"] if r["line"] == "0.9")
+    entry["versions"].append("0.9.99")
+    (folder / "deepspeed.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
+    p = cli("matrix", "verify", "--matrix", str(folder))
+    assert p.returncode == 1, p.stdout + p.stderr
+    assert ("disagree: deepspeed 0.9.99: release is listed in the matrix but absent on "
+            "https://pypi.org/simple/deepspeed/") in p.stdout
+    assert p.stdout.count("disagree: ") == 1
+
+
+@pytest.mark.network
+def test_verify_fails_on_a_horovod_python_constraint_pypi_contradicts(tmp_path: Path):
+    folder = copy_matrix(tmp_path / "m")
+    data = yaml.safe_load((folder / "horovod.yaml").read_text())
+    entry = next(r for r in data["releases"] if r["line"] == "0.28")
+    assert entry["requires"]["python"] == ">=3.6"
+    entry["requires"]["python"] = ">=3.8"
+    (folder / "horovod.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
+    p = cli("matrix", "verify", "--matrix", str(folder), "--json")
+    assert p.returncode == 1, p.stdout + p.stderr
+    d = json.loads(p.stdout)["disagreements"]
+    assert [(x["entry"], x["field"], x["matrix"], x["index"], x["index_url"]) for x in d] == [
+        (f"horovod {v}", "python", ">=3.8", ">=3.6", "https://pypi.org/simple/horovod/")
+        for v in ("0.28.0", "0.28.1")]
+    assert d[0]["text"].startswith("horovod 0.28.0: python is >=3.8 in the matrix but >=3.6 on ")
+
+
+def _serve(pages: dict[str, str]):
+    class H(BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802
+            body = pages.get(self.path)
+            self.send_response(200 if body is not None else 404)
+            self.send_header("Content-Type", "text/html")
+            self.end_headers()
+            self.wfile.write((body or "").encode())
+
+        def log_message(self, *a):
+            pass
+
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), H)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    return srv
+
+
+def test_verify_reads_yanked_and_requires_python_from_an_html_index():
+    """No network: a PEP 503 HTML index on a local port (a mirror's form) with a yanked
+    release, a contradicting requires-python, one release missing and newer ones."""
+    m = load_matrix(MATRICES)
+    listed = sorted(r.version for r in m.horovod.releases)
+    links = []
+    for v in listed:
+        if str(v) == "0.26.0":
+            continue  # missing
+        rp = ">=3.7" if str(v) == "0.28.1" else ">=3.6"
+        y = ' data-yanked="broken build"' if str(v) == "0.27.0" else ""
+        links.append(f'<a href="/f/horovod-{v}.tar.gz#sha256=00" '
+                     f'data-requires-python="{rp.replace(">", "&gt;")}"{y}>horovod-{v}.tar.gz</a>')
+    links += ['<a href="/f/horovod-0.29.0.tar.gz">horovod-0.29.0.tar.gz</a>',
+              '<a href="/f/horovod-0.30.0rc1.tar.gz">horovod-0.30.0rc1.tar.gz</a>',
+              '<a href="/f/horovod-0.23.0.tar.gz">horovod-0.23.0.tar.gz</a>']
+    srv = _serve({"/simple/horovod/": "<html><body>" + "\n".join(links) + "</body></html>"})
+    try:
+        index = f"http://127.0.0.1:{srv.server_address[1]}/simple"
+        rep = VerifyReport("m", "d")
+        verify_components(m, rep, pypi=index, names=("horovod",))
+    finally:
+        srv.shutdown()
+    url = f"{index}/horovod/"
+    assert rep.indexes == {url: "reachable"}
+    got = {(f.kind, f.entry, f.field, f.matrix, f.index) for f in rep.findings}
+    assert got == {
+        ("disagree", "horovod 0.26.0", "release", "listed", "absent"),
+        ("disagree", "horovod 0.27.0", "release", "listed", "yanked"),
+        ("disagree", "horovod 0.28.1", "python", ">=3.6", ">=3.7"),
+        ("new", "horovod 0.29.0", "release", None, "0.29.0"),  # not 0.30.0rc1, not 0.23.0
+    }
+    assert "broken build" in str(next(f for f in rep.findings if f.entry == "horovod 0.27.0"))
+    assert "horovod 0.28.0: python >=3.6" in rep.agreed and not rep.ok
 
 
 @pytest.mark.parametrize("axis", AXES)

@@ -1,4 +1,4 @@
-"""``envbuilder matrix verify``: the torch facts of the matrix against the live package indexes.
+"""``envbuilder matrix verify``: the matrix's facts against the live package indexes.
 
 For every torch release of the matrix and each of its variants on an index this machine can
 reach, the index's own data is compared with the matrix:
@@ -10,6 +10,16 @@ reach, the index's own data is compared with the matrix:
   ``nvidia-nccl-*`` pin is the variant's ``nccl``/``nccl_package``, and on PyPI the CUDA
   runtime pin names the variant that ``pypi_default`` says;
 * releases on the index that the matrix does not list are reported as new.
+
+For DeepSpeed and Horovod, the project's page on the simple index (PyPI or a mirror; the JSON
+form carries each file's ``requires-python`` and ``yanked``, the HTML form the same as
+``data-requires-python`` / ``data-yanked``) is compared with the matrix:
+
+* every release the matrix lists has a file there that is not yanked;
+* where the files declare a ``requires-python``, it admits the same Pythons as the matrix's
+  ``requires.python`` for that release; where they declare none, the matrix's constraint
+  cannot be confirmed and is reported as unverified (once per matrix entry);
+* releases there that the matrix does not list (from its oldest on) are reported as new.
 
 An index that cannot be reached is reported as skipped, never as agreement. A wheel whose
 metadata names no NCCL (NCCL linked statically) cannot confirm the matrix's NCCL version:
@@ -24,16 +34,19 @@ import re
 import subprocess
 import tempfile
 import urllib.error
+import urllib.parse
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from html.parser import HTMLParser
 from typing import Callable, Iterable, Sequence
 
-from packaging.utils import InvalidWheelFilename, parse_wheel_filename
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.utils import (InvalidSdistFilename, InvalidWheelFilename, parse_sdist_filename,
+                             parse_wheel_filename)
 from packaging.version import InvalidVersion, Version
 
-from envbuilder.core.matrix import Matrix, TorchRelease
+from envbuilder.core.matrix import Component, Matrix, TorchRelease
 
 PYPI = "https://pypi.org/simple"
 PLATFORM = "x86_64-manylinux_2_28"
@@ -123,16 +136,46 @@ class IndexFile:
         return self.version.local
 
 
+@dataclass(frozen=True)
+class ProjectFile:
+    """One file of a project's page on a simple index, with what the index says about it."""
+
+    filename: str
+    version: Version | None  # from the wheel or sdist file name; None when it names none
+    requires_python: str | None  # the index's requires-python, None when it declares none
+    yanked: bool | str  # False, True, or the reason the index gives
+    upload_time: str | None = None
+
+    @property
+    def live(self) -> bool:
+        return self.yanked is False
+
+
+def _file_version(name: str) -> Version | None:
+    try:
+        if name.endswith(".whl"):
+            return parse_wheel_filename(name)[1]
+        if name.endswith((".tar.gz", ".zip")):
+            return parse_sdist_filename(name)[1]
+    except (InvalidWheelFilename, InvalidSdistFilename, InvalidVersion):
+        return None
+    return None
+
+
 class _Anchors(HTMLParser):
     def __init__(self) -> None:
         super().__init__()
-        self.names: list[str] = []
-        self._in = False
+        self.files: list[tuple[str, str | None, bool | str]] = []
 
     def handle_starttag(self, tag, attrs) -> None:
         if tag == "a":
-            href = dict(attrs).get("href") or ""
-            self.names.append(href.split("#", 1)[0].rsplit("/", 1)[-1])
+            a = dict(attrs)
+            href = a.get("href") or ""
+            name = urllib.parse.unquote(href.split("#", 1)[0].rsplit("/", 1)[-1])
+            yanked: bool | str = False
+            if "data-yanked" in a:
+                yanked = a["data-yanked"] or True
+            self.files.append((name, a.get("data-requires-python") or None, yanked))
 
 
 def _cpython(interp: str, abi: str) -> str | None:
@@ -160,10 +203,10 @@ def linux_x86_64_files(names: Iterable[str]) -> list[IndexFile]:
     return [IndexFile(f"torch-{k[0]}", k[1], frozenset(v)) for k, v in by_version.items()]
 
 
-def list_project(index: str, project: str = "torch") -> list[IndexFile]:
-    """Every Linux x86_64 wheel of ``project`` on a simple index; IndexUnreachable when the
-    index does not answer."""
-    url = f"{index.rstrip('/')}/{project}/"
+def project_files(index: str, project: str) -> list[ProjectFile]:
+    """Every file of ``project`` on a simple index (PEP 691 JSON or PEP 503 HTML), with its
+    requires-python and yanked status; IndexUnreachable when the index does not answer."""
+    url = project_url(index, project)
     req = urllib.request.Request(url, headers={"Accept": _ACCEPT, "User-Agent": "envbuilder"})
     try:
         with urllib.request.urlopen(req, timeout=HTTP_TIMEOUT_S) as r:
@@ -174,14 +217,35 @@ def list_project(index: str, project: str = "torch") -> list[IndexFile]:
     except (urllib.error.URLError, OSError, TimeoutError) as e:
         reason = getattr(e, "reason", e)
         raise IndexUnreachable(f"{url}: {reason}") from None
+    out: list[ProjectFile] = []
     if "json" in ctype:
-        data = json.loads(body)
-        names = [f["filename"] for f in data.get("files", [])]
+        try:
+            data = json.loads(body)
+        except ValueError as e:
+            raise IndexUnreachable(f"{url}: not a simple index page ({e})") from None
+        for f in data.get("files", []):
+            name = str(f.get("filename", ""))
+            y = f.get("yanked", False)
+            yanked: bool | str = y if isinstance(y, str) and y else bool(y)
+            rp = f.get("requires-python")
+            out.append(ProjectFile(name, _file_version(name), str(rp).strip() if rp else None,
+                                   yanked, f.get("upload-time")))
     else:
         p = _Anchors()
         p.feed(body.decode("utf-8", "replace"))
-        names = p.names
-    return linux_x86_64_files(names)
+        out = [ProjectFile(n, _file_version(n), rp.strip() if rp else None, y)
+               for n, rp, y in p.files]
+    return out
+
+
+def project_url(index: str, project: str) -> str:
+    return f"{index.rstrip('/')}/{project}/"
+
+
+def list_project(index: str, project: str = "torch") -> list[IndexFile]:
+    """Every Linux x86_64 wheel of ``project`` on a simple index; IndexUnreachable when the
+    index does not answer."""
+    return linux_x86_64_files(f.filename for f in project_files(index, project))
 
 
 # -- metadata through uv --------------------------------------------------------------------
@@ -327,14 +391,115 @@ def _compare_files(t: TorchRelease, vname: str, files: list[IndexFile], index: s
     return common[-1]
 
 
+# -- DeepSpeed and Horovod: releases and requires-python on the simple index ----------------
+
+COMPONENTS = ("deepspeed", "horovod")
+# the interpreters a requires-python is tried on: two constraints agree when they admit the same
+_PYTHON_GRID = tuple(Version(v) for v in ["2.7.0", "2.7.18"] +
+                     [f"3.{m}.{p}" for m in range(0, 30) for p in (0, 50)])
+
+
+def _admits(spec: SpecifierSet) -> frozenset[Version]:
+    return frozenset(v for v in _PYTHON_GRID if spec.contains(v, prereleases=True))
+
+
+def _span(versions: Sequence[Version]) -> str:
+    vs = sorted(versions)
+    return str(vs[0]) if len(vs) == 1 else f"{vs[0]}..{vs[-1]}"
+
+
+def compare_component(comp: Component, files: Sequence[ProjectFile], url: str,
+                      rep: VerifyReport) -> None:
+    """Existence, yanked status and requires-python of ``comp``'s releases on one project page."""
+    by_version: dict[Version, list[ProjectFile]] = {}
+    for f in files:
+        if f.version is not None:
+            by_version.setdefault(f.version, []).append(f)
+    undeclared: dict[tuple[str, str], list[Version]] = {}
+    for rel in sorted(comp.releases, key=lambda r: r.version):
+        entry = f"{comp.name} {rel.version}"
+        mine = by_version.get(rel.version, [])
+        live = [f for f in mine if f.live]
+        if not mine:
+            rep.findings.append(Finding("disagree", entry, "release", "listed", "absent", url,
+                                        "no file of this release on the index"))
+            continue
+        if not live:
+            reasons = sorted({f.yanked for f in mine if isinstance(f.yanked, str)})
+            rep.findings.append(Finding("disagree", entry, "release", "listed", "yanked", url,
+                                        "every file of this release is yanked"
+                                        + (f": {'; '.join(reasons)}" if reasons else "")))
+            continue
+        first = min((f.upload_time for f in live if f.upload_time), default=None)
+        rep.agreed.append(f"{entry}: release on the index"
+                          + (f" (uploaded {first[:10]})" if first else ""))
+        spec = rel.requires.get("python")
+        matrix_py = None if spec is None else str(spec)
+        declared = sorted({f.requires_python for f in live if f.requires_python})
+        if not declared:
+            undeclared.setdefault((rel.line, matrix_py or "none"), []).append(rel.version)
+            continue
+        for value in declared:
+            try:
+                theirs = SpecifierSet(value)
+            except InvalidSpecifier:
+                rep.findings.append(Finding("unverified", entry, "python", matrix_py, value, url,
+                                            "the index's requires-python is not a valid "
+                                            "specifier"))
+                continue
+            if _admits(theirs) != _admits(spec if spec is not None else SpecifierSet()):
+                rep.findings.append(Finding("disagree", entry, "python", matrix_py or "none",
+                                            value, url, "requires-python of its files"))
+            else:
+                rep.agreed.append(f"{entry}: python {value}")
+    for (_line, matrix_py), versions in undeclared.items():
+        rep.findings.append(Finding(
+            "unverified", f"{comp.name} {_span(versions)}", "python",
+            None if matrix_py == "none" else matrix_py, None, url,
+            f"the index declares no requires-python for {len(versions)} release(s); the "
+            f"matrix's constraint is not confirmed by it"))
+    listed = {r.version for r in comp.releases}
+    lowest = min(listed, default=None)
+    on_index = {v for v, fs in by_version.items() if any(f.live for f in fs)}
+    for v in sorted(on_index, reverse=True):
+        if (v not in listed and lowest is not None and v >= lowest
+                and not v.is_prerelease and not v.is_devrelease):
+            first = min((f.upload_time for f in by_version[v] if f.upload_time), default=None)
+            rep.findings.append(Finding("new", f"{comp.name} {v}", "release", None, str(v), url,
+                                        f"uploaded {first[:10]}" if first else ""))
+
+
+def verify_components(m: Matrix, rep: VerifyReport, *, pypi: str = PYPI,
+                      names: Sequence[str] = COMPONENTS,
+                      progress: Progress | None = None) -> None:
+    """Check DeepSpeed's and Horovod's releases in ``m`` against their pages on ``pypi``."""
+    say = progress or (lambda _msg: None)
+    for name in names:
+        comp = m.component(name)
+        url = project_url(pypi, name)
+        say(f"listing {name} on {url}")
+        try:
+            files = project_files(pypi, name)
+        except IndexUnreachable as e:
+            rep.indexes[url] = f"unreachable: {e}"
+            rep.findings.append(Finding("skipped", f"index {url}", "index", None, None, url,
+                                        f"cannot reach it ({e}); {len(comp.releases)} {name} "
+                                        f"release(s) not checked"))
+            continue
+        rep.indexes[url] = "reachable"
+        compare_component(comp, files, url, rep)
+
+
 def verify_matrix(m: Matrix, *, pypi: str = PYPI, torch_index: str | None = None,
                   variant_indexes: bool = True, uv: str | None = None, jobs: int = 4,
                   progress: Progress | None = None) -> VerifyReport:
     """Check ``m``'s torch facts against PyPI (``pypi``: PyPI or a mirror) and, with
     ``variant_indexes``, PyTorch's index per variant (``torch_index``: a template with
-    ``{variant}``, the matrix's own by default)."""
+    ``{variant}``, the matrix's own by default); DeepSpeed's and Horovod's releases and
+    requires-python against their pages on ``pypi``."""
     say = progress or (lambda _msg: None)
     rep = VerifyReport(str(m.path), m.digest)
+    verify_components(m, rep, pypi=pypi, progress=say)
     uv_bin = find_uv(uv)
     work: list[tuple[_Job, bool]] = []
     lowest = min(t.version for t in m.torch)
