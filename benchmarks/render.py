@@ -11,7 +11,11 @@ hpccm runs alternate, so both see the same machine load. Measured:
 - `envbuilder render cu118` warm (envbuilder's cache folder filled by an earlier run) and cold
   (an empty cache folder: XDG_CACHE_HOME points at a new temporary folder every run);
 - `envbuilder render --all` warm;
-- `envbuilder --help`.
+- `envbuilder --help`;
+- the typer floor: a typer app whose one command declares the same parameters as
+  `envbuilder render` and does nothing (Python start-up, typer's import and its per-option
+  coercion: what any typer CLI pays before its own work starts; issue 14's goals are judged
+  against it).
 
 Ratios are envbuilder / hpccm. Both run in the same interpreter with the same environment;
 Python's own bytecode is kept in a temporary PYTHONPYCACHEPREFIX for both (as an installed
@@ -36,6 +40,25 @@ HERE = Path(__file__).resolve().parent
 RECIPE = HERE / "hpccm_cu118.py"
 ENVBUILDER = [sys.executable, "-c", "from envbuilder.cli import main; main()"]
 HPCCM = [sys.executable, "-c", "import sys, hpccm.cli; sys.argv[0] = 'hpccm'; sys.exit(hpccm.cli.main())"]
+# a do-nothing command with render's parameter declarations (copied from envbuilder.cli at run
+# time, so the floor follows the real command): only typer's own cost remains
+TYPER_FLOOR = [sys.executable, "-c", """
+import inspect, sys, typer
+from envbuilder import cli
+cmd = next(c for c in cli.app.registered_commands if c.callback.__name__ == "render")
+sig = inspect.signature(cmd.callback)  # what typer sees (pin options included)
+ns = vars(cli)
+params = [p.replace(annotation=eval(p.annotation, ns) if isinstance(p.annotation, str)
+                    else p.annotation) for p in sig.parameters.values()]
+def noop(**kw):
+    pass
+noop.__signature__ = sig.replace(parameters=params, return_annotation=None)
+app = typer.Typer(add_completion=False)
+app.command("render")(noop)
+app.command("other")(lambda: None)
+sys.argv[0] = "floor"
+app()
+"""]
 
 
 def _cpu(cmd: list[str], env: dict[str, str], cwd: Path) -> float:
@@ -76,6 +99,7 @@ def main(argv: list[str] | None = None) -> int:
             "render cu118 cold": (ENVBUILDER + ["render", "cu118", "-o", str(work / "one")], True),
             "render --all warm": (ENVBUILDER + ["render", "--all", "-o", str(work / "all")], False),
             "--help": (ENVBUILDER + ["--help"], False),
+            "typer floor": (TYPER_FLOOR + ["render", "cu118", "-o", str(work / "floor")], False),
         }
         if not hpccm:
             del cases["hpccm one recipe"]
