@@ -88,6 +88,12 @@ def _console(stderr: bool = False) -> Any:
     return Console(stderr=stderr, width=None if sized else 200, **kw)
 
 
+def _build_dir(project: Any) -> Path:
+    """Where outputs go without -o: build/ here, or inside a project its root's build/ (so
+    running from a subfolder writes where the team expects, as cargo's target/ does)."""
+    return Path("build") if project is None else project.root / "build"
+
+
 def _echo_json(data: Any) -> None:
     sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
 
@@ -292,7 +298,7 @@ def check(cuda: Optional[str] = typer.Option(None, "--cuda", help="CUDA version,
 @command
 @with_pins
 def render(target: Optional[str] = typer.Argument(None, help="The target; omit with --all."),
-           out: Optional[Path] = typer.Option(None, "-o", "--out", help="Output folder (default build/<target>)."),
+           out: Optional[Path] = typer.Option(None, "-o", "--out", help="Output folder (default build/<target>; inside a project, its root's build/<name>)."),
            all_: bool = typer.Option(False, "--all", help="Render every built-in target into OUT/<target>/."),
            pins: Any = None,
            base_image: Optional[str] = BaseImageOpt,
@@ -335,7 +341,7 @@ def render(target: Optional[str] = typer.Argument(None, help="The target; omit w
 
     project = find_project()
     if target is None and project is not None:  # the project's targets (envbuilder.toml)
-        reports = render_project(project, out or Path("build"), **kw)
+        reports = render_project(project, out or _build_dir(project), **kw)
         if as_json:
             _echo_json({"project": str(project.path), "rendered": reports})
         else:
@@ -351,7 +357,7 @@ def render(target: Optional[str] = typer.Argument(None, help="The target; omit w
     kw["matrix_overlay"] = matrix_overlay or req.get("matrix_overlay")
     if project is not None and not kw.get("layouts"):
         kw["layouts"] = project.layouts  # the project's job layouts (--layout wins; none: the defaults)
-    r = render_target(target, out or Path("build") / name, **kw)
+    r = render_target(target, out or _build_dir(project) / name, **kw)
     if as_json:
         _echo_json(r)
         return
@@ -369,7 +375,7 @@ def render(target: Optional[str] = typer.Argument(None, help="The target; omit w
 @command
 @with_pins
 def lock(target: Optional[str] = typer.Argument(None, help="The target to lock (omit inside a project: its targets)."),
-         out: Optional[Path] = typer.Option(None, "-o", "--out", help="Folder for requirements.lock (default build/<target>)."),
+         out: Optional[Path] = typer.Option(None, "-o", "--out", help="Folder for requirements.lock (default build/<target>; inside a project, its root's build/<name>)."),
          check_: bool = typer.Option(False, "--check", help="Verify offline that the lock matches its inputs (exit 1 naming what changed); never reaches an index."),
          upgrade: bool = typer.Option(False, "--upgrade", help="Resolve again even when the inputs are unchanged (takes newer releases)."),
          exclude_newer: Optional[str] = typer.Option(None, "--exclude-newer", metavar="DATE", help="Leave out files uploaded after DATE (ISO date = 00:00 UTC, or time); recorded in the lock."),
@@ -397,7 +403,7 @@ def lock(target: Optional[str] = typer.Argument(None, help="The target to lock (
         if project is None:
             raise InputError("lock needs a TARGET (e.g. cu121), or a project file "
                              "(envbuilder.toml) in this folder or above")
-        locks = lock_project(project, out or Path("build"), pins=pins,
+        locks = lock_project(project, out or _build_dir(project), pins=pins,
                              requirements_file=requirements, **kw)
         if as_json:
             _echo_json({"project": str(project.path), "locks": locks})
@@ -409,7 +415,7 @@ def lock(target: Optional[str] = typer.Argument(None, help="The target to lock (
     name = target
     target, pins, req = in_project(project, target, pins, requirements)
     kw["matrix_overlay"] = matrix_overlay or req.pop("matrix_overlay", None)
-    data = lock_target(target, out or Path("build") / name, pins=pins, **req, **kw)
+    data = lock_target(target, out or _build_dir(project) / name, pins=pins, **req, **kw)
     rep = data["lock"]
     if as_json:
         _echo_json(data)
@@ -429,7 +435,7 @@ def lock(target: Optional[str] = typer.Argument(None, help="The target to lock (
 
 @app.command()
 @command
-def bake(out: Path = typer.Option(Path("build"), "-o", "--out", help="Folder for the targets and docker-bake.hcl."),
+def bake(out: Optional[Path] = typer.Option(None, "-o", "--out", help="Folder for the targets and docker-bake.hcl (default build/, inside a project its root's build/)."),
          registry: Optional[str] = typer.Option(None, "--registry", help="Repository the tags go under."),
          matrix: Optional[str] = MatrixOpt, as_json: bool = JsonOpt) -> None:
     """Render every built-in target (inside a project: its targets) and write a docker-bake.hcl
@@ -437,6 +443,7 @@ def bake(out: Path = typer.Option(Path("build"), "-o", "--out", help="Folder for
     from envbuilder.api import bake_all, bake_project, find_project
 
     project = find_project()
+    out = out or _build_dir(project)
     if project is not None and project.targets:  # the project's targets (envbuilder.toml)
         r = bake_project(project, out, matrix_dir=matrix, registry=registry)
     else:

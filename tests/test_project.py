@@ -119,7 +119,7 @@ def test_render_without_a_target_renders_the_project_targets(tmp_path):
     data = json.loads(p.stdout)
     assert [r["target"] for r in data["rendered"]] == ["train", "eval"]
     for name in ("train", "eval"):
-        out = root / "src" / "deep" / "build" / name
+        out = root / "build" / name  # the project root's build/, wherever it runs from
         assert (out / "requirements" / "team.txt").read_text() == "einops==0.8.2\n"
         docker = (out / "Dockerfile").read_text()
         # the team layer is the last one, copied after torch
@@ -128,27 +128,28 @@ def test_render_without_a_target_renders_the_project_targets(tmp_path):
             "# layer: team" in (out / "envbuilder.def").read_text()
         stack = json.loads((out / "stack.json").read_text())
         assert [la["name"] for la in stack["layers"]][-1] == "team"
+    assert not (root / "src" / "deep" / "build").exists()
     # the project's job layouts replace the default ones
-    jobs = sorted(x.name for x in (root / "src/deep/build/train/jobs").glob("pytorchjob-*"))
+    jobs = sorted(x.name for x in (root / "build/train/jobs").glob("pytorchjob-*"))
     assert jobs == ["pytorchjob-1x12.yaml", "pytorchjob-2x6.yaml"]
-    eval_stack = json.loads((root / "src/deep/build/eval/stack.json").read_text())
+    eval_stack = json.loads((root / "build/eval/stack.json").read_text())
     assert eval_stack["python"] == "3.11"
     # the overlay's base image is used, and marked as the overlay's in stack.json
-    train_stack = json.loads((root / "src/deep/build/train/stack.json").read_text())
+    train_stack = json.loads((root / "build/train/stack.json").read_text())
     assert train_stack["base_image"] == INTERNAL_IMAGE
-    assert f"ARG RUNTIME_IMAGE={INTERNAL_IMAGE}" in (root / "src/deep/build/train/Dockerfile").read_text()
+    assert f"ARG RUNTIME_IMAGE={INTERNAL_IMAGE}" in (root / "build/train/Dockerfile").read_text()
     [entry] = train_stack["overlay"]
     assert entry["file"] == "os.yaml" and entry["entry"] == "name=debian12" and entry["used"]
     assert entry["action"] == "replaced" and entry["source"] == [
         "https://wiki.internal.example/platform/base-images#debian12"]
     assert train_stack["matrix"]["overlay"] == str(root / "matrix")
     # the torch layer's inputs do not depend on the team's requirements
-    torch_before = (root / "src/deep/build/train/requirements/torch.txt").read_text()
+    torch_before = (root / "build/train/requirements/torch.txt").read_text()
     (root / "team-requirements.txt").write_text("einops==0.8.2\ntqdm==4.70.1\n")
     p = cli("render", "train", cwd=root / "src" / "deep")
     assert p.returncode == 0, p.stderr
-    assert (root / "src/deep/build/train/requirements/torch.txt").read_text() == torch_before
-    assert "tqdm==4.70.1" in (root / "src/deep/build/train/requirements/team.txt").read_text()
+    assert (root / "build/train/requirements/torch.txt").read_text() == torch_before
+    assert "tqdm==4.70.1" in (root / "build/train/requirements/team.txt").read_text()
 
 
 def test_team_requirement_contradicting_the_stack_is_refused(tmp_path):
