@@ -56,6 +56,11 @@ export DOCKER_HOST=unix://$SOCK
 # earlier runs, several GB each for CUDA images) go; tagged images (the base images, the CUDA
 # test images the suite reuses when their build context is unchanged) stay
 docker container prune -f >/dev/null 2>&1 || true
+# tags the push tests left for registries of earlier runs (127.0.0.1:PORT/...): each kept a
+# ~1.2 GB CPU image of its run alive
+docker images --format '{{.Repository}}:{{.Tag}}' 2>/dev/null \
+  | grep -E '^(127\.0\.0\.1|localhost):[0-9]+/' | grep -v ':<none>$' \
+  | xargs -r docker rmi >/dev/null 2>&1 || true
 docker image prune -f >/dev/null 2>&1 || true
 
 # --- Debian 12 and 13 base images ---------------------------------------------------------
