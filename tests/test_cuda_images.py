@@ -23,6 +23,7 @@ import contextlib
 import hashlib
 import json
 import os
+import re
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -115,8 +116,11 @@ def _build(name: str, docker_client, tmp_path_factory) -> Built:
     probe = tmp_path_factory.mktemp(f"{name}-probe") / "ctx"
     prepare_context(resolve_target(case.target, pins=pins), opts, probe)
     tag = f"{CACHE_REPO}:{name}-{_context_digest(probe)}"
+    # this case's tags only: "cu124-<digest>" must not match "cu124-ds-<digest>" (it did, so
+    # every run removed the DeepSpeed image and rebuilt it)
+    mine = re.compile(re.escape(f"{CACHE_REPO}:{name}-") + r"[0-9a-f]{16}")
     existing = [t for img in docker_client.images.list(name=CACHE_REPO) for t in img.tags
-                if t.startswith(f"{CACHE_REPO}:{name}-")]
+                if mine.fullmatch(t)]
     if tag in existing:
         built = Built(name, tag, _verify_and_smoke(tag), reused=True)
     else:
