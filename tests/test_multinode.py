@@ -24,12 +24,16 @@ def _leftovers(client) -> tuple[list, list]:
             client.networks.list(filters={"label": SMOKE_LABEL}))
 
 
-def test_3x4_passes_across_nodes(smoke_image, docker_client):
+def _smoke_cli(*args: str) -> dict:
+    """`envbuilder smoke ARGS --json` in a fresh process: its report (exit 0 asserted)."""
     p = subprocess.run([sys.executable, "-c", "from envbuilder.cli import main; main()", "smoke",
-                        smoke_image, "--nnodes", "3", "--nproc-per-node", "4", "--json"],
-                       capture_output=True, text=True, timeout=600)
+                        *args, "--json"], capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stderr[-3000:]
-    d = json.loads(p.stdout)
+    return json.loads(p.stdout)
+
+
+def test_3x4_passes_across_nodes(smoke_image, docker_client):
+    d = _smoke_cli(smoke_image, "--nnodes", "3", "--nproc-per-node", "4")
     assert d["ok"] and d["world_size"] == 12 and d["nnodes"] == 3
     assert d["summary"]["ranks_per_node"] == {"node-0": 4, "node-1": 4, "node-2": 4}
     assert d["checks"]["hostnames"] == "pass" and d["checks"]["layout"] == "pass"
@@ -89,11 +93,7 @@ def test_rank_that_dies_mid_job(smoke_image, docker_client):
 
 def test_layout_2x2_runs_two_nodes_of_two(smoke_image, docker_client):
     """smoke IMAGE --layout 2x2: the NNODESxNPROC_PER_NODE spelling of --nnodes 2 --nproc-per-node 2."""
-    p = subprocess.run([sys.executable, "-c", "from envbuilder.cli import main; main()", "smoke",
-                        smoke_image, "--layout", "2x2", "--timeout", "60", "--json"],
-                       capture_output=True, text=True, timeout=600)
-    assert p.returncode == 0, p.stderr[-3000:]
-    d = json.loads(p.stdout)
+    d = _smoke_cli(smoke_image, "--layout", "2x2", "--timeout", "60")
     assert d["ok"] and d["world_size"] == 4 and d["nnodes"] == 2 and d["nproc_per_node"] == 2
     assert d["summary"]["ranks_per_node"] == {"node-0": 2, "node-1": 2}
     assert d["checks"]["hostnames"] == "pass" and d["checks"]["layout"] == "pass"

@@ -655,7 +655,8 @@ def lock_inputs(stack: Stack, *, requirements_file: str | Path | None = None,
         file_digest = "sha256:" + hashlib.sha256(text.encode("utf-8")).hexdigest()
     extras += [Requirement(t) for t in team]  # a project's list, checked by team_requirements
     when = parse_exclude_newer(exclude_newer)
-    reqs = input_requirements(stack, extras)
+    stack_reqs = input_requirements(stack)
+    reqs = list(dict.fromkeys([*stack_reqs, *(str(r) for r in extras)]))
     idx = _uv.indexes(stack, index_url, extra_index_urls)
     nccl, pkg = _nccl_fact(stack)
     record: dict[str, Any] = {
@@ -680,7 +681,7 @@ def lock_inputs(stack: Stack, *, requirements_file: str | Path | None = None,
                       index_url=index_url, extra_index_urls=tuple(extra_index_urls),
                       exclude_newer=when,
                       requirements_file=str(requirements_file) if requirements_file else None,
-                      stack_requirements=input_requirements(stack),
+                      stack_requirements=stack_reqs,
                       team=tuple(dict.fromkeys(str(r) for r in extras)))
 
 
