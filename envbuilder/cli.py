@@ -592,6 +592,7 @@ def build(target: Optional[str] = typer.Argument(None, help="The target; omit wi
                        smoke_timeout, shm_size, context, no_alias, lock_file)
     opts.builder_image, opts.cuda_arch, opts.cpu_isa = builder_image, _arch(cuda_arch), cpu_isa
     opts.verify = not no_verify
+    opts.validate()  # every path: bad input is one line before any progress display starts
     if all_ and metrics_file is not None:
         raise InputError("--metrics-file holds one run: with --all use --pushgateway (one group per target)")
     from envbuilder.api import metrics_target
@@ -604,7 +605,6 @@ def build(target: Optional[str] = typer.Argument(None, help="The target; omit wi
 
         names = [t for t in builtin_target_names(matrix_dir=matrix)
                  if not only or any(o in t for o in only)]
-        opts.validate()
         with _Progress(not as_json) as prog:
             reports = build_many(names, opts, jobs=jobs, matrix_dir=matrix, pins=pins,
                                  on_event=prog.event)
