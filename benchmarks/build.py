@@ -18,6 +18,7 @@ from pathlib import Path
 
 import docker
 
+from envbuilder.api import make_spec
 from envbuilder.run.build import BuildOptions, build_target
 from envbuilder.run.smoke import run_smoke_container
 
@@ -46,8 +47,9 @@ def main() -> None:
         d = Path(d)
 
         def build(target: str, ctx: str, nocache: bool = False):
-            return build_target(target, BuildOptions(base_image=BASE, wheelhouse=WHEELS, smoke=False,
-                                                     context=d / ctx, nocache=nocache), client=client)
+            return build_target(make_spec(target, base_image=BASE),
+                                BuildOptions(wheelhouse=WHEELS, smoke=False, context=d / ctx,
+                                             nocache=nocache), client=client)
 
         cold, t_cold = timed(lambda: build(CPU, "cold", nocache=True))
         build(CPU, "prime")  # a normal build fills the cache (a --no-cache build may not)

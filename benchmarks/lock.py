@@ -29,7 +29,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
 
     from envbuilder.api import resolve_target
-    from envbuilder.lock.requirements import lock_target
+    from envbuilder.lock.write import lock_target
 
     stack = resolve_target(args.target)
     with tempfile.TemporaryDirectory(prefix="envbuilder-lock-bench-") as d:

@@ -13,24 +13,26 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 from envbuilder import SMOKE_TIMEOUT
 from envbuilder.errors import InputError
 from envbuilder.core.matrix import Matrix, load_matrix
-from envbuilder.core.project import Project, ProjectTarget, find_project
+from envbuilder.core.project import Project, find_project
 from envbuilder.core import resolve
+from envbuilder.core import spec as spec_mod
 from envbuilder.core.resolve import Stack
+from envbuilder.core.spec import Outcome, Overrides, TargetSpec
 from envbuilder.core.target import Pins, Request, apply_options, request
 
-__all__ = ["Pins", "Project", "in_project", "load", "apptainer_available", "bake_all", "bake_project", "find_project",
-           "lock_project", "project_targets", "render_project",
-           "build_files", "build_many", "build_sif", "build_target", "builtin_target_names",
-           "builtin_targets", "check_combination", "doctor", "explain", "github_matrix",
-           "image_labels", "list_targets", "lock_target", "render_all", "render_target",
-           "request", "resolve_target", "smoke", "verify_image", "write_ci", "write_report"]
+__all__ = ["Outcome", "Overrides", "Pins", "Project", "TargetSpec", "apptainer_available",
+           "bake", "bake_all", "build", "build_sif", "build_target", "builtin_target_names",
+           "builtin_targets", "check_combination", "doctor", "explain", "find_project",
+           "github_matrix", "image_labels", "list_targets", "load", "lock", "lock_target",
+           "make_spec", "out_dir", "render", "render_all", "render_target", "request",
+           "resolve_spec", "resolve_target", "smoke", "spec_files", "target_specs",
+           "verify_image", "write_ci", "write_report"]
 
 if TYPE_CHECKING:
     from docker import DockerClient
 
     from envbuilder.diagnose.doctor import Check
     from envbuilder.diagnose.explain import Cause
-    from envbuilder.render.plan import BuildPlan
     from envbuilder.run.build import BuildOptions, BuildReport
     from envbuilder.run.smoke import SmokeResult
     from envbuilder.run.verify import VerifyReport
@@ -46,28 +48,51 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def build_files(stack: Stack, *, lock_text: str | None = None,
-                lock_source: str = "requirements.lock",
-                **plan_kw: Any) -> tuple[BuildPlan, dict[str, str | bytes]]:
-    """The files of a build folder for ``stack`` (see lock.requirements.build_files)."""
-    from envbuilder.lock import requirements
+# -- specs: what every command acts on (core.spec: the one cascade) --------------------------
 
-    return requirements.build_files(stack, lock_text=lock_text, lock_source=lock_source,
-                                    **plan_kw)
-
-
-def build_target(target: str, opts: BuildOptions, **kw: Any) -> BuildReport:
-    """Render, build, smoke-test and (with opts.push) push one target (run.build)."""
-    from envbuilder.run import build
-
-    return build.build_target(target, opts, **kw)
+def make_spec(target: str, *, project: Project | None = None, pins: Pins | None = None,
+              **fields: Any) -> TargetSpec:
+    """One target's spec through the cascade: ``fields`` are command-line values
+    (core.spec.Overrides' fields: base_image, requirements_file, layouts, nproc ...)."""
+    return spec_mod.make_spec(target, project=project,
+                              overrides=Overrides(pins=pins or Pins(), **_overrides(fields)))
 
 
-def build_many(targets: Sequence[str], opts: BuildOptions, **kw: Any) -> list[BuildReport]:
-    """Build several targets, at most ``jobs`` at once; keep going past failures."""
-    from envbuilder.run import build
+def _overrides(fields: Mapping[str, Any]) -> dict[str, Any]:
+    out = dict(fields)
+    for key in ("extra_index_urls", "layouts", "cuda_arch"):
+        if key in out:
+            out[key] = tuple(out[key] or ())
+    for key in ("matrix_overlay", "requirements_file"):
+        if out.get(key) is not None:
+            out[key] = Path(out[key])
+    return out
 
-    return build.build_many(targets, opts, **kw)
+
+def target_specs(target: str | None, *, all_: bool = False, only: Sequence[str] = (),
+                 overrides: Overrides | None = None, command: str = "render",
+                 matrix_dir: str | Path | None = None,
+                 project: Project | None | bool = True) -> list[TargetSpec]:
+    """The specs a command acts on: one TARGET (a project target's name too), ``--all``
+    (narrowed by ``--only``) or, inside a project, its targets (core.spec.select)."""
+    proj = find_project() if project is True else (project or None)
+    builtin: list[str] = []
+    if all_:
+        o = overrides or Overrides()
+        builtin = builtin_targets(load_matrix(matrix_dir, o.matrix_overlay))
+    return spec_mod.specs(target, all_=all_, only=only, project=proj, builtin=builtin,
+                          overrides=overrides, command=command)
+
+
+def spec_matrix(spec: TargetSpec, matrix_dir: str | Path | None = None) -> Matrix:
+    """The matrix a spec resolves against: ``--matrix`` (or the built-in) with its overlay."""
+    return load_matrix(matrix_dir, spec.matrix_overlay)
+
+
+def resolve_spec(spec: TargetSpec, *, matrix_dir: str | Path | None = None,
+                 matrix: Matrix | None = None) -> Stack:
+    m = matrix or spec_matrix(spec, matrix_dir)
+    return resolve.resolve_target(spec.target, m, spec.pins)
 
 
 def resolve_target(target: str, *, matrix_dir: str | Path | None = None, pins: Pins | None = None,
@@ -81,13 +106,34 @@ def builtin_targets(matrix: Matrix) -> list[str]:
     return [t.name for t in matrix.targets]
 
 
+def builtin_target_names(*, matrix_dir: str | Path | None = None) -> list[str]:
+    return builtin_targets(load_matrix(matrix_dir))
+
+
+def out_dir(spec: TargetSpec, out: str | Path | None, *, single: bool) -> Path:
+    """Where a target's outputs go: ``-o DIR`` itself for one TARGET, DIR/<name> for several;
+    without ``-o``, build/<name> (inside a project, its root's build/)."""
+    from envbuilder.core.validate import path_segment
+
+    if single and out is not None:
+        return Path(out)
+    root = Path(out) if out is not None else (
+        spec.project.parent / "build" if spec.project is not None else Path("build"))
+    return root / path_segment(spec.name, "target name")
+
+
 def check_combination(*, matrix_dir: str | Path | None = None, cuda: str | None = None,
                       driver: str | None = None, torch: str | None = None,
                       python: str | None = None, nccl: str | None = None,
                       deepspeed: str | None = None, horovod: str | None = None,
-                      os: str | None = None, flavour: str | None = None) -> dict:
-    """Judge a partial combination using only the axes given (envbuilder check)."""
-    m = load_matrix(matrix_dir)
+                      os: str | None = None, flavour: str | None = None,
+                      matrix_overlay: str | Path | None = None) -> dict:
+    """Judge a partial combination using only the axes given (envbuilder check), against the
+    matrix with the overlay given (default: the project's)."""
+    if matrix_overlay is None:
+        proj = find_project()
+        matrix_overlay = proj.matrix_overlay if proj is not None else None
+    m = load_matrix(matrix_dir, matrix_overlay)
     given = {ax for ax, v in (("cuda", cuda), ("torch", torch), ("python", python),
                               ("nccl", nccl), ("deepspeed", deepspeed), ("horovod", horovod),
                               ("os", os), ("flavour", flavour)) if v is not None}
@@ -107,220 +153,266 @@ def check_combination(*, matrix_dir: str | Path | None = None, cuda: str | None 
             "warnings": [w.to_dict() for w in warnings]}
 
 
-def target_files(target: str, out: str | Path, *, matrix_dir: str | Path | None = None,
-                 pins: Pins | None = None, base_image: str | None = None,
-                 pip_index_url: str | None = None, extra_index_urls: Sequence[str] = (),
-                 nproc: int | None = None, layouts: Sequence[str] = (), lock: bool = False,
-                 requirements_file: str | Path | None = None, image: str | None = None, gpus: bool | None = None, infiniband: bool = False,
-                 min_busbw: float | None = None, matrix: Matrix | None = None,
-                 builder_image: str | None = None, cuda_arch: tuple[str, ...] = (),
-                 cpu_isa: str | None = None, requirements: Sequence[str] = (),
-                 requirements_source: str = "requirements",
-                 matrix_overlay: str | Path | None = None) -> tuple:
+# -- render, lock, bake: build folders from specs (envbuilder.assemble) ----------------------
+
+def spec_files(spec: TargetSpec, out: str | Path, *, matrix_dir: str | Path | None = None,
+               matrix: Matrix | None = None, lock: bool = False) -> tuple:
     """(stack, {relative path: content}, locked) of the build folder ``out`` would get.
 
     A ``requirements.lock`` already in ``out`` (from ``envbuilder lock``), or one made now with
-    ``lock=True``, is installed with ``--require-hashes`` (see build_files). ``layouts`` (``2x8``,
-    or several: ``1x16,2x8``) lay the job files out and set the smoke job's world size; ``nproc``
-    alone is one node of that many plus the splits that fit 8- and 4-GPU nodes (default 12).
-    The team's own requirements (``requirements_file`` and/or the lines ``requirements``, e.g. a
-    project's) get a layer of their own above torch and the compiled layers; with a lock they
-    are locked with the stack."""
-    import json
+    ``lock=True``, is installed with ``--require-hashes``; one already there stays ``lock``'s
+    file (it is not rewritten by render)."""
+    from envbuilder.assemble import folder_files
 
-    from envbuilder.lock.requirements import team_requirements
-    from envbuilder.render.jobs import job_name, render_jobs
-    from envbuilder.render.monitoring import render_monitoring
-
-    lays, nproc = smoke_layouts(nproc, layouts)
-    m = matrix or load_matrix(matrix_dir, matrix_overlay)
-    stack = resolve_target(target, pins=pins, matrix=m)
-    team = team_requirements(stack, requirements_file=requirements_file, lines=requirements,
-                             source=requirements_source)
-    out = Path(out)
+    stack = resolve_spec(spec, matrix_dir=matrix_dir, matrix=matrix)
+    existing = Path(out) / "requirements.lock"
     lock_text = None
-    existing = out / "requirements.lock"
     if lock:
-        from envbuilder.lock.requirements import resolve_lock_text
-
-        # the file is named in the lock's header; the project's lines are locked with it
-        lock_text = resolve_lock_text(
-            stack, requirements_file=requirements_file, index_url=pip_index_url,
-            extra_index_urls=extra_index_urls,
-            team=team_requirements(stack, lines=requirements, source=requirements_source))
+        lock_text = _lock_text(spec, stack)
     elif existing.is_file():
         from envbuilder._fs import read_text_capped
 
         lock_text = read_text_capped(existing, "lock")
-    plan, files = build_files(stack, lock_text=lock_text, lock_source=str(existing),
-                              base_image=base_image, pip_index_url=pip_index_url,
-                              extra_index_urls=tuple(extra_index_urls), smoke_nproc=nproc,
-                              builder_image=builder_image, cuda_arch=cuda_arch or None,
-                              cpu_isa=cpu_isa, team_requirements=team)
-    files.update(render_jobs(plan, image=image or f"envbuilder:{stack.tag}", layouts=lays,
-                             gpus=stack.toolkit is not None if gpus is None else gpus,
-                             infiniband=infiniband))
-    stack_json = json.loads(files["stack.json"])
-    stack_json["smoke"] = {"world_size": nproc, "layouts": [f"{n}x{p}" for n, p in lays],
-                           "jobs": "jobs/layouts.json"}
-    files["stack.json"] = json.dumps(stack_json, indent=2) + "\n"
-    files.update(render_monitoring(target=target, min_busbw_gbps=min_busbw,
-                                   job_names=[job_name(target, *lays[0])]))
+    _, files = folder_files(spec, stack, lock_text=lock_text, lock_source=str(existing))
     if lock_text is not None and not lock:
         files.pop("requirements.lock", None)  # already there: it stays `lock`'s file
     return stack, files, lock_text is not None
 
 
-def smoke_layouts(nproc: int | None, layouts: Sequence[str] = ()) -> tuple[tuple, int]:
-    """(the job files' layouts, the smoke job's world size) for render's ``--nproc`` and
-    ``--layout`` options: layouts given set the world size (``--nproc``, when also given, must
-    agree); ``--nproc N`` alone is 1xN plus the splits that fit common nodes; neither is 12."""
-    from envbuilder.core import layouts as lm
+def _lock_text(spec: TargetSpec, stack: Stack) -> str:
+    from envbuilder.lock.requirements import resolve_lock_text, team_requirements
 
-    if layouts:
-        lays = lm.parse_layouts(layouts)
-        world = lm.world_of(lays)
-        if nproc is not None and nproc != world:
-            raise InputError(f"--nproc {nproc} disagrees with --layout {','.join(map(lm.fmt, lays))} "
-                             f"({world} ranks): drop --nproc or give layouts of {nproc} ranks")
-        return lays, world
-    world = 12 if nproc is None else nproc
-    return lm.default_layouts(world), world
+    return resolve_lock_text(
+        stack, requirements_file=spec.requirements_file, index_url=spec.pip_index_url,
+        extra_index_urls=spec.extra_index_urls,
+        team=team_requirements(stack, lines=spec.requirements, source=spec.requirements_source))
 
 
-def render_target(target: str, out: str | Path, **kw) -> dict:
-    """Resolve and write the build folder (target_files' options). Returns a report (paths,
-    stack). Only files envbuilder wrote are replaced (envbuilder._fs)."""
+def _report(spec: TargetSpec, out: Path, stack: Stack, files: Mapping[str, Any],
+            locked: bool) -> dict[str, Any]:
+    return {"target": spec.name, "resolved_target": spec.target, "out": str(out),
+            "files": sorted(files), "stack": stack.to_dict(), "locked": locked}
+
+
+def render(specs: Sequence[TargetSpec], out: str | Path | None = None, *, single: bool = False,
+           matrix_dir: str | Path | None = None, lock: bool = False) -> list[dict]:
+    """Render every spec's build folder, as one transaction: every target is resolved and
+    rendered first; if any is refused nothing is written, and the error names each refused
+    target. Returns one report per target. Only files envbuilder wrote are replaced."""
+    from envbuilder._fs import Outputs
+
+    made = spec_mod.run_each(specs, "render", lambda s: (
+        out_dir(s, out, single=single),
+        *spec_files(s, out_dir(s, out, single=single), matrix_dir=matrix_dir, lock=lock)))
+    _raise_failed(made)
+    with Outputs("render") as tx:
+        for o in made:
+            assert o.value is not None
+            tx.add(o.value[0], o.value[2], group="render")
+        tx.commit()
+    return [_report(o.spec, *o.value) for o in made if o.value is not None]
+
+
+def _raise_failed(outcomes: Sequence[Outcome[Any]]) -> None:
+    """One error for a set: the first failure's class and exit code, naming every target."""
+    failed = [o for o in outcomes if o.error is not None]
+    if not failed:
+        return
+    first = failed[0].error
+    assert first is not None
+    if len(outcomes) == 1:
+        raise first
+    msg = "; ".join(f"{o.spec.name}: {o.error}" for o in failed)
+    err = type(first)(f"{len(failed)} of {len(outcomes)} targets refused, nothing was "
+                      f"written: {msg}")
+    err.details = [f"{o.spec.name}: {o.error}" for o in failed]
+    raise err
+
+
+def render_target(target: str, out: str | Path, *, matrix_dir: str | Path | None = None,
+                  pins: Pins | None = None, lock: bool = False, matrix: Matrix | None = None,
+                  **fields: Any) -> dict:
+    """Resolve and write one target's build folder (a library shortcut for ``render``:
+    ``fields`` are TargetSpec fields; no project file is read)."""
     from envbuilder._fs import write_tree
 
-    stack, files, locked = target_files(target, out, **kw)
+    spec = make_spec(target, pins=pins, **fields)
+    stack, files, locked = spec_files(spec, out, matrix_dir=matrix_dir, matrix=matrix, lock=lock)
     dest = write_tree(out, files, group="render")
-    return {"target": target, "out": str(dest), "files": sorted(files), "stack": stack.to_dict(),
-            "locked": locked}
+    return _report(spec, dest, stack, files, locked)
+
+
+def render_all(out: str | Path, *, matrix_dir: str | Path | None = None,
+               targets: Sequence[str] | None = None, **fields: Any) -> list[dict]:
+    """Render every built-in target (or the given ones) into OUT/<target>/, all or nothing."""
+    names = list(targets or builtin_target_names(matrix_dir=matrix_dir))
+    lock = bool(fields.pop("lock", False))
+    pins = fields.pop("pins", None)
+    return render([make_spec(n, pins=pins, **fields) for n in names], out,
+                  matrix_dir=matrix_dir, lock=lock)
+
+
+def lock(specs: Sequence[TargetSpec], out: str | Path | None = None, *, single: bool = False,
+         matrix_dir: str | Path | None = None, check: bool = False, upgrade: bool = False,
+         conda: bool = False, conda_channels: Sequence[str] = ("conda-forge",),
+         sbom: bool = False) -> list[Outcome[dict[str, Any]]]:
+    """Write (or with ``check`` verify offline against its inputs) each spec's hash-pinned
+    lock; keep going past a target that fails and name it (core.spec.run_each)."""
+    from envbuilder.core import validate
+    from envbuilder.lock import requirements as lockreq
+    from envbuilder.lock.write import write_locks
+
+    for s in specs:  # bad input: exit 2 before any work
+        lockreq.parse_exclude_newer(s.exclude_newer)
+        if s.pip_index_url:
+            validate.url(s.pip_index_url, "--pip-index-url")
+        for u in s.extra_index_urls:
+            validate.url(u, "--extra-index-url")
+
+    def one(s: TargetSpec) -> dict[str, Any]:
+        dest = out_dir(s, out, single=single)
+        stack = resolve_spec(s, matrix_dir=matrix_dir)
+        team = lockreq.team_requirements(stack, lines=s.requirements, source=s.requirements_source)
+        res = write_locks(stack, dest, requirements_file=s.requirements_file, team=team,
+                                  index_url=s.pip_index_url, extra_index_urls=s.extra_index_urls,
+                                  check=check, upgrade=upgrade, exclude_newer=s.exclude_newer,
+                                  conda=conda, conda_channels=tuple(conda_channels), sbom=sbom,
+                                  command=s.invocation("lock"))
+        data: dict[str, Any] = {"name": s.name, "target": s.name, "tag": stack.tag,
+                                "lock": res["lock"].to_dict(),
+                                "warnings": [w for w in stack.to_dict()["warnings"]]}
+        for extra in ("conda", "sbom"):
+            if res[extra] is not None:
+                data[extra] = res[extra].to_dict() if hasattr(res[extra], "to_dict") else res[extra]
+        return data
+
+    return spec_mod.run_each(specs, "lock", one)
 
 
 def lock_target(target: str, out: str | Path, *, matrix_dir: str | Path | None = None,
                 pins: Pins | None = None, check: bool = False, upgrade: bool = False,
-                requirements_file: str | Path | None = None, conda: bool = False,
-                conda_channels: Sequence[str] = ("conda-forge",), sbom: bool = False,
-                pip_index_url: str | None = None, extra_index_urls: Sequence[str] = (),
-                exclude_newer: str | None = None, requirements: Sequence[str] = (),
-                requirements_source: str = "requirements",
-                matrix_overlay: str | Path | None = None) -> dict[str, Any]:
-    """Write (or with ``check`` verify offline against its inputs) the hash-pinned lock of a
-    target in ``out``, and with ``conda``/``sbom`` (not with ``check``) environment.yml +
-    conda-lock.yml and an SBOM, all written together or not at all
-    (lock.requirements.write_locks). A lock whose inputs match is kept unless ``upgrade``.
-    The team's lines (``requirements``, e.g. a project's) are locked with the stack, within
-    its pins. Returns the report ``envbuilder lock --json`` prints."""
-    from envbuilder.core import validate
-    from envbuilder.lock import requirements as lockreq
-
-    lockreq.parse_exclude_newer(exclude_newer)  # a bad date: exit 2 before any work
-    if pip_index_url:
-        validate.url(pip_index_url, "--pip-index-url")
-    for u in extra_index_urls:
-        validate.url(u, "--extra-index-url")
-    stack = resolve_target(target, matrix_dir=matrix_dir, pins=pins, matrix_overlay=matrix_overlay)
-    team = lockreq.team_requirements(stack, lines=requirements, source=requirements_source)
-    res = lockreq.write_locks(stack, Path(out), requirements_file=requirements_file,
-                              team=team, index_url=pip_index_url,
-                              extra_index_urls=tuple(extra_index_urls), check=check,
-                              upgrade=upgrade, exclude_newer=exclude_newer, conda=conda,
-                              conda_channels=tuple(conda_channels), sbom=sbom)
-    data: dict[str, Any] = {"lock": res["lock"].to_dict(), "target": target, "tag": stack.tag}
-    if res["conda"] is not None:
-        data["conda"] = res["conda"].to_dict()
-    if res["sbom"] is not None:
-        data["sbom"] = res["sbom"]
-    return data
+                conda: bool = False, conda_channels: Sequence[str] = ("conda-forge",),
+                sbom: bool = False, **fields: Any) -> dict[str, Any]:
+    """One target's lock (a library shortcut for ``lock``; ``fields`` are TargetSpec fields)."""
+    (o,) = lock([make_spec(target, pins=pins, **fields)], out, single=True,
+                matrix_dir=matrix_dir, check=check, upgrade=upgrade, conda=conda,
+                conda_channels=conda_channels, sbom=sbom)
+    if o.error is not None:
+        raise o.error
+    assert o.value is not None
+    return o.value
 
 
-def render_all(out: str | Path, *, matrix_dir: str | Path | None = None,
-               targets: Sequence[str] | None = None,
-               matrix_overlay: str | Path | None = None, **kw) -> list[dict]:
-    """Render every built-in target (or the given ones) into OUT/<target>/, all or nothing."""
+def bake(specs: Sequence[TargetSpec], out: str | Path | None = None, *,
+         registry: str | None = None, matrix_dir: str | Path | None = None) -> dict[str, Any]:
+    """Render the specs into OUT/<name>/ and write OUT/docker-bake.hcl (tags under
+    ``registry``, else the specs' own: a project's), all in one transaction: every target is
+    rendered and every folder (and the bake file) checked before anything is written."""
     from envbuilder._fs import Outputs
+    from envbuilder.core import validate
+    from envbuilder.render.bake import bake_hcl, summary
 
-    m = load_matrix(matrix_dir, matrix_overlay)
-    names = list(targets or builtin_targets(m))
-    out = Path(out)
-    reports = []
-    with Outputs("render") as tx:
-        for name in names:
-            stack, files, locked = target_files(name, out / name, matrix=m, **kw)
-            tx.add(out / name, files, group="render")
-            reports.append({"target": name, "out": str(out / name), "files": sorted(files),
-                            "stack": stack.to_dict(), "locked": locked})
+    registry = registry or next((s.registry for s in specs if s.registry), None)
+    if registry is not None:
+        validate.repository(registry, "--registry")
+    root = Path(out) if out is not None else (
+        specs[0].project.parent / "build" if specs and specs[0].project is not None else Path("build"))
+    made = spec_mod.run_each(specs, "render", lambda s: (
+        out_dir(s, root, single=False),
+        *spec_files(s, out_dir(s, root, single=False), matrix_dir=matrix_dir)))
+    _raise_failed(made)
+    path = root / "docker-bake.hcl"
+    text = bake_hcl([(o.spec.name, o.value[0], o.value[2]) for o in made if o.value is not None],
+                    path, registry=registry)
+    with Outputs("bake") as tx:
+        for o in made:
+            assert o.value is not None
+            tx.add(o.value[0], o.value[2], group="render")
+        tx.add(root, {"docker-bake.hcl": text}, group="bake")
         tx.commit()
-    return reports
+    return {"bake_file": str(path), "targets": [_report(o.spec, *o.value) for o in made if o.value],
+            "bake": summary(text)}
 
 
 def bake_all(out: str | Path, *, matrix_dir: str | Path | None = None,
              registry: str | None = None, targets: Sequence[str] | None = None,
-             **kw: Any) -> dict[str, Any]:
-    """Render every built-in target (or ``targets``) into OUT/<target>/ and write
-    OUT/docker-bake.hcl. Returns {"bake_file", "targets": [render reports]}."""
-    from envbuilder.core import validate
-    from envbuilder.render.bake import write_bake
-
-    if registry is not None:
-        validate.repository(registry, "--registry")
-    out = Path(out)
-    reports = render_all(out, matrix_dir=matrix_dir, targets=targets, **kw)
-    write_bake([(r["target"], out / r["target"]) for r in reports], out / "docker-bake.hcl",
-               registry=registry)
-    return {"bake_file": str(out / "docker-bake.hcl"), "targets": reports}
+             **fields: Any) -> dict[str, Any]:
+    """Bake every built-in target (or ``targets``): a library shortcut for ``bake``."""
+    names = list(targets or builtin_target_names(matrix_dir=matrix_dir))
+    return bake([make_spec(n, **fields) for n in names], out, registry=registry,
+                matrix_dir=matrix_dir)
 
 
-def load(matrix_dir: str | Path | None = None,
-         matrix_overlay: str | Path | None = None) -> Matrix:
-    """The matrix (built-in, or ``matrix_dir`` in its place) with a team's overlay on top."""
-    return load_matrix(matrix_dir, matrix_overlay)
+def build(specs: Sequence[TargetSpec], opts: BuildOptions, *, jobs: int = 1,
+          matrix_dir: str | Path | None = None, client: DockerClient | None = None,
+          on_event: Callable[[str, str, Any], None] | None = None) -> list[BuildReport]:
+    """Build, verify, smoke-test and (with opts.push) push every spec, at most ``jobs`` at
+    once; keep going past failures; one report per target (run.build)."""
+    from envbuilder.run import build as b
+
+    opts.validate()
+    return b.build_many(specs, opts, jobs=jobs, matrix_dir=matrix_dir, client=client,
+                        on_event=on_event)
 
 
-def list_targets(*, matrix_dir: str | Path | None = None) -> dict[str, Any]:
-    """Every built-in target and what it resolves to (or why it is refused): targets --json."""
+def build_target(spec: TargetSpec | str, opts: BuildOptions, **kw: Any) -> BuildReport:
+    """Render, build, smoke-test and (with opts.push) push one target (run.build)."""
+    from envbuilder.run import build as b
+
+    return b.build_target(spec if isinstance(spec, TargetSpec) else make_spec(spec), opts, **kw)
+
+
+def list_targets(specs: Sequence[TargetSpec] | None = None, *,
+                 matrix_dir: str | Path | None = None) -> dict[str, Any]:
+    """What each target (the built-in ones, or ``specs``: a project's) resolves to, or why it
+    is refused: targets --json."""
     from envbuilder.errors import IncompatibleError
 
     m = load_matrix(matrix_dir)
+    if specs is None:
+        specs = [make_spec(n) for n in builtin_targets(m)]
     rows: list[dict[str, Any]] = []
-    for name in builtin_targets(m):
-        alias = m.alias(name)
+    for s in specs:
+        alias = m.alias(s.target)
+        row = {"name": s.name, "target": alias.target if alias else s.target,
+               "description": alias.description if alias else ""}
         try:
-            d = resolve_target(name, matrix=m).to_dict()
-            rows.append({"name": name, "target": alias.target if alias else name,
-                         "description": alias.description if alias else "", "ok": True,
-                         "tag": d["tag"], "stack": {k: d[k] for k in (
-                             "cuda", "cuda_toolkit", "torch", "python", "nccl", "deepspeed",
-                             "horovod", "os", "base_image")}})
+            d = resolve_spec(s, matrix_dir=matrix_dir,
+                             matrix=m if s.matrix_overlay is None else None).to_dict()
+            rows.append(row | {"ok": True, "tag": d["tag"], "warnings": d["warnings"],
+                               "stack": {k: d[k] for k in (
+                                   "cuda", "cuda_toolkit", "torch", "python", "nccl",
+                                   "deepspeed", "horovod", "os", "base_image")}})
         except IncompatibleError as e:
-            rows.append({"name": name, "target": alias.target if alias else name,
-                         "description": alias.description if alias else "", "ok": False,
-                         "error": str(e)})
+            rows.append(row | {"ok": False, "error": str(e)})
     return {"matrix": {"path": str(m.path), "digest": m.digest}, "targets": rows}
 
 
-def builtin_target_names(*, matrix_dir: str | Path | None = None) -> list[str]:
-    return builtin_targets(load_matrix(matrix_dir))
-
-
-def github_matrix(*, matrix_dir: str | Path | None = None) -> dict[str, Any]:
-    """The GitHub Actions matrix of every built-in target (targets --github-matrix)."""
+def github_matrix(specs: Sequence[TargetSpec] | None = None, *,
+                  matrix_dir: str | Path | None = None) -> dict[str, Any]:
+    """The GitHub Actions matrix of the targets (built-in, or a project's): targets
+    --github-matrix."""
     from envbuilder.render import ci
 
-    return ci.github_matrix(load_matrix(matrix_dir))
+    m = load_matrix(matrix_dir)
+    return ci.github_matrix(m, targets=None if specs is None else [
+        (s.name, resolve_spec(s, matrix_dir=matrix_dir)) for s in specs])
 
 
-def write_ci(out: str | Path, *, registry: str, github: bool,
+def write_ci(out: str | Path, *, registry: str | None, github: bool,
              matrix_dir: str | Path | None = None) -> Path:
-    """Write the CI workflow (envbuilder ci); GitHub Actions is the one CI system so far. A
-    team matrix (``matrix_dir``) is checked here and used by the workflow's commands."""
+    """Write the CI workflow (envbuilder ci); GitHub Actions is the one CI system so far. The
+    registry defaults to the project's; a team matrix (``matrix_dir``) is checked here."""
     from envbuilder.core import validate
     from envbuilder.render import ci
 
     if not github:
         raise InputError("ci needs a CI system: --github")
+    proj = find_project()
+    if registry is None and proj is not None:
+        registry = proj.registry
+    if registry is None:
+        raise InputError("ci needs --registry (or a project file with registry = ...)")
     validate.repository(registry, "--registry")
     if matrix_dir is not None:
         load_matrix(matrix_dir)  # the folder must exist and be a valid matrix
@@ -527,123 +619,76 @@ def verify_image(image: str, *, matrix_dir: str | Path | None = None,
     return verify_image_labels(c, image, _labels(c, image), ops)
 
 
-def doctor(*, target: str | None = None, image: str | None = None, nproc: int | None = None,
+def doctor(*, spec: TargetSpec | None = None, image: str | None = None, nproc: int | None = None,
            matrix_dir: str | Path | None = None) -> list[Check]:
     """Check this host, and judge it against a target's stack or an image's labels."""
     from envbuilder import labels
     from envbuilder.core.validate import image_ref
     from envbuilder.diagnose.doctor import run_doctor
 
-    if target and image:
+    if spec is not None and image:
         raise InputError("doctor takes --target or --image, not both")
     facts = None
-    if target:
-        facts = labels.StackFacts.from_stack(resolve_target(target, matrix_dir=matrix_dir))
+    if spec is not None:
+        facts = labels.StackFacts.from_stack(resolve_spec(spec, matrix_dir=matrix_dir))
     elif image:
         facts = labels.read(image_labels(image_ref(image, "--image")))
     return run_doctor(stack=facts, nproc=nproc)
 
 
-# -- projects (envbuilder.toml) ----------------------------------------------------------------
-
-def project_requirements(project: Project | None,
-                         requirements_file: str | Path | None = None) -> dict[str, Any]:
-    """The team-requirements options of a command run inside ``project``: ``--requirements
-    FILE`` when given, else the project's ``requirements`` (a file or a list of lines)."""
-    if requirements_file is not None or project is None or not project.has_requirements:
-        return {"requirements_file": requirements_file}
-    return {"requirements_file": project.requirements_file,
-            "requirements": tuple(project.requirements),
-            "requirements_source": f"{project.path} requirements"}
+def load(matrix_dir: str | Path | None = None,
+         matrix_overlay: str | Path | None = None) -> Matrix:
+    """The matrix (built-in, or ``matrix_dir`` in its place) with a team's overlay on top."""
+    return load_matrix(matrix_dir, matrix_overlay)
 
 
-def project_targets(project: Project, names: Sequence[str] | None = None,
-                    pins: Pins | None = None) -> list[ProjectTarget]:
-    """The project's targets (all, or those named): what render|lock|build|bake act on
-    without a TARGET. Pin options belong to one TARGET: a project sets pins per target."""
-    if pins is not None and pins != Pins():
-        raise InputError(f"pin options apply to one TARGET: in the project {project.path} "
-                         f"set them on the [[targets]] entry instead")
-    if not project.targets:
-        raise InputError(f"the project {project.path} lists no [[targets]]: add one, or give "
-                         f"a TARGET")
-    if not names:
-        return list(project.targets)
-    out = []
-    for n in names:
-        t = project.target(n)
-        if t is None:
-            raise InputError(f"{n!r} is not a target of the project {project.path}; its "
-                             f"targets: {', '.join(t.name for t in project.targets)}")
-        out.append(t)
-    return out
+def build_options(*, lock: str | Path | None = None, lock_legacy: str | Path | None = None,
+                  fmt: str = "docker", metrics_file: str | Path | None = None,
+                  pushgateway: str | None = None, several: bool = False,
+                  proxies: Mapping[str, str | None] | None = None, **kw: Any) -> BuildOptions:
+    """The build's own options (run.build.BuildOptions), checked before any work: bad input is
+    one line (exit 2) before any progress display starts."""
+    from envbuilder.run.build import BuildOptions
+
+    if fmt not in ("docker", "apptainer"):
+        raise InputError(f"--format {fmt!r} is not one of docker, apptainer")
+    if fmt == "apptainer" and several:
+        raise InputError("--format apptainer builds one SIF: name one TARGET")
+    if fmt == "apptainer" and not apptainer_available():
+        raise InputError("--format apptainer needs apptainer (or singularity) on PATH; without "
+                         "it, build envbuilder.def on your cluster: apptainer build X.sif envbuilder.def")
+    if lock_legacy is not None:  # the old `build --lock PATH`: --lock is render's flag
+        if lock is not None:
+            raise InputError("give the lock once: --lock-file PATH (--lock PATH is its old name)")
+        lock = lock_legacy
+    if several and (metrics_file is not None or kw.get("context") is not None):
+        raise InputError("--metrics-file and --context hold one build: name one TARGET (with "
+                         "several, use --pushgateway: one group per target)")
+    opts = BuildOptions(lock=Path(lock) if lock is not None else None,
+                        proxies={k: v for k, v in (proxies or {}).items() if v},
+                        metrics=metrics_target(metrics_file, pushgateway), **kw)
+    opts.validate()
+    return opts
 
 
-def in_project(project: Project | None, target: str, pins: Pins | None,
-               requirements_file: str | Path | None = None) -> tuple[str, Pins | None, dict]:
-    """One TARGET run inside ``project``: a project target's name becomes its target string
-    and pins; the project's requirements apply (unless ``--requirements`` is given). Returns
-    (target, pins, the requirements and matrix-overlay options)."""
-    if project is None:
-        return target, pins, {"requirements_file": requirements_file}
-    t = project.target(target)
-    if t is not None and (pins is None or pins == Pins()):
-        target, pins = t.target, t.pins
-    req = project_requirements(project, requirements_file)
-    if project.matrix_overlay is not None:
-        req["matrix_overlay"] = project.matrix_overlay
-    return target, pins, req
-
-
-def render_project(project: Project, out: str | Path, *, names: Sequence[str] | None = None,
-                   pins: Pins | None = None, matrix_dir: str | Path | None = None,
-                   requirements_file: str | Path | None = None,
-                   matrix_overlay: str | Path | None = None, **kw: Any) -> list[dict]:
-    """Render the project's targets into OUT/<name>/, all or nothing, each with the team's
-    requirements in their own layer (and the project's matrix overlay, unless one is given)."""
-    from envbuilder._fs import Outputs
-
-    m = load_matrix(matrix_dir, matrix_overlay or project.matrix_overlay)
-    out = Path(out)
-    kw.update(project_requirements(project, requirements_file))
-    if not kw.get("layouts"):
-        kw["layouts"] = project.layouts  # --layout wins over the project's
-    reports = []
-    with Outputs("render") as tx:
-        for t in project_targets(project, names, pins):
-            stack, files, locked = target_files(t.target, out / t.name, matrix=m, pins=t.pins,
-                                                **kw)
-            tx.add(out / t.name, files, group="render")
-            reports.append({"target": t.name, "resolved_target": t.target,
-                            "out": str(out / t.name), "files": sorted(files),
-                            "stack": stack.to_dict(), "locked": locked})
-        tx.commit()
-    return reports
-
-
-def lock_project(project: Project, out: str | Path, *, names: Sequence[str] | None = None,
-                 pins: Pins | None = None, requirements_file: str | Path | None = None,
-                 **kw: Any) -> list[dict[str, Any]]:
-    """Lock each of the project's targets into OUT/<name>/requirements.lock."""
-    kw.update(project_requirements(project, requirements_file))
-    kw["matrix_overlay"] = kw.get("matrix_overlay") or project.matrix_overlay
-    return [{**lock_target(t.target, Path(out) / t.name, pins=t.pins, **kw), "name": t.name}
-            for t in project_targets(project, names, pins)]
-
-
-def bake_project(project: Project, out: str | Path, *, registry: str | None = None,
-                 **kw: Any) -> dict[str, Any]:
-    """Render the project's targets into OUT/<name>/ and write OUT/docker-bake.hcl (tags
-    under ``registry``, else the project's)."""
-    from envbuilder.core import validate
-    from envbuilder.render.bake import write_bake
-
-    registry = registry or project.registry
-    if registry is not None:
-        validate.repository(registry, "--registry" if registry != project.registry
-                            else f"registry in {project.path}")
-    out = Path(out)
-    reports = render_project(project, out, **kw)
-    write_bake([(r["target"], out / r["target"]) for r in reports], out / "docker-bake.hcl",
-               registry=registry)
-    return {"bake_file": str(out / "docker-bake.hcl"), "targets": reports}
+def build_summary(reports: Sequence[BuildReport], *, single: bool,
+                  fmt: str = "docker") -> dict[str, Any]:
+    """What build prints and writes with --report: one target's report, or for several each
+    report and the manifest of everything published (what a registry now serves, and why)."""
+    if single:
+        (r,) = reports
+        data = r.to_dict()
+        if r.ok and fmt == "apptainer":
+            sif = Path(f"{r.tag}.sif")
+            build_sif(r.local_tags[0], sif)
+            data["sif"] = str(sif)
+        return data
+    proj = find_project()
+    return {"ok": all(r.ok for r in reports), "project": str(proj.path) if proj else None,
+            "builds": [r.to_dict() for r in reports],
+            "published": [{"target": r.target, "tag": r.tag,
+                           "digest": r.pushed[0]["digest"] if r.pushed else None,
+                           "tags": [p["tag"] for p in r.pushed],
+                           "smoke": None if r.smoke is None else {
+                               "ok": r.smoke["ok"], "world_size": r.smoke["world_size"]}}
+                          for r in reports if r.pushed]}

@@ -74,12 +74,12 @@ def ca_bundle() -> Path:
 @pytest.fixture(scope="session")
 def cpu_build(docker_client, base_image, wheelhouse, ca_bundle, tmp_path_factory):
     """The cpu target built once for the session (offline, from the wheelhouse), no smoke."""
+    from envbuilder.api import make_spec
     from envbuilder.run.build import BuildOptions, build_target
 
     ctx = tmp_path_factory.mktemp("cpu-context") / "ctx"
-    opts = BuildOptions(base_image=base_image, wheelhouse=wheelhouse, ca_cert=ca_bundle,
-                        smoke=False, context=ctx)
-    return build_target(CPU_TARGET, opts, client=docker_client)
+    opts = BuildOptions(wheelhouse=wheelhouse, ca_cert=ca_bundle, smoke=False, context=ctx)
+    return build_target(make_spec(CPU_TARGET, base_image=base_image), opts, client=docker_client)
 
 
 @pytest.fixture(scope="session")

@@ -43,10 +43,12 @@ def test_definition_builds_and_tests_in_docker(docker_client, base_image, wheelh
     from envbuilder.run.apptainer import environment_of
     from envbuilder.run.build import BuildOptions, prepare_context
 
+    from envbuilder.api import make_spec
+
     stack = resolve_target(CPU, pins=Pins(ds_ops=DS_OPS))
     assert stack.compiles
-    folder, _ = prepare_context(stack, BuildOptions(base_image=base_image, wheelhouse=wheelhouse),
-                                tmp_path / "ctx")
+    spec = make_spec(CPU, pins=Pins(ds_ops=DS_OPS), base_image=base_image)
+    folder, _ = prepare_context(spec, stack, BuildOptions(wheelhouse=wheelhouse), tmp_path / "ctx")
     runs = run_definition_in_docker(folder, docker_client, keep=True)
     try:
         assert [r.stage for r in runs] == ["builder", "runtime", "%test"]

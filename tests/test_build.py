@@ -13,7 +13,9 @@ import sys
 
 import pytest
 
-from envbuilder.run.build import BuildFailed, BuildOptions, build_target
+from envbuilder.api import make_spec
+from envbuilder.run.build import BuildFailed, BuildOptions
+from envbuilder.run.build import build_target as _build_target
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
@@ -21,7 +23,12 @@ CPU = "cpu-torch2.13-debian12"
 
 
 def _opts(base_image, wheelhouse, **kw) -> BuildOptions:
-    return BuildOptions(base_image=base_image, wheelhouse=wheelhouse, **kw)
+    return BuildOptions(wheelhouse=wheelhouse, **kw)
+
+
+def build_target(target: str, base_image: str, opts: BuildOptions, *, client):
+    """The library's build of one target's spec, on the test base image."""
+    return _build_target(make_spec(target, base_image=base_image), opts, client=client)
 
 
 def _cli(*args, env=None, timeout=900):
@@ -84,9 +91,9 @@ def test_nccl_interface_defaults_and_overrides(cpu_build, docker_client):
 
 
 def test_second_build_reuses_the_cache(cpu_build, docker_client, base_image, wheelhouse, tmp_path):
-    r = build_target(CPU, _opts(base_image, wheelhouse, ca_cert=None, smoke=False,
+    r = build_target(CPU, base_image, _opts(base_image, wheelhouse, ca_cert=None, smoke=False,
                                 context=tmp_path / "ctx"), client=docker_client)
-    r2 = build_target(CPU, _opts(base_image, wheelhouse, ca_cert=None, smoke=False,
+    r2 = build_target(CPU, base_image, _opts(base_image, wheelhouse, ca_cert=None, smoke=False,
                                  context=tmp_path / "ctx2"), client=docker_client)
     # the same plan from a fresh context: every step came from the cache, the same image
     assert r2.image_id == r.image_id
@@ -138,13 +145,13 @@ def test_push_with_auth(cpu_build, docker_client, base_image, wheelhouse, auth_r
     try:
         os.environ["ENVBUILDER_REGISTRY_PASSWORD"] = "wrong-password"
         with pytest.raises(BuildFailed) as e:
-            build_target(CPU, opts, client=docker_client)
+            build_target(CPU, base_image, opts, client=docker_client)
         assert e.value.step == "push"
         assert "authentication" in str(e.value) and "wrong-password" not in str(e.value)
         assert e.value.report.pushed == []
         assert e.value.exit_code == 1
         os.environ["ENVBUILDER_REGISTRY_PASSWORD"] = "s3cret-pass"
-        r = build_target(CPU, opts, client=docker_client)
+        r = build_target(CPU, base_image, opts, client=docker_client)
         assert r.steps["push"] == "ok"
         assert r.pushed[0]["digest"].startswith("sha256:")
         # --no-smoke: the moving alias is not updated without a passing smoke job
@@ -194,12 +201,12 @@ def test_deepspeed_change_does_not_rebuild_the_torch_layer(cpu_build, docker_cli
                                                           wheelhouse, tmp_path):
     ids = {}
     for ds in ("0.16.9", "0.17.6"):
-        r = build_target(f"{CPU}-ds{ds}", _opts(base_image, wheelhouse, ca_cert=None, smoke=False,
+        r = build_target(f"{CPU}-ds{ds}", base_image, _opts(base_image, wheelhouse, ca_cert=None, smoke=False,
                                                 context=tmp_path / ds), client=docker_client)
         assert r.labels["io.envbuilder.deepspeed"] == ds
         ids[ds] = r.image_id
     # with the same CA setting as the DS builds, for a like-for-like comparison
-    plain = build_target(CPU, _opts(base_image, wheelhouse, ca_cert=None, smoke=False,
+    plain = build_target(CPU, base_image, _opts(base_image, wheelhouse, ca_cert=None, smoke=False,
                                     context=tmp_path / "plain"), client=docker_client)
 
     def layers(image_id):

@@ -14,7 +14,8 @@ import yaml
 
 from envbuilder.api import resolve_target
 from envbuilder.errors import IncompatibleError, MissingExtraError, OperationError
-from envbuilder.lock.requirements import LOCK_NAME, lock_target, read_lock
+from envbuilder.lock.requirements import LOCK_NAME, read_lock
+from envbuilder.lock.write import lock_target
 
 rattler = pytest.importorskip("rattler", reason="the conda extra (py-rattler) is not installed")
 conda_lock = pytest.importorskip("conda_lock", reason="the conda extra (conda-lock) is not installed")

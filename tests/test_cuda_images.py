@@ -100,7 +100,9 @@ _BUILT: dict[str, Built] = {}
 def _build(name: str, docker_client, tmp_path_factory) -> Built:
     if name in _BUILT:
         return _BUILT[name]
-    from envbuilder.api import Pins, resolve_target
+    from dataclasses import replace
+
+    from envbuilder.api import Pins, make_spec, resolve_target
     from envbuilder.run.build import BuildFailed, BuildOptions, build_target, prepare_context
 
     case = CASES[name]
@@ -110,11 +112,12 @@ def _build(name: str, docker_client, tmp_path_factory) -> Built:
         docker_client.images.get(base)
     except Exception:  # noqa: BLE001
         pytest.fail(f"base image {base} is missing (scripts/test-services.sh imports it)")
-    opts = BuildOptions(base_image=base, wheelhouse=_wheels(case.wheels),
+    opts = BuildOptions(wheelhouse=_wheels(case.wheels),
                         ca_cert=Path("/etc/ssl/certs/ca-certificates.crt"), smoke_timeout=300)
     pins = Pins(ds_ops=case.ds_ops)
+    spec = make_spec(case.target, pins=pins, base_image=base)
     probe = tmp_path_factory.mktemp(f"{name}-probe") / "ctx"
-    prepare_context(resolve_target(case.target, pins=pins), opts, probe)
+    prepare_context(spec, resolve_target(case.target, pins=pins), opts, probe)
     tag = f"{CACHE_REPO}:{name}-{_context_digest(probe)}"
     # this case's tags only: "cu124-<digest>" must not match "cu124-ds-<digest>" (it did, so
     # every run removed the DeepSpeed image and rebuilt it)
@@ -124,9 +127,9 @@ def _build(name: str, docker_client, tmp_path_factory) -> Built:
     if tag in existing:
         built = Built(name, tag, _verify_and_smoke(tag), reused=True)
     else:
-        opts.context = tmp_path_factory.mktemp(f"{name}-build") / "ctx"
+        opts = replace(opts, context=tmp_path_factory.mktemp(f"{name}-build") / "ctx")
         try:
-            report = build_target(case.target, opts, pins=pins, client=docker_client)
+            report = build_target(spec, opts, client=docker_client)
         except BuildFailed as e:
             pytest.fail(f"{case.target}: {e}\n{json.dumps(e.report.to_dict(), indent=1, default=str)[:6000]}")
         docker_client.images.get(report.image_id).tag(tag)

@@ -12,7 +12,8 @@ from core_helpers import FROZEN, LIVE, live
 from envbuilder.api import builtin_targets, resolve_target
 from envbuilder.core import schema
 from envbuilder.core.matrix import load_matrix
-from envbuilder.lock.requirements import build_files
+from envbuilder.api import make_spec
+from envbuilder.assemble import folder_files
 
 
 def test_live_matrix_loads_and_is_the_builtin_one():
@@ -33,6 +34,6 @@ def test_every_builtin_target_resolves_and_renders(name):
     assert name in builtin_targets(m)
     stack = resolve_target(name, matrix=m)
     assert stack.tag and stack.torch.source, name
-    plan, files = build_files(stack)
+    plan, files = folder_files(make_spec(name), stack)
     assert {"Dockerfile", "envbuilder.def", "stack.json"} <= set(files)
     assert plan.target == name

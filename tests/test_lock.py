@@ -15,8 +15,9 @@ from envbuilder.api import resolve_target
 from envbuilder.errors import (IncompatibleError, InputError, MissingExtraError,
                                OperationError)
 from envbuilder.lock.requirements import (LOCK_NAME, cross_check, lock_digest, lock_inputs,
-                                          lock_target, parse_exclude_newer, read_header,
+                                          parse_exclude_newer, read_header,
                                           read_lock, split_by_layer)
+from envbuilder.lock.write import lock_target
 from envbuilder.render.plan import make_plan
 from envbuilder.render.templating import render_files
 

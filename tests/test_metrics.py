@@ -463,13 +463,15 @@ def test_build_writes_the_smoke_metrics_with_the_image_digest(cpu_build, docker_
                                                               wheelhouse, ca_bundle, tmp_path):
     """envbuilder build --metrics-file: the (cached) cpu build, a 2-rank smoke in the image."""
     from conftest import CPU_TARGET
+    from envbuilder.api import make_spec
     from envbuilder.run.build import BuildOptions, build_target
 
     prom = tmp_path / "build.prom"
-    opts = BuildOptions(base_image=base_image, wheelhouse=wheelhouse, ca_cert=ca_bundle,
-                        nproc=2, backend="gloo", smoke_timeout=60, context=tmp_path / "ctx",
+    opts = BuildOptions(wheelhouse=wheelhouse, ca_cert=ca_bundle,
+                        backend="gloo", smoke_timeout=60, context=tmp_path / "ctx",
                         metrics=mx.check_target(prom, None))
-    report = build_target(CPU_TARGET, opts, client=docker_client)
+    report = build_target(make_spec(CPU_TARGET, base_image=base_image, nproc=2), opts,
+                          client=docker_client)
     assert report.smoke["ok"] and report.smoke["metrics"]["written"] == str(prom)
     text = prom.read_text()
     image_id = docker_client.images.get(report.image_id).id

@@ -106,7 +106,11 @@ def test_schema_ships_with_the_package_and_matches_the_loader():
     s = schema()
     assert s["additionalProperties"] is False
     assert set(s["properties"]) == {"requirements", "registry", "layouts", "matrix_overlay",
-                                    "targets"}
+                                    "targets", "pip_index_url", "extra_index_urls",
+                                    "exclude_newer"}
+    # a target's own table may set what a lock needs, so a lock is reproducible from the file
+    assert {"requirements", "pip_index_url", "extra_index_urls", "exclude_newer", "registry",
+            "layouts"} <= set(s["properties"]["targets"]["items"]["properties"])
     from envbuilder.core.resources import data_path
 
     assert json.loads(data_path("project.schema.json").read_text())["title"]

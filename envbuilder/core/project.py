@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 from envbuilder.core.resources import data_path
 from envbuilder.core.target import Pins
@@ -31,6 +31,8 @@ class ProjectTarget:
     name: str  # the project's name for it (its folder build/<name>)
     target: str  # the envbuilder target string
     pins: Pins = field(default_factory=Pins)
+    # the target's own keys besides its pins, as TargetSpec fields (they win over the project's)
+    settings: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -42,10 +44,29 @@ class Project:
     registry: str | None = None
     layouts: tuple[str, ...] = ()
     matrix_overlay: Path | None = None
+    pip_index_url: str | None = None
+    extra_index_urls: tuple[str, ...] = ()
+    exclude_newer: str | None = None
 
     @property
     def root(self) -> Path:
         return self.path.parent
+
+    @property
+    def defaults(self) -> dict[str, Any]:
+        """The project's top-level keys as TargetSpec fields (the cascade's second layer):
+        only the keys the file sets."""
+        out: dict[str, Any] = {}
+        if self.has_requirements:
+            out["requirements_file"] = self.requirements_file
+            out["requirements"] = self.requirements
+        for key in ("registry", "matrix_overlay", "pip_index_url", "exclude_newer"):
+            if getattr(self, key) is not None:
+                out[key] = getattr(self, key)
+        for key in ("layouts", "extra_index_urls"):
+            if getattr(self, key):
+                out[key] = getattr(self, key)
+        return out
 
     @property
     def has_requirements(self) -> bool:
@@ -168,15 +189,40 @@ def parse_project(path: Path, data: dict[str, Any]) -> Project:
         seen.add(t["name"])
         pins = Pins(**{k: t.get(k) for k in _PIN_KEYS},
                     with_=tuple(t.get("with", ())), without=tuple(t.get("without", ())))
-        targets.append(ProjectTarget(t["name"], t["target"], pins))
+        targets.append(ProjectTarget(t["name"], t["target"], pins,
+                                     _settings(path, t, f"targets.{t['name']}")))
     req = data.get("requirements")
-    req_file = root / req if isinstance(req, str) else None
-    if req_file is not None and not req_file.is_file():
-        raise InputError(f"project file {path}, key requirements: {req_file} is not a file")
+    req_file = _requirements_file(path, req, "requirements")
     overlay = root / data["matrix_overlay"] if "matrix_overlay" in data else None
     if overlay is not None and not overlay.is_dir():
         raise InputError(f"project file {path}, key matrix_overlay: {overlay} is not a folder")
     return Project(path=path, targets=tuple(targets), requirements_file=req_file,
                    requirements=tuple(req) if isinstance(req, list) else (),
                    registry=data.get("registry"), layouts=tuple(data.get("layouts", ())),
-                   matrix_overlay=overlay)
+                   matrix_overlay=overlay, pip_index_url=data.get("pip_index_url"),
+                   extra_index_urls=tuple(data.get("extra_index_urls", ())),
+                   exclude_newer=data.get("exclude_newer"))
+
+
+def _requirements_file(path: Path, req: Any, key: str) -> Path | None:
+    req_file = path.parent / req if isinstance(req, str) else None
+    if req_file is not None and not req_file.is_file():
+        raise InputError(f"project file {path}, key {key}: {req_file} is not a file")
+    return req_file
+
+
+def _settings(path: Path, t: dict[str, Any], where: str) -> dict[str, Any]:
+    """A target table's keys besides its pins, as TargetSpec fields."""
+    out: dict[str, Any] = {}
+    if "requirements" in t:
+        req = t["requirements"]
+        out["requirements_file"] = _requirements_file(path, req, f"{where}.requirements")
+        out["requirements"] = tuple(req) if isinstance(req, list) else ()
+        out["requirements_source"] = f"{path} {where}.requirements"
+    for key in ("registry", "pip_index_url", "exclude_newer"):
+        if key in t:
+            out[key] = t[key]
+    for key in ("layouts", "extra_index_urls"):
+        if key in t:
+            out[key] = tuple(t[key])
+    return out

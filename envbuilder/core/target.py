@@ -149,10 +149,55 @@ def _known_bases(matrix: Matrix) -> list[str]:
 
 
 def parse_target(text: str, matrix: Matrix) -> Request:
-    """Parse a target string (or an alias from targets.yaml) into a Request."""
+    """Parse a target string (or an alias from targets.yaml, with parts added to it:
+    ``cu121-torch2.5-ds`` is the alias ``cu121-ds`` with torch 2.5) into a Request."""
     if not isinstance(text, str) or _NAME_RE.fullmatch(text) is None:
         raise InputError(f"target {text!r} is not a target: expected e.g. cu118, "
                          f"cu121-torch2.1-py310 or cpu-debian12")
+    try:
+        return _parse_target(text, matrix)
+    except InputError:
+        via = _alias_with_parts(text, matrix)
+        if via is None:
+            raise
+        return via
+
+
+def _alias_with_parts(text: str, matrix: Matrix) -> Request | None:
+    """``text`` as an alias of several parts (``cu121-ds``) whose parts it holds in order,
+    plus pins for its other parts; None when no alias fits."""
+    parts = text.split("-")
+    best: tuple[list[int], str] | None = None
+    for alias in matrix.targets:
+        want = alias.name.split("-")
+        if len(want) < 2 or alias.name == text:
+            continue
+        at, i = [], 0
+        for w in want:
+            while i < len(parts) and parts[i] != w:
+                i += 1
+            if i == len(parts):
+                break
+            at.append(i)
+            i += 1
+        if len(at) == len(want) and (best is None or len(at) > len(best[0])):
+            best = (at, alias.name)
+    if best is None:
+        return None
+    req = _parse_target(best[1], matrix)
+    for j, part in enumerate(parts):
+        if j in best[0]:
+            continue
+        axis, pin = _parse_part(part, text, matrix)
+        current = getattr(req, axis)
+        if current is not None and str(current) != str(pin):
+            raise InputError(f"target {text!r}: {part} conflicts with {current} in the alias "
+                             f"{best[1]!r}")
+        req = replace(req, **{axis: pin})  # type: ignore[arg-type]
+    return replace(req, target=text)
+
+
+def _parse_target(text: str, matrix: Matrix) -> Request:
     alias = matrix.alias(text)
     if alias is not None and (alias.target != text or alias.flavour or alias.ds_ops):
         req = parse_target(alias.target, matrix) if alias.target != text else parse_target(

@@ -145,3 +145,14 @@ def suggest(value: str, choices: Iterable[str]) -> str:
     """' (did you mean X?)' or ''."""
     close = difflib.get_close_matches(value, list(choices), n=1, cutoff=0.6)
     return f" (did you mean {close[0]}?)" if close else ""
+
+
+_SEGMENT_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+
+
+def path_segment(value: str, what: str) -> str:
+    """A name that becomes one folder name (build/<name>): letters, digits, '.', '-', '_'."""
+    if not isinstance(value, str) or _SEGMENT_RE.fullmatch(value) is None or set(value) == {"."}:
+        raise InputError(f"{what} {_shown(value)} cannot name a folder: use letters, digits, "
+                         f"'.', '-' and '_' (at most 128)")
+    return value

@@ -23,7 +23,7 @@ What to call (the CLI and ``render --lock`` use exactly these):
   the stack), OperationError (exit 1: index unreachable, uv failed, ``--check`` found a
   difference; every difference in ``err.details`` and ``err.report.problems``),
   MissingExtraError (uv is not installed: ``envbuilder[lock]``).
-* ``write_locks(stack, out_dir, *, ..., conda=False, conda_channels=..., sbom=False,
+* ``lock.write.write_locks(stack, out_dir, *, ..., conda=False, conda_channels=..., sbom=False,
   check=False, upgrade=False) -> {"lock", "conda", "sbom"}``: what ``envbuilder lock`` runs; the lock, the
   conda files and the SBOM are committed together through ``envbuilder._fs.Outputs`` (a
   failing conda solve leaves the old lock), into the output folder only (uv prints the lock on
@@ -35,7 +35,8 @@ What to call (the CLI and ``render --lock`` use exactly these):
   control characters, made for the stack's Python; ``render`` refuses anything else (exit 2).
   A package no index has is bad input (exit 2, naming it), not an incompatible combination.
 * ``split_by_layer(lock_text, plan) -> dict[str, str]``: the lock cut into the per-layer
-  files ``render_files(plan, layer_requirements=...)`` takes (keys ``torch``, ``horovod``,
+  files ``render_files(plan, layer_requirements=...)`` takes (``envbuilder.assemble`` applies
+  a lock to a build folder; this package only makes and checks locks) (keys ``torch``, ``horovod``,
   ``horovod.build``, ``deepspeed``, ``deepspeed.build`` for the layers the plan has); build
   the plan with ``make_plan(stack, hashes=True, ...)`` so pip runs with ``--require-hashes``.
 * ``lock_digest(path) -> "sha256:<hex>"``: the digest of a lock file, for stack.json
@@ -74,8 +75,7 @@ from envbuilder import __version__
 from envbuilder.errors import IncompatibleError, InputError, OperationError
 from envbuilder.core.resolve import PYPI, Stack
 from envbuilder.lock import uv as _uv
-from envbuilder.render.plan import BuildPlan, make_plan
-from envbuilder.render.templating import render_files
+from envbuilder.render.plan import make_plan
 from envbuilder.lock.uv import PLATFORM
 
 if TYPE_CHECKING:
@@ -134,18 +134,6 @@ def lock_digest(path: str | Path) -> str:
     except OSError as e:
         raise InputError(f"cannot read lock {path}: {e.strerror or e}") from None
     return "sha256:" + hashlib.sha256(data).hexdigest()
-
-
-def apply_lock(stack: Stack, plan_kw: dict[str, Any], lock_text: str,
-               where: str) -> tuple[BuildPlan, dict[str, str]]:
-    """A build plan that installs ``lock_text`` with --require-hashes, and its per-layer files.
-
-    The lock is cross-checked against the stack first (exit 3 naming the fact and lock line).
-    Returns (plan, layer_requirements) for ``render_files``."""
-    check_lock_text(lock_text, where, python=stack.python)
-    cross_check(stack, read_lock(lock_text), where)
-    plan = make_plan(stack, hashes=True, **plan_kw)
-    return plan, split_by_layer(lock_text, plan)
 
 
 _REQ_LINE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(\[[A-Za-z0-9,._ -]*\])?==[A-Za-z0-9.+!_*-]+"
@@ -233,30 +221,6 @@ def check_lock_text(text: str, where: str, *, python: str | None = None) -> None
 
 def _cut(s: str, n: int = 120) -> str:
     return s if len(s) <= n else s[:n] + "..."
-
-
-def build_files(stack: Stack, *, lock_text: str | None = None,
-                lock_source: str = LOCK_NAME,
-                **plan_kw: Any) -> tuple[BuildPlan, dict[str, str | bytes]]:
-    """The files of a build folder for ``stack``: (plan, {relative path: content}).
-
-    With ``lock_text`` (a requirements.lock) the lock is cross-checked against the stack, cut
-    into per-layer hash-pinned files installed with ``--require-hashes``, kept beside them, and
-    its digest recorded in stack.json. ``plan_kw`` are make_plan's options. The one place a
-    lock (or none) is applied to a build: render and build both come here."""
-    import json
-
-    if lock_text is None:
-        plan = make_plan(stack, **plan_kw)
-        return plan, render_files(plan)
-    plan, layer_reqs = apply_lock(stack, plan_kw, lock_text, lock_source)
-    files = render_files(plan, layer_requirements=layer_reqs)
-    files[LOCK_NAME] = lock_text
-    data = json.loads(files["stack.json"])
-    data["lock"] = {"file": LOCK_NAME,
-                    "digest": "sha256:" + hashlib.sha256(lock_text.encode()).hexdigest()}
-    files["stack.json"] = json.dumps(data, indent=2) + "\n"
-    return plan, files
 
 
 def read_lock(text: str) -> list[LockedPackage]:
@@ -797,7 +761,8 @@ def _unmet(stack: Stack, reqs: Sequence[str], pkgs: list[LockedPackage], where: 
     return out
 
 
-def lock_drift(stack: Stack, text: str, where: str, inputs: LockInputs) -> list[str]:
+def lock_drift(stack: Stack, text: str, where: str, inputs: LockInputs,
+               command: str | None = None) -> list[str]:
     """Why the lock ``text`` is not the lock of ``inputs``, offline: each input that changed
     (named, old -> new), an edited inputs record or package list, an entry without hashes or
     not pinned with ``==``, a contradiction of the stack (torch, NCCL, Horovod, DeepSpeed), a
@@ -805,8 +770,8 @@ def lock_drift(stack: Stack, text: str, where: str, inputs: LockInputs) -> list[
     record, idig, pdig = read_header(text)
     if record is None or idig is None:
         return [f"{where} does not record its inputs (made by an older envbuilder, or its "
-                f"header was edited): lock it again once with envbuilder lock {stack.target} "
-                f"-o {_comment_safe(str(Path(where).parent))} --upgrade"]
+                f"header was edited): lock it again once with "
+                f"{_comment_safe(_default_command(stack, Path(where).parent, command))} --upgrade"]
     problems = _changes(record, inputs.record, inputs.requirements_file)
     if _record_digest(record) != idig:
         problems.append(f"{where}: the inputs recorded in its header were edited (their digest "
@@ -832,13 +797,23 @@ def lock_drift(stack: Stack, text: str, where: str, inputs: LockInputs) -> list[
 
 # -- the lock --------------------------------------------------------------------------------
 
-def _header(stack: Stack, cmd: str, inputs: LockInputs, uv_version: str, body: str) -> str:
+def _default_command(stack: Stack, out: Path, command: str | None = None) -> str:
+    """The command that writes this lock again into ``out`` (``command``: the invocation
+    that made it, pins included, core.spec.TargetSpec.invocation)."""
+    return f"{command or f'envbuilder lock {stack.target}'} -o {out}"
+
+
+def _header(stack: Stack, cmd: str, inputs: LockInputs, uv_version: str, body: str,
+            made_by_command: str | None = None) -> str:
     idx = inputs.idx
-    made_by = f"# made by: envbuilder lock {stack.target}"
-    if inputs.requirements_file:
-        made_by += f" --requirements {_comment_safe(Path(inputs.requirements_file).name)}"
-    if inputs.exclude_newer:
-        made_by += f" --exclude-newer {inputs.exclude_newer}"
+    if made_by_command is not None:  # the exact invocation, pins included (core.spec)
+        made_by = f"# made by: {_comment_safe(made_by_command)}"
+    else:
+        made_by = f"# made by: envbuilder lock {stack.target}"
+        if inputs.requirements_file:
+            made_by += f" --requirements {_comment_safe(Path(inputs.requirements_file).name)}"
+        if inputs.exclude_newer:
+            made_by += f" --exclude-newer {inputs.exclude_newer}"
     record_lines = []
     for key, value in inputs.record.items():
         for v in value if isinstance(value, list) else [value]:
@@ -871,7 +846,7 @@ def _comment_safe(s: str) -> str:
     return "".join(c if 32 <= ord(c) != 127 else repr(c)[1:-1] for c in s)
 
 
-def _resolve(stack: Stack, inputs: LockInputs, *, uv: str | None
+def _resolve(stack: Stack, inputs: LockInputs, *, command: str | None = None, uv: str | None
              ) -> tuple[str, list[LockedPackage], str]:
     """(lock text, its entries, the uv command shown): uv resolves ``inputs`` now; the stack
     alone first, then the team's requirements within its pins, so the stack's part of the
@@ -888,7 +863,7 @@ def _resolve(stack: Stack, inputs: LockInputs, *, uv: str | None
                              f"{problems[0]}", step="lock", details=problems[:20])
     pkgs = read_lock(body)
     shown = _uv.shown(cmd, LOCK_NAME)
-    text = _header(stack, shown, inputs, _uv.version(uv_bin), body) + body
+    text = _header(stack, shown, inputs, _uv.version(uv_bin), body, command) + body
     return text, pkgs, shown
 
 
@@ -925,16 +900,6 @@ def resolve_lock_text(stack: Stack, *, requirements_file: str | Path | None = No
     return text
 
 
-def lock_target(stack: Stack, out_dir: str | Path, *, requirements_file: str | Path | None = None,
-                index_url: str | None = None, extra_index_urls: Sequence[str] = (),
-                uv: str | None = None, check: bool = False, upgrade: bool = False,
-                exclude_newer: str | None = None) -> LockReport:
-    """Write (or, with ``check``, verify offline) ``out_dir/requirements.lock`` for ``stack``."""
-    return write_locks(stack, out_dir, requirements_file=requirements_file, index_url=index_url,
-                       extra_index_urls=extra_index_urls, uv=uv, check=check, upgrade=upgrade,
-                       exclude_newer=exclude_newer)["lock"]
-
-
 def _recorded_command(text: str) -> str:
     for ln in text.splitlines():
         if ln.startswith("#   which runs: "):
@@ -944,107 +909,15 @@ def _recorded_command(text: str) -> str:
     return ""
 
 
-def write_locks(stack, out_dir: str | Path, *, requirements_file: str | Path | None = None,
-                index_url: str | None = None, extra_index_urls: Sequence[str] = (),
-                uv: str | None = None, check: bool = False, upgrade: bool = False,
-                exclude_newer: str | None = None, conda: bool = False,
-                conda_channels: Sequence[str] = ("conda-forge",), sbom: bool = False,
-                team: Sequence[str] = ()) -> dict:
-    """``envbuilder lock``: requirements.lock, and with ``conda`` environment.yml +
-    conda-lock.yml, with ``sbom`` sbom.cdx.json, all written together or not at all (a failing
-    conda solve leaves the old requirements.lock in place). Returns {"lock": LockReport,
-    "conda": CondaReport | None, "sbom": path | None}.
-
-    * ``check``: verify the lock on disk against its inputs, offline (``check_lock``); nothing
-      is written; takes neither ``conda`` nor ``sbom``.
-    * neither: a lock already there whose inputs match and which is consistent is kept as it
-      is (uv is not run; ``status`` "unchanged"); otherwise uv resolves and the lock is written
-      (``status`` "resolved", ``changed`` says why when there was a lock).
-    * ``upgrade``: uv resolves again whatever is there (newer releases come in)."""
-    out = Path(out_dir)
-    dest = out / LOCK_NAME
-    if check and upgrade:
-        raise InputError("lock --check verifies the lock offline and --upgrade resolves it "
-                         "again: give one of them")
-    if check:
-        if conda or sbom:
-            raise InputError("lock --check verifies requirements.lock only: drop --conda/--sbom "
-                             "(run lock without --check to rewrite them)")
-        if not dest.is_file():
-            raise InputError(f"no {LOCK_NAME} in {out} to check: run envbuilder lock "
-                             f"{stack.target} -o {out} first")
-    if conda:
-        from envbuilder.lock.conda import _check_channel
-
-        for c in conda_channels:
-            _check_channel(c)
-    inputs = lock_inputs(stack, requirements_file=requirements_file, index_url=index_url,
-                         extra_index_urls=extra_index_urls, exclude_newer=exclude_newer,
-                         team=team)
-    if check:
-        return {"lock": check_lock(stack, dest, inputs), "conda": None, "sbom": None}
-    from envbuilder._fs import Outputs, read_text_capped
-
-    kept: str | None = None
-    changed: list[str] = []
-    if not upgrade and dest.is_file():
-        try:
-            disk = read_text_capped(dest, "lock", limit=MAX_LOCK_BYTES)
-        except InputError as e:
-            changed = [str(e)]
-        else:
-            changed = lock_drift(stack, disk, str(dest), inputs)
-            kept = None if changed else disk
-    if kept is not None:
-        text, pkgs, shown = kept, read_lock(kept), _recorded_command(kept)
-    else:
-        text, pkgs, shown = _resolve(stack, inputs, uv=uv)
-        cross_check(stack, pkgs, "uv's resolution")
-    versions = {p.name: p.version for p in pkgs}
-    result: dict = {"conda": None, "sbom": None}
-    if kept is None or conda or sbom:
-        with Outputs("lock") as tx:
-            if kept is None:
-                tx.add(out, {LOCK_NAME: text}, group="lock")
-            if conda or sbom:
-                scratch_lock = tx.scratch(out) / LOCK_NAME
-                scratch_lock.write_text(text, encoding="utf-8")
-            if conda:
-                from envbuilder.lock.conda import conda_outputs
-
-                files, rep = conda_outputs(stack, out, lock_path=scratch_lock,
-                                           work=tx.scratch(out), channels=tuple(conda_channels),
-                                           index_url=index_url,
-                                           extra_index_urls=extra_index_urls, uv=uv)
-                tx.add(out, files, group="conda")
-                result["conda"] = rep
-            if sbom:
-                import json
-
-                from envbuilder.lock.sbom import SBOM_NAME, sbom as make_sbom
-
-                tx.add(out, {SBOM_NAME: json.dumps(make_sbom(scratch_lock, stack), indent=2)
-                             + "\n"}, group="sbom")
-                result["sbom"] = str(out / SBOM_NAME)
-            tx.commit()
-    digest = "sha256:" + hashlib.sha256(text.encode("utf-8")).hexdigest()
-    result["lock"] = LockReport(path=str(dest), digest=digest, packages=versions,
-                                index=inputs.record["index"],
-                                extra_indexes=list(inputs.record["extra index"]), command=shown,
-                                status="unchanged" if kept is not None else "resolved",
-                                inputs_digest=inputs.digest,
-                                changed=[] if kept is not None else changed)
-    return result
-
-
-def check_lock(stack: Stack, dest: Path, inputs: LockInputs) -> LockReport:
+def check_lock(stack: Stack, dest: Path, inputs: LockInputs,
+               command: str | None = None) -> LockReport:
     """``lock --check``: the lock on disk is the lock of ``inputs`` (lock_drift), offline: no
     uv, no index. OperationError (exit 1) naming the first difference otherwise, every one in
     ``details`` and ``err.report.problems``; the lock is never rewritten."""
     from envbuilder._fs import read_text_capped
 
     text = read_text_capped(dest, "lock", limit=MAX_LOCK_BYTES)
-    problems = lock_drift(stack, text, str(dest), inputs)
+    problems = lock_drift(stack, text, str(dest), inputs, command)
     try:
         versions = {p.name: p.version for p in read_lock(text)}
     except InputError:
@@ -1056,7 +929,7 @@ def check_lock(stack: Stack, dest: Path, inputs: LockInputs) -> LockReport:
                         inputs_digest=inputs.digest, problems=problems)
     if problems:
         n = len(problems)
-        fix = (f"envbuilder lock {stack.target} -o {_comment_safe(str(dest.parent))} makes it "
+        fix = (f"{_comment_safe(_default_command(stack, dest.parent, command))} makes it "
                f"again (--upgrade also takes newer releases)")
         err = OperationError(f"{dest} does not match its inputs: {problems[0]}"
                              + (f" (and {n - 1} more)" if n > 1 else "") + f"; {fix}",

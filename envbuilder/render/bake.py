@@ -70,18 +70,33 @@ def _builder_stage(dockerfile: str) -> str:
     return "\n".join(ln for ln in lines[start:end] if ln.strip() and not ln.lstrip().startswith("#"))
 
 
-def _builder_key(folder: Path, dockerfile: str, builder_image: str) -> str | None:
+def _builder_key(files: Mapping[str, str | bytes], dockerfile: str, builder_image: str) -> str | None:
     stage = _builder_stage(dockerfile)
     if not stage:
         return None
     h = hashlib.sha256()
     h.update(builder_image.encode() + b"\0" + stage.encode() + b"\0")
+    for rel in sorted(r for r in files if r.startswith("ca-certificates/")):
+        data = files[rel]
+        h.update(rel[len("ca-certificates/"):].encode() + b"\0"
+                 + (data.encode() if isinstance(data, str) else data) + b"\0")
+    return h.hexdigest()[:12]
+
+
+def _folder_files(folder: Path) -> dict[str, str | bytes]:
+    """A rendered folder's files that the bake file reads (stack.json, Dockerfile, CA files)."""
+    out: dict[str, str | bytes] = {}
+    try:
+        out["stack.json"] = (folder / "stack.json").read_text()
+        out["Dockerfile"] = (folder / "Dockerfile").read_text()
+    except OSError as e:
+        raise InputError(f"{folder} is not a rendered build folder (envbuilder render): {e}") from None
     certs = folder / "ca-certificates"
     if certs.is_dir():
         for p in sorted(certs.rglob("*")):
             if p.is_file():
-                h.update(str(p.relative_to(certs)).encode() + b"\0" + p.read_bytes() + b"\0")
-    return h.hexdigest()[:12]
+                out[str(p.relative_to(folder))] = p.read_bytes()
+    return out
 
 
 def _rel(folder: Path, base: Path) -> str:
@@ -113,54 +128,90 @@ def _block(kind: str, name: str, fields: Sequence[tuple[str, object]]) -> str:
 
 def write_bake(targets: list[tuple[str, Path]], out: Path, *, registry: str | None = None,
                alias_tags: bool = True, share_builders: bool = True) -> str:
-    """Write docker-bake.hcl for rendered folders; ``out`` is the file or its folder.
+    """Write docker-bake.hcl for folders already rendered (``[(name, folder), ...]``); ``out``
+    is the file or its folder. Returns the HCL text (bake_hcl)."""
+    out = Path(out)
+    path = out / "docker-bake.hcl" if out.is_dir() or out.suffix != ".hcl" else out
+    text = bake_hcl([(n, Path(f), _folder_files(Path(f))) for n, f in targets], path,
+                    registry=registry, alias_tags=alias_tags, share_builders=share_builders)
+    write_file_atomic(path, text, step="bake", group="bake")
+    return text
+
+
+def _image(name: str, folder: Path, files: Mapping[str, str | bytes], share: bool) -> dict:
+    _ident(name)
+    try:
+        stack = json.loads(files["stack.json"])
+        dockerfile = str(files["Dockerfile"])
+    except (KeyError, ValueError) as e:
+        raise InputError(f"{folder} is not a rendered build folder (envbuilder render): {e}") from None
+    img = stack["image"]
+    builder, runtime = img["builder"], img["runtime"]
+    validate.image_ref(builder, "builder image")
+    validate.image_ref(runtime, "runtime image")
+    return {"name": name, "folder": folder, "tag": validate.tag(stack["tag"], "stack tag"),
+            "flavour": stack.get("flavour") or "",
+            "alias": validate.tag(stack.get("torch_variant") or name, "alias"),
+            "labels": img["labels"], "builder": builder, "runtime": runtime,
+            "key": _builder_key(files, dockerfile, builder) if share else None}
+
+
+def _unique_tags(images: list[dict]) -> None:
+    """Two targets must not share a version tag: the flavour goes in when it tells them apart,
+    else the target's name."""
+    by_tag: dict[str, list[dict]] = {}
+    for i in images:
+        by_tag.setdefault(i["tag"], []).append(i)
+    for same in by_tag.values():
+        if len(same) < 2:
+            continue
+        flavours = [i["flavour"] for i in same]
+        for i in same:
+            extra = i["flavour"] if i["flavour"] and len(set(flavours)) == len(flavours) else i["name"]
+            i["tag"] = validate.tag(f"{i['tag']}-{extra}", "tag")
+
+
+def bake_hcl(targets: Sequence[tuple[str, Path, Mapping[str, str | bytes]]], path: Path, *,
+             registry: str | None = None, alias_tags: bool = True,
+             share_builders: bool = True) -> str:
+    """The docker-bake.hcl text for rendered targets ``[(name, folder, files)]`` (the files in
+    memory: bake renders and writes them in one transaction with this file).
 
     ``registry``: a repository such as ``ghcr.io/acme/envbuilder`` (no tag); images are tagged
-    ``<registry>:<stack.tag>`` and ``<registry>:<target>``. Returns the HCL text.
-    """
+    ``<registry>:<version tag>`` (unique per target). The moving aliases (``<registry>:cu121``)
+    are listed apart, in comments: ``envbuilder build --push`` moves them after the smoke job
+    passed; ``bake --push`` pushes only version tags. Each target caches to and from the
+    registry (``<registry>:buildcache-<name>``), or a local folder without one."""
     if registry is not None:
         validate.repository(registry, "--registry")
     repo = registry or LOCAL_REPOSITORY
-    out = Path(out)
-    path = out / "docker-bake.hcl" if out.is_dir() or out.suffix != ".hcl" else out
-    base = path.parent
+    base = Path(path).parent
     if not targets:
         raise InputError("no targets to bake")
-
     seen: set[str] = set()
     images = []
-    for name, folder in targets:
-        _ident(name)
+    for name, folder, files in targets:
         if name in seen:
             raise InputError(f"target {name} is given twice")
         seen.add(name)
-        folder = Path(folder)
-        try:
-            stack = json.loads((folder / "stack.json").read_text())
-            dockerfile = (folder / "Dockerfile").read_text()
-        except (OSError, ValueError) as e:
-            raise InputError(f"{folder} is not a rendered build folder (envbuilder render): {e}") from None
-        img = stack["image"]
-        builder, runtime = img["builder"], img["runtime"]
-        validate.image_ref(builder, "builder image")
-        validate.image_ref(runtime, "runtime image")
-        tag = validate.tag(stack["tag"], "stack tag")
-        alias = validate.tag(stack.get("torch_variant") or name, "alias")
-        images.append({"name": name, "folder": folder, "tag": tag, "alias": alias,
-                       "labels": img["labels"],
-                       "builder": builder, "runtime": runtime,
-                       "key": _builder_key(folder, dockerfile, builder) if share_builders else None})
-
-    # the moving alias is the CUDA line (cu121, cpu), as envbuilder build pushes it; when several
-    # targets share a line (cu121, cu121-ds) only the one named after it carries the alias, else
-    # they would overwrite each other's tag
+        images.append(_image(name, folder, files, share_builders))
+    _unique_tags(images)
+    # the moving alias is the CUDA line (cu121, cpu); when several targets share a line only the
+    # one named after it carries the alias, else they would overwrite each other's tag
     by_alias: dict[str, list[str]] = {}
     for i in images:
         by_alias.setdefault(i["alias"], []).append(i["name"])
     for i in images:
         owners = by_alias[i["alias"]]
-        own = len(owners) == 1 or i["name"] == i["alias"]
-        i["tags"] = [f"{repo}:{i['tag']}"] + ([f"{repo}:{i['alias']}"] if alias_tags and own else [])
+        own = alias_tags and (len(owners) == 1 or i["name"] == i["alias"])
+        i["tags"] = [f"{repo}:{i['tag']}"]
+        i["moving"] = f"{repo}:{i['alias']}" if own else None
+        if registry is not None:
+            ref = f"{registry}:buildcache-{i['name']}"
+            i["cache"] = ([f"type=registry,ref={ref}"], [f"type=registry,ref={ref},mode=max"])
+        else:
+            i["cache"] = ([f"type=local,src=.buildx-cache/{i['name']}"],
+                          [f"type=local,dest=.buildx-cache/{i['name']},mode=max"])
 
     counts: dict[str, int] = {}
     for i in images:
@@ -172,10 +223,12 @@ def write_bake(targets: list[tuple[str, Path]], out: Path, *, registry: str | No
         if k and counts[k] > 1 and k not in shared:
             shared[k] = {"name": f"builder-{k}", "folder": i["folder"], "builder": i["builder"]}
 
+    aliases = [f"# alias {i['name']}: {i['moving']}" for i in images if i["moving"]]
     blocks = [
-        f"# Rendered by envbuilder {__version__}: docker buildx bake -f {path.name}   (run from this folder)\n"
-        "# Builds every target below; `--load` to load them. The moving alias tags (the CUDA line)\n"
-        "# are pushed by `envbuilder build --push` after the smoke job passed: do not `bake --push` them.",
+        f"# Rendered by envbuilder {__version__}: docker buildx bake -f {Path(path).name}   (run from this folder)\n"
+        "# Builds every target below; `--load` to load them, `--push` to push their version tags.\n"
+        "# The moving alias tags are not among them: `envbuilder build --push` moves each only after\n"
+        "# its smoke job passed." + ("\n" + "\n".join(aliases) if aliases else ""),
         _block("group", "default", [("targets", [i["name"] for i in images])]),
     ]
     for s in shared.values():
@@ -187,10 +240,16 @@ def write_bake(targets: list[tuple[str, Path]], out: Path, *, registry: str | No
         fields: list[tuple[str, object]] = [
             ("context", _rel(i["folder"], base)), ("dockerfile", "Dockerfile"),
             ("target", "runtime"), ("tags", i["tags"]), ("labels", i["labels"]),
-            ("args", {"BUILDER_IMAGE": i["builder"], "RUNTIME_IMAGE": i["runtime"]})]
+            ("args", {"BUILDER_IMAGE": i["builder"], "RUNTIME_IMAGE": i["runtime"]}),
+            ("cache-from", i["cache"][0]), ("cache-to", i["cache"][1])]
         if i["key"] in shared:
             fields.append(("contexts", {"builder": f"target:{shared[i['key']]['name']}"}))
         blocks.append(_block("target", i["name"], fields))
-    text = "\n\n".join(blocks) + "\n"
-    write_file_atomic(path, text, step="bake", group="bake")
-    return text
+    return "\n\n".join(blocks) + "\n"
+
+
+def summary(text: str) -> dict[str, object]:
+    """The moving aliases a bake file lists apart (envbuilder build moves them)."""
+    import re
+
+    return {"aliases": re.findall(r"^# alias [^:]+: (\S+)$", text, flags=re.M)}

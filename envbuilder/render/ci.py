@@ -27,7 +27,7 @@ from typing import Sequence
 
 from envbuilder.core import validate
 from envbuilder.core.matrix import Matrix, load_matrix
-from envbuilder.core.resolve import resolve_target
+from envbuilder.core.resolve import Stack, resolve_target
 from envbuilder.errors import IncompatibleError, InputError
 from envbuilder.render.templating import write_file_atomic
 
@@ -38,19 +38,25 @@ WORKFLOW = Path(".github") / "workflows" / "envbuilder.yml"
 
 def github_matrix(matrix: Matrix | None = None, *, gpu_runner: Sequence[str] | str = GPU_RUNNER,
                   cpu_runner: Sequence[str] | str = CPU_RUNNER,
-                  skip_refused: bool = True) -> dict:
+                  skip_refused: bool = True,
+                  targets: Sequence[tuple[str, Stack]] | None = None) -> dict:
     """The GitHub Actions matrix of every built-in target (``matrix``: a Matrix, or None for
-    the built-in one). A target the resolver refuses is left out (or raises, when
-    ``skip_refused`` is false)."""
+    the built-in one), or of ``targets`` already resolved (a project's: ``[(name, stack)]``).
+    A built-in target the resolver refuses is left out (or raises, when ``skip_refused`` is
+    false)."""
     m = matrix if matrix is not None else load_matrix(None)
+    if targets is None:
+        resolved = []
+        for name in [t.name for t in m.targets]:
+            try:
+                resolved.append((name, resolve_target(name, m)))
+            except IncompatibleError:
+                if skip_refused:
+                    continue
+                raise
+        targets = resolved
     include = []
-    for name in [t.name for t in m.targets]:
-        try:
-            stack = resolve_target(name, m)
-        except IncompatibleError:
-            if skip_refused:
-                continue
-            raise
+    for name, stack in targets:
         gpu = stack.toolkit is not None
         runner = gpu_runner if gpu else cpu_runner
         include.append({"target": name, "tag": stack.tag, "cuda": stack.cuda or "cpu",

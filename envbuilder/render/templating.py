@@ -151,8 +151,10 @@ def _make_env(extra_dir: Path | None):
 
 
 def render_files(plan: BuildPlan, *, layer_requirements: Mapping[str, str] | None = None,
-                 template_dir: Path | None = None) -> dict[str, str | bytes]:
-    """Every file of the build folder, as relative path -> content."""
+                 template_dir: Path | None = None,
+                 stack_extra: Mapping[str, object] | None = None) -> dict[str, str | bytes]:
+    """Every file of the build folder, as relative path -> content; ``stack_extra`` adds
+    entries to stack.json (the lock's digest, the smoke layouts: envbuilder.assemble)."""
     env = _env(template_dir)
     steps = make_steps(plan)
     ctx = {"plan": plan, "steps": steps, "version": __version__, "cxx_wrapper": CXX_WRAPPER}
@@ -183,6 +185,7 @@ def render_files(plan: BuildPlan, *, layer_requirements: Mapping[str, str] | Non
                       "labels": dict(plan.labels)}
     stack["layers"] = [{"name": la.name, "requirements": list(la.requirements),
                         "index_url": la.index_url} for la in plan.layers]
+    stack.update(stack_extra or {})
     out["stack.json"] = json.dumps(stack, indent=2, sort_keys=False) + "\n"
     return out
 

@@ -12,19 +12,20 @@ import os
 import shutil
 import tempfile
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from envbuilder import SMOKE_TIMEOUT
 from envbuilder import labels as image_labels
 from envbuilder.core import validate
 from envbuilder.core.matrix import Matrix, load_matrix
+from envbuilder.assemble import folder_files
 from envbuilder.core.resolve import Stack, resolve_target
-from envbuilder.core.target import Pins
+from envbuilder.core.spec import TargetSpec
 from envbuilder.diagnose.explain import explain_lines
-from envbuilder.errors import InputError, OperationError
-from envbuilder.lock.requirements import build_files, lock_digest
+from envbuilder.errors import EnvbuilderError, InputError, OperationError
+from envbuilder.lock.requirements import lock_digest
 from envbuilder.render.plan import BuildPlan
 from envbuilder.render.templating import write_tree
 from envbuilder.run import engine
@@ -40,22 +41,18 @@ if TYPE_CHECKING:  # pragma: no cover
 STEPS = ("render", "build", "verify", "smoke", "push")
 
 
-@dataclass
+@dataclass(frozen=True)
 class BuildOptions:
-    base_image: str | None = None
-    builder_image: str | None = None  # replaces the builder (an nvidia/cuda devel image when compiling)
-    cuda_arch: tuple[str, ...] = ()  # narrows TORCH_CUDA_ARCH_LIST for compiled code
-    cpu_isa: str | None = None  # -march for compiled CPU code (DeepSpeed CPU ops)
+    """How to build, test and publish (what a target's spec does not say): frozen, copied with
+    dataclasses.replace, never through asdict."""
+
     verify: bool = True  # check the image against its labels before the smoke job
     ca_cert: Path | None = None
-    pip_index_url: str | None = None
-    extra_index_urls: tuple[str, ...] = ()
     wheelhouse: Path | None = None
-    proxies: dict[str, str] = field(default_factory=dict)
+    proxies: Mapping[str, str] = field(default_factory=dict)
     tags: tuple[str, ...] = ()  # --tag: NAME[:TAG] (a local name) or a bare TAG (envbuilder:TAG)
     push: str | None = None
     smoke: bool = True
-    nproc: int = 12
     backend: str = "auto"
     smoke_timeout: int = SMOKE_TIMEOUT
     shm_size: str = "2g"
@@ -64,23 +61,14 @@ class BuildOptions:
     lock: Path | None = None  # a requirements.lock: install with --require-hashes
     alias: bool = True  # push the moving alias (the target name, e.g. cu121) after the smoke passed
     metrics: MetricsTarget | None = None  # write/push the smoke result as Prometheus metrics
-    requirements_file: Path | None = None  # the team's own requirements: a layer of their own
-    requirements: tuple[str, ...] = ()  # ... or as lines (a project file's list)
-    requirements_source: str = "requirements"  # where those lines come from, for errors
 
     def validate(self) -> None:
-        if self.base_image:
-            validate.image_ref(self.base_image, "--base-image")
-        if self.builder_image:
-            validate.image_ref(self.builder_image, "--builder-image")
+        if self.backend not in ("auto", "nccl", "gloo"):
+            raise InputError(f"--backend {self.backend!r} is not one of auto, nccl, gloo")
         if self.push:
             validate.repository(self.push, "--push")
         for t in self.tags:
             validate.tag_ref(t, "--tag")
-        if self.pip_index_url:
-            validate.url(self.pip_index_url, "--pip-index-url")
-        for u in self.extra_index_urls:
-            validate.url(u, "--extra-index-url")
         for k, v in self.proxies.items():
             if any(c in v for c in "\n\r\"'`$ "):
                 raise InputError(f"--{k.lower().replace('_', '-')} {v!r} is not a proxy URL")
@@ -88,8 +76,20 @@ class BuildOptions:
             _read_ca(self.ca_cert)
         if self.wheelhouse is not None and not Path(self.wheelhouse).is_dir():
             raise InputError(f"--wheelhouse {self.wheelhouse} is not a folder of wheels")
-        if self.nproc < 1:
-            raise InputError(f"--nproc {self.nproc} must be at least 1")
+
+
+def validate_spec(spec: TargetSpec) -> None:
+    """The spec's build inputs, before any work (exit 2 naming the option)."""
+    if spec.base_image:
+        validate.image_ref(spec.base_image, "--base-image")
+    if spec.builder_image:
+        validate.image_ref(spec.builder_image, "--builder-image")
+    if spec.pip_index_url:
+        validate.url(spec.pip_index_url, "--pip-index-url")
+    for u in spec.extra_index_urls:
+        validate.url(u, "--extra-index-url")
+    if spec.nproc is not None and spec.nproc < 1:
+        raise InputError(f"--nproc {spec.nproc} must be at least 1")
 
 
 @dataclass
@@ -154,26 +154,18 @@ def _proxy_args(opts: BuildOptions) -> dict[str, str]:
     return out
 
 
-def prepare_context(stack: Stack, opts: BuildOptions, dest: Path) -> tuple[Path, BuildPlan]:
-    """Render the build folder for ``stack`` into ``dest``, with wheels and CA bundle added."""
-
+def prepare_context(spec: TargetSpec, stack: Stack, opts: BuildOptions,
+                    dest: Path) -> tuple[Path, BuildPlan]:
+    """Write ``spec``'s build folder into ``dest`` through the one assembly path
+    (envbuilder.assemble: the same files ``render`` writes), plus what a build brings itself:
+    the wheelhouse's wheels and the extra CA bundle."""
     lock_text = None
     if opts.lock is not None:
-        try:
-            lock_text = Path(opts.lock).read_text(encoding="utf-8")
-        except OSError as e:
-            raise InputError(f"--lock-file {opts.lock} cannot be read: {e.strerror}") from None
-    from envbuilder.lock.requirements import team_requirements
+        from envbuilder._fs import read_text_capped
 
-    team = team_requirements(stack, requirements_file=opts.requirements_file,
-                             lines=opts.requirements, source=opts.requirements_source)
-    plan, files = build_files(stack, lock_text=lock_text, lock_source=str(opts.lock),
-                              base_image=opts.base_image, builder_image=opts.builder_image,
-                              pip_index_url=opts.pip_index_url,
-                              extra_index_urls=opts.extra_index_urls,
-                              wheelhouse=opts.wheelhouse is not None, smoke_nproc=opts.nproc,
-                              cuda_arch=opts.cuda_arch or None, cpu_isa=opts.cpu_isa,
-                              team_requirements=team)
+        lock_text = read_text_capped(Path(opts.lock), "lock")
+    plan, files = folder_files(spec, stack, lock_text=lock_text, lock_source=str(opts.lock),
+                               wheelhouse=opts.wheelhouse is not None)
     split = None
     if opts.wheelhouse is not None:
         layers = {la.name: [*la.requirements, *la.build_requirements]
@@ -192,14 +184,16 @@ def prepare_context(stack: Stack, opts: BuildOptions, dest: Path) -> tuple[Path,
     return dest, plan
 
 
-def build_target(target: str, opts: BuildOptions, *, matrix_dir: str | Path | None = None,
-                 pins: Pins | None = None, client: DockerClient | None = None,
+def build_target(spec: TargetSpec, opts: BuildOptions, *, matrix_dir: str | Path | None = None,
+                 client: DockerClient | None = None,
                  on_event: Callable[[str, Any], None] | None = None,
                  matrix: Matrix | None = None) -> BuildReport:
     """Render, build, smoke-test and (with opts.push) push one target."""
     opts.validate()
-    m = matrix or load_matrix(matrix_dir)
-    stack = resolve_target(target, m, pins)
+    validate_spec(spec)
+    target = spec.name
+    m = matrix or load_matrix(matrix_dir, spec.matrix_overlay)
+    stack = resolve_target(spec.target, m, spec.pins)
     report = BuildReport(target=target, tag=stack.tag)
     emit = on_event or (lambda kind, data: None)
     tmp_root: Path | None = None
@@ -211,7 +205,7 @@ def build_target(target: str, opts: BuildOptions, *, matrix_dir: str | Path | No
         else:
             tmp_root = Path(tempfile.mkdtemp(prefix="envbuilder-build-"))
             ctx_dir = tmp_root / "context"
-        _, plan = prepare_context(stack, opts, ctx_dir)
+        _, plan = prepare_context(spec, stack, opts, ctx_dir)
         report.context = str(ctx_dir)
         report.steps["render"] = "ok"
         report.seconds["render"] = round(time.monotonic() - t0, 3)
@@ -222,7 +216,7 @@ def build_target(target: str, opts: BuildOptions, *, matrix_dir: str | Path | No
             client = engine.connect()
         if stack.compiles and stack.builder is not None and stack.builder.image_kind == "devel":
             _require_builder(client, plan.builder_image, stack)
-        base = opts.base_image or stack.runtime_image
+        base = spec.base_image or stack.runtime_image
         labels = image_labels.build_labels(
             base_digest=_base_digest(client, base),
             lock_digest=lock_digest(opts.lock) if opts.lock is not None else None)
@@ -266,7 +260,7 @@ def build_target(target: str, opts: BuildOptions, *, matrix_dir: str | Path | No
         if opts.smoke:
             t0 = time.monotonic()
             emit("step", ("smoke", "running"))
-            result = run_smoke_container(client, res.image_id, nproc=opts.nproc,
+            result = run_smoke_container(client, res.image_id, nproc=plan.smoke_nproc,
                                          backend=opts.backend, timeout=opts.smoke_timeout,
                                          shm_size=opts.shm_size)
             report.seconds["smoke"] = round(time.monotonic() - t0, 3)
@@ -371,31 +365,29 @@ def explain_log(log: str, top: int = 3, details: dict | None = None) -> list[dic
     return [c.to_dict() for c in causes[:top]]
 
 
-def build_many(targets: Sequence[str], opts: BuildOptions, *, jobs: int = 1,
-               matrix_dir: str | Path | None = None, pins: Pins | None = None,
+def build_many(specs: Sequence[TargetSpec], opts: BuildOptions, *, jobs: int = 1,
+               matrix_dir: str | Path | None = None,
                client: DockerClient | None = None,
                on_event: Callable[[str, str, Any], None] | None = None) -> list[BuildReport]:
-    """Build several targets, at most ``jobs`` at once; keep going past failures."""
+    """Build several targets, at most ``jobs`` at once; keep going past failures. Each build
+    gets its own context folder (``opts`` is frozen: copied with replace, never asdict); a
+    target that fails before its build started reports the step it failed in, with its own
+    message."""
     from concurrent.futures import ThreadPoolExecutor
 
-    m = load_matrix(matrix_dir)
+    per = replace(opts, context=None)
 
-    def one(t: str) -> BuildReport:
-        o = BuildOptions(**{**asdict(opts), "context": None})
+    def one(s: TargetSpec) -> BuildReport:
         try:
-            return build_target(t, o, matrix=m, pins=pins, client=client,
-                                on_event=(lambda k, d: on_event(t, k, d)) if on_event else None)
+            return build_target(s, per, matrix_dir=matrix_dir, client=client,
+                                on_event=(lambda k, d: on_event(s.name, k, d)) if on_event else None)
         except BuildFailed as e:
             return e.report
-        except OperationError as e:
-            r = BuildReport(target=t)
-            r.error, r.failed_step = str(e), e.step or "render"
-            return r
-        except Exception as e:  # an incompatible or bad target among many: report, go on
-            r = BuildReport(target=t)
-            r.error, r.failed_step = str(e), "render"
-            r.steps["render"] = "failed"
+        except EnvbuilderError as e:  # refused or bad before any step ran: resolving it
+            r = BuildReport(target=s.name)
+            r.error, r.failed_step = str(e), getattr(e, "step", None) or "render"
+            r.steps[r.failed_step] = "failed"
             return r
 
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        return list(pool.map(one, targets))
+        return list(pool.map(one, specs))

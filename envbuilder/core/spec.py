@@ -1,0 +1,256 @@
+"""One spec per target, made by one cascade; one selection of targets; one runner over them.
+
+The cascade (which value wins), in one place:
+
+1. built-in defaults (the fields' defaults below);
+2. the project file's top-level keys (``requirements``, ``registry``, ``layouts``,
+   ``matrix_overlay``, ``pip_index_url``, ``extra_index_urls``, ``exclude_newer``);
+3. the project target's own table (its ``target`` and pins, and any of the keys above);
+4. the command line: every option given wins; pin options are merged per axis (``--with`` /
+   ``--without`` add to the target's).
+
+``select`` turns what a command was asked for ("one TARGET", ``--all`` [``--only``], or the
+project's targets when no TARGET is given inside a project) into names, and ``specs`` turns
+those into frozen ``TargetSpec`` values through the cascade. A project target's name works as
+a TARGET wherever a target does, with every option. ``run_each`` runs one step over specs,
+keeps going past a failure and returns one ``Outcome`` per target that names it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any, Callable, Generic, Sequence, TypeVar
+
+from envbuilder.core.project import Project, ProjectTarget
+from envbuilder.core.target import Pins
+from envbuilder.errors import EnvbuilderError, InputError
+
+T = TypeVar("T")
+
+_PIN_FIELDS = ("torch", "python", "deepspeed", "horovod", "nccl", "os", "driver", "flavour",
+               "ds_ops")
+
+
+@dataclass(frozen=True)
+class TargetSpec:
+    """Everything a command needs to know about one target, frozen.
+
+    What to resolve (``target``, ``pins``, ``matrix_overlay``), what to add (the team's
+    requirements), how to build and test it (images, indexes, layouts, registry, smoke)."""
+
+    name: str  # what the user calls it: a project target's name, an alias or a target string
+    target: str  # the target string the resolver reads
+    pins: Pins = field(default_factory=Pins)
+    matrix_overlay: Path | None = None
+    # the team's own requirements (a layer of their own)
+    requirements_file: Path | None = None
+    requirements: tuple[str, ...] = ()
+    requirements_source: str = "requirements"
+    # how to build it
+    base_image: str | None = None
+    builder_image: str | None = None
+    cuda_arch: tuple[str, ...] = ()
+    cpu_isa: str | None = None
+    pip_index_url: str | None = None
+    extra_index_urls: tuple[str, ...] = ()
+    exclude_newer: str | None = None
+    # how to run and publish it
+    layouts: tuple[str, ...] = ()
+    nproc: int | None = None
+    registry: str | None = None
+    image: str | None = None  # the image the job files run
+    infiniband: bool = False
+    min_busbw: float | None = None
+    # where it came from: the project file, and the pins the command line added
+    project: Path | None = None
+    from_project: bool = False  # ``name`` is one of the project's targets
+    cli_pins: Pins = field(default_factory=Pins)
+
+    def plan_options(self) -> dict[str, Any]:
+        """make_plan's options that come from the spec."""
+        return {"base_image": self.base_image, "builder_image": self.builder_image,
+                "pip_index_url": self.pip_index_url, "extra_index_urls": self.extra_index_urls,
+                "cuda_arch": self.cuda_arch or None, "cpu_isa": self.cpu_isa}
+
+    def invocation(self, command: str, out: str | Path | None = None) -> str:
+        """The command line that makes this spec again: the name as given, the pins the
+        command line added (a project target's own pins come from its file; a plain target's
+        are all spelled out), its requirements file and ``--exclude-newer``."""
+        pins = self.cli_pins if self.from_project else self.pins
+        parts = ["envbuilder", command, self.name, *pin_args(pins)]
+        if self.requirements_file is not None and not self.from_project:
+            parts += ["--requirements", str(self.requirements_file)]
+        if self.exclude_newer and not self.from_project:
+            parts += ["--exclude-newer", self.exclude_newer]
+        if out is not None:
+            parts += ["-o", str(out)]
+        import shlex
+
+        return " ".join(shlex.quote(p) for p in parts)
+
+
+def pin_args(pins: Pins) -> list[str]:
+    """``pins`` as the command-line options that state them."""
+    out: list[str] = []
+    for name in _PIN_FIELDS:
+        value = getattr(pins, name)
+        if value:
+            out += [f"--{name.replace('_', '-')}", str(value)]
+    for flag, items in (("--with", pins.with_), ("--without", pins.without)):
+        for item in items:
+            out += [flag, item]
+    return out
+
+
+def merge_pins(base: Pins, over: Pins) -> Pins:
+    """``over``'s pins win per axis; components are merged (``--without`` drops a ``with``)."""
+    kw: dict[str, Any] = {}
+    for name in _PIN_FIELDS:
+        v = getattr(over, name)
+        kw[name] = v if v is not None else getattr(base, name)
+    comps = dict(base.components())
+    comps.update(over.components())
+    kw["with_"] = tuple(c for c, on in comps.items() if on)
+    kw["without"] = tuple(c for c, on in comps.items() if not on)
+    return Pins(**kw)
+
+
+@dataclass(frozen=True)
+class Overrides:
+    """The command line's layer of the cascade: None (or empty) means "not given"."""
+
+    pins: Pins = field(default_factory=Pins)
+    matrix_overlay: Path | None = None
+    requirements_file: Path | None = None
+    base_image: str | None = None
+    builder_image: str | None = None
+    cuda_arch: tuple[str, ...] = ()
+    cpu_isa: str | None = None
+    pip_index_url: str | None = None
+    extra_index_urls: tuple[str, ...] = ()
+    exclude_newer: str | None = None
+    layouts: tuple[str, ...] = ()
+    nproc: int | None = None
+    registry: str | None = None
+    image: str | None = None
+    infiniband: bool = False
+    min_busbw: float | None = None
+
+    def given(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self)
+                if f.name != "pins" and getattr(self, f.name) not in (None, (), False)}
+
+
+def _project_layer(project: Project, t: ProjectTarget | None) -> dict[str, Any]:
+    """The project's keys (its defaults, then the target's own table) as spec fields."""
+    out: dict[str, Any] = {"project": project.path}
+    for src in (project.defaults, t.settings if t is not None else {}):
+        out.update(src)
+    if "requirements_file" in out or "requirements" in out:
+        out.setdefault("requirements_file", None)
+        out.setdefault("requirements", ())
+        out.setdefault("requirements_source", f"{project.path} requirements")
+    return out
+
+
+def make_spec(name: str, *, project: Project | None = None,
+              overrides: Overrides | None = None) -> TargetSpec:
+    """The spec of one target ``name`` (a target string, an alias or a project target's name)
+    through the cascade."""
+    o = overrides or Overrides()
+    t = project.target(name) if project is not None else None
+    kw: dict[str, Any] = {"name": name, "target": t.target if t is not None else name}
+    pins = t.pins if t is not None else Pins()
+    if project is not None:
+        kw.update(_project_layer(project, t))
+    given = o.given()
+    if "requirements_file" in given:  # --requirements replaces the project's lines
+        kw["requirements"] = ()
+        kw["requirements_source"] = "requirements"
+    kw.update(given)
+    kw["pins"] = merge_pins(pins, o.pins)
+    kw["cli_pins"] = o.pins
+    kw["from_project"] = t is not None
+    return TargetSpec(**kw)
+
+
+def select(target: str | None, *, all_: bool = False, only: Sequence[str] = (),
+           project: Project | None = None, builtin: Sequence[str] = (),
+           command: str = "render") -> list[str]:
+    """The names a command acts on: one TARGET; ``--all`` (every built-in target, narrowed by
+    ``--only`` text); or, with neither inside a project, the project's targets (narrowed by
+    ``--only`` too). ``--only`` that matches nothing is bad input naming the known targets."""
+    if all_ and target is not None:
+        raise InputError(f"{command} --all takes no TARGET: it acts on every built-in target")
+    if target is not None:
+        if only:
+            raise InputError("--only narrows --all or a project's targets: drop it, or the TARGET")
+        return [target]
+    if all_:
+        names, where = list(builtin), "built-in targets"
+    elif project is not None:
+        if not project.targets:
+            raise InputError(f"the project {project.path} lists no [[targets]]: add one, or "
+                             f"give a TARGET")
+        names, where = [t.name for t in project.targets], f"targets of {project.path}"
+    else:
+        raise InputError(f"{command} needs a TARGET (e.g. cu121), --all, or a project file "
+                         f"(envbuilder.toml) in this folder or above")
+    if only:
+        picked = [n for n in names if any(o in n for o in only)]
+        if not picked:
+            raise InputError(f"--only {','.join(only)} matches none of the {where}: "
+                             f"{', '.join(names)}")
+        names = picked
+    return names
+
+
+def specs(target: str | None, *, all_: bool = False, only: Sequence[str] = (),
+          project: Project | None = None, builtin: Sequence[str] = (),
+          overrides: Overrides | None = None, command: str = "render") -> list[TargetSpec]:
+    """``select`` then ``make_spec`` for each name: what every command acts on."""
+    names = select(target, all_=all_, only=only, project=project, builtin=builtin,
+                   command=command)
+    # --all means the built-in targets: the project's targets and defaults stay out of it
+    proj = None if all_ else project
+    out = [make_spec(n, project=proj, overrides=overrides) for n in names]
+    if len(out) > 1 and overrides is not None and overrides.image is not None:
+        raise InputError("--image names one image: use it with one TARGET")
+    return out
+
+
+@dataclass(frozen=True)
+class Outcome(Generic[T]):
+    """One target's result of a step: its value, or the error that stopped it."""
+
+    spec: TargetSpec
+    value: T | None = None
+    error: EnvbuilderError | None = None
+    step: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+def run_each(items: Sequence[TargetSpec], step: str,
+             fn: Callable[[TargetSpec], T]) -> list[Outcome[T]]:
+    """Run ``fn`` on every spec; a failure of one (an EnvbuilderError) is recorded as that
+    step's, with its own message, and the others go on. Ctrl-C stops them all."""
+    out: list[Outcome[T]] = []
+    for s in items:
+        try:
+            out.append(Outcome(s, fn(s), None, step))
+        except EnvbuilderError as e:
+            out.append(Outcome(s, None, e, getattr(e, "step", None) or step))
+    return out
+
+
+def first_error(outcomes: Sequence[Outcome[Any]]) -> EnvbuilderError | None:
+    """The error to exit with: the first failure's (its exit code), else None."""
+    return next((o.error for o in outcomes if o.error is not None), None)
+
+
+__all__ = ["TargetSpec", "Overrides", "Outcome", "make_spec", "merge_pins", "pin_args",
+           "run_each", "select", "specs", "first_error", "replace"]

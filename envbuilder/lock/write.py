@@ -1,0 +1,119 @@
+"""``envbuilder lock``'s writer: requirements.lock, and with it the conda files and the SBOM,
+committed together through ``envbuilder._fs.Outputs`` (the top of lock/: it uses
+``requirements``, ``conda`` and ``sbom``; none of them imports it)."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Sequence
+
+from envbuilder.core.resolve import Stack
+from envbuilder.errors import InputError
+from envbuilder.lock.requirements import (LOCK_NAME, MAX_LOCK_BYTES, LockReport, _default_command,
+                                          _recorded_command, _resolve, check_lock, cross_check,
+                                          lock_drift, lock_inputs, read_lock)
+
+
+def write_locks(stack, out_dir: str | Path, *, requirements_file: str | Path | None = None,
+                index_url: str | None = None, extra_index_urls: Sequence[str] = (),
+                uv: str | None = None, check: bool = False, upgrade: bool = False,
+                exclude_newer: str | None = None, conda: bool = False,
+                conda_channels: Sequence[str] = ("conda-forge",), sbom: bool = False,
+                team: Sequence[str] = (), command: str | None = None) -> dict:
+    """``envbuilder lock``: requirements.lock, and with ``conda`` environment.yml +
+    conda-lock.yml, with ``sbom`` sbom.cdx.json, all written together or not at all (a failing
+    conda solve leaves the old requirements.lock in place). Returns {"lock": LockReport,
+    "conda": CondaReport | None, "sbom": path | None}.
+
+    * ``check``: verify the lock on disk against its inputs, offline (``check_lock``); nothing
+      is written; takes neither ``conda`` nor ``sbom``.
+    * neither: a lock already there whose inputs match and which is consistent is kept as it
+      is (uv is not run; ``status`` "unchanged"); otherwise uv resolves and the lock is written
+      (``status`` "resolved", ``changed`` says why when there was a lock).
+    * ``upgrade``: uv resolves again whatever is there (newer releases come in)."""
+    out = Path(out_dir)
+    dest = out / LOCK_NAME
+    if check and upgrade:
+        raise InputError("lock --check verifies the lock offline and --upgrade resolves it "
+                         "again: give one of them")
+    if check:
+        if conda or sbom:
+            raise InputError("lock --check verifies requirements.lock only: drop --conda/--sbom "
+                             "(run lock without --check to rewrite them)")
+        if not dest.is_file():
+            raise InputError(f"no {LOCK_NAME} in {out} to check: run "
+                             f"{_default_command(stack, out, command)} first")
+    if conda:
+        from envbuilder.lock.conda import _check_channel
+
+        for c in conda_channels:
+            _check_channel(c)
+    inputs = lock_inputs(stack, requirements_file=requirements_file, index_url=index_url,
+                         extra_index_urls=extra_index_urls, exclude_newer=exclude_newer,
+                         team=team)
+    if check:
+        return {"lock": check_lock(stack, dest, inputs, command), "conda": None, "sbom": None}
+    from envbuilder._fs import Outputs, read_text_capped
+
+    kept: str | None = None
+    changed: list[str] = []
+    if not upgrade and dest.is_file():
+        try:
+            disk = read_text_capped(dest, "lock", limit=MAX_LOCK_BYTES)
+        except InputError as e:
+            changed = [str(e)]
+        else:
+            changed = lock_drift(stack, disk, str(dest), inputs, command)
+            kept = None if changed else disk
+    if kept is not None:
+        text, pkgs, shown = kept, read_lock(kept), _recorded_command(kept)
+    else:
+        text, pkgs, shown = _resolve(stack, inputs, uv=uv, command=command)
+        cross_check(stack, pkgs, "uv's resolution")
+    versions = {p.name: p.version for p in pkgs}
+    result: dict = {"conda": None, "sbom": None}
+    if kept is None or conda or sbom:
+        with Outputs("lock") as tx:
+            if kept is None:
+                tx.add(out, {LOCK_NAME: text}, group="lock")
+            if conda or sbom:
+                scratch_lock = tx.scratch(out) / LOCK_NAME
+                scratch_lock.write_text(text, encoding="utf-8")
+            if conda:
+                from envbuilder.lock.conda import conda_outputs
+
+                files, rep = conda_outputs(stack, out, lock_path=scratch_lock,
+                                           work=tx.scratch(out), channels=tuple(conda_channels),
+                                           index_url=index_url,
+                                           extra_index_urls=extra_index_urls, uv=uv)
+                tx.add(out, files, group="conda")
+                result["conda"] = rep
+            if sbom:
+                import json
+
+                from envbuilder.lock.sbom import SBOM_NAME, sbom as make_sbom
+
+                tx.add(out, {SBOM_NAME: json.dumps(make_sbom(scratch_lock, stack), indent=2)
+                             + "\n"}, group="sbom")
+                result["sbom"] = str(out / SBOM_NAME)
+            tx.commit()
+    digest = "sha256:" + hashlib.sha256(text.encode("utf-8")).hexdigest()
+    result["lock"] = LockReport(path=str(dest), digest=digest, packages=versions,
+                                index=inputs.record["index"],
+                                extra_indexes=list(inputs.record["extra index"]), command=shown,
+                                status="unchanged" if kept is not None else "resolved",
+                                inputs_digest=inputs.digest,
+                                changed=[] if kept is not None else changed)
+    return result
+
+
+
+def lock_target(stack: Stack, out_dir: str | Path, *, requirements_file: str | Path | None = None,
+                index_url: str | None = None, extra_index_urls: Sequence[str] = (),
+                uv: str | None = None, check: bool = False, upgrade: bool = False,
+                exclude_newer: str | None = None) -> LockReport:
+    """Write (or, with ``check``, verify offline) ``out_dir/requirements.lock`` for ``stack``."""
+    return write_locks(stack, out_dir, requirements_file=requirements_file, index_url=index_url,
+                       extra_index_urls=extra_index_urls, uv=uv, check=check, upgrade=upgrade,
+                       exclude_newer=exclude_newer)["lock"]

@@ -1,0 +1,314 @@
+"""What the commands print: tables (rich), one JSON document (--json), warnings, build
+progress on stderr, and errors as one line with their exit code (``command``). Also the
+readable metavars every command's --help shows."""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+import typer
+
+from envbuilder.errors import EXIT_FAILED, EnvbuilderError
+
+def console(stderr: bool = False) -> Any:
+    """A rich Console that honours NO_COLOR (no escapes at all, not even bold) and the
+    terminal's width, or COLUMNS; tables on stdout get 200 columns in a file or a pipe (rows
+    stay whole for grep), progress on stderr rich's default."""
+    from rich.console import Console
+
+    sized = stderr or sys.stdout.isatty() or os.environ.get("COLUMNS", "").isdigit()
+    plain = bool(os.environ.get("NO_COLOR"))  # https://no-color.org: set and not empty
+    kw: dict[str, Any] = {"color_system": None} if plain else {}
+    return Console(stderr=stderr, width=None if sized else 200, **kw)
+
+
+
+def echo_json(data: Any) -> None:
+    sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
+
+
+def fail(err: EnvbuilderError, as_json: bool) -> None:
+    from envbuilder._safety import cut, terminal_safe
+
+    if as_json:
+        doc = err.to_dict()
+        doc["message"] = cut(doc["message"])
+        doc["details"] = [cut(str(d), 500) for d in doc["details"][:40]]
+        echo_json(doc)
+    msg = terminal_safe(cut(str(err).replace("\n", " ")))
+    sys.stderr.write(f"envbuilder: error: {msg}\n")
+    if not as_json:
+        for line in err.details[:40]:
+            sys.stderr.write(f"  {terminal_safe(cut(str(line), 500))}\n")
+    raise typer.Exit(err.exit_code)
+
+
+def command(fn: Callable) -> Callable:
+    """Turn library errors into one line and an exit code; Ctrl-C into exit 130."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        from envbuilder import _safety
+
+        as_json = bool(kwargs.get("as_json"))
+        try:
+            _safety.check_arguments(kwargs)
+            return fn(*args, **kwargs)
+        except EnvbuilderError as e:
+            fail(e, as_json)
+        except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM/SIGHUP (_safety.Terminated)
+            sys.stderr.write("envbuilder: interrupted; nothing was recorded for the step in progress\n")
+            raise typer.Exit(_safety.interrupted_exit_code(e)) from None
+        except typer.Exit:
+            raise
+        except Exception as e:  # a bug: one line, the trace only on request
+            if _safety.is_broken_pipe(e):
+                raise typer.Exit(_safety.stdout_gone()) from None
+            clean = _safety.as_clean_error(e)
+            if clean is not None and not os.environ.get("ENVBUILDER_DEBUG"):
+                fail(clean, as_json)
+            if os.environ.get("ENVBUILDER_DEBUG"):
+                raise
+            sys.stderr.write(f"envbuilder: internal error: {type(e).__name__}: {e} "
+                             f"(set ENVBUILDER_DEBUG=1 for the traceback)\n")
+            raise typer.Exit(EXIT_FAILED) from None
+
+    return wrapper
+
+
+
+def table(title: str, columns: list[str], rows: list[list[Any]]) -> None:
+    from rich.table import Table
+
+    t = Table(title=title, title_justify="left")
+    for i, c in enumerate(columns):
+        t.add_column(c, no_wrap=i == 0)  # names stay whole, so they can be grepped
+    from envbuilder._safety import rich_text
+
+    for r in rows:
+        t.add_row(*[rich_text(v) for v in r])  # user text: never markup, never escapes
+    console().print(t)
+
+
+def warn(w: dict) -> None:
+    from envbuilder._safety import terminal_safe
+
+    sys.stdout.write(terminal_safe(f"warning: {w['rule']}: {w['message']}. {w['fix']}") + "\n")
+
+
+def print_stack(d: dict) -> None:
+    rows = [[k, d[k] if not isinstance(d[k], dict) else d[k].get("version"),
+             d["choices"].get(k, {}).get("reason", "") if k in d["choices"] else ""]
+            for k in ("cuda_toolkit", "driver_min", "torch", "torch_variant", "python", "nccl",
+                      "deepspeed", "horovod", "os", "base_image", "builder_image")]
+    rows[0][2] = d["choices"]["cuda"]["reason"]
+    table(f"{d['target']} -> {d['tag']}", ["axis", "value", "why"], rows)
+    for e in d.get("overlay", ()):
+        sys.stdout.write(f"overlay{' (used)' if e['used'] else ''}: {e['file']} {e['key']} "
+                         f"{e['entry']} {e['action']} from {e['overlay']} (source: {', '.join(e['source'])})\n")
+    for w in d["warnings"]:
+        warn(w)
+
+
+
+class Progress:
+    """Build progress on stderr with rich (a bar over Dockerfile steps); silent under --json."""
+
+    def __init__(self, enabled: bool) -> None:
+        self.enabled = enabled
+        self.progress: Any = None
+        self.tasks: dict[str, int] = {}
+
+    def __enter__(self) -> Progress:
+        if self.enabled:
+            from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+            self.progress = Progress(TextColumn("{task.description}"), BarColumn(),
+                                     TextColumn("{task.completed}/{task.total}"),
+                                     TimeElapsedColumn(), console=console(stderr=True),
+                                     transient=False)
+            self.progress.__enter__()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.progress is not None:
+            self.progress.__exit__(*exc)
+
+    def event(self, target: str, kind: str, data: Any) -> None:
+        if self.progress is None:
+            return
+        if kind == "build-step":
+            i, n, text = data
+            if target not in self.tasks:
+                self.tasks[target] = self.progress.add_task(f"{target}: build", total=n)
+            from rich.markup import escape
+
+            from envbuilder._safety import terminal_safe
+
+            self.progress.update(self.tasks[target], completed=i, total=n,
+                                 description=escape(terminal_safe(f"{target}: {text[:60]}")))
+        elif kind == "step":
+            from envbuilder._safety import rich_text
+
+            name, state = data
+            self.progress.console.print(rich_text(f"{target}: {name} {state}"))
+
+
+
+def print_smoke(title: str, result: Any, runs: list, causes: list, exported: Any,
+                pushgateway: Optional[str]) -> None:
+    """A smoke run: each size of a progressive run, the checks, bandwidth, causes, metrics."""
+    for r in runs:
+        sys.stdout.write(f"{r.world_size:3d} ranks: {'ok' if r.ok else 'FAILED ' + ', '.join(r.failed)}\n")
+    table(f"{title}: world size {result.world_size}, {result.backend}", ["check", "status", "detail"],
+          [[k, v, result.details.get(k, "")[:100]] for k, v in result.checks.items()])
+    for b in result.bandwidth:
+        sys.stdout.write(f"all-reduce {b['bytes']:>10} B: algbw {b['algbw_gbps']:.3f} GB/s, "
+                         f"busbw {b['busbw_gbps']:.3f} GB/s\n")
+    for c in causes:
+        sys.stdout.write(f"likely cause: {c['category']} ({c['confidence']:.2f}): {c['title']}\n  fix: {c['fix']}\n")
+    if exported:
+        sys.stdout.write(f"metrics: {exported.series} series"
+                         + (f", written to {exported.written}" if exported.written else "")
+                         + (f", pushed to {pushgateway}{exported.pushed}" if exported.pushed else "") + "\n")
+
+
+def print_build(d: dict) -> None:
+    out = sys.stdout
+    out.write(f"{d['target']}: {d.get('tag')}\n")
+    for step, state in d["steps"].items():
+        secs = d["seconds"].get(step)
+        out.write(f"  {step:7} {state}{f' ({secs:.1f} s)' if secs else ''}\n")
+    if d.get("image_id"):
+        out.write(f"  image   {d['image_id'][:19]} {' '.join(d['local_tags'])}\n")
+    s = d.get("smoke")
+    if s:
+        bw = max((b.get("busbw_gbps", 0) for b in s.get("bandwidth") or []), default=None)
+        out.write(f"  smoke   world size {s['world_size']} ({s['backend']}), "
+                  f"{sum(v == 'pass' for v in s['checks'].values())} checks passed"
+                  + (f", failed: {', '.join(s['failed'])}" if s["failed"] else "")
+                  + (f", busbw {bw:.2f} GB/s" if bw else "") + "\n")
+    for p in d.get("pushed") or []:
+        out.write(f"  pushed  {p['repository']}:{p['tag']} {p['digest']}\n")
+    for c in d.get("causes") or []:
+        out.write(f"  cause   {c['category']} ({c['confidence']:.2f}): {c['title']} -> {c['fix']}\n")
+
+
+
+# -- readable metavars ---------------------------------------------------------------------
+# typer shows Python types (<str>, <list[str]>, <int range>) where a value goes; the help shows
+# what to write instead. By parameter name first, then by type; a parameter with its own
+# metavar keeps it. tests/test_cli.py scans every command's --help for Python types.
+_METAVARS = {
+    "target": "TARGET", "logs": "LOG", "axis": "AXIS",
+    "image": "IMAGE", "base_image": "IMAGE", "push": "REPO", "registry": "REPO",
+    "tag": "NAME[:TAG]", "label": "KEY=VALUE", "layout": "N,N,...",
+    "torch": "VERSION", "python": "VERSION", "deepspeed": "VERSION", "horovod": "VERSION",
+    "nccl": "VERSION", "driver": "VERSION", "cuda": "VERSION", "os_": "OS",
+    "with_": "NAME,...", "without": "NAME,...", "only": "TEXT", "conda_channel": "CHANNEL",
+    "pip_index_url": "URL", "extra_index_url": "URL", "pushgateway": "URL", "pypi": "URL",
+    "torch_index": "URL", "http_proxy": "URL", "https_proxy": "URL", "no_proxy": "HOSTS",
+    "out": "DIR", "wheelhouse": "DIR", "context": "DIR", "records": "PATH",
+    "backend": "auto|nccl|gloo", "fmt": "docker|apptainer", "shm_size": "SIZE",
+    "min_busbw": "GB/S", "timeout": "SECONDS", "smoke_timeout": "SECONDS",
+}
+_METAVAR_BY_TYPE = {str: "TEXT", int: "N", float: "NUMBER", Path: "FILE"}
+
+
+def readable_metavars(group: typer.Typer) -> None:
+    from typing import get_args
+
+    from typer.models import ArgumentInfo, OptionInfo
+    from typer.utils import get_params_from_function
+
+    for info in group.registered_commands:
+        if info.callback is None:
+            continue
+        declared = inspect.signature(info.callback).parameters  # the objects typer will copy
+        for name, p in get_params_from_function(info.callback).items():  # resolved annotations
+            d = declared[name].default
+            if not isinstance(d, (OptionInfo, ArgumentInfo)) or d.metavar is not None:
+                continue
+            ann = p.annotation
+            while get_args(ann):  # Optional[X], List[X] -> X
+                ann = next(a for a in get_args(ann) if a is not type(None))
+            if ann is bool:
+                continue
+            d.metavar = _METAVARS.get(name) or _METAVAR_BY_TYPE.get(ann, "TEXT")
+    for sub in group.registered_groups:
+        if sub.typer_instance is not None:
+            readable_metavars(sub.typer_instance)
+
+
+
+def argument_types_off() -> None:
+    """typer prints an argument as ``TARGET <str>`` even with a metavar: the metavar alone."""
+    from typer.core import TyperArgument
+
+    shown = getattr(TyperArgument, "display_type_rich", None)
+    if shown is None:  # pragma: no cover - a typer without per-argument types
+        return
+
+    def display_type_rich(self: Any, ctx: Any) -> Any:
+        return None if self.metavar else shown(self, ctx)
+
+    TyperArgument.display_type_rich = display_type_rich  # type: ignore[method-assign]
+
+
+
+
+
+def run_app(app: typer.Typer) -> None:
+    """Run the CLI; usage errors (unknown option, missing argument) become one line, exit 2."""
+    try:
+        from typer._click.exceptions import NoArgsIsHelpError, UsageError
+    except ImportError:  # pragma: no cover - typer before it vendored click
+        from click.exceptions import UsageError  # type: ignore[assignment]
+
+        NoArgsIsHelpError = ()  # type: ignore[assignment,misc]
+    import typer.main
+
+    from envbuilder import _safety
+
+    _safety.install_signal_handlers()
+    try:  # building the command is inside: Ctrl-C there is "interrupted" too, not a traceback
+        rv = typer.main.get_command(app).main(prog_name="envbuilder", standalone_mode=False)
+    except KeyboardInterrupt as e:  # outside a command (while parsing)
+        sys.stderr.write("envbuilder: interrupted\n")
+        rv = _safety.interrupted_exit_code(e)
+
+    except OSError as e:
+        if not _safety.is_broken_pipe(e):
+            raise
+        rv = _safety.stdout_gone()
+    except NoArgsIsHelpError as e:  # type: ignore[misc]
+        sys.stdout.write(e.ctx.get_help() + "\n")
+        rv = 0
+    except UsageError as e:
+        where = e.ctx.command_path if e.ctx else "envbuilder"
+        msg = " ".join(e.format_message().split())
+        if "--json" in sys.argv[1:]:
+            echo_json({"error": "UsageError", "message": msg, "details": [], "exit_code": 2})
+        sys.stderr.write(f"envbuilder: error: {msg} (see: {where} --help)\n")
+        rv = 2
+    except typer.Abort:
+        sys.stderr.write("envbuilder: interrupted\n")
+        rv = EXIT_FAILED
+    if rv == 130 and _safety.LAST_SIGNAL is not None:
+        # typer turns a signal that lands while it parses into exit 130: say which signal
+        sys.stderr.write("envbuilder: interrupted\n")
+        rv = _safety.interrupted_exit_code()
+    _safety.restore_signal_handlers()  # the work is done: a late signal just ends us
+    try:
+        sys.stdout.flush()
+    except OSError as e:
+        if not _safety.is_broken_pipe(e):
+            raise
+        rv = _safety.stdout_gone()
+    sys.exit(rv if isinstance(rv, int) else 0)
