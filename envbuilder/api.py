@@ -355,6 +355,16 @@ def build(specs: Sequence[TargetSpec], opts: BuildOptions, *, jobs: int = 1,
                         on_event=on_event)
 
 
+def preflight(specs: Sequence[TargetSpec], *, matrix_dir: str | Path | None = None) -> None:
+    """Bad input or a refused combination, before any build starts: one line, exit 2 or 3
+    (for one TARGET; a set reports each target's failure and goes on)."""
+    from envbuilder.run.build import validate_spec
+
+    for s in specs:
+        validate_spec(s)
+        resolve_spec(s, matrix_dir=matrix_dir)
+
+
 def build_target(spec: TargetSpec | str, opts: BuildOptions, **kw: Any) -> BuildReport:
     """Render, build, smoke-test and (with opts.push) push one target (run.build)."""
     from envbuilder.run import build as b

@@ -290,6 +290,8 @@ def build(target: Optional[str] = TargetArg, all_: bool = AllOpt, only: Optional
         shm_size=shm_size, context=context, alias=not no_alias, lock=lock_file, lock_legacy=lock_legacy,
         fmt=fmt, metrics_file=metrics_file, pushgateway=pushgateway, several=target is None)
     specs = _specs(target, replace(over, nproc=nproc), all_=all_, only=only, command="build", matrix=matrix)
+    if target is not None:
+        api.preflight(specs, matrix_dir=matrix)
     with Progress(not as_json) as prog:
         reports = api.build(specs, opts, jobs=jobs, matrix_dir=matrix, on_event=prog.event)
     data = api.build_summary(reports, single=target is not None, fmt=fmt)
@@ -306,7 +308,7 @@ def build(target: Optional[str] = TargetArg, all_: bool = AllOpt, only: Optional
     if not data["ok"]:
         if target is not None:
             sys.stderr.write(f"envbuilder: error: {api.safe_text(data['error'])}\n")
-        raise typer.Exit(EXIT_FAILED)
+        raise typer.Exit(next(r.exit_code for r in reports if not r.ok) or EXIT_FAILED)
 
 
 @app.command()

@@ -31,11 +31,11 @@ def build_target(target: str, base_image: str, opts: BuildOptions, *, client):
     return _build_target(make_spec(target, base_image=base_image), opts, client=client)
 
 
-def _cli(*args, env=None, timeout=900):
+def _cli(*args, env=None, timeout=900, cwd=None):
     e = dict(os.environ)
     e.update(env or {})
     return subprocess.run([sys.executable, "-c", "from envbuilder.cli import main; main()", *args],
-                          capture_output=True, text=True, env=e, timeout=timeout)
+                          capture_output=True, text=True, env=e, timeout=timeout, cwd=cwd)
 
 
 def _run(client, image, cmd, **kw) -> str:
@@ -287,3 +287,62 @@ def test_doctor_reads_a_built_image_labels(cpu_build):
     assert names["stack-driver"]["status"] == "skip"
     assert names["shm"]["value"] is not None
     assert "Traceback" not in p.stderr
+
+
+OVERLAY_OS = """\
+schema_version: 1
+os:
+- name: debian12
+  family: debian
+  image: {image}
+  python_default: "3.11"
+  python:
+    "3.11":
+      packages: [python3.11, python3.11-venv]
+      repo: main
+  source: https://wiki.internal.example/platform/base-images#debian12
+"""
+
+
+def test_build_all_with_the_smoke_job_verifies_smokes_and_pushes(cpu_build, base_image, wheelhouse,
+                                                                  registry, tmp_path):
+    """build --all --only cpu, smoke job on, pushed: the published manifest has the digest; the
+    matrix overlay (the team's base image) applies."""
+    overlay = tmp_path / "overlay"
+    overlay.mkdir()
+    (overlay / "os.yaml").write_text(OVERLAY_OS.format(image=base_image))
+    repo = f"{registry.address}/team/train"
+    report = tmp_path / "all.json"
+    p = _cli("build", "--all", "--only", "cpu", "--torch", "2.13", "--nproc", "4",
+             "--matrix-overlay", str(overlay), "--wheelhouse", str(wheelhouse),
+             "--push", repo, "--report", str(report), "--json")
+    assert p.returncode == 0, (p.stdout[-3000:], p.stderr[-3000:])
+    d = json.loads(report.read_text())
+    assert d["ok"] and [b["target"] for b in d["builds"]] == ["cpu"]
+    b = d["builds"][0]
+    assert [b["steps"][s] for s in ("render", "build", "verify", "smoke", "push")] == ["ok"] * 5
+    assert b["smoke"]["world_size"] == 4
+    (pub,) = d["published"]
+    assert pub["target"] == "cpu" and pub["digest"].startswith("sha256:")
+    assert "cpu" in pub["tags"] and pub["smoke"] == {"ok": True, "world_size": 4}
+    # no image can be pulled here: the build ran on the overlay's base image, not debian12's
+
+
+def test_build_a_project_builds_and_pushes_each_target(cpu_build, base_image, wheelhouse,
+                                                       registry, tmp_path):
+    root = tmp_path / "repo"
+    (root / "matrix").mkdir(parents=True)
+    (root / "matrix" / "os.yaml").write_text(OVERLAY_OS.format(image=base_image))
+    (root / "envbuilder.toml").write_text(
+        f'registry = "{registry.address}/team/train"\nmatrix_overlay = "matrix"\n'
+        f'layouts = ["1x2"]\n'
+        '[[targets]]\nname = "train"\ntarget = "cpu-torch2.13-debian12"\n'
+        '[[targets]]\nname = "eval"\ntarget = "cpu-torch2.13-debian12"\n')
+    p = _cli("build", "--wheelhouse", str(wheelhouse), "--push", f"{registry.address}/team/train",
+             "--json", cwd=root)
+    assert p.returncode == 0, (p.stdout[-3000:], p.stderr[-3000:])
+    d = json.loads(p.stdout)
+    assert d["ok"] and d["project"] == str(root / "envbuilder.toml")
+    assert [x["target"] for x in d["published"]] == ["train", "eval"]
+    assert all(x["digest"].startswith("sha256:") and x["smoke"]["ok"] for x in d["published"])
+    assert {b["smoke"]["world_size"] for b in d["builds"]} == {2}  # the project's layouts

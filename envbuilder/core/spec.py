@@ -123,6 +123,8 @@ class Overrides:
     pins: Pins = field(default_factory=Pins)
     matrix_overlay: Path | None = None
     requirements_file: Path | None = None
+    requirements: tuple[str, ...] = ()  # lines (a library caller's; the CLI takes a file)
+    requirements_source: str | None = None
     base_image: str | None = None
     builder_image: str | None = None
     cuda_arch: tuple[str, ...] = ()
@@ -138,8 +140,13 @@ class Overrides:
     min_busbw: float | None = None
 
     def given(self) -> dict[str, Any]:
-        return {f.name: getattr(self, f.name) for f in fields(self)
-                if f.name != "pins" and getattr(self, f.name) not in (None, (), False)}
+        """The values given (0 is a value: only None, False and () mean "not given")."""
+        out = {}
+        for f in fields(self):
+            v = getattr(self, f.name)
+            if f.name != "pins" and v is not None and v is not False and v != ():
+                out[f.name] = v
+        return out
 
 
 def _project_layer(project: Project, t: ProjectTarget | None) -> dict[str, Any]:
@@ -165,9 +172,8 @@ def make_spec(name: str, *, project: Project | None = None,
     if project is not None:
         kw.update(_project_layer(project, t))
     given = o.given()
-    if "requirements_file" in given:  # --requirements replaces the project's lines
-        kw["requirements"] = ()
-        kw["requirements_source"] = "requirements"
+    if "requirements_file" in given or "requirements" in given:  # replace the project's
+        kw.update(requirements_file=None, requirements=(), requirements_source="requirements")
     kw.update(given)
     kw["pins"] = merge_pins(pins, o.pins)
     kw["cli_pins"] = o.pins

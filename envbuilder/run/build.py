@@ -111,6 +111,7 @@ class BuildReport:
     labels: dict[str, str] = field(default_factory=dict)
     error: str | None = None
     failed_step: str | None = None
+    exit_code: int = 0  # the failure's (1 an operation failed, 2 bad input, 3 refused)
 
     @property
     def ok(self) -> bool:
@@ -382,9 +383,10 @@ def build_many(specs: Sequence[TargetSpec], opts: BuildOptions, *, jobs: int = 1
             return build_target(s, per, matrix_dir=matrix_dir, client=client,
                                 on_event=(lambda k, d: on_event(s.name, k, d)) if on_event else None)
         except BuildFailed as e:
+            e.report.exit_code = e.exit_code
             return e.report
         except EnvbuilderError as e:  # refused or bad before any step ran: resolving it
-            r = BuildReport(target=s.name)
+            r = BuildReport(target=s.name, exit_code=e.exit_code)
             r.error, r.failed_step = str(e), getattr(e, "step", None) or "render"
             r.steps[r.failed_step] = "failed"
             return r
