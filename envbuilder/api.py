@@ -21,7 +21,7 @@ from envbuilder.core.target import Pins, Request, apply_options, request
 __all__ = ["Pins", "Project", "in_project", "load", "apptainer_available", "bake_all", "bake_project", "find_project",
            "lock_project", "project_targets", "render_project",
            "build_files", "build_many", "build_sif", "build_target", "builtin_target_names",
-           "builtin_targets", "check_combination", "doctor", "explain", "github_matrix",
+           "builtin_targets", "check_combination", "doctor", "explain", "explain_report", "github_matrix",
            "image_labels", "list_targets", "lock_target", "render_all", "render_target",
            "request", "resolve_target", "smoke", "verify_image", "write_ci", "write_report"]
 
@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from docker import DockerClient
 
     from envbuilder.diagnose.doctor import Check
-    from envbuilder.diagnose.explain import Cause
+    from envbuilder.diagnose.explain import Cause, Report
     from envbuilder.render.plan import BuildPlan
     from envbuilder.run.build import BuildOptions, BuildReport
     from envbuilder.run.smoke import SmokeResult
@@ -332,6 +332,17 @@ def explain(logs: Sequence[str], *, top: int = 5) -> list[Cause]:
     from envbuilder.diagnose.explain import explain_files
 
     return explain_files(list(logs))[:top]
+
+
+def explain_report(logs: Sequence[str], *, top: int = 5) -> Report:
+    """The facts read from the logs (and flight-recorder dumps) and the likely causes, best
+    first (``report.to_dict()`` is the ``explain --json`` document)."""
+    from dataclasses import replace
+
+    from envbuilder.diagnose.explain import analyse_files
+
+    report = analyse_files(list(logs))
+    return replace(report, causes=report.causes[:top])
 
 
 def write_report(path: str | Path, data: Mapping[str, Any]) -> None:

@@ -832,7 +832,7 @@ def explain(logs: Optional[List[str]] = typer.Argument(None, help="Log files, or
             top: int = typer.Option(5, "--top", min=1, help="How many causes to show."),
             as_json: bool = JsonOpt) -> None:
     """Name the likely causes of a failed distributed job from its logs, with fixes."""
-    from envbuilder.api import explain, safe_text
+    from envbuilder.api import explain_report, safe_text
     from envbuilder.errors import InputError
 
     if not logs:
@@ -840,13 +840,19 @@ def explain(logs: Optional[List[str]] = typer.Argument(None, help="Log files, or
             raise InputError("explain needs a LOG file, - for stdin, or a log piped in "
                              "(envbuilder explain < job.log)")
         logs = ["-"]
-    causes = explain(logs, top=top)
+    report = explain_report(logs, top=top)
+    causes = report.causes
     if as_json:
-        _echo_json({"causes": [c.to_dict() for c in causes]})
+        _echo_json(report.to_dict())
     else:
+        summary = report.facts.summary()
+        if summary:
+            sys.stdout.write(safe_text(f"facts: {summary}") + "\n")
         for i, c in enumerate(causes, 1):
             sys.stdout.write(f"{i}. {c.category} ({c.confidence:.0%}): {c.title}\n")
-            for ev in c.evidence[:3]:
+            for reason in c.reasons[:2]:
+                sys.stdout.write(safe_text(f"   because {reason}") + "\n")
+            for ev in c.evidence[:4]:
                 sys.stdout.write(safe_text(f"   {ev.file}:{ev.line_no}: {ev.text.strip()[:160]}") + "\n")
             sys.stdout.write(f"   check: {c.check}\n   fix:   {c.fix}\n   see:   {c.source}\n")
     if not causes:

@@ -213,7 +213,7 @@ def test_unrelated_log_matches_nothing() -> None:
 def test_to_dict_shape() -> None:
     cause = explain_lines(["x", "RuntimeError: CUDA error: invalid device ordinal"], name="r0.log")[0]
     d = cause.to_dict()
-    assert list(d) == ["category", "title", "confidence", "evidence", "check", "fix", "source"]
+    assert list(d) == ["category", "title", "confidence", "evidence", "check", "fix", "source", "reasons"]
     assert d["category"] == "invalid_device_ordinal"
     assert d["evidence"] == [{"file": "r0.log", "line": 2,
                               "text": "RuntimeError: CUDA error: invalid device ordinal"}]
