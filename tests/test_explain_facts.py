@@ -220,3 +220,38 @@ def test_cli_prints_one_facts_line() -> None:
     assert r.exit_code == 0, r.output
     first = r.output.splitlines()[0]
     assert first == "facts: rank 2 never reached all_reduce #5"
+
+
+# ----------------------------------------------------------------------------- NCCL RAS
+
+
+def test_nccl_ras_mismatch_names_who_did_not_arrive() -> None:
+    """A real `ncclras` report (NVIDIA/nccl#1911): RAS lists the 2 ranks that launched AllGather
+    641; the other 30 stopped at 640 and are the stragglers."""
+    report = analyse_files([corpus("153")])
+    (ras,) = report.facts.ras
+    assert ras.op == "AllGather"
+    assert ras.groups == [(30, 640), (2, 641)]
+    assert ras.listed == [(12, "10.137.190.124"), (13, "10.137.190.124")]
+    assert ras.reading() == ("30 ranks never reached AllGather #641 "
+                             "(RAS lists the 2 that did: 12, 13 on 10.137.190.124)")
+    assert report.causes[0].category == "nccl_timeout"
+    assert report.facts.versions["nccl"] == "2.26.2"
+    assert report.facts.versions["cuda_runtime"] == "12.6"
+
+
+def test_nccl_ras_listed_ranks_behind_are_named() -> None:
+    lines = Path(corpus("153")).read_text().splitlines()
+    lines = [ln.replace("30 ranks have launched up to operation 640", "30 ranks have launched up to operation 642")
+             for ln in lines]
+    (ras,) = _facts(lines).ras
+    assert ras.reading() == "ranks 12, 13 on 10.137.190.124 never reached AllGather #642"
+
+
+def _facts(lines: list[str]):
+    from envbuilder.diagnose.facts import FactCollector
+
+    collector = FactCollector()
+    for i, line in enumerate(lines, 1):
+        collector.feed(line, "log", i)
+    return collector.facts

@@ -19,7 +19,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["FactCollector", "Facts", "FlightRecord", "Inference", "Where", "infer"]
+__all__ = ["FactCollector", "Facts", "FlightRecord", "Inference", "RasMismatch", "Where", "infer"]
 
 Where = tuple[str, int, str]  # (file, line number, text)
 
@@ -40,8 +40,12 @@ _VERSION_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
         ("cuda_runtime", r"\bCUDA runtime version:?\s*(\d+\.\d+)"),
         ("cuda_runtime", r"\bCuda compilation tools, release (\d+\.\d+)"),
         ("cuda_runtime", r"\btorch\.version\.cuda\W+(\d+\.\d+)"),
-        ("cuda_driver", r"Driver Version:\s*(\d+\.\d+(?:\.\d+)?)"),
-        ("cuda_driver", r"\bNVIDIA driver version:?\s*(\d+\.\d+(?:\.\d+)?)"),
+        ("cuda_runtime", r"\bcompiled with CUDA (\d+\.\d+)"),
+        ("cuda_runtime", r"\bCUDA runtime version:? (\d{4,5})\b"),
+        ("driver", r"Driver Version:\s*(\d+\.\d+(?:\.\d+)?)"),
+        ("driver", r"\bNVIDIA driver version:?\s*(\d+\.\d+(?:\.\d+)?)"),
+        ("cuda_driver", r"\bcudaDriverVersion (\d{4,5})\b"),
+        ("cuda_driver", r"\bdriver version (\d{4,5})\b"),
         ("cuda_driver", r"\bCUDA Version:\s*(\d+\.\d+)"),
         ("cuda_driver", r"\bcuda driver version\W+(\d+(?:\.\d+)?)"),
         ("torch", r"\bPyTorch version:\s*(\d+\.\d+(?:\.\d+)?\S*)"),
@@ -57,7 +61,7 @@ _VERSION_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
         ("horovod", r"\bHorovod v?(\d+\.\d+\.\d+)"),
         ("horovod", r"\bhorovod[=\s-]=?=?\s?(\d+\.\d+\.\d+)\b"),
     ))
-_VERSION_KEYS = ("version", "release", "driver", "torch", "cudnn", "deepspeed", "horovod")
+_VERSION_KEYS = ("version", "release", "driver", "torch", "cudnn", "deepspeed", "horovod", "compiled with")
 _IB_CONFIG_KEYS = ("nccl_ib_hca", "nccl_net", "nccl_ib_gid", "mlx", "hca_id", "infiniband", "roce", "fi_provider",
                    "fi_efa", "aws-ofi", "net/ofi", "efa", "--fabric", "rdma_sharp", "ibext", "rdma plugin", "hpcx")
 _IB_FAILED_KEYS = ("no device found", "libibverbs", "net/ofi", "ofi plugin", "ibv_", "no ib device", "any net plugin")
@@ -79,6 +83,9 @@ _NRANKS = re.compile(r"\bnranks[ =:]+(\d+)|\bworld[_ ]size[ =:]+(\d+)", re.IGNOR
 _WATCHDOG = re.compile(r"\[Rank (\d+)\] .*?(?:Watchdog caught collective operation timeout|Timeout at NCCL work)"
                        r".*?(?:SeqNum=(\d+), OpType=(\w+)|NCCL work: (\d+))")
 _LAST_WORK = re.compile(r"\[Rank (\d+)\].*last enqueued (?:NCCL )?work: (-?\d+), last completed (?:NCCL )?work: (-?\d+)")
+_RAS_MISMATCH = re.compile(r"Communicator ranks have different (\w+) operation counts")
+_RAS_GROUP = re.compile(r"(\d+) ranks? (?:has|have) launched up to operation (\d+)")
+_RAS_RANK = re.compile(r"Rank (\d+) -- GPU \d+ managed by process \d+ on node (\S+)")
 _RANK_PREFIX = re.compile(r"^\s*\[(?:default)?rank(\d+)\]:", re.IGNORECASE)
 _TORCHRUN_RANK = re.compile(r"^\s*rank\s*:\s*(\d+) \(local_rank")
 _TORCHRUN_HOST = re.compile(r"^\s*host\s*:\s*([\w.\-]+)")
@@ -177,6 +184,39 @@ class FlightRecord:
 
 
 @dataclass
+class RasMismatch:
+    """An NCCL RAS report (``ncclras`` / ``echo STATUS | nc localhost 28028``) that the ranks of a
+    communicator launched different numbers of one operation: the groups (how many ranks, up to
+    which operation) and the ranks RAS lists (rank, node), which belong to the smaller group."""
+
+    op: str
+    groups: list[tuple[int, int]] = field(default_factory=list)
+    listed: list[tuple[int, str]] = field(default_factory=list)
+    evidence: list[Where] = field(default_factory=list)
+
+    def reading(self) -> str | None:
+        """Who never reached the furthest operation, in words."""
+        if len(self.groups) < 2:
+            return None
+        top = max(n for _, n in self.groups)
+        mine = [g for g in self.groups if g[0] == len(self.listed)]
+        names = ", ".join(f"{r}" for r, _ in self.listed[:8])
+        nodes = sorted({h for _, h in self.listed})
+        where = f" on {', '.join(nodes[:3])}" if nodes else ""
+        behind = sum(c for c, n in self.groups if n < top)
+        if self.listed and len(mine) == 1 and mine[0][1] < top:
+            return f"rank{'s' if len(self.listed) > 1 else ''} {names}{where} never reached {self.op} #{top}"
+        if self.listed and len(mine) == 1:
+            return (f"{behind} rank{'s' if behind != 1 else ''} never reached {self.op} #{top} "
+                    f"(RAS lists the {len(self.listed)} that did: {names}{where})")
+        return f"{behind} rank{'s' if behind != 1 else ''} never reached {self.op} #{top}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"op": self.op, "groups": [{"ranks": c, "up_to_operation": n} for c, n in self.groups],
+                "listed": [{"rank": r, "node": h} for r, h in self.listed], "reading": self.reading()}
+
+
+@dataclass
 class Facts:
     """Everything read from the logs, as plain data (``to_dict`` for ``--json``)."""
 
@@ -197,6 +237,7 @@ class Facts:
     ld_library_path: list[str] = field(default_factory=list)
     libraries: list[str] = field(default_factory=list)  # cuDNN/cuBLAS/NCCL paths seen loaded
     flight: list[FlightRecord] = field(default_factory=list)
+    ras: list[RasMismatch] = field(default_factory=list)
     # evidence kept for the inferences
     ib_config: list[Where] = field(default_factory=list)
     ib_failed: list[Where] = field(default_factory=list)
@@ -268,7 +309,10 @@ class Facts:
                 ranks += f" on {len(self.hosts)} hosts"
             parts.append(ranks)
         stuck = self.stuck()
-        if stuck is not None:
+        ras = next((r.reading() for r in self.ras if r.reading()), None)
+        if ras and not self.flight:
+            parts.append(f"NCCL RAS: {ras}")
+        elif stuck is not None:
             seq, op, _, missing = stuck
             name = f"{op} #{seq}"
             if missing:
@@ -302,6 +346,7 @@ class Facts:
             "stuck": None if stuck is None else {"seq": stuck[0], "op": stuck[1],
                                                  "arrived": stuck[2], "missing": stuck[3]},
             "flight_recorder": [f.to_dict() for f in self.flight],
+            "nccl_ras": [r.to_dict() for r in self.ras],
             "frames": [{"file": f, "line": n, "function": fn} for f, n, fn in self.frames],
             "exceptions": [{"type": t, "message": m} for t, m in self.exceptions],
             "container": list(self.container),
@@ -334,7 +379,7 @@ class FactCollector:
             self._versions(line, file, line_no)
         if "nccl" in lowered:
             self._nccl(line, lowered, file, line_no)
-        self._ranks(line, lowered)
+        self._ranks(line, lowered, file, line_no)
         if 'file "' in lowered:
             m = _FRAME.search(line)
             if m:
@@ -391,7 +436,10 @@ class FactCollector:
                 continue
             m = rx.search(line)
             if m:
-                f.versions[name] = m.group(1).rstrip(".,;)")
+                value = m.group(1).rstrip(".,;)")
+                if name.startswith("cuda") and value.isdigit() and len(value) >= 4:
+                    value = f"{int(value) // 1000}.{int(value) % 1000 // 10}"  # 12060 -> 12.6
+                f.versions[name] = value
                 f.version_where[name] = _where(file, line_no, line)
 
     def _nccl(self, line: str, lowered: str, file: str, line_no: int) -> None:
@@ -441,8 +489,10 @@ class FactCollector:
             if prev is None or prev[0] < enq:
                 f.last_collective[rank] = (enq, prev[1] if prev else "collective")
 
-    def _ranks(self, line: str, lowered: str) -> None:
+    def _ranks(self, line: str, lowered: str, file: str, line_no: int) -> None:
         f = self.facts
+        if "operation" in lowered or " managed by process " in lowered:
+            self._ras(line, file, line_no)
         if "rank" in lowered:
             m = _RANK_PREFIX.match(line) or _TORCHRUN_RANK.match(line)
             if m and len(f.ranks) < 4096:
@@ -456,6 +506,26 @@ class FactCollector:
             if m and m.group(1) not in self._host_set and len(self._host_set) < 512:
                 self._host_set.add(m.group(1))
                 f.hosts.append(m.group(1))
+
+    def _ras(self, line: str, file: str, line_no: int) -> None:
+        f = self.facts
+        m = _RAS_MISMATCH.search(line)
+        if m:
+            if len(f.ras) < 8:
+                f.ras.append(RasMismatch(m.group(1), evidence=[_where(file, line_no, line)]))
+            return
+        if not f.ras:
+            return
+        cur = f.ras[-1]
+        m = _RAS_GROUP.search(line)
+        if m:
+            cur.groups.append((int(m.group(1)), int(m.group(2))))
+            _add(cur.evidence, _where(file, line_no, line))
+            return
+        m = _RAS_RANK.search(line)
+        if m and len(cur.listed) < 64:
+            cur.listed.append((int(m.group(1)), m.group(2)))
+            _add(cur.evidence, _where(file, line_no, line))
 
 
 # ----------------------------------------------------------------------------- reasoning
@@ -502,6 +572,9 @@ def infer(f: Facts) -> list[Inference]:
                                  f"joined {fr.op} #{fr.seq} of process group {fr.process_group}",
                                  ((fr.source, 0, f"ranks {list(fr.joined)} reached {fr.op} #{fr.seq}; "
                                    f"missing {list(fr.missing)}"),)))
+    elif any(r.reading() for r in f.ras):
+        r = next(r for r in f.ras if r.reading())
+        out.append(Inference("nccl_timeout", 7.0, f"NCCL RAS: {r.reading()}", tuple(r.evidence[:4])))
     elif stuck is not None and f.watchdog:
         seq, op, _, missing = stuck
         if seq > 1 and missing:
