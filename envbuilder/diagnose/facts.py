@@ -110,7 +110,8 @@ _IB_FAILED = re.compile(
     r"NET/OFI (?:Unable|Failed) to (?:initialize|open|create)|OFI plugin initNet\(\) failed|"
     r"ibv_(?:get_device_list|open_device)\w* failed|No IB devices? found|Failed to initialize any NET plugin",
     re.IGNORECASE)
-_SOCKET_CHOSEN = re.compile(r"Using network Socket|NET/Socket ?: ?Using|via NET/Socket", re.IGNORECASE)
+_SOCKET_CHOSEN = re.compile(r"Using network Socket|NET/Socket ?: ?Using|via NET/Socket|"
+                            r"fall(?:s|ing)? back to\W{0,3}(?:NET/)?Socket", re.IGNORECASE)
 _RDMA_CHOSEN = re.compile(r"Using network (IB|AWS Libfabric|OFI)|NET/IB ?: ?Using \[|via NET/(IB|OFI|AWS)|"
                           r"NET/OFI Selected [Pp]rovider", re.IGNORECASE)
 _IOMMU = re.compile(r"\biommu\b|intel_iommu|amd_iommu|VT-d|ACSCtl|\bACS\b|DMAR", re.IGNORECASE)
@@ -139,7 +140,7 @@ _QUICK = re.compile(
 
 _GATE_PATTERN = "|".join(re.escape(k) for k in sorted(
     {*_IB_CONFIG_KEYS, *_IB_FAILED_KEYS, *_RDMA_KEYS, *_CONTAINER_KEYS, *_COMPILER_KEYS, "nccl_ib_disable",
-     "net/socket", "using network socket", "iommu", "vt-d", "acs", "dmar", "cudnn", "cublas", "ld_library_path"},
+     "net/socket", "using network socket", "back to", "iommu", "vt-d", "acs", "dmar", "cudnn", "cublas", "ld_library_path"},
     key=len, reverse=True))
 try:  # RE2 scans for many literals in one linear pass (Python's re tries each at every position)
     import re2 as _re2
@@ -400,7 +401,7 @@ class FactCollector:
         for bucket, rx, keys in ((f.ib_config, _IB_CONFIG, _IB_CONFIG_KEYS), (f.ib_failed, _IB_FAILED, _IB_FAILED_KEYS),
                                  (f.ib_disabled, _IB_DISABLED, ("nccl_ib_disable",)),
                                  (f.rdma_chosen, _RDMA_CHOSEN, _RDMA_KEYS),
-                                 (f.socket_chosen, _SOCKET_CHOSEN, ("net/socket", "using network socket")),
+                                 (f.socket_chosen, _SOCKET_CHOSEN, ("net/socket", "using network socket", "back to")),
                                  (f.iommu, _IOMMU, ("iommu", "vt-d", "acs", "dmar"))):
             # a full bucket needs no more lines: in a huge log the checks stop costing
             if len(bucket) < _MAX_WHERE and any(k in lowered for k in keys) and rx.search(line):
