@@ -3,9 +3,12 @@
 Usage: python benchmarks/explain_accuracy.py [--json] [--min-top1 0.90] [--min-top3 0.95]
 
 tests/explain_corpus/cases.yaml names every log, its expected top cause and its public source;
-tests/explain_corpus/heldout.yaml lists the logs that no signature was written against. The
-script prints top-1 and top-3 accuracy for the held-out part, the development part and all,
-names every held-out miss, and exits 1 when the held-out figures are below the thresholds.
+tests/explain_corpus/heldout.yaml lists the source REPOSITORIES whose cases are held out (no
+signature or rule was written against them; no development case comes from them). The script
+prints, for the held-out part, the development part and all: top-1 and top-3 accuracy, per
+family precision and recall of the top-1 answer, and a confusion table (expected family x
+top-1 answer, ``-`` = no cause); it names every held-out miss and exits 1 when the held-out
+figures are below the thresholds.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections import Counter
 from pathlib import Path
 
 import yaml
@@ -20,28 +24,72 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from envbuilder.diagnose.explain import explain_files  # noqa: E402
+from envbuilder.diagnose.explain import CATEGORIES, explain_files  # noqa: E402
 
 CORPUS = ROOT / "tests" / "explain_corpus"
+NONE = "-"
 
 
-def heldout_names() -> set[str]:
+def repository(source: str) -> str:
+    """owner/name (lower case) of a https://github.com/owner/name/... source URL."""
+    parts = source.split("/")
+    return "/".join(parts[3:5]).lower()
+
+
+def heldout_repositories() -> set[str]:
     data = yaml.safe_load((CORPUS / "heldout.yaml").read_text(encoding="utf-8"))
-    return set(data["cases"] or ())
+    return {r.lower() for r in data.get("repositories") or ()}
+
+
+def split(cases: list[dict]) -> tuple[list[dict], list[dict]]:
+    """(held-out, development) by source repository."""
+    held = heldout_repositories()
+    return ([c for c in cases if repository(c["source"]) in held],
+            [c for c in cases if repository(c["source"]) not in held])
 
 
 def score(cases: list[dict]) -> dict:
     top1 = top3 = 0
     misses = []
+    pairs: list[tuple[str, str]] = []
     for c in cases:
         got = [x.category for x in explain_files([str(CORPUS / c["file"])])]
-        top1 += got[:1] == [c["category"]]
+        first = got[0] if got else NONE
+        pairs.append((c["category"], first))
+        top1 += first == c["category"]
         top3 += c["category"] in got[:3]
-        if got[:1] != [c["category"]]:
+        if first != c["category"]:
             misses.append({"file": c["file"], "expected": c["category"], "got": got[:3]})
     n = len(cases) or 1
+    confusion = Counter(pairs)
+    families = {}
+    for fam in sorted({e for e, _ in pairs} | {g for _, g in pairs if g != NONE}):
+        tp = confusion[(fam, fam)]
+        predicted = sum(v for (_, g), v in confusion.items() if g == fam)
+        actual = sum(v for (e, _), v in confusion.items() if e == fam)
+        families[fam] = {"cases": actual, "predicted": predicted,
+                         "precision": round(tp / predicted, 3) if predicted else None,
+                         "recall": round(tp / actual, 3) if actual else None}
     return {"cases": len(cases), "top1": round(top1 / n, 3), "top3": round(top3 / n, 3),
+            "families": families,
+            "confusion": [{"expected": e, "got": g, "count": v} for (e, g), v in sorted(confusion.items())],
             "misses": misses}
+
+
+def _fmt(x: float | None) -> str:
+    return "  n/a" if x is None else f"{x:5.2f}"
+
+
+def print_part(name: str, p: dict) -> None:
+    print(f"\n== {name}: {p['cases']} cases  top-1 {p['top1']:.3f}  top-3 {p['top3']:.3f}")
+    print(f"   {'family':22s} cases  pred  precision  recall")
+    for fam, f in p["families"].items():
+        print(f"   {fam:22s} {f['cases']:5d} {f['predicted']:5d}      {_fmt(f['precision'])}   {_fmt(f['recall'])}")
+    off = [c for c in p["confusion"] if c["expected"] != c["got"]]
+    if off:
+        print("   confusion (expected -> top-1, off the diagonal):")
+        for c in off:
+            print(f"     {c['expected']:22s} -> {c['got']:22s} {c['count']}")
 
 
 def main() -> int:
@@ -51,23 +99,25 @@ def main() -> int:
     ap.add_argument("--min-top3", type=float, default=0.95)
     args = ap.parse_args()
     cases = yaml.safe_load((CORPUS / "cases.yaml").read_text(encoding="utf-8"))["cases"]
-    held = heldout_names()
-    unknown = held - {c["file"] for c in cases}
+    unknown = {c["category"] for c in cases} - set(CATEGORIES)
     if unknown:
-        print(f"heldout.yaml names files not in cases.yaml: {sorted(unknown)}", file=sys.stderr)
+        print(f"cases.yaml names unknown categories: {sorted(unknown)}", file=sys.stderr)
         return 2
-    parts = {"heldout": score([c for c in cases if c["file"] in held]),
-             "development": score([c for c in cases if c["file"] not in held]),
-             "all": score(cases)}
+    held, dev = split(cases)
+    parts = {"heldout": score(held), "development": score(dev), "all": score(cases)}
+    parts["heldout"]["repositories"] = len({repository(c["source"]) for c in held})
+    parts["development"]["repositories"] = len({repository(c["source"]) for c in dev})
     ok = parts["heldout"]["top1"] >= args.min_top1 and parts["heldout"]["top3"] >= args.min_top3
     if args.json:
         print(json.dumps(parts | {"ok": ok}, indent=2))
     else:
         for name, p in parts.items():
-            print(f"{name:12s} {p['cases']:4d} cases  top-1 {p['top1']:.3f}  top-3 {p['top3']:.3f}")
+            print_part(name, p)
+        print()
         for m in parts["heldout"]["misses"]:
             print(f"held-out miss: {m['file']}: expected {m['expected']}, got {m['got']}")
-        print(f"held-out thresholds top-1 >= {args.min_top1}, top-3 >= {args.min_top3}: "
+        print(f"held-out: {parts['heldout']['cases']} cases from {parts['heldout']['repositories']} "
+              f"repositories; thresholds top-1 >= {args.min_top1}, top-3 >= {args.min_top3}: "
               f"{'met' if ok else 'NOT met'}")
     return 0 if ok else 1
 

@@ -22,7 +22,7 @@ from envbuilder.core.target import Pins, Request, apply_options, request
 
 __all__ = ["Outcome", "Overrides", "Pins", "Project", "TargetSpec", "apptainer_available",
            "bake", "bake_all", "build", "build_sif", "build_target", "builtin_target_names",
-           "builtin_targets", "check_combination", "doctor", "explain", "find_project",
+           "builtin_targets", "check_combination", "doctor", "explain", "explain_report", "find_project",
            "github_matrix", "image_labels", "list_targets", "load", "lock", "lock_target",
            "make_spec", "out_dir", "render", "render_all", "render_target", "request",
            "resolve_spec", "resolve_target", "smoke", "spec_files", "target_specs",
@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from docker import DockerClient
 
     from envbuilder.diagnose.doctor import Check
-    from envbuilder.diagnose.explain import Cause
+    from envbuilder.diagnose.explain import Cause, Report
     from envbuilder.run.build import BuildOptions, BuildReport
     from envbuilder.run.smoke import SmokeResult
     from envbuilder.run.verify import VerifyReport
@@ -434,6 +434,17 @@ def explain(logs: Sequence[str], *, top: int = 5) -> list[Cause]:
     from envbuilder.diagnose.explain import explain_files
 
     return explain_files(list(logs))[:top]
+
+
+def explain_report(logs: Sequence[str], *, top: int = 5) -> Report:
+    """The facts read from the logs (and flight-recorder dumps) and the likely causes, best
+    first (``report.to_dict()`` is the ``explain --json`` document)."""
+    from dataclasses import replace
+
+    from envbuilder.diagnose.explain import analyse_files
+
+    report = analyse_files(list(logs))
+    return replace(report, causes=report.causes[:top])
 
 
 def write_report(path: str | Path, data: Mapping[str, Any]) -> None:

@@ -22,7 +22,7 @@ from envbuilder.ui.options import (CASCADE, BackendOpt, DriverOpt, DsOpt, Flavou
                                    JsonOpt, MatrixOpt, NcclOpt, OsOpt, PythonOpt, ShmOpt,
                                    SmokeTimeoutOpt, TorchOpt, spec_options)
 from envbuilder.ui.output import (Progress, argument_types_off, command, console, echo_json,
-                                  print_build, print_smoke, print_stack, readable_metavars, run_app, table,
+                                  print_build, print_explain, print_smoke, print_stack, readable_metavars, run_app, table,
                                   warn)
 
 app = typer.Typer(
@@ -415,7 +415,7 @@ def explain(logs: Optional[List[str]] = typer.Argument(None, help="Log files, or
             top: int = typer.Option(5, "--top", min=1, help="How many causes to show."),
             as_json: bool = JsonOpt) -> None:
     """Name the likely causes of a failed distributed job from its logs, with fixes."""
-    from envbuilder.api import explain, safe_text
+    from envbuilder.api import explain_report
     from envbuilder.errors import InputError
 
     if not logs:
@@ -423,15 +423,9 @@ def explain(logs: Optional[List[str]] = typer.Argument(None, help="Log files, or
             raise InputError("explain needs a LOG file, - for stdin, or a log piped in "
                              "(envbuilder explain < job.log)")
         logs = ["-"]
-    causes = explain(logs, top=top)
-    if as_json:
-        echo_json({"causes": [c.to_dict() for c in causes]})
-    else:
-        for i, c in enumerate(causes, 1):
-            sys.stdout.write(f"{i}. {c.category} ({c.confidence:.0%}): {c.title}\n")
-            for ev in c.evidence[:3]:
-                sys.stdout.write(safe_text(f"   {ev.file}:{ev.line_no}: {ev.text.strip()[:160]}") + "\n")
-            sys.stdout.write(f"   check: {c.check}\n   fix:   {c.fix}\n   see:   {c.source}\n")
+    report = explain_report(logs, top=top)
+    causes = report.causes
+    echo_json(report.to_dict()) if as_json else print_explain(report)
     if not causes:
         sys.stderr.write("envbuilder: nothing in the log matched a known failure\n")
         raise typer.Exit(EXIT_FAILED)

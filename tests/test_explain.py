@@ -28,10 +28,14 @@ from envbuilder.diagnose.explain import (
 )
 
 CORPUS = Path(__file__).parent / "explain_corpus"
-# Thresholds of the held-out split (test_heldout_accuracy); the development split must meet them
-# too (test_corpus_accuracy, measured 1.00 on it: the signatures were written against it).
+# Thresholds of the development split (test_corpus_accuracy, measured 1.00 on it: the signatures
+# were written against it, so it is a regression check, not an accuracy figure).
 TOP1_THRESHOLD = 0.95
 TOP3_THRESHOLD = 0.98
+# Issue 22's targets on the held-out split (by source repository): measured 0.961 / 0.974 on 77
+# cases from 75 repositories (benchmarks/explain_accuracy.py prints per-family figures).
+HELDOUT_TOP1 = 0.90
+HELDOUT_TOP3 = 0.95
 
 UNHANDLED = ("RuntimeError: NCCL error in: ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:825,"
              " unhandled system error, NCCL version 2.7.8")
@@ -49,10 +53,17 @@ def load_cases() -> list[dict]:
     return yaml.safe_load((CORPUS / "cases.yaml").read_text())["cases"]
 
 
+def repository(source: str) -> str:
+    """owner/name (lower case) of a https://github.com/owner/name/... source."""
+    return "/".join(source.split("/")[3:5]).lower()
+
+
 def load_heldout() -> tuple[set[str], int]:
-    """The held-out split (tests/explain_corpus/heldout.yaml): case files and the minimum."""
+    """The held-out split (tests/explain_corpus/heldout.yaml lists source repositories): the
+    case files from those repositories, and the minimum."""
     data = yaml.safe_load((CORPUS / "heldout.yaml").read_text())
-    return set(data["cases"] or ()), int(data["minimum"])
+    repos = {r.lower() for r in data["repositories"] or ()}
+    return {c["file"] for c in load_cases() if repository(c["source"]) in repos}, int(data["minimum"])
 
 
 def accuracy(cases: list[dict]) -> tuple[float, float, str]:
@@ -105,8 +116,8 @@ def test_heldout_accuracy() -> None:
         pytest.skip(f"the held-out split has {len(heldout)} case(s), fewer than {minimum}: "
                     "add new cases to tests/explain_corpus/heldout.yaml before tuning on them")
     top1, top3, report = accuracy([c for c in load_cases() if c["file"] in heldout])
-    assert top1 >= TOP1_THRESHOLD, report
-    assert top3 >= TOP3_THRESHOLD, report
+    assert top1 >= HELDOUT_TOP1, report
+    assert top3 >= HELDOUT_TOP3, report
 
 
 # ----------------------------------------------------------------------------- engine
@@ -213,7 +224,7 @@ def test_unrelated_log_matches_nothing() -> None:
 def test_to_dict_shape() -> None:
     cause = explain_lines(["x", "RuntimeError: CUDA error: invalid device ordinal"], name="r0.log")[0]
     d = cause.to_dict()
-    assert list(d) == ["category", "title", "confidence", "evidence", "check", "fix", "source"]
+    assert list(d) == ["category", "title", "confidence", "evidence", "check", "fix", "source", "reasons"]
     assert d["category"] == "invalid_device_ordinal"
     assert d["evidence"] == [{"file": "r0.log", "line": 2,
                               "text": "RuntimeError: CUDA error: invalid device ordinal"}]
@@ -458,6 +469,22 @@ def test_second_and_third_causes_when_the_evidence_supports_them():
 def test_heldout_manifest_names_corpus_cases():
     names, minimum = load_heldout()
     assert len(names) >= max(20, minimum) and names <= {c["file"] for c in load_cases()}
+    data = yaml.safe_load((CORPUS / "heldout.yaml").read_text())
+    assert data["split"] == "repository"
+    repos = {r.lower() for r in data["repositories"]}
+    used = {repository(c["source"]) for c in load_cases()}
+    assert repos <= used, repos - used  # every listed repository has cases
+
+
+def test_heldout_split_is_by_repository():
+    """No development case comes from a held-out repository (by construction of the split),
+    and the held-out part spans many projects."""
+    held, _ = load_heldout()
+    cases = load_cases()
+    held_repos = {repository(c["source"]) for c in cases if c["file"] in held}
+    dev_repos = {repository(c["source"]) for c in cases if c["file"] not in held}
+    assert not held_repos & dev_repos
+    assert len(held_repos) >= 30
 
 
 def test_new_patterns_are_re2_compatible():

@@ -35,13 +35,16 @@ import yaml
 from envbuilder.errors import InputError
 from envbuilder.core import schema
 from envbuilder.core.resources import data_path
+from envbuilder.diagnose.facts import FactCollector, Facts, infer
 
 __all__ = [
     "CATEGORIES",
     "Cause",
     "Evidence",
+    "Report",
     "Signature",
     "SignatureSet",
+    "analyse_files",
     "explain_files",
     "explain_lines",
     "load_signatures",
@@ -51,7 +54,7 @@ CATEGORIES: tuple[str, ...] = (
     "driver_mismatch", "network_interface", "shm", "ib_rdma", "undefined_symbol",
     "deepspeed_op_build", "nccl_timeout", "p2p_topology", "rendezvous", "fabric_manager",
     "arch_mismatch", "oom", "invalid_device_ordinal", "gpu_visibility", "duplicate_gpu",
-    "mpi_mismatch", "container_build",
+    "mpi_mismatch", "container_build", "horovod_build", "lib_shadowing", "container_runtime",
 )
 
 DEFAULT_SIGNATURES = data_path("signatures.yaml")
@@ -98,6 +101,7 @@ class Cause:
     check: str
     fix: str
     source: str
+    reasons: tuple[str, ...] = ()  # what the facts say, in words (from facts.infer)
 
     def to_dict(self) -> dict:
         """JSON-ready form: evidence as ``{"file", "line", "text"}`` objects."""
@@ -110,7 +114,19 @@ class Cause:
             "check": self.check,
             "fix": self.fix,
             "source": self.source,
+            "reasons": list(self.reasons),
         }
+
+
+@dataclass(frozen=True)
+class Report:
+    """The ranked causes and the facts they were drawn from."""
+
+    causes: list[Cause]
+    facts: Facts
+
+    def to_dict(self) -> dict:
+        return {"facts": self.facts.to_dict(), "causes": [c.to_dict() for c in self.causes]}
 
 
 @dataclass(frozen=True)
@@ -464,15 +480,19 @@ class _Analysis:
         self.evidence: dict[str, list[Evidence]] = {}
         self._max_ev = int(sigs.setting("max_evidence_per_signature"))
         self._slow = any(not s.linear for s in sigs.signatures)
+        self.collector = FactCollector()
+        self.reasons: dict[str, str] = {}
 
     def feed(self, lines: Iterable[str], name: str) -> None:
         """Match every line against the signatures (one prefilter search per line)."""
         max_chars = int(self.sigs.setting("max_line_chars"))
         prefilter = self.sigs.prefilter.search if self.sigs.prefilter is not None else None
         seen: dict[str, tuple[Signature, ...]] = {}  # repeated lines are matched once
+        collect = self.collector.feed
         for line_no, line in enumerate(lines, start=1):
             if len(line) > max_chars:
                 line = line[:max_chars]
+            collect(line, name, line_no)
             found = seen.get(line)
             if found is None:
                 found = self._match(line, prefilter)
@@ -486,9 +506,11 @@ class _Analysis:
         sigs = self.sigs.signatures
         matcher = self.sigs.matcher
         if matcher is not None:
+            if not self._slow:  # only the signatures RE2 named, in file order
+                return tuple(sigs[i] for i in sorted(matcher.Match(line) or ())
+                             if sigs[i].unless is None or sigs[i].matches(line))
             hit = set(matcher.Match(line) or ())
-            slow = self._slow
-            lowered = line.lower() if slow else ""
+            lowered = line.lower()
             return tuple(sig for i, sig in enumerate(sigs)
                          if (i in hit and (sig.unless is None or sig.matches(line)))
                          or (not sig.linear and sig.may_match(lowered) and sig.matches(line)))
@@ -510,7 +532,8 @@ class _Analysis:
         return not sig.requires or any(r in self.hits for r in sig.requires)
 
     def scores(self) -> tuple[dict[str, float], dict[str, list[tuple[float, str]]]]:
-        """Per-category score, and per category the contributing signatures (weight, id)."""
+        """Per-category score, and per category the contributing signatures (weight, id) and
+        inferences from the facts (weight, ``fact:<n>``)."""
         bonus, cap = self.sigs.setting("repeat_bonus"), self.sigs.setting("repeat_cap")
         scores: dict[str, float] = {}
         contributors: dict[str, list[tuple[float, str]]] = {}
@@ -525,6 +548,17 @@ class _Analysis:
                 contributors.setdefault(cat, []).append((gained, sig.id))
             for cat, factor in sig.scale.items():
                 factors[cat] = factors.get(cat, 1.0) * factor
+        for i, inf in enumerate(infer(self.collector.facts)):
+            if inf.category not in self.sigs.categories:
+                continue  # a custom signatures file without this category
+            key = f"fact:{i}"
+            self.evidence[key] = [Evidence(f, n, t) for f, n, t in inf.evidence]
+            self.reasons[key] = inf.reason
+            if inf.weight:
+                scores[inf.category] = scores.get(inf.category, 0.0) + inf.weight
+                contributors.setdefault(inf.category, []).append((inf.weight, key))
+            if inf.scale != 1.0:
+                factors[inf.category] = factors.get(inf.category, 1.0) * inf.scale
         for cat, factor in factors.items():
             if cat in scores:
                 scores[cat] *= factor
@@ -550,8 +584,9 @@ class _Analysis:
                     seen.add(ev)
                     evidence.append(ev)
         evidence.sort(key=lambda e: (e.file, e.line_no))
+        reasons = tuple(self.reasons[k] for _, k in sorted(contrib, key=lambda c: -c[0]) if k in self.reasons)
         return Cause(cat, info["title"], round(confidence, 3), tuple(evidence),
-                     info["check"], info["fix"], info["source"])
+                     info["check"], info["fix"], info["source"], reasons)
 
 
 def _confidences(scores: dict[str, float], exponent: float, prior: float) -> dict[str, float]:
@@ -583,19 +618,45 @@ def explain_files(paths: Sequence[str], *, signatures: SignatureSet | None = Non
 
     All files are validated before any is analysed, so a bad path fails fast.
     """
+    return analyse_files(paths, signatures=signatures, stdin=stdin).causes
+
+
+def analyse_files(paths: Sequence[str], *, signatures: SignatureSet | None = None,
+                  stdin: IO[bytes] | None = None) -> Report:
+    """The facts read from several logs (and PyTorch flight-recorder dumps) and the causes
+    ranked over them. A dump (pickled or JSON, named by its rank) is recognised by its
+    content; see envbuilder/diagnose/flightrecorder.py."""
+    from envbuilder.diagnose import flightrecorder
+
     if isinstance(paths, (str, bytes)):
         raise InputError("explain_files takes a list of paths, not a single string")
     if not paths:
         raise InputError("no log file given (use '-' for stdin)")
+    dumps: list[str] = []
     for path in paths:
         if path != "-" and Path(path).is_dir():
             raise InputError(f"{path} is a directory, not a log file")
         if path != "-" and not Path(path).exists():
             raise InputError(f"log file {path} does not exist")
+        if path != "-":
+            with _open_source(path) as fh:
+                if flightrecorder.is_dump(fh.read(_SNIFF_BYTES)):
+                    dumps.append(path)
     sigs = signatures if signatures is not None else _default_signatures()
     analysis = _Analysis(sigs)
+    loaded = {}
+    for path in dumps:  # every dump is read (and refused) before any log is analysed
+        rank, dump = flightrecorder.load_dump(path)
+        if rank in loaded:
+            raise InputError(f"{path}: a second flight-recorder dump for rank {rank}")
+        loaded[rank] = dump
+    if loaded:
+        where = dumps[0] if len(dumps) == 1 else f"{len(dumps)} flight-recorder dumps"
+        analysis.collector.facts.flight = flightrecorder.analyse_dumps(loaded, where)
     max_chars = int(sigs.setting("max_line_chars"))
     for path in paths:
+        if path in dumps:
+            continue
         if path == "-":
             stream = stdin if stdin is not None else getattr(sys.stdin, "buffer", None)
             if stream is None:
@@ -610,7 +671,7 @@ def explain_files(paths: Sequence[str], *, signatures: SignatureSet | None = Non
                 analysis.feed(_iter_stream_lines(fh, path, max_chars), path)
             except OSError as exc:
                 raise InputError(f"cannot read log file {path}: {exc.strerror or exc}") from None
-    return analysis.causes()
+    return Report(analysis.causes(), analysis.collector.facts)
 
 
 _DEFAULT_CACHE: list[SignatureSet] = []

@@ -179,6 +179,23 @@ def print_smoke(title: str, result: Any, runs: list, causes: list, exported: Any
                          + (f", pushed to {pushgateway}{exported.pushed}" if exported.pushed else "") + "\n")
 
 
+def print_explain(report: Any) -> None:
+    """explain's human output: one line of facts, then each cause with its reasons, evidence,
+    check, fix and source."""
+    from envbuilder._safety import terminal_safe as safe
+
+    summary = report.facts.summary()
+    if summary:
+        sys.stdout.write(safe(f"facts: {summary}") + "\n")
+    for i, c in enumerate(report.causes, 1):
+        sys.stdout.write(f"{i}. {c.category} ({c.confidence:.0%}): {c.title}\n")
+        for reason in c.reasons[:2]:
+            sys.stdout.write(safe(f"   because {reason}") + "\n")
+        for ev in c.evidence[:4]:
+            sys.stdout.write(safe(f"   {ev.file}:{ev.line_no}: {ev.text.strip()[:160]}") + "\n")
+        sys.stdout.write(f"   check: {c.check}\n   fix:   {c.fix}\n   see:   {c.source}\n")
+
+
 def print_build(d: dict) -> None:
     out = sys.stdout
     out.write(f"{d['target']}: {d.get('tag')}\n")
