@@ -133,16 +133,34 @@ cuda_wheels() {  # cuda_wheels NAME PYTHON "REQS" "SDISTS" "EXTRA (wheels taken 
   touch "$d/.complete"
 }
 DS_DEPS="setuptools wheel hjson ninja packaging psutil py-cpuinfo pydantic>=2 msgpack tqdm einops nvidia-ml-py"
-# cu124-torch2.6-debian12 (os flavour), and the wrong-NCCL image forced over it
-cuda_wheels cu124-py311 3.11 "torch==2.6.0 numpy" "" "nvidia-nccl-cu12==2.20.5"
-# cu130-torch2.11-debian12: a second CUDA major line
-cuda_wheels cu130-py311 3.11 "torch==2.11.0 numpy"
-# cu124-torch2.6-ds0.16-debian13 with pre-built DeepSpeed ops (Debian 13 ships Python 3.13)
-cuda_wheels cu124-py313 3.13 "torch==2.6.0 numpy $DS_DEPS" "deepspeed==0.16.9"
-# cu117-torch2.0-hvd0.28-debian12: Horovod against torch 2.0.1's nvidia-nccl-cu11 2.14.3; the
-# newest cmake (4.x, as torch 2.0.1's triton pulls it from PyPI); another NCCL for the mismatch test
-cuda_wheels cu117-py311 3.11 "torch==2.0.1 numpy<2 setuptools wheel cloudpickle psutil pyyaml packaging cffi" \
-  "horovod==0.28.1" "cmake nvidia-nccl-cu11==2.19.3"
+all_cuda_wheels() {  # the four wheelhouses at once (about 9 GB): pip downloads one file at a time
+  # cu124-torch2.6-debian12 (os flavour), and the wrong-NCCL image forced over it
+  cuda_wheels cu124-py311 3.11 "torch==2.6.0 numpy" "" "nvidia-nccl-cu12==2.20.5" &
+  # cu130-torch2.11-debian12: a second CUDA major line
+  cuda_wheels cu130-py311 3.11 "torch==2.11.0 numpy" &
+  # cu124-torch2.6-ds0.16-debian13 with pre-built DeepSpeed ops (Debian 13 ships Python 3.13)
+  cuda_wheels cu124-py313 3.13 "torch==2.6.0 numpy $DS_DEPS" "deepspeed==0.16.9" &
+  # cu117-torch2.0-hvd0.28-debian12: Horovod against torch 2.0.1's nvidia-nccl-cu11 2.14.3; the
+  # newest cmake (4.x, as torch 2.0.1's triton pulls it from PyPI); another NCCL for the mismatch test
+  cuda_wheels cu117-py311 3.11 "torch==2.0.1 numpy<2 setuptools wheel cloudpickle psutil pyyaml packaging cffi" \
+    "horovod==0.28.1" "cmake nvidia-nccl-cu11==2.19.3" &
+  local failed=0
+  for job in $(jobs -p); do wait "$job" || failed=1; done
+  return $failed
+}
+# Cold, they download while the rest of the suite runs (tests/conftest.py runs the CUDA tests
+# last; tests/test_cuda_images.py waits for each wheelhouse's .complete): in the background,
+# logged to $STATE/cuda-wheels.log, its pid in $STATE/cuda-wheels.pid. Warm, nothing to do.
+if ls "$CACHE"/wh-cu124-py311/.complete "$CACHE"/wh-cu130-py311/.complete \
+     "$CACHE"/wh-cu124-py313/.complete "$CACHE"/wh-cu117-py311/.complete >/dev/null 2>&1; then
+  rm -f "$STATE/cuda-wheels.pid"
+elif [ -f "$STATE/cuda-wheels.pid" ] && kill -0 "$(cat "$STATE/cuda-wheels.pid")" 2>/dev/null; then
+  log "the CUDA wheelhouses are still being filled (pid $(cat "$STATE/cuda-wheels.pid"))"
+else
+  log "filling the CUDA wheelhouses in the background (log: $STATE/cuda-wheels.log)"
+  ( all_cuda_wheels ) >"$STATE/cuda-wheels.log" 2>&1 </dev/null &
+  echo $! > "$STATE/cuda-wheels.pid"
+fi
 
 echo "export DOCKER_HOST=unix://$SOCK"
 echo "export ENVBUILDER_TEST_BASE_IMAGE=$BASE_TAG"
@@ -150,3 +168,4 @@ echo "export ENVBUILDER_TEST_WHEELHOUSE=$WHEELS"
 echo "export ENVBUILDER_TEST_BASE_IMAGE_13=$BASE_TAG_13"
 echo "export ENVBUILDER_TEST_CACHE=$CACHE"
 echo "export ENVBUILDER_TEST_STATE=$STATE"
+echo "export ENVBUILDER_TEST_CUDA_WHEELS_PID=$(cat "$STATE/cuda-wheels.pid" 2>/dev/null || true)"

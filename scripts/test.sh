@@ -18,6 +18,7 @@ echo "[test.sh] installing this checkout (torch-envbuilder[dev,lock,conda]) and 
 bash scripts/lint.sh
 echo "[test.sh] starting the Docker engine, base image and wheelhouse" >&2
 eval "$(bash scripts/test-services.sh)"
+echo "[test.sh] set-up done after ${SECONDS} s (install, lint, engine, base images, wheelhouses)" >&2
 # fail (not skip) the engine tests if anything above did not come up
 export ENVBUILDER_REQUIRE_DOCKER=1
 exec "$PY" -m pytest -p no:cacheprovider "$@"

@@ -173,3 +173,9 @@ def uv_cache(tmp_path_factory):
             os.environ.pop(k, None)
         else:
             os.environ[k] = v
+
+
+def pytest_collection_modifyitems(session, config, items):
+    """The CUDA image tests run last: on a cold machine their wheelhouses (about 9 GB) download
+    in the background while the rest of the suite runs (scripts/test-services.sh)."""
+    items.sort(key=lambda item: item.get_closest_marker("cuda") is not None)

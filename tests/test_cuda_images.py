@@ -23,6 +23,7 @@ import contextlib
 import hashlib
 import json
 import os
+import time
 import re
 import subprocess
 import sys
@@ -57,11 +58,30 @@ def _cache_dir() -> Path:
     return Path(os.environ.get("ENVBUILDER_TEST_CACHE", Path.home() / ".cache/envbuilder-test"))
 
 
-def _wheels(name: str) -> Path:
+def _downloading() -> bool:
+    """scripts/test-services.sh's background download of the CUDA wheelhouses still runs."""
+    pid = os.environ.get("ENVBUILDER_TEST_CUDA_WHEELS_PID", "")
+    if not pid.isdigit():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except OSError:
+        return False
+    return True
+
+
+def _wheels(name: str, wait_s: float = 2400) -> Path:
+    """The CUDA wheelhouse ``name``; while the background download (cold runs) still fills it,
+    wait for its .complete (the CUDA tests run last, so it mostly is there already)."""
     p = _cache_dir() / f"wh-{name}"
+    deadline = time.monotonic() + wait_s
+    while not (p / ".complete").exists() and _downloading() and time.monotonic() < deadline:
+        time.sleep(5)
     if not (p / ".complete").exists():
+        log = Path(os.environ.get("ENVBUILDER_TEST_STATE", "/nonexistent")) / "cuda-wheels.log"
+        tail = log.read_text(errors="replace")[-1500:] if log.is_file() else ""
         if os.environ.get("ENVBUILDER_REQUIRE_DOCKER") == "1":
-            pytest.fail(f"CUDA wheelhouse {p} is not ready (scripts/test-services.sh fills it)")
+            pytest.fail(f"CUDA wheelhouse {p} is not ready (scripts/test-services.sh fills it)\n{tail}")
         pytest.skip(f"CUDA wheelhouse {p} is not ready")
     return p
 
