@@ -184,7 +184,7 @@ def _lock_text(spec: TargetSpec, stack: Stack) -> str:
 
     return resolve_lock_text(
         stack, requirements_file=spec.requirements_file, index_url=spec.pip_index_url,
-        extra_index_urls=spec.extra_index_urls,
+        extra_index_urls=spec.extra_index_urls, exclude_newer=spec.exclude_newer,
         team=team_requirements(stack, lines=spec.requirements, source=spec.requirements_source))
 
 

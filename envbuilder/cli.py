@@ -145,7 +145,7 @@ def check(cuda: Optional[str] = typer.Option(None, "--cuda", help="CUDA version,
 
 @app.command(help="Write the Dockerfile, envbuilder.def, requirements, stack.json, smoke job and job files: one TARGET, --all, or the project's targets (all or nothing)." + CASCADE)
 @command
-@spec_options("pins", "overlay", "requirements", "images", "index", "jobs")
+@spec_options("pins", "overlay", "requirements", "images", "index", "exclude_newer", "jobs")
 def render(target: Optional[str] = TargetArg, out: Optional[Path] = OutOpt,
            all_: bool = AllOpt, only: Optional[List[str]] = OnlyOpt,
            lock: bool = typer.Option(False, "--lock", help="Lock first (uv, hashes) and install with --require-hashes."),
