@@ -45,6 +45,8 @@ HvdOpt = typer.Option(None, "--horovod", help="Pin Horovod (and include it).")
 NcclOpt = typer.Option(None, "--nccl", help="Pin NCCL (must be the one torch bundles).")
 OsOpt = typer.Option(None, "--os", help="Pin the base OS, e.g. ubuntu22.04.")
 DriverOpt = typer.Option(None, "--driver", help="The driver of the hosts the image must run on, e.g. 525.60.13.")
+ExcludeNewerOpt = typer.Option(None, "--exclude-newer", metavar="DATE", help="Leave out releases and files uploaded after DATE (ISO date = 00:00 UTC, or time): the resolver's candidates and uv's; recorded in the lock.")
+PlatformOpt = typer.Option(None, "--platform", help="The image's platform: linux/amd64 (default) or linux/arm64.")
 WithOpt = typer.Option(None, "--with", help="Include components: deepspeed,horovod.")
 WithoutOpt = typer.Option(None, "--without", help="Exclude components: deepspeed,horovod.")
 FlavourOpt = typer.Option(None, "--flavour", metavar="NAME",
@@ -156,6 +158,7 @@ _PIN_OPTIONS: tuple[tuple[str, Any, Any], ...] = (
     ("driver", Optional[str], DriverOpt), ("with_", Optional[List[str]], WithOpt),
     ("without", Optional[List[str]], WithoutOpt),
     ("flavour", Optional[str], FlavourOpt), ("ds_ops", Optional[str], DsOpsOpt),
+    ("exclude_newer", Optional[str], ExcludeNewerOpt), ("platform", Optional[str], PlatformOpt),
 )
 
 
@@ -177,7 +180,8 @@ def with_pins(fn: Callable) -> Callable:
                               horovod=v["horovod"], nccl=v["nccl"], os=v["os_"],
                               driver=v["driver"], with_=tuple(v["with_"] or ()),
                               without=tuple(v["without"] or ()), flavour=v["flavour"],
-                              ds_ops=v["ds_ops"])
+                              ds_ops=v["ds_ops"], exclude_newer=v["exclude_newer"],
+                              platform=v["platform"])
         return fn(*args, **kwargs)
 
     wrapper.__signature__ = sig.replace(  # type: ignore[attr-defined]
@@ -290,6 +294,8 @@ def check(cuda: Optional[str] = typer.Option(None, "--cuda", help="CUDA version,
     sys.stdout.write(f"ok: {given} can work together")
     sat = {k: v for k, v in r["satisfied_by"].items() if k not in r["given"] or v != r["given"][k]}
     sys.stdout.write(f" (e.g. {', '.join(f'{k} {v}' for k, v in sat.items())})\n" if sat else "\n")
+    for d in r.get("driver", ()):  # driver first (--driver with --torch, no --cuda)
+        sys.stdout.write(f"  torch {d['torch']}+{d['variant']}: driver >= {d['driver_min']} (CUDA {d['toolkit']}): {d['runs']}\n")
     for w in r["warnings"]:
         _warn(w)
 
@@ -378,7 +384,6 @@ def lock(target: Optional[str] = typer.Argument(None, help="The target to lock (
          out: Optional[Path] = typer.Option(None, "-o", "--out", help="Folder for requirements.lock (default build/<target>; inside a project, its root's build/<name>)."),
          check_: bool = typer.Option(False, "--check", help="Verify offline that the lock matches its inputs (exit 1 naming what changed); never reaches an index."),
          upgrade: bool = typer.Option(False, "--upgrade", help="Resolve again even when the inputs are unchanged (takes newer releases)."),
-         exclude_newer: Optional[str] = typer.Option(None, "--exclude-newer", metavar="DATE", help="Leave out files uploaded after DATE (ISO date = 00:00 UTC, or time); recorded in the lock."),
          requirements: Optional[Path] = typer.Option(None, "--requirements", help="Extra requirements to lock with the stack."),
          conda: bool = typer.Option(False, "--conda", help="Also write environment.yml and conda-lock.yml (extra: conda)."),
          conda_channel: Optional[List[str]] = typer.Option(None, "--conda-channel", help="Conda channel (default conda-forge)."),
@@ -393,7 +398,7 @@ def lock(target: Optional[str] = typer.Argument(None, help="The target to lock (
     from envbuilder.errors import InputError
 
     kw: dict[str, Any] = dict(matrix_dir=matrix, check=check_, upgrade=upgrade,
-                              exclude_newer=exclude_newer, conda=conda,
+                              exclude_newer=pins.exclude_newer, conda=conda,
                               conda_channels=tuple(conda_channel or ("conda-forge",)), sbom=sbom,
                               pip_index_url=pip_index_url,
                               extra_index_urls=tuple(extra_index_url or ()),

@@ -99,6 +99,8 @@ def _driver_cuda(a: Assignment, ctx: Context) -> list[Violation]:
     t: Toolkit | None = a["cuda"]
     if t is None or ctx.driver is None:
         return []
+    if "torch" in a:  # the wheel's own cuda-toolkit pin may need a newer driver than the base
+        t = floor_toolkit(ctx.matrix, t, a["torch"])
     drv = Version(ctx.driver)
     floor = ctx.matrix.minor_compat.get(t.version.major)
     if drv >= Version(t.driver_min):
@@ -143,9 +145,36 @@ def _driver_cuda(a: Assignment, ctx: Context) -> list[Violation]:
         f"update the driver to >= {t.driver_min}, or use {alt}")]
 
 
-# applied with the base flavour when the search has one (resolve), without it otherwise (check)
-rule("driver_cuda", "cuda", unless=("flavour",))(_driver_cuda)
-rule("driver_cuda", "cuda", "flavour")(_driver_cuda)
+# applied with the base flavour when the search has one (resolve), without it otherwise
+# (check); with torch when the search has it (its wheel's cuda-toolkit pin sets the floor)
+rule("driver_cuda", "cuda", unless=("flavour", "torch"))(_driver_cuda)
+rule("driver_cuda", "cuda", "torch", unless=("flavour",))(_driver_cuda)
+rule("driver_cuda", "cuda", "torch", "flavour")(_driver_cuda)
+
+
+def wheel_toolkit(m: Matrix, torch: TorchRelease, cuda: Toolkit | None) -> Toolkit | None:
+    """The toolkit patch torch's wheel pins (Requires-Dist cuda-toolkit==X.Y.Z), when the
+    variant records one and the matrix lists that patch."""
+    if cuda is None:
+        return None
+    var = torch.variants.get(cuda.variant)
+    if var is None or var.cuda_toolkit is None:
+        return None
+    return next((k for k in m.toolkits if k.version == var.cuda_toolkit), None)
+
+
+def floor_toolkit(m: Matrix, cuda: Toolkit, torch: TorchRelease) -> Toolkit:
+    """Of the base image's toolkit and the one torch's wheel pins, the one needing the newer
+    driver: driver floors are per toolkit patch (13.2.2 needs more than 13.2.1)."""
+    w = wheel_toolkit(m, torch, cuda)
+    if w is not None and Version(w.driver_min) > Version(cuda.driver_min):
+        return w
+    return cuda
+
+
+def runs_natively(t: Toolkit, driver: str) -> bool:
+    """The driver is at least the toolkit patch's own minimum (no compatibility mode)."""
+    return Version(driver) >= Version(t.driver_min)
 
 
 def _driver_runs(m: Matrix, t: Toolkit, drv: Version) -> bool:
