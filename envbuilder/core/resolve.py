@@ -396,7 +396,7 @@ class _Search:
 def _search(req: Request, m: Matrix, active: tuple[str, ...]) -> _Search:
     base = {c: None for c in COMPONENTS if c not in active}
     ctx = Context(m, driver=req.driver, nccl_pin=req.nccl.text if req.nccl else None,
-                  ds_ops=req.ds_ops)
+                  ds_ops=req.ds_ops, platform=req.platform)
     return _Search(req, m, ctx, active, base, all_rules(m))
 
 

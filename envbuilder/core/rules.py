@@ -57,6 +57,7 @@ class Context:
     driver: str | None = None
     nccl_pin: str | None = None
     ds_ops: tuple[str, ...] = ()  # DeepSpeed ops pre-built at install time (--ds-ops)
+    platform: str = "linux/amd64"  # the image's platform (--platform)
 
 
 CheckFn = Callable[[Assignment, Context], list[Violation]]
@@ -199,6 +200,25 @@ def _torch_variant(a: Assignment, ctx: Context) -> list[Violation]:
     return [Violation("torch_cuda_variant",
                       f"torch {t.version} has no {v} wheels (it has {', '.join(have)})",
                       t.source, f"use {alt}")]
+
+
+@rule("torch_platform", "cuda", "torch")
+def _torch_platform(a: Assignment, ctx: Context) -> list[Violation]:
+    """PyTorch must publish wheels of the variant for the image's platform (linux/arm64 wheels
+    exist only for some variants)."""
+    t: TorchRelease = a["torch"]
+    var = t.variants.get(variant_of(a["cuda"]))
+    if var is None or ctx.platform in var.platforms:
+        return []
+    have = [n for n, v in t.variants.items() if ctx.platform in v.platforms]
+    others = [r.line for r in ctx.matrix.torch for n, v in r.variants.items()
+              if n == var.name and ctx.platform in v.platforms]
+    fix = (f"use {', '.join(have)} for torch {t.version} on {ctx.platform}" if have else
+           f"use torch {', '.join(dict.fromkeys(others))} for {var.name} on {ctx.platform}" if others
+           else "use --platform linux/amd64")
+    return [Violation("torch_platform",
+                      f"torch {t.version} has no {var.name} wheels for {ctx.platform} (it has them for "
+                      f"{', '.join(var.platforms)})", t.source, fix)]
 
 
 @rule("torch_python", "torch", "python")
