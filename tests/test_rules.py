@@ -68,6 +68,13 @@ CASES: list[Case] = [
     ("cu118-torch2.8", "torch_cuda_variant", REFUSE,
      lambda m: (base(m, cuda=toolkit(m, "11.8.0"), torch=torch(m, "2.8.0"), nccl=None), {}, None),
      ("2.8.0", "cu118", "2.7")),
+    # torch_platform: the cpu variant of torch 2.15 is known for linux/amd64 only
+    ("cpu-torch2.15-amd64", "torch_platform", ACCEPT,
+     lambda m: (base(m, cuda=None, torch=torch(m, "2.15.0"), nccl=None),
+                {"platform": "linux/amd64"}, None), ()),
+    ("cpu-torch2.15-arm64", "torch_platform", REFUSE,
+     lambda m: (base(m, cuda=None, torch=torch(m, "2.15.0"), nccl=None),
+                {"platform": "linux/arm64"}, None), ("2.15.0", "cpu", "linux/arm64")),
     # torch_python: torch 2.1 has wheels for 3.8-3.11, not 3.12
     ("torch2.1-py311", "torch_python", ACCEPT,
      lambda m: (base(m, python="3.11"), {}, None), ()),

@@ -486,23 +486,22 @@ def alternatives(req: Request, m: Matrix) -> list[str]:
         st = _stack(relaxed, m, s, a)
         desc = f"torch {st.torch.version}, Python {st.python}, {st.os.name}"
         if axis == "cuda":
-            alt = _cuda_alternative(req, m)
-            if alt is None:
-                continue
-            target, st = alt
-            desc = f"torch {st.torch.version}, Python {st.python}, {st.os.name}"
-            out.append(f"without the CUDA pin: {target} resolves ({desc}, {st.variant}"
-                       f"{', driver >= ' + st.driver_min['version'] if st.driver_min else ''})")
+            for target, st, mode in _cuda_alternatives(req, m):
+                desc = f"torch {st.torch.version}, Python {st.python}, {st.os.name}"
+                how = "" if mode == "native" else "; runs by minor-version compatibility"
+                out.append(f"without the CUDA pin: {target} resolves ({desc}, {st.variant}"
+                           f"{', driver >= ' + st.driver_min['version'] if st.driver_min else ''}{how})")
         else:
             out.append(f"without the {axis} pin ({req.pins()[axis]}): {relaxed.canonical()} resolves ({desc})")
     return out
 
 
-def _cuda_alternative(req: Request, m: Matrix) -> tuple[str, Stack] | None:
+def _cuda_alternatives(req: Request, m: Matrix) -> list[tuple[str, Stack, str]]:
     """What resolves instead of a CUDA pin that cannot work, on the driver the user has: the
     one given, or else the oldest one that runs the pinned CUDA natively (someone asking for
-    cu122 has a driver for 12.2, not necessarily for 13.x). Only stacks that driver runs
-    natively are proposed: the same CUDA major first, then newest."""
+    cu122 has a driver for 12.2, not necessarily for 13.x). Never a stack that driver cannot
+    run: the best one it runs natively, and the best one it runs by minor-version
+    compatibility (same major), each with the same CUDA major first, then newest."""
     from dataclasses import replace
 
     drv = req.driver
@@ -511,24 +510,30 @@ def _cuda_alternative(req: Request, m: Matrix) -> tuple[str, Stack] | None:
         if pinned:
             drv = str(min(Version(t.driver_min) for t in pinned))
     relaxed = req.without_pin("cuda")
-    if drv is None:
-        cands = list(m.cuda_minors)
-    else:
-        cands = list(dict.fromkeys(t.minor for t in m.toolkits if runs_natively(t, drv)))
     major = req.cuda.split(".")[0] if req.cuda else None
-    cands.sort(key=lambda c: (c.split(".")[0] == major, Version(c)), reverse=True)
-    for c in cands:
-        trial = replace(relaxed, cuda=c, driver=drv)
-        s = _search(trial, m, AXIS_ORDER)
-        a = s.first()
-        if a is None:
-            continue
-        st = _stack(trial, m, s, a)
-        if st.toolkit is not None and drv is not None and not runs_natively(
-                floor_toolkit(m, st.toolkit, st.torch), drv):
-            continue
-        return replace(relaxed, cuda=c).canonical(), st
-    return None
+    cands = sorted(m.cuda_minors, key=lambda c: (c.split(".")[0] == major, Version(c)), reverse=True)
+    out: list[tuple[str, Stack, str]] = []
+    for want in ("native", "minor-compat"):
+        for c in cands:
+            trial = replace(relaxed, cuda=c, driver=drv)
+            s = _search(trial, m, AXIS_ORDER)
+            a = s.first()
+            if a is None:
+                continue
+            st = _stack(trial, m, s, a)
+            mode = "native"
+            if st.toolkit is not None and drv is not None:
+                k = floor_toolkit(m, st.toolkit, st.torch)
+                floor = m.minor_compat.get(k.version.major)
+                if not runs_natively(k, drv):
+                    mode = ("minor-compat" if floor is not None
+                            and Version(drv) >= Version(floor.driver_min) else "none")
+            if mode == want:
+                out.append((replace(relaxed, cuda=c).canonical(), st, mode))
+                break
+        if drv is None:
+            break
+    return out
 
 
 def _with_cuda(req: Request, st: Stack) -> str:
