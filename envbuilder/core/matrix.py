@@ -68,6 +68,7 @@ class BaseImages:
     removed: bool
     source: tuple[str, ...]
     repository: str | None = None  # this set's own repository (a team's internal images)
+    platforms: tuple[str, ...] = ("linux/amd64",)  # the platforms NVIDIA builds this set for
 
     def tag(self, flavour: str, os_name: str, *, cudnn: bool = True) -> str:
         """nvidia/cuda's tag: 12.1.1-cudnn8-runtime-ubuntu22.04 (cudnn) or 12.1.1-runtime-ubuntu22.04."""
@@ -695,7 +696,8 @@ def _build(root: Path, raw: dict[str, Any], digest: str) -> Matrix:
     base_images = tuple(
         BaseImages(Version(b["cuda"]), tuple(b["os"]), tuple(b["flavours"]), b.get("cudnn"),
                    tuple(b["cudnn_os"]) if "cudnn_os" in b else None,
-                   bool(b.get("removed", False)), _sources(b["source"]), b.get("repository"))
+                   bool(b.get("removed", False)), _sources(b["source"]), b.get("repository"),
+                   tuple(b.get("platforms", ("linux/amd64",))))
         for b in bi["images"])
     _dupes(root / "base_images.yaml", "images", (f"{b.cuda} on {o}" for b in base_images for o in b.os))
 

@@ -170,9 +170,20 @@ class Stack:
             return None
         t = floor_toolkit(self.matrix, self.toolkit, self.torch)
         floor = self.matrix.minor_compat.get(t.version.major)
-        return {"version": t.driver_min, "toolkit": str(t.version),
-                "minor_compat": floor.driver_min if floor else None,
-                "source": (t.source + (floor.source if floor else ()))[0]}
+        out: dict[str, Any] = {"version": t.driver_min, "toolkit": str(t.version),
+                               "minor_compat": floor.driver_min if floor else None,
+                               "source": (t.source + (floor.source if floor else ()))[0]}
+        pin = self.torch_variant.cuda_toolkit
+        if pin is not None and pin > t.version and not any(k.version == pin for k in self.matrix.toolkits):
+            out["wheel_toolkit"] = str(pin)
+            out["note"] = (f"torch's wheel pins cuda-toolkit {pin}, whose driver floor the matrix does "
+                           f"not list: it may need more than {t.driver_min}")
+        return out
+
+    @property
+    def platform(self) -> str:
+        """The image's platform: linux/amd64 (default) or linux/arm64."""
+        return self.request.platform
 
     @property
     def tag(self) -> str:
@@ -238,7 +249,7 @@ class Stack:
             "warnings": [w.to_dict() for w in self.warnings],
             "matrix": {"path": str(self.matrix.path), "digest": self.matrix.digest},
             "envbuilder_version": __version__,
-        }
+        } | ({"platform": self.platform} if self.platform != "linux/amd64" else {})
 
 
 # -- the search -----------------------------------------------------------------------------

@@ -280,6 +280,11 @@ def _base_image(a: Assignment, ctx: Context) -> list[Violation]:
         return [Violation("base_image",
                           f"{m.base_repository} has no cuDNN image for CUDA {t.version} on {o.name}",
                           imgs.source, "use --flavour cuda-runtime or cuda-base (torch's wheels bring cuDNN)")]
+    if ctx.platform not in imgs.platforms:
+        return [Violation("base_image",
+                          f"{m.base_repository} has no {ctx.platform} image for CUDA {t.version} on {o.name} "
+                          f"(the matrix lists {', '.join(imgs.platforms)})", imgs.source,
+                          "use a CUDA toolkit whose images are multi-arch, or --flavour os")]
     if imgs.removed:
         return [Violation("base_image",
                           f"{m.base_repository} no longer serves CUDA {t.version} tags (end of life)",

@@ -53,6 +53,7 @@ BASE_IMAGES = _file(
           "cudnn": {"type": ["string", "null"], "pattern": r"^cudnn[0-9]*$"},
           "cudnn_os": {"type": "array", "items": _NAME},
           "removed": {"type": "boolean"}, "source": _SOURCE, "note": _NOTE,
+          "platforms": {"type": "array", "items": _PLATFORM, "minItems": 1},
           # a set's own repository (e.g. a team's internal registry, in a matrix overlay)
           "repository": {"type": "string", "pattern": r"^[a-z0-9][a-z0-9./:_-]*$"}}),
     {"repository": {"type": "string", "pattern": r"^[a-z0-9./_-]+$"}, "note": _NOTE},

@@ -77,7 +77,6 @@ from envbuilder.core.resolve import PYPI, Stack
 from envbuilder.lock import uv as _uv
 from envbuilder.render.plan import BuildPlan, make_plan
 from envbuilder.render.templating import render_files
-from envbuilder.lock.uv import PLATFORM
 
 if TYPE_CHECKING:
     # imported where a requirement is parsed: render without a lock never parses one
@@ -639,7 +638,7 @@ def lock_inputs(stack: Stack, *, requirements_file: str | Path | None = None,
         "format": LOCK_FORMAT,
         "target": stack.target,
         "python": stack.python,
-        "platform": PLATFORM,
+        "platform": _uv.python_platform(stack),
         "torch": f"{stack.torch.version} ({stack.variant})",
         "nccl": "none" if nccl is None else (f"{nccl} ({pkg})" if pkg else nccl),
         "horovod": str(stack.horovod.version) if stack.horovod is not None else "none",
@@ -827,7 +826,7 @@ def _header(stack: Stack, cmd: str, inputs: LockInputs, uv_version: str, body: s
         f"# target: {stack.target}",
         f"# stack: {stack.tag}",
         f"# matrix digest: {stack.matrix.digest}",
-        f"# python: {stack.python}, platform: {PLATFORM}",
+        f"# python: {stack.python}, platform: {_uv.python_platform(stack)}",
         f"# index: {_uv.public_url(idx.index)}" + (f" (extra: {', '.join(extras)})" if extras else ""),
         made_by,
         f"#   which runs: {_comment_safe(cmd)} <<< the requirement lines below",

@@ -149,6 +149,7 @@ def write_bake(targets: list[tuple[str, Path]], out: Path, *, registry: str | No
         images.append({"name": name, "folder": folder, "tag": tag, "alias": alias,
                        "labels": img["labels"],
                        "builder": builder, "runtime": runtime,
+                       "platform": validate.platform(stack["platform"]) if stack.get("platform") else None,
                        "key": _builder_key(folder, dockerfile, builder) if share_builders else None})
 
     # the moving alias is the CUDA line (cu121, cpu), as envbuilder build pushes it; when several
@@ -188,6 +189,8 @@ def write_bake(targets: list[tuple[str, Path]], out: Path, *, registry: str | No
             ("context", _rel(i["folder"], base)), ("dockerfile", "Dockerfile"),
             ("target", "runtime"), ("tags", i["tags"]), ("labels", i["labels"]),
             ("args", {"BUILDER_IMAGE": i["builder"], "RUNTIME_IMAGE": i["runtime"]})]
+        if i["platform"]:  # the stack's own platform (amd64 is the default and stays implicit)
+            fields.append(("platforms", [i["platform"]]))
         if i["key"] in shared:
             fields.append(("contexts", {"builder": f"target:{shared[i['key']]['name']}"}))
         blocks.append(_block("target", i["name"], fields))
