@@ -883,6 +883,7 @@ def matrix_verify(pypi: str = typer.Option("https://pypi.org/simple", "--pypi-in
     if as_json:
         _echo_json(rep.to_dict())
     else:
+        sys.stdout.write(rep.headline() + "\n")  # first: what could not be reached
         for f in rep.findings:
             sys.stdout.write(f"{f.kind}: {f}\n")
         sys.stdout.write(f"{len(rep.agreed)} facts agree; {len(rep.of('disagree'))} disagreements, "
