@@ -287,6 +287,7 @@ def _cuda_order(req: Request, m: Matrix) -> list[Any]:
                     newest.setdefault(v, t.version)
         tks.sort(key=lambda k: (runs_natively(k, req.driver or "0"), newest.get(k.variant, Version("0")),
                                 k.version), reverse=True)
+    tks.sort(key=lambda k: m.base_images_for(k.version) is None)  # stable: images first per order
     return tks + [None]
 
 
@@ -294,8 +295,10 @@ def _domain(axis: str, a: dict[str, Any], req: Request, m: Matrix) -> list[Any]:
     if axis == "cuda":
         if req.cpu:
             return [None]
-        if req.cuda:
-            return m.toolkits_for(req.cuda)
+        if req.cuda:  # the patches with nvidia/cuda images first (a newer patch without any
+            # would otherwise win with the plain OS flavour)
+            tks = m.toolkits_for(req.cuda)
+            return sorted(tks, key=lambda k: m.base_images_for(k.version) is None)
         return _cuda_order(req, m)
     if axis == "torch":
         return [t for t in m.torch if (req.torch is None or req.torch.matches(t.version))
