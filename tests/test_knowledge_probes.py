@@ -319,3 +319,21 @@ def test_cu132_on_ubuntu_26_04_resolves():
     assert st.os.name == "ubuntu26.04" and st.python == "3.14" and str(st.torch.version) == "2.15.0"
     assert st.runtime_image == "ubuntu:26.04"  # no CUDA 13.2 nvidia/cuda tag for 26.04 is listed
     assert M.base_images_for(Version("13.3.1"), "ubuntu26.04") is not None
+
+
+def test_exclude_newer_and_platform_as_project_keys(tmp_path):
+    from envbuilder.core.project import load_project
+
+    (tmp_path / "envbuilder.toml").write_text(
+        '[[targets]]\nname = "old"\ntarget = "cu126"\nwith = ["deepspeed"]\n'
+        'exclude_newer = "2025-06-01"\n\n'
+        '[[targets]]\nname = "gh200"\ntarget = "cu132"\nplatform = "linux/arm64"\n')
+    p = load_project(tmp_path / "envbuilder.toml")
+    old, gh = p.targets
+    st = resolve_target(old.target, pins=old.pins)
+    assert str(st.deepspeed.version) != "0.19.8" and st.torch.version < Version("2.8")
+    assert resolve_target(gh.target, pins=gh.pins).platform == "linux/arm64"
+    (tmp_path / "envbuilder.toml").write_text(
+        '[[targets]]\nname = "x"\ntarget = "cu126"\nexclude_newer = "June 2025"\n')
+    with pytest.raises(InputError):
+        resolve_target("cu126", pins=load_project(tmp_path / "envbuilder.toml").targets[0].pins)
