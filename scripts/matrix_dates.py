@@ -48,15 +48,27 @@ def _dates(name: str) -> dict[str, str]:
 def rewrite(name: str, text: str, dates: dict[str, str]) -> str:
     lines = [ln for ln in text.splitlines() if not re.match(r"^\s*released:", ln)]
     out: list[str] = []
-    for i, ln in enumerate(lines):
+    pending: str | None = None  # a released: line, written after the entry's requires: line
+    for ln in lines:
         out.append(ln)
+        if pending is not None:
+            if re.match(r"^\s*requires:", ln):
+                out.append(pending)
+            else:
+                out.insert(len(out) - 1, pending)
+            pending = None
+            continue
         m = re.match(r"^(\s*)versions:\s*\[(.*)\]\s*$", ln)
         if m and name in ("torch.yaml", "deepspeed.yaml", "horovod.yaml"):
             vs = [v.strip().strip("\"'") for v in m.group(2).split(",") if v.strip()]
             known = {v: dates[v] for v in vs if v in dates}
             if known:
                 body = ", ".join(f'"{v}": "{d}"' for v, d in known.items())
-                out.append(f"{m.group(1)}released: {{{body}}}")
+                line = f"{m.group(1)}released: {{{body}}}"
+                if name == "torch.yaml":
+                    out.append(line)
+                else:  # components: versions and requires stay together
+                    pending = line
             continue
         m = re.match(r"^(\s*)- version:\s*[\"']?([0-9.]+)[\"']?\s*$", ln)
         if m and name in ("cuda.yaml", "nccl.yaml"):

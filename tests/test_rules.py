@@ -102,8 +102,8 @@ CASES: list[Case] = [
     ("cu118-ubuntu24.04", "base_image", REFUSE,
      lambda m: (base(m, cuda=toolkit(m, "11.8.0"), os=os_(m, "ubuntu24.04")), {}, None),
      ("11.8.0", "ubuntu24.04", "ubuntu22.04")),
-    ("cu133-no-images", "base_image", REFUSE,
-     lambda m: (base(m, cuda=newest_toolkit(m, "13.3")), {}, None), ("no images",)),
+    ("cu132-2-no-images", "base_image", REFUSE,  # 13.2.2: a toolkit nvidia/cuda has no set of
+     lambda m: (base(m, cuda=toolkit(m, "13.2.2")), {}, None), ("no images",)),
     # builder: Horovod compiles with nvcc of torch's CUDA major and a GCC nvcc accepts
     ("cu118-hvd-ubuntu22.04-devel", "builder", ACCEPT,
      lambda m: (base(m, cuda=toolkit(m, "11.8.0"), torch=torch(m, "2.0.1"),
