@@ -137,14 +137,20 @@ def check_combination(*, matrix_dir: str | Path | None = None, cuda: str | None 
     given = {ax for ax, v in (("cuda", cuda), ("torch", torch), ("python", python),
                               ("nccl", nccl), ("deepspeed", deepspeed), ("horovod", horovod),
                               ("os", os), ("flavour", flavour)) if v is not None}
-    if cuda is None and driver is not None:
-        raise InputError("--driver needs --cuda: a driver is judged against a CUDA version")
+    if cuda is None and driver is not None and torch is None:
+        raise InputError("--driver needs --cuda or --torch: a driver is judged against a CUDA "
+                         "version, or against the CUDA builds of a torch release")
     if not given:
         raise InputError("check needs at least one of --cuda, --torch, --python, --nccl, "
                          "--deepspeed, --horovod, --os, --flavour")
     req = Request(target="check")
     req = apply_options(req, m, cuda=cuda, driver=driver, torch=torch, python=python,
                         nccl=nccl, deepspeed=deepspeed, horovod=horovod, os=os, flavour=flavour)
+    if cuda is None and driver is not None:  # driver first: which CUDA builds of torch run
+        from dataclasses import replace as _replace
+
+        resolve.check(_replace(req, driver=None), m, given)  # the other pins, as without a driver
+        return resolve.driver_check(req, m)
     assignment, warnings = resolve.check(req, m, given)
     return {"ok": True,
             "given": {k: v for k, v in req.pins().items()} | ({"driver": driver} if driver else {}),

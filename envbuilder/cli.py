@@ -108,7 +108,7 @@ def targets(matrix: Optional[str] = MatrixOpt, as_json: bool = JsonOpt,
 
 @app.command(help="Print the resolved stack, or why none exists (exit 3)." + CASCADE)
 @command
-@spec_options("pins", "overlay")
+@spec_options("pins", "overlay", "exclude_newer")
 def resolve(target: str = typer.Argument(..., help="e.g. cu118, cu121-torch2.1-py310, cpu, or a project target's name"),
             over: Any = None, matrix: Optional[str] = MatrixOpt, as_json: bool = JsonOpt) -> None:
     from envbuilder.api import resolve_spec
@@ -139,6 +139,8 @@ def check(cuda: Optional[str] = typer.Option(None, "--cuda", help="CUDA version,
     sat = {k: v for k, v in r["satisfied_by"].items() if k not in r["given"] or v != r["given"][k]}
     sys.stdout.write(f"ok: {given} can work together"
                      + (f" (e.g. {', '.join(f'{k} {v}' for k, v in sat.items())})\n" if sat else "\n"))
+    for d in r.get("driver", ()):  # driver first (--driver with --torch, no --cuda)
+        sys.stdout.write(f"  torch {d['torch']}+{d['variant']}: driver >= {d['driver_min']} (CUDA {d['toolkit']}): {d['runs']}\n")
     for w in r["warnings"]:
         warn(w)
 
@@ -254,7 +256,7 @@ def ci(github: bool = typer.Option(False, "--github", help="Write a GitHub Actio
 
 @app.command(help="Build each image with the Docker engine, verify it against its labels, run the smoke job in it, optionally push it: one TARGET, --all, or the project's targets (keeps going past a failure)." + CASCADE)
 @command
-@spec_options("pins", "overlay", "requirements", "images", "index")
+@spec_options("pins", "overlay", "requirements", "images", "index", "exclude_newer")
 def build(target: Optional[str] = TargetArg, all_: bool = AllOpt, only: Optional[List[str]] = OnlyOpt,
           jobs: int = typer.Option(1, "--jobs", "-j", min=1, help="With several targets: builds at once."),
           no_verify: bool = typer.Option(False, "--no-verify", help="Skip checking the image against its labels."),
@@ -453,6 +455,7 @@ def matrix_verify(pypi: str = typer.Option("https://pypi.org/simple", "--pypi-in
     if as_json:
         echo_json(rep.to_dict())
     else:
+        sys.stdout.write(rep.headline() + "\n")  # first: what could not be reached
         for f in rep.findings:
             sys.stdout.write(f"{f.kind}: {f}\n")
         sys.stdout.write(f"{len(rep.agreed)} facts agree; {len(rep.of('disagree'))} disagreements, "

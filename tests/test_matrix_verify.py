@@ -226,3 +226,59 @@ def test_show_every_axis_with_sources(axis):
 def test_show_unknown_axis_is_bad_input():
     p = cli("matrix", "show", "torh")
     assert p.returncode == 2 and "did you mean" in p.stderr and "torch" in p.stderr
+
+
+# -- issue 21: toolkits, base-image tags, NCCL; what could not be reached comes first ------------
+
+TABLE3 = """<table><caption>Table 3 CUDA Toolkit and Corresponding Driver Versions</caption>
+<tr><td>CUDA Toolkit</td><td>Toolkit Driver Version</td></tr>
+<tr><td>CUDA 13.9 Update 1</td><td>&gt;=999.10.01</td><td>N/A</td></tr>
+<tr><td>CUDA 13.3 Update 1</td><td>&gt;=610.43.02</td><td>N/A</td></tr>
+<tr><td>CUDA 13.3 GA</td><td>&gt;=610.43.02</td><td>N/A</td></tr>
+<tr><td>CUDA 13.2 Update 1</td><td>&gt;=595.58.03</td><td>N/A</td></tr>
+<tr><td>CUDA 11.1.1 Update 1</td><td>&gt;=455.32</td><td>&gt;=456.81</td></tr>
+</table>"""
+
+
+def test_table3_rows_give_floors_per_patch():
+    from envbuilder.knowledge.indexcheck import table3_floors
+
+    assert table3_floors(TABLE3) == {"13.9.1": "999.10.01", "13.3.1": "610.43.02",
+                                     "13.3.0": "610.43.02", "13.2.1": "595.58.03",
+                                     "11.1.1": "455.32"}
+
+
+def test_verify_toolkits_names_a_floor_table3_contradicts(tmp_path: Path):
+    from envbuilder.knowledge.indexcheck import verify_toolkits
+
+    m = load_matrix(MATRICES)
+    srv = _serve({"/notes": TABLE3.replace("595.58.03", "595.99.99")})
+    try:
+        rep = VerifyReport(str(m.path), m.digest)
+        verify_toolkits(m, rep, notes_url=f"http://127.0.0.1:{srv.server_port}/notes",
+                        pypi="http://127.0.0.1:9/simple")
+    finally:
+        srv.shutdown()
+    dis = [str(f) for f in rep.of("disagree")]
+    assert dis == [f"CUDA 13.2.1: driver_min is 595.58.03 in the matrix but 595.99.99 on "
+                   f"http://127.0.0.1:{srv.server_port}/notes"]
+    assert "CUDA 13.3.1: driver_min 610.43.02" in rep.agreed
+    assert any(f.entry == "CUDA 13.9.1" for f in rep.of("new"))
+    # PyPI (cuda-toolkit) did not answer: said, not counted as agreement
+    assert rep.unreachable == ["http://127.0.0.1:9/simple/cuda-toolkit/"]
+
+
+def test_verify_states_what_it_could_not_reach_first():
+    from envbuilder.knowledge.indexcheck import verify_matrix
+
+    m = load_matrix(MATRICES)
+    dead = "http://127.0.0.1:9"
+    rep = verify_matrix(m, pypi=f"{dead}/simple", torch_index=dead + "/whl/{variant}",
+                        notes_url=f"{dead}/notes", registry=f"{dead}/v2/repositories")
+    assert rep.agreed == [] and rep.ok
+    assert len(rep.unreachable) == len(rep.indexes) > 10
+    assert rep.headline().startswith(f"{len(rep.indexes)} of {len(rep.indexes)} sources could not be reached")
+    skipped = {f.entry for f in rep.of("skipped")}
+    assert f"index {dead}/notes" in skipped and f"index {dead}/v2/repositories" in skipped
+    tags = next(f for f in rep.of("skipped") if f.entry == f"index {dead}/v2/repositories")
+    assert "base-image tag(s) not checked" in tags.detail

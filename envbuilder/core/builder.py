@@ -103,6 +103,19 @@ def builder_for(a: Mapping[str, Any], m: Matrix, ds_ops: tuple[str, ...]) -> Bui
                 f"use an OS with nvidia/cuda devel images (ubuntu22.04, ubuntu24.04), or a CUDA "
                 f"{'/'.join(k.minor for k in tc.toolkits_for_os(o.name))} target",
                 tuple(s for k in tc.toolkits_for_os(o.name) for s in k.source) or t.source)
+        strict = _ds_needs_exact_minor(a, m, ds_ops, t)
+        if strict is not None:
+            exact = [k for k in same_major if k.cuda.minor == t.version.minor]
+            if not exact:
+                have = ", ".join(sorted({minor(k.cuda) for k in same_major}))
+                raise NoBuilder(
+                    f"DeepSpeed {a['deepspeed'].version} compiles its ops only with nvcc of torch's "
+                    f"exact CUDA {t.minor}: its op builder tolerates a CUDA minor mismatch only for "
+                    f"CUDA {'/'.join(map(str, strict))}.x, and {o.name} can install nvcc {have} only",
+                    f"use a CUDA {have} target (torch of that CUDA), an OS with CUDA {t.minor} devel "
+                    f"images, or leave --ds-ops out (JIT at run time)",
+                    m.deepspeed.minor_mismatch_source + tuple(s for k in same_major for s in k.source))
+            same_major = exact
         # the same minor if the OS has it, else the nearest at or above, else the newest below
         same_major.sort(key=lambda k: (k.cuda.minor != t.version.minor, k.cuda.minor < t.version.minor,
                                        abs(k.cuda.minor - t.version.minor)))
@@ -118,6 +131,16 @@ def builder_for(a: Mapping[str, Any], m: Matrix, ds_ops: tuple[str, ...]) -> Bui
                 tk.source + ("https://github.com/pytorch/pytorch/blob/main/torch/utils/cpp_extension.py",)))
     gcc, pkgs, default, gsrc = _host_gcc(m, o, nvcc, tk)
     return Builder(kind, nvcc, tk, home, gcc, pkgs, default, source + gsrc, tuple(warnings))
+
+
+def _ds_needs_exact_minor(a: Mapping[str, Any], m: Matrix, ds_ops: tuple[str, ...],
+                          t: Toolkit) -> tuple[int, ...] | None:
+    """The majors DeepSpeed tolerates a minor mismatch in, when DeepSpeed ops compile against
+    a torch CUDA major outside them (so nvcc must be torch's exact minor); else None."""
+    majors = m.deepspeed.minor_mismatch_majors
+    if a.get("deepspeed") is None or not ds_ops or majors is None:
+        return None
+    return None if t.version.major in majors else majors
 
 
 def _images_source(m: Matrix, t: Toolkit) -> tuple[str, ...]:

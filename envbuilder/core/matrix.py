@@ -40,6 +40,7 @@ class Toolkit:
     version: Version
     driver_min: str
     source: tuple[str, ...]
+    released: str | None = None  # upload date on the index (PyPI's cuda-toolkit), ISO
 
     @property
     def minor(self) -> str:
@@ -67,6 +68,7 @@ class BaseImages:
     removed: bool
     source: tuple[str, ...]
     repository: str | None = None  # this set's own repository (a team's internal images)
+    platforms: tuple[str, ...] = ("linux/amd64",)  # the platforms NVIDIA builds this set for
 
     def tag(self, flavour: str, os_name: str, *, cudnn: bool = True) -> str:
         """nvidia/cuda's tag: 12.1.1-cudnn8-runtime-ubuntu22.04 (cudnn) or 12.1.1-runtime-ubuntu22.04."""
@@ -87,6 +89,7 @@ class NcclRelease:
     version: Version
     cuda: tuple[str, ...]
     source: tuple[str, ...]
+    released: str | None = None  # first upload of its nvidia-nccl-cuNN wheels, ISO
 
     @property
     def cuda_majors(self) -> frozenset[int]:
@@ -127,6 +130,8 @@ class TorchVariant:
     nccl: Version | None
     nccl_package: str | None
     arch: tuple[str, ...]
+    cuda_toolkit: Version | None = None  # the wheel's Requires-Dist cuda-toolkit==X.Y.Z pin
+    platforms: tuple[str, ...] = ("linux/amd64",)  # the platforms this variant has wheels for
 
     @property
     def cuda(self) -> str | None:
@@ -144,6 +149,7 @@ class TorchRelease:
     variants: Mapping[str, TorchVariant]
     pypi_default: str | None
     source: tuple[str, ...]
+    released: str | None = None  # upload date on PyPI, ISO
 
 
 @dataclass(frozen=True)
@@ -153,6 +159,7 @@ class ComponentRelease:
     line: str
     requires: Mapping[str, SpecifierSet]
     source: tuple[str, ...]
+    released: str | None = None  # upload date on PyPI, ISO
 
 
 @dataclass(frozen=True)
@@ -161,6 +168,10 @@ class Component:
     needs_nvcc: bool
     build_env: Mapping[str, str]
     releases: tuple[ComponentRelease, ...]  # newest first
+    # CUDA majors whose nvcc may differ from torch's CUDA in the minor (DeepSpeed's op builder
+    # refuses a minor mismatch for any other major); None: no such check
+    minor_mismatch_majors: tuple[int, ...] | None = None
+    minor_mismatch_source: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -674,7 +685,8 @@ def _apply_overlay(path: Path, data: Any, raw: dict[str, Any], name: str) -> lis
 def _build(root: Path, raw: dict[str, Any], digest: str) -> Matrix:
     cuda = raw["cuda.yaml"]
     toolkits = tuple(sorted(
-        (Toolkit(Version(t["version"]), t["driver_min"], _sources(t["source"]))
+        (Toolkit(Version(t["version"]), t["driver_min"], _sources(t["source"]),
+                 _released(t, t["version"]))
          for t in cuda["toolkits"]), key=lambda t: t.version, reverse=True))
     _dupes(root / "cuda.yaml", "toolkits", (t.version for t in toolkits))
     compat = {c["major"]: MinorCompat(c["major"], c["driver_min"], _sources(c["source"]))
@@ -684,11 +696,13 @@ def _build(root: Path, raw: dict[str, Any], digest: str) -> Matrix:
     base_images = tuple(
         BaseImages(Version(b["cuda"]), tuple(b["os"]), tuple(b["flavours"]), b.get("cudnn"),
                    tuple(b["cudnn_os"]) if "cudnn_os" in b else None,
-                   bool(b.get("removed", False)), _sources(b["source"]), b.get("repository"))
+                   bool(b.get("removed", False)), _sources(b["source"]), b.get("repository"),
+                   tuple(b.get("platforms", ("linux/amd64",))))
         for b in bi["images"])
     _dupes(root / "base_images.yaml", "images", (f"{b.cuda} on {o}" for b in base_images for o in b.os))
 
-    nccl = tuple(sorted((NcclRelease(Version(n["version"]), tuple(n["cuda"]), _sources(n["source"]))
+    nccl = tuple(sorted((NcclRelease(Version(n["version"]), tuple(n["cuda"]), _sources(n["source"]),
+                                     _released(n, str(n["version"])))
                          for n in raw["nccl.yaml"]["releases"]),
                         key=lambda n: n.version, reverse=True))
     _dupes(root / "nccl.yaml", "releases", (n.version for n in nccl))
@@ -710,7 +724,9 @@ def _build(root: Path, raw: dict[str, Any], digest: str) -> Matrix:
     for i, r in enumerate(tdata["releases"]):
         variants = {
             name: TorchVariant(name, Version(v["nccl"]) if v.get("nccl") else None,
-                               v.get("nccl_package"), tuple(v.get("arch", ())))
+                               v.get("nccl_package"), tuple(v.get("arch", ())),
+                               Version(v["cuda_toolkit"]) if v.get("cuda_toolkit") else None,
+                               tuple(v.get("platforms", ("linux/amd64",))))
             for name, v in r["variants"].items()}
         for ver in r["versions"]:
             v = Version(ver)
@@ -718,7 +734,8 @@ def _build(root: Path, raw: dict[str, Any], digest: str) -> Matrix:
                 raise MatrixError(f"matrix file {root / 'torch.yaml'}, key releases/{i}/versions:"
                                   f" {ver} is not in line {r['line']}")
             releases.append(TorchRelease(v, r["line"], tuple(r["python"]), variants,
-                                         r.get("pypi_default"), _sources(r["source"])))
+                                         r.get("pypi_default"), _sources(r["source"]),
+                                         _released(r, ver)))
     releases.sort(key=lambda t: t.version, reverse=True)
     _dupes(root / "torch.yaml", "releases", (t.version for t in releases))
 
@@ -731,11 +748,14 @@ def _build(root: Path, raw: dict[str, Any], digest: str) -> Matrix:
                    for k, s in r["requires"].items()}
             for ver in r["versions"]:
                 rels.append(ComponentRelease(name, Version(ver), r["line"], req,
-                                             _sources(r["source"])))
+                                             _sources(r["source"]), _released(r, ver)))
         rels.sort(key=lambda c: c.version, reverse=True)
         _dupes(root / fname, "releases", (c.version for c in rels))
+        mm = data.get("cuda_minor_mismatch")
         return Component(name, bool(data.get("needs_nvcc", False)),
-                         dict(data.get("build_env", {})), tuple(rels))
+                         dict(data.get("build_env", {})), tuple(rels),
+                         None if mm is None else tuple(int(x) for x in mm["majors"]),
+                         () if mm is None else _sources(mm["source"]))
 
     incompat = []
     for i, x in enumerate(raw["incompatibilities.yaml"]["incompatibilities"]):
@@ -763,6 +783,16 @@ def _build(root: Path, raw: dict[str, Any], digest: str) -> Matrix:
         torch=tuple(releases), deepspeed=component("deepspeed"), horovod=component("horovod"),
         incompatibilities=tuple(incompat), targets=targets,
     )
+
+
+def _released(entry: Mapping[str, Any], version: str) -> str | None:
+    """An entry's upload date for one of its versions: ``released:`` is one date (an entry of
+    one version) or a mapping version -> date (an entry listing several)."""
+    r = entry.get("released")
+    if isinstance(r, dict):
+        v = r.get(version)
+        return None if v is None else str(v)
+    return None if r is None else str(r)
 
 
 def _toolchains(path: Path, data: dict[str, Any], oses: Mapping[str, OsInfo]) -> Toolchains:

@@ -30,7 +30,7 @@ from envbuilder.core.matrix import (
     minor,
 )
 from envbuilder.core.rules import (Context, Rule, Violation, all_rules, breakages_covering,
-                                   variant_of)
+                                   floor_toolkit, runs_natively, variant_of)
 from envbuilder.core.target import (COMPONENTS, Pin, Pins, Request, check_pins_known, request,
                                     unknown_pins)
 
@@ -164,12 +164,26 @@ class Stack:
 
     @property
     def driver_min(self) -> dict[str, Any] | None:
-        t = self.toolkit
-        if t is None:
+        """The driver the stack needs: the newer of the base toolkit's floor and the floor of
+        the toolkit patch torch's wheel pins (cuda-toolkit==X.Y.Z), per patch."""
+        if self.toolkit is None:
             return None
+        t = floor_toolkit(self.matrix, self.toolkit, self.torch)
         floor = self.matrix.minor_compat.get(t.version.major)
-        return {"version": t.driver_min, "minor_compat": floor.driver_min if floor else None,
-                "source": (t.source + (floor.source if floor else ()))[0]}
+        out: dict[str, Any] = {"version": t.driver_min, "toolkit": str(t.version),
+                               "minor_compat": floor.driver_min if floor else None,
+                               "source": (t.source + (floor.source if floor else ()))[0]}
+        pin = self.torch_variant.cuda_toolkit
+        if pin is not None and pin > t.version and not any(k.version == pin for k in self.matrix.toolkits):
+            out["wheel_toolkit"] = str(pin)
+            out["note"] = (f"torch's wheel pins cuda-toolkit {pin}, whose driver floor the matrix does "
+                           f"not list: it may need more than {t.driver_min}")
+        return out
+
+    @property
+    def platform(self) -> str:
+        """The image's platform: linux/amd64 (default) or linux/arm64."""
+        return self.request.platform
 
     @property
     def tag(self) -> str:
@@ -235,7 +249,7 @@ class Stack:
             "warnings": [w.to_dict() for w in self.warnings],
             "matrix": {"path": str(self.matrix.path), "digest": self.matrix.digest},
             "envbuilder_version": __version__,
-        }
+        } | ({"platform": self.platform} if self.platform != "linux/amd64" else {})
 
 
 # -- the search -----------------------------------------------------------------------------
@@ -247,15 +261,48 @@ def _os_order(m: Matrix, cpu: bool) -> list[OsInfo]:
     return oses
 
 
+def _after(released: str | None, cutoff: str | None) -> bool:
+    """A release uploaded after ``--exclude-newer`` (an undated release is kept)."""
+    if cutoff is None or released is None:
+        return False
+    import datetime as dt
+
+    def when(s: str) -> dt.datetime:
+        s = s[:-1] + "+00:00" if s.endswith("Z") else s
+        t = dt.datetime.fromisoformat(s) if "T" in s else dt.datetime.fromisoformat(s + "T00:00:00+00:00")
+        return t if t.tzinfo else t.replace(tzinfo=dt.timezone.utc)
+    return when(released) > when(cutoff)
+
+
+def _cuda_order(req: Request, m: Matrix) -> list[Any]:
+    """Unpinned CUDA: newest first; with a driver, the toolkits it runs natively first, newest
+    torch first among them (a CUDA 12.6 torch 2.14 before a CUDA 12.9 torch 2.8), then the
+    ones it runs by minor-version compatibility."""
+    tks = list(m.toolkits)
+    if req.driver is not None:
+        newest: dict[str, Version] = {}
+        for t in m.torch:
+            if req.torch is None or req.torch.matches(t.version):
+                for v in t.variants:
+                    newest.setdefault(v, t.version)
+        tks.sort(key=lambda k: (runs_natively(k, req.driver or "0"), newest.get(k.variant, Version("0")),
+                                k.version), reverse=True)
+    tks.sort(key=lambda k: m.base_images_for(k.version) is None)  # stable: images first per order
+    return tks + [None]
+
+
 def _domain(axis: str, a: dict[str, Any], req: Request, m: Matrix) -> list[Any]:
     if axis == "cuda":
         if req.cpu:
             return [None]
-        if req.cuda:
-            return m.toolkits_for(req.cuda)
-        return list(m.toolkits) + [None]
+        if req.cuda:  # the patches with nvidia/cuda images first (a newer patch without any
+            # would otherwise win with the plain OS flavour)
+            tks = m.toolkits_for(req.cuda)
+            return sorted(tks, key=lambda k: m.base_images_for(k.version) is None)
+        return _cuda_order(req, m)
     if axis == "torch":
-        return [t for t in m.torch if req.torch is None or req.torch.matches(t.version)]
+        return [t for t in m.torch if (req.torch is None or req.torch.matches(t.version))
+                and not _after(t.released, req.exclude_newer)]
     if axis == "os":
         if req.os:
             return [m.os[req.os]]
@@ -288,7 +335,8 @@ def _domain(axis: str, a: dict[str, Any], req: Request, m: Matrix) -> list[Any]:
         if not req.wants(axis):
             return [None]
         pin = getattr(req, axis)
-        return [c for c in m.component(axis).releases if pin is None or pin.matches(c.version)]
+        return [c for c in m.component(axis).releases if (pin is None or pin.matches(c.version))
+                and not _after(c.released, req.exclude_newer)]
     raise KeyError(axis)
 
 
@@ -362,7 +410,7 @@ class _Search:
 def _search(req: Request, m: Matrix, active: tuple[str, ...]) -> _Search:
     base = {c: None for c in COMPONENTS if c not in active}
     ctx = Context(m, driver=req.driver, nccl_pin=req.nccl.text if req.nccl else None,
-                  ds_ops=req.ds_ops)
+                  ds_ops=req.ds_ops, platform=req.platform)
     return _Search(req, m, ctx, active, base, all_rules(m))
 
 
@@ -452,10 +500,53 @@ def alternatives(req: Request, m: Matrix) -> list[str]:
         st = _stack(relaxed, m, s, a)
         desc = f"torch {st.torch.version}, Python {st.python}, {st.os.name}"
         if axis == "cuda":
-            target = _with_cuda(relaxed, st)
-            out.append(f"without the CUDA pin: {target} resolves ({desc}, {st.variant})")
+            for target, st, mode in _cuda_alternatives(req, m):
+                desc = f"torch {st.torch.version}, Python {st.python}, {st.os.name}"
+                how = "" if mode == "native" else "; runs by minor-version compatibility"
+                out.append(f"without the CUDA pin: {target} resolves ({desc}, {st.variant}"
+                           f"{', driver >= ' + st.driver_min['version'] if st.driver_min else ''}{how})")
         else:
             out.append(f"without the {axis} pin ({req.pins()[axis]}): {relaxed.canonical()} resolves ({desc})")
+    return out
+
+
+def _cuda_alternatives(req: Request, m: Matrix) -> list[tuple[str, Stack, str]]:
+    """What resolves instead of a CUDA pin that cannot work, on the driver the user has: the
+    one given, or else the oldest one that runs the pinned CUDA natively (someone asking for
+    cu122 has a driver for 12.2, not necessarily for 13.x). Never a stack that driver cannot
+    run: the best one it runs natively, and the best one it runs by minor-version
+    compatibility (same major), each with the same CUDA major first, then newest."""
+    from dataclasses import replace
+
+    drv = req.driver
+    if drv is None and req.cuda:
+        pinned = m.toolkits_for(req.cuda)
+        if pinned:
+            drv = str(min(Version(t.driver_min) for t in pinned))
+    relaxed = req.without_pin("cuda")
+    major = req.cuda.split(".")[0] if req.cuda else None
+    cands = sorted(m.cuda_minors, key=lambda c: (c.split(".")[0] == major, Version(c)), reverse=True)
+    out: list[tuple[str, Stack, str]] = []
+    for want in ("native", "minor-compat"):
+        for c in cands:
+            trial = replace(relaxed, cuda=c, driver=drv)
+            s = _search(trial, m, AXIS_ORDER)
+            a = s.first()
+            if a is None:
+                continue
+            st = _stack(trial, m, s, a)
+            mode = "native"
+            if st.toolkit is not None and drv is not None:
+                k = floor_toolkit(m, st.toolkit, st.torch)
+                floor = m.minor_compat.get(k.version.major)
+                if not runs_natively(k, drv):
+                    mode = ("minor-compat" if floor is not None
+                            and Version(drv) >= Version(floor.driver_min) else "none")
+            if mode == want:
+                out.append((replace(relaxed, cuda=c).canonical(), st, mode))
+                break
+        if drv is None:
+            break
     return out
 
 
@@ -537,3 +628,91 @@ def _source(axis: str, value: Any, a: dict[str, Any], m: Matrix) -> tuple[str, .
 def resolve_target(target: str, matrix: Matrix, pins: Pins | None = None) -> Stack:
     """Resolve a target name (e.g. cu121-ds) with the pin options against ``matrix``."""
     return resolve(request(target, matrix, pins), matrix)
+
+
+# -- driver first: which CUDA builds of a torch run on a given driver ----------------------
+
+@dataclass(frozen=True)
+class DriverFit:
+    """How one CUDA variant of a torch release runs on a driver."""
+
+    torch: str
+    variant: str
+    toolkit: str  # the toolkit patch whose floor decides (the wheel's pin, or the oldest patch)
+    driver_min: str
+    mode: str  # native | minor-compat | forward-compat
+    source: tuple[str, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"torch": self.torch, "variant": self.variant, "toolkit": self.toolkit,
+                "driver_min": self.driver_min, "mode": self.mode, "source": list(self.source)}
+
+
+MODES = {"native": "runs natively",
+         "minor-compat": "runs by minor-version compatibility (no PTX JIT of newer kernels; some "
+                         "APIs return cudaErrorCallRequiresNewerDriver)",
+         "forward-compat": "runs only by forward compatibility: the cuda-compat package of an "
+                           "nvidia/cuda base, on datacenter GPUs (not GeForce/RTX)"}
+
+
+def driver_fit(req: Request, m: Matrix) -> list[DriverFit]:
+    """For each CUDA variant of the torch releases ``req.torch`` matches (newest release per
+    variant), how it runs on ``req.driver``: natively (the driver is at least the floor of the
+    toolkit patch the wheel needs), by minor-version compatibility, or only by forward
+    compatibility. Best first."""
+    assert req.driver is not None
+    drv = Version(req.driver)
+    seen: dict[str, DriverFit] = {}
+    for t in m.torch:
+        if req.torch is not None and not req.torch.matches(t.version):
+            continue
+        if _after(t.released, req.exclude_newer):
+            continue
+        for name, var in t.variants.items():
+            if name == "cpu" or name in seen or var.cuda is None:
+                continue
+            if req.platform not in var.platforms:
+                continue
+            tks = m.toolkits_for(var.cuda)
+            if not tks:
+                continue
+            base = min(tks, key=lambda k: Version(k.driver_min))
+            k = floor_toolkit(m, base, t)
+            floor = m.minor_compat.get(k.version.major)
+            if drv >= Version(k.driver_min):
+                mode = "native"
+            elif floor is not None and drv >= Version(floor.driver_min):
+                mode = "minor-compat"
+            else:
+                mode = "forward-compat"
+            src = k.source + (floor.source if floor and mode != "native" else ()) + t.source
+            seen[name] = DriverFit(str(t.version), name, str(k.version), k.driver_min, mode,
+                                   tuple(dict.fromkeys(src)))
+    order = {"native": 0, "minor-compat": 1, "forward-compat": 2}
+    return sorted(seen.values(), key=lambda f: (order[f.mode], [-x for x in Version(f.torch).release],
+                                               [-x for x in Version(f.toolkit).release]))
+
+
+def driver_check(req: Request, m: Matrix) -> dict[str, Any]:
+    """``check --driver X --torch Y``: the CUDA builds of Y and how each runs on X; raises
+    IncompatibleError (exit 3) when none runs natively or by minor-version compatibility."""
+    fits = driver_fit(req, m)
+    runs = [f for f in fits if f.mode != "forward-compat"]
+    lines = [f"- torch {f.torch}+{f.variant}: needs driver >= {f.driver_min} (CUDA {f.toolkit}); "
+             f"{MODES[f.mode]}" for f in fits]
+    if not runs:
+        vs = [Violation("driver_cuda",
+                        f"no CUDA build of torch {req.torch} runs on driver {req.driver} natively or by "
+                        f"minor-version compatibility"
+                        + (f" (it has {', '.join(f.variant for f in fits)}; the oldest needs >= "
+                           f"{min((f.driver_min for f in fits), key=Version)})" if fits else ""),
+                        tuple(s for f in fits for s in f.source[:1]) or m.torch[0].source,
+                        "update the driver, or use an older torch with a CUDA build this driver "
+                        "runs" + (f"; on datacenter GPUs forward compatibility (cuda-compat) may run "
+                                  f"{', '.join(f.variant for f in fits)}" if fits else ""))]
+        raise IncompatibleError(f"torch {req.torch} on driver {req.driver} cannot work: {vs[0].message}",
+                                violations=vs, details=[f"- {vs[0]}"] + lines)
+    return {"ok": True, "given": {"torch": str(req.torch), "driver": req.driver},
+            "satisfied_by": {"torch": runs[0].torch, "cuda": runs[0].variant},
+            "driver": [f.to_dict() | {"runs": MODES[f.mode]} for f in fits],
+            "warnings": []}

@@ -57,6 +57,7 @@ class Context:
     driver: str | None = None
     nccl_pin: str | None = None
     ds_ops: tuple[str, ...] = ()  # DeepSpeed ops pre-built at install time (--ds-ops)
+    platform: str = "linux/amd64"  # the image's platform (--platform)
 
 
 CheckFn = Callable[[Assignment, Context], list[Violation]]
@@ -99,6 +100,8 @@ def _driver_cuda(a: Assignment, ctx: Context) -> list[Violation]:
     t: Toolkit | None = a["cuda"]
     if t is None or ctx.driver is None:
         return []
+    if "torch" in a:  # the wheel's own cuda-toolkit pin may need a newer driver than the base
+        t = floor_toolkit(ctx.matrix, t, a["torch"])
     drv = Version(ctx.driver)
     floor = ctx.matrix.minor_compat.get(t.version.major)
     if drv >= Version(t.driver_min):
@@ -143,9 +146,36 @@ def _driver_cuda(a: Assignment, ctx: Context) -> list[Violation]:
         f"update the driver to >= {t.driver_min}, or use {alt}")]
 
 
-# applied with the base flavour when the search has one (resolve), without it otherwise (check)
-rule("driver_cuda", "cuda", unless=("flavour",))(_driver_cuda)
-rule("driver_cuda", "cuda", "flavour")(_driver_cuda)
+# applied with the base flavour when the search has one (resolve), without it otherwise
+# (check); with torch when the search has it (its wheel's cuda-toolkit pin sets the floor)
+rule("driver_cuda", "cuda", unless=("flavour", "torch"))(_driver_cuda)
+rule("driver_cuda", "cuda", "torch", unless=("flavour",))(_driver_cuda)
+rule("driver_cuda", "cuda", "torch", "flavour")(_driver_cuda)
+
+
+def wheel_toolkit(m: Matrix, torch: TorchRelease, cuda: Toolkit | None) -> Toolkit | None:
+    """The toolkit patch torch's wheel pins (Requires-Dist cuda-toolkit==X.Y.Z), when the
+    variant records one and the matrix lists that patch."""
+    if cuda is None:
+        return None
+    var = torch.variants.get(cuda.variant)
+    if var is None or var.cuda_toolkit is None:
+        return None
+    return next((k for k in m.toolkits if k.version == var.cuda_toolkit), None)
+
+
+def floor_toolkit(m: Matrix, cuda: Toolkit, torch: TorchRelease) -> Toolkit:
+    """Of the base image's toolkit and the one torch's wheel pins, the one needing the newer
+    driver: driver floors are per toolkit patch (13.2.2 needs more than 13.2.1)."""
+    w = wheel_toolkit(m, torch, cuda)
+    if w is not None and Version(w.driver_min) > Version(cuda.driver_min):
+        return w
+    return cuda
+
+
+def runs_natively(t: Toolkit, driver: str) -> bool:
+    """The driver is at least the toolkit patch's own minimum (no compatibility mode)."""
+    return Version(driver) >= Version(t.driver_min)
 
 
 def _driver_runs(m: Matrix, t: Toolkit, drv: Version) -> bool:
@@ -170,6 +200,25 @@ def _torch_variant(a: Assignment, ctx: Context) -> list[Violation]:
     return [Violation("torch_cuda_variant",
                       f"torch {t.version} has no {v} wheels (it has {', '.join(have)})",
                       t.source, f"use {alt}")]
+
+
+@rule("torch_platform", "cuda", "torch")
+def _torch_platform(a: Assignment, ctx: Context) -> list[Violation]:
+    """PyTorch must publish wheels of the variant for the image's platform (linux/arm64 wheels
+    exist only for some variants)."""
+    t: TorchRelease = a["torch"]
+    var = t.variants.get(variant_of(a["cuda"]))
+    if var is None or ctx.platform in var.platforms:
+        return []
+    have = [n for n, v in t.variants.items() if ctx.platform in v.platforms]
+    others = [r.line for r in ctx.matrix.torch for n, v in r.variants.items()
+              if n == var.name and ctx.platform in v.platforms]
+    fix = (f"use {', '.join(have)} for torch {t.version} on {ctx.platform}" if have else
+           f"use torch {', '.join(dict.fromkeys(others))} for {var.name} on {ctx.platform}" if others
+           else "use --platform linux/amd64")
+    return [Violation("torch_platform",
+                      f"torch {t.version} has no {var.name} wheels for {ctx.platform} (it has them for "
+                      f"{', '.join(var.platforms)})", t.source, fix)]
 
 
 @rule("torch_python", "torch", "python")
@@ -231,6 +280,11 @@ def _base_image(a: Assignment, ctx: Context) -> list[Violation]:
         return [Violation("base_image",
                           f"{m.base_repository} has no cuDNN image for CUDA {t.version} on {o.name}",
                           imgs.source, "use --flavour cuda-runtime or cuda-base (torch's wheels bring cuDNN)")]
+    if ctx.platform not in imgs.platforms:
+        return [Violation("base_image",
+                          f"{m.base_repository} has no {ctx.platform} image for CUDA {t.version} on {o.name} "
+                          f"(the matrix lists {', '.join(imgs.platforms)})", imgs.source,
+                          "use a CUDA toolkit whose images are multi-arch, or --flavour os")]
     if imgs.removed:
         return [Violation("base_image",
                           f"{m.base_repository} no longer serves CUDA {t.version} tags (end of life)",

@@ -16,6 +16,11 @@ _URL = {"type": "string", "pattern": r"^https?://\S+$"}
 _SOURCE = {"oneOf": [_URL, {"type": "array", "items": _URL, "minItems": 1}]}
 _NAME = {"type": "string", "pattern": r"^[a-z][a-z0-9.]*$"}
 _NOTE = {"type": "string"}
+_DATE = {"type": "string", "pattern": r"^[0-9]{4}-[0-9]{2}-[0-9]{2}(T[0-9:]+Z?)?$"}
+# an entry's upload date(s): one date, or version -> date for an entry of several versions
+_RELEASED = {"oneOf": [_DATE, {"type": "object", "additionalProperties": _DATE,
+                               "propertyNames": {"pattern": r"^[0-9]+(\.[0-9]+)*$"}}]}
+_PLATFORM = {"enum": ["linux/amd64", "linux/arm64"]}
 
 
 def _obj(required: list[str], props: dict[str, Any]) -> dict[str, Any]:
@@ -33,7 +38,7 @@ CUDA = _file(
     "toolkits",
     _obj(["version", "driver_min", "source"],
          {"version": _VERSION, "driver_min": _VERSION, "source": _SOURCE, "note": _NOTE,
-          "released": {"type": "string"}}),
+          "released": _RELEASED}),
     {"minor_compat": {"type": "array", "items": _obj(
         ["major", "driver_min", "source"],
         {"major": {"type": "integer"}, "driver_min": _VERSION, "source": _SOURCE, "note": _NOTE})},
@@ -48,6 +53,7 @@ BASE_IMAGES = _file(
           "cudnn": {"type": ["string", "null"], "pattern": r"^cudnn[0-9]*$"},
           "cudnn_os": {"type": "array", "items": _NAME},
           "removed": {"type": "boolean"}, "source": _SOURCE, "note": _NOTE,
+          "platforms": {"type": "array", "items": _PLATFORM, "minItems": 1},
           # a set's own repository (e.g. a team's internal registry, in a matrix overlay)
           "repository": {"type": "string", "pattern": r"^[a-z0-9][a-z0-9./:_-]*$"}}),
     {"repository": {"type": "string", "pattern": r"^[a-z0-9./_-]+$"}, "note": _NOTE},
@@ -57,7 +63,7 @@ NCCL = _file(
     "releases",
     _obj(["version", "cuda", "source"],
          {"version": _VERSION, "cuda": {"type": "array", "items": _VERSION, "minItems": 1},
-          "released": {"type": "string"}, "source": _SOURCE, "note": _NOTE}),
+          "released": _RELEASED, "source": _SOURCE, "note": _NOTE}),
     {"note": _NOTE},
 )
 
@@ -84,6 +90,8 @@ _VARIANT = _obj([], {
     "nccl": {"oneOf": [_VERSION, {"type": "null"}]},
     "nccl_package": {"type": ["string", "null"], "pattern": r"^nvidia-nccl-cu[0-9]+$"},
     "arch": {"type": "array", "items": {"type": "string", "pattern": r"^(sm|compute)_[0-9]+[a-z]?$"}},
+    "cuda_toolkit": _VERSION,
+    "platforms": {"type": "array", "items": _PLATFORM, "minItems": 1},
     "note": _NOTE, "source": _SOURCE,
 })
 
@@ -96,7 +104,7 @@ TORCH = _file(
           "variants": {"type": "object", "minProperties": 1,
                        "patternProperties": {r"^(cpu|cu[0-9]+)$": _VARIANT},
                        "additionalProperties": False},
-          "released": {"type": "string"}, "source": _SOURCE, "note": _NOTE}),
+          "released": _RELEASED, "source": _SOURCE, "note": _NOTE}),
     {"index": {"type": "string", "pattern": r"^https?://\S*\{variant\}\S*$"}, "note": _NOTE},
 )
 
@@ -105,8 +113,12 @@ COMPONENT = _file(
     _obj(["line", "versions", "requires", "source"],
          {"line": _VERSION, "versions": {"type": "array", "items": _VERSION, "minItems": 1},
           "requires": _obj([], {"torch": _SPEC, "python": _SPEC, "cuda": _SPEC, "nccl": _SPEC}),
-          "released": {"type": "string"}, "source": _SOURCE, "note": _NOTE}),
-    {"needs_nvcc": {"type": "boolean"}, "build_env": {"type": "object",
+          "released": _RELEASED, "source": _SOURCE, "note": _NOTE}),
+    {"needs_nvcc": {"type": "boolean"},
+     "cuda_minor_mismatch": _obj(["majors", "source"], {
+         "majors": {"type": "array", "items": {"type": "integer"}}, "source": _SOURCE,
+         "note": _NOTE}),
+     "build_env": {"type": "object",
      "additionalProperties": {"type": "string", "pattern": r"^[A-Za-z0-9_.,;:/=+-]*$"}},
      "note": _NOTE, "source": _SOURCE},
 )

@@ -29,7 +29,7 @@ from envbuilder.errors import EnvbuilderError, InputError
 T = TypeVar("T")
 
 _PIN_FIELDS = ("torch", "python", "deepspeed", "horovod", "nccl", "os", "driver", "flavour",
-               "ds_ops")
+               "ds_ops", "platform")
 
 
 @dataclass(frozen=True)
@@ -109,6 +109,7 @@ def merge_pins(base: Pins, over: Pins) -> Pins:
     for name in _PIN_FIELDS:
         v = getattr(over, name)
         kw[name] = v if v is not None else getattr(base, name)
+    kw["exclude_newer"] = over.exclude_newer or base.exclude_newer
     comps = dict(base.components())
     comps.update(over.components())
     kw["with_"] = tuple(c for c, on in comps.items() if on)
@@ -175,7 +176,10 @@ def make_spec(name: str, *, project: Project | None = None,
     if "requirements_file" in given or "requirements" in given:  # replace the project's
         kw.update(requirements_file=None, requirements=(), requirements_source="requirements")
     kw.update(given)
-    kw["pins"] = merge_pins(pins, o.pins)
+    pins = merge_pins(pins, o.pins)
+    # one date for the resolver's candidates and uv's files: the cascade's (a pin otherwise)
+    kw["exclude_newer"] = kw.get("exclude_newer") or pins.exclude_newer
+    kw["pins"] = replace(pins, exclude_newer=kw["exclude_newer"])
     kw["cli_pins"] = o.pins
     kw["from_project"] = t is not None
     return TargetSpec(**kw)

@@ -1,6 +1,7 @@
 """The target grammar: ``TARGET := BASE ("-" PART)*``.
 
-BASE is ``cuXY[Z]`` (CUDA major+minor: cu118 = 11.8) or ``cpu``; each PART pins one axis:
+BASE is ``cuXY[Z]`` (CUDA major+minor: cu118 = 11.8), ``cpu``, or ``any`` (the resolver picks
+the CUDA: with ``--driver``, the newest stack the driver runs natively); each PART pins one axis:
 ``torch2.1`` / ``torch2.1.2``, ``py310`` / ``py3.10``, ``ds0.14``, ``hvd0.28``, ``nccl2.18``,
 or an OS name such as ``ubuntu22.04``. Options pin the same axes; a target part and an option
 that disagree are an input error. Named aliases come from the matrix's ``targets.yaml``.
@@ -70,6 +71,8 @@ class Request:
     with_: frozenset[str] = field(default_factory=frozenset)
     without: frozenset[str] = field(default_factory=frozenset)
     ds_ops: tuple[str, ...] = ()  # DeepSpeed ops to pre-build (--ds-ops); () = JIT
+    exclude_newer: str | None = None  # RFC 3339 UTC: releases uploaded later are no candidates
+    platform: str = "linux/amd64"  # the image's platform (--platform)
 
     def pins(self) -> dict[str, str]:
         out: dict[str, str] = {}
@@ -211,8 +214,19 @@ def _parse_target(text: str, matrix: Matrix) -> Request:
     kw: dict[str, Any] = {"target": text}
     if base == "cpu":
         kw["cpu"] = True
+    elif base == "any":
+        pass  # no CUDA pin: the resolver picks one (or CPU)
     else:
         cuda = cuda_from_base(base)
+        if cuda is not None and len(base) == 4:  # cu12: a major alone, not CUDA 1.2
+            major = base[2:]
+            minors = [c for c in matrix.cuda_minors if c.split(".")[0] == major]
+            if minors:
+                raise InputError(
+                    f"target {text!r}: {base} names CUDA {major} without a minor version: give "
+                    f"both, e.g. {', '.join('cu' + c.replace('.', '') for c in minors[:4])} (CUDA "
+                    f"{major}.x in the matrix: {', '.join(minors)}), or any --driver VERSION to "
+                    f"let the resolver pick what the driver runs")
         if cuda is None:
             names = _known_bases(matrix) + [t.name for t in matrix.targets]
             raise InputError(f"target {text!r}: unknown base {base!r}{validate.suggest(base, names)}; "
@@ -249,7 +263,8 @@ def apply_options(req: Request, matrix: Matrix, *, torch: str | None = None,
                   horovod: str | None = None, nccl: str | None = None, os: str | None = None,
                   driver: str | None = None, cuda: str | None = None,
                   with_: Mapping[str, bool] | None = None, flavour: str | None = None,
-                  ds_ops: str | None = None) -> Request:
+                  ds_ops: str | None = None, exclude_newer: str | None = None,
+                  platform: str | None = None) -> Request:
     """Merge command-line pins into a request; a conflict with the target is an input error."""
     updates: dict[str, Any] = {}
 
@@ -305,6 +320,10 @@ def apply_options(req: Request, matrix: Matrix, *, torch: str | None = None,
         put("os", os)
     if driver is not None:
         updates["driver"] = validate.driver_version(driver)
+    if exclude_newer is not None:
+        updates["exclude_newer"] = validate.exclude_newer(exclude_newer)
+    if platform is not None:
+        updates["platform"] = validate.platform(platform)
     if with_:
         w, wo = set(updates.get("with_", req.with_)), set(req.without)
         for comp, on in with_.items():
@@ -377,6 +396,8 @@ class Pins:
     without: tuple[str, ...] = ()
     flavour: str | None = None  # the runtime base flavour
     ds_ops: str | None = None  # DeepSpeed ops to pre-build, comma-separated
+    exclude_newer: str | None = None  # leave out releases uploaded after this date (ISO)
+    platform: str | None = None  # linux/amd64 (default) or linux/arm64
 
     def components(self) -> dict[str, bool]:
         out: dict[str, bool] = {}
@@ -398,4 +419,5 @@ def request(target: str, matrix: Matrix, pins: Pins | None = None) -> Request:
     return apply_options(req, matrix, torch=pins.torch, python=pins.python,
                          deepspeed=pins.deepspeed, horovod=pins.horovod, nccl=pins.nccl,
                          os=pins.os, driver=pins.driver, with_=pins.components(),
-                         flavour=pins.flavour, ds_ops=pins.ds_ops)
+                         flavour=pins.flavour, ds_ops=pins.ds_ops,
+                         exclude_newer=pins.exclude_newer, platform=pins.platform)

@@ -38,6 +38,58 @@ def version(value: str, what: str) -> Version:
         raise InputError(f"{what} {value!r} is not a version") from None
 
 
+_DATE_RE = re.compile(r"^[0-9]{4}-[0-9]{2}-[0-9]{2}$")
+_TIME_RE = re.compile(r"^[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt ][0-9]{2}:[0-9]{2}(:[0-9]{2}(\.[0-9]{1,6})?)?"
+                      r"([Zz]|[+-][0-9]{2}:[0-9]{2})?$")
+
+
+def exclude_newer(value: str | None) -> str | None:
+    """``--exclude-newer``: an ISO date (``2024-06-01``: midnight UTC at its start) or an
+    ISO/RFC 3339 time (``2024-06-01T12:00:00Z``; without an offset, UTC), returned as the RFC
+    3339 UTC timestamp uv is given, the lock records and the resolver compares release dates
+    with. Anything else is bad input (exit 2)."""
+    import datetime as dt
+
+    if value is None:
+        return None
+    shown = "".join(c if 32 <= ord(c) != 127 else repr(c)[1:-1] for c in str(value))
+    shown = shown if len(shown) <= 60 else shown[:60] + "..."
+    bad = InputError(f"--exclude-newer {shown!r} is not a date: give an "
+                     f"ISO date (2024-06-01, meaning 00:00 UTC) or time (2024-06-01T12:00:00Z)")
+    v = value.strip() if isinstance(value, str) else ""
+    if not v or len(v) > 64 or not v.isascii():
+        raise bad
+    try:
+        if _DATE_RE.match(v):
+            d = dt.date.fromisoformat(v)
+            t = dt.datetime(d.year, d.month, d.day, tzinfo=dt.timezone.utc)
+        elif _TIME_RE.match(v):
+            iso = (v[:-1] + "+00:00" if v[-1] in "Zz" else v).replace("t", "T")
+            # Python 3.10 reads 3 or 6 fraction digits only
+            iso = re.sub(r"\.([0-9]{1,6})", lambda m: "." + m.group(1).ljust(6, "0"), iso)
+            t = dt.datetime.fromisoformat(iso)
+            t = (t if t.tzinfo else t.replace(tzinfo=dt.timezone.utc)).astimezone(dt.timezone.utc)
+        else:
+            raise ValueError(v)
+    except (ValueError, OverflowError):
+        raise bad from None
+    return t.strftime("%Y-%m-%dT%H:%M:%S") + (f".{t.microsecond:06d}" if t.microsecond else "") + "Z"
+
+
+PLATFORMS = ("linux/amd64", "linux/arm64")
+
+
+def platform(value: str) -> str:
+    """An image platform envbuilder builds for: linux/amd64 or linux/arm64 (aarch64)."""
+    aliases = {"amd64": "linux/amd64", "x86_64": "linux/amd64", "linux/x86_64": "linux/amd64",
+               "arm64": "linux/arm64", "aarch64": "linux/arm64", "linux/aarch64": "linux/arm64"}
+    v = aliases.get(value, value) if isinstance(value, str) else value
+    if v not in PLATFORMS:
+        raise InputError(f"--platform {_shown(value)!r} is not a platform envbuilder builds for: use "
+                         f"{' or '.join(PLATFORMS)}")
+    return str(v)
+
+
 def driver_version(value: str) -> str:
     """An NVIDIA driver version such as ``535.104.05``; returned unchanged."""
     if not isinstance(value, str) or not re.fullmatch(r"[0-9]{2,4}(\.[0-9]{1,3}){0,2}", value):

@@ -21,6 +21,11 @@ form carries each file's ``requires-python`` and ``yanked``, the HTML form the s
   cannot be confirmed and is reported as unverified (once per matrix entry);
 * releases there that the matrix does not list (from its oldest on) are reported as new.
 
+CUDA toolkits: each toolkit patch's driver floor against Table 3 of NVIDIA's CUDA release
+notes (``notes_url``), and the toolkit releases PyPI's ``cuda-toolkit`` has that the matrix
+lacks. Base images: each nvidia/cuda tag the matrix lists against the registry's tag API
+(``registry``). NCCL: the nvidia-nccl-cu12/cu13 releases PyPI has that the matrix lacks.
+
 An index that cannot be reached is reported as skipped, never as agreement. A wheel whose
 metadata names no NCCL (NCCL linked statically) cannot confirm the matrix's NCCL version:
 that is reported as unverified. Disagreements name the entry, the field and both values.
@@ -49,6 +54,8 @@ from packaging.version import InvalidVersion, Version
 from envbuilder.core.matrix import Component, Matrix, TorchRelease
 
 PYPI = "https://pypi.org/simple"
+NVIDIA_NOTES = "https://docs.nvidia.com/cuda/cuda-toolkit-release-notes/index.html"
+REGISTRY = "https://hub.docker.com/v2/repositories"  # {REGISTRY}/{repository}/tags/{tag}
 PLATFORM = "x86_64-manylinux_2_28"
 HTTP_TIMEOUT_S = 20
 UV_TIMEOUT_S = 180
@@ -103,6 +110,18 @@ class VerifyReport:
         return [f for f in self.findings if f.kind == kind]
 
     @property
+    def unreachable(self) -> list[str]:
+        """The sources (indexes, pages, registries) that did not answer."""
+        return [u for u, s in self.indexes.items() if s != "reachable"]
+
+    def headline(self) -> str:
+        """The first line of the report: how much could not be reached (never silent)."""
+        n = len(self.unreachable)
+        return (f"{n} of {len(self.indexes)} sources could not be reached: "
+                f"{len(self.of('skipped'))} groups of facts not checked" if n else
+                f"all {len(self.indexes)} sources were reached")
+
+    @property
     def ok(self) -> bool:
         return not self.of("disagree")
 
@@ -110,6 +129,7 @@ class VerifyReport:
         return {"ok": self.ok,
                 "matrix": {"path": self.matrix_path, "digest": self.matrix_digest},
                 "indexes": dict(self.indexes),
+                "unreachable": len(self.unreachable), "headline": self.headline(),
                 "counts": {k: len(self.of(k)) for k in ("disagree", "new", "skipped", "unverified")}
                 | {"agreed": len(self.agreed)},
                 "disagreements": [f.to_dict() for f in self.of("disagree")],
@@ -492,7 +512,8 @@ def verify_components(m: Matrix, rep: VerifyReport, *, pypi: str = PYPI,
 
 def verify_matrix(m: Matrix, *, pypi: str = PYPI, torch_index: str | None = None,
                   variant_indexes: bool = True, uv: str | None = None, jobs: int = 4,
-                  progress: Progress | None = None) -> VerifyReport:
+                  progress: Progress | None = None, notes_url: str = NVIDIA_NOTES,
+                  registry: str = REGISTRY) -> VerifyReport:
     """Check ``m``'s torch facts against PyPI (``pypi``: PyPI or a mirror) and, with
     ``variant_indexes``, PyTorch's index per variant (``torch_index``: a template with
     ``{variant}``, the matrix's own by default); DeepSpeed's and Horovod's releases and
@@ -500,6 +521,9 @@ def verify_matrix(m: Matrix, *, pypi: str = PYPI, torch_index: str | None = None
     say = progress or (lambda _msg: None)
     rep = VerifyReport(str(m.path), m.digest)
     verify_components(m, rep, pypi=pypi, progress=say)
+    verify_toolkits(m, rep, notes_url=notes_url, pypi=pypi, progress=say)
+    verify_nccl(m, rep, pypi=pypi, progress=say)
+    verify_base_images(m, rep, registry=registry, progress=say)
     uv_bin = find_uv(uv)
     work: list[tuple[_Job, bool]] = []
     lowest = min(t.version for t in m.torch)
@@ -574,3 +598,138 @@ def verify_matrix(m: Matrix, *, pypi: str = PYPI, torch_index: str | None = None
                 continue
             _compare_metadata(job, pins, on_pypi, rep)
     return rep
+
+
+# -- CUDA toolkits, base images, NCCL ----------------------------------------------------------
+
+def _get(url: str, accept: str = "*/*") -> bytes:
+    req = urllib.request.Request(url, headers={"Accept": accept, "User-Agent": "envbuilder"})
+    try:
+        with urllib.request.urlopen(req, timeout=HTTP_TIMEOUT_S) as r:
+            return bytes(r.read())
+    except urllib.error.HTTPError as e:
+        raise IndexUnreachable(f"HTTP {e.code} for {url}") from None
+    except (urllib.error.URLError, OSError, TimeoutError) as e:
+        raise IndexUnreachable(f"{url}: {getattr(e, 'reason', e)}") from None
+
+
+_TABLE3_ROW = re.compile(r"CUDA (\d+\.\d+)(?:\.(\d+))?(?: \(\d+\.\d+\.\d+\))?\s*(?:GA|Update (\d+))?"
+                         r"\s*>=\s*([0-9]{3}(?:\.[0-9]+)+)")
+
+
+def table3_floors(page: str) -> dict[str, str]:
+    """Toolkit patch -> minimum Linux x86_64 driver, from the text of the release notes' Table
+    3 ("CUDA 13.3 Update 1 | >=610.43.02 | ..."): the first driver after each row's name is
+    the Linux one. GA rows are x.y.0, "Update N" rows x.y.N."""
+    import html as _html
+
+    text = re.sub(r"\s+", " ", _html.unescape(re.sub(r"<[^>]+>", " ", page)))
+    out: dict[str, str] = {}
+    for m in _TABLE3_ROW.finditer(text):
+        patch = m.group(2) or m.group(3) or "0"
+        out.setdefault(f"{m.group(1)}.{patch}", m.group(4))
+    return out
+
+
+def verify_toolkits(m: Matrix, rep: VerifyReport, *, notes_url: str = NVIDIA_NOTES,
+                    pypi: str = PYPI, progress: Progress | None = None) -> None:
+    """Each toolkit's driver floor against Table 3; toolkit releases on PyPI's cuda-toolkit
+    that the matrix lacks."""
+    say = progress or (lambda _msg: None)
+    say(f"reading {notes_url}")
+    try:
+        floors = table3_floors(_get(notes_url, "text/html").decode("utf-8", "replace"))
+        rep.indexes[notes_url] = "reachable" if floors else "unreachable: no Table 3 rows on the page"
+    except IndexUnreachable as e:
+        rep.indexes[notes_url] = f"unreachable: {e}"
+        floors = {}
+    if not floors:
+        rep.findings.append(Finding("skipped", f"index {notes_url}", "index", None, None, notes_url,
+                                    f"cannot read Table 3 ({rep.indexes[notes_url]}); "
+                                    f"{len(m.toolkits)} toolkit driver floor(s) not checked"))
+    else:
+        known = {str(t.version) for t in m.toolkits}
+        for t in m.toolkits:
+            got = floors.get(str(t.version))
+            if got is None:
+                rep.findings.append(Finding("unverified", f"CUDA {t.version}", "driver_min", t.driver_min,
+                                            None, notes_url, "no Table 3 row for this patch"))
+            elif got != t.driver_min:
+                rep.findings.append(Finding("disagree", f"CUDA {t.version}", "driver_min", t.driver_min,
+                                            got, notes_url))
+            else:
+                rep.agreed.append(f"CUDA {t.version}: driver_min {got}")
+        for v in sorted(set(floors) - known, key=Version, reverse=True):
+            rep.findings.append(Finding("new", f"CUDA {v}", "toolkit", None, floors[v], notes_url))
+    _new_on_pypi(rep, pypi, "cuda-toolkit", {t.version for t in m.toolkits}, "CUDA", say,
+                 floor=min((t.version for t in m.toolkits if t.version.major >= 12), default=None))
+
+
+def _new_on_pypi(rep: VerifyReport, pypi: str, project: str, listed: set[Version], what: str,
+                 say: Progress, floor: Version | None) -> None:
+    url = project_url(pypi, project)
+    say(f"listing {project} on {url}")
+    try:
+        files = project_files(pypi, project)
+        rep.indexes[url] = "reachable"
+    except IndexUnreachable as e:
+        rep.indexes[url] = f"unreachable: {e}"
+        rep.findings.append(Finding("skipped", f"index {url}", "index", None, None, url,
+                                    f"cannot reach it ({e}); new {what} releases not looked for"))
+        return
+    # a release, without post-release suffixes and trailing zeros (13.4.1.0 is 13.4.1)
+    seen = {Version(".".join(map(str, f.version.release[:3]))) for f in files
+            if f.version is not None and f.live and not f.version.is_prerelease
+            and not f.version.is_devrelease}
+    for v in sorted(seen, reverse=True):
+        if v in listed or (floor is not None and v < floor):
+            continue
+        rep.findings.append(Finding("new", f"{what} {v}", "release", None, str(v), url))
+
+
+def verify_nccl(m: Matrix, rep: VerifyReport, *, pypi: str = PYPI,
+                progress: Progress | None = None) -> None:
+    """NCCL releases PyPI's nvidia-nccl-cu12/cu13 have that nccl.yaml lacks."""
+    say = progress or (lambda _msg: None)
+    listed = {n.version for n in m.nccl}
+    floor = min((n.version for n in m.nccl if any("." not in c for c in n.cuda)), default=None)
+    for project in ("nvidia-nccl-cu12", "nvidia-nccl-cu13"):
+        _new_on_pypi(rep, pypi, project, listed, f"NCCL ({project})", say, floor)
+
+
+def tag_exists(registry: str, repository: str, tag: str) -> bool:
+    """Whether the registry's tag API knows the tag (404: it does not); IndexUnreachable when
+    the registry does not answer."""
+    url = f"{registry.rstrip('/')}/{repository}/tags/{tag}"
+    try:
+        _get(url, "application/json")
+        return True
+    except IndexUnreachable as e:
+        if "HTTP 404" in str(e):
+            return False
+        raise
+
+
+def verify_base_images(m: Matrix, rep: VerifyReport, *, registry: str = REGISTRY,
+                       progress: Progress | None = None) -> None:
+    """Every nvidia/cuda tag the matrix lists (sets not marked removed) against the registry."""
+    say = progress or (lambda _msg: None)
+    tags = [(b.repository or m.base_repository, b.tag(fl, o, cudnn=c), b)
+            for b in m.base_images if not b.removed for o in b.os for fl in b.flavours
+            for c in ((False, True) if b.cudnn and (b.cudnn_os is None or o in b.cudnn_os) else (False,))]
+    for i, (repo, tag, b) in enumerate(tags):
+        say(f"tag {i + 1}/{len(tags)}: {repo}:{tag}")
+        try:
+            ok = tag_exists(registry, repo, tag)
+        except IndexUnreachable as e:
+            rep.indexes[registry] = f"unreachable: {e}"
+            rep.findings.append(Finding("skipped", f"index {registry}", "index", None, None, registry,
+                                        f"cannot reach it ({e}); {len(tags) - i} base-image tag(s) "
+                                        f"not checked"))
+            return
+        rep.indexes[registry] = "reachable"
+        if ok:
+            rep.agreed.append(f"{repo}:{tag}: exists")
+        else:
+            rep.findings.append(Finding("disagree", f"{repo}:{tag}", "tag", "listed", "missing",
+                                        registry, f"CUDA {b.cuda} set"))

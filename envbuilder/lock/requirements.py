@@ -73,10 +73,10 @@ from packaging.version import InvalidVersion, Version
 
 from envbuilder import __version__
 from envbuilder.errors import IncompatibleError, InputError, OperationError
+from envbuilder.core import validate
 from envbuilder.core.resolve import PYPI, Stack
 from envbuilder.lock import uv as _uv
 from envbuilder.render.plan import make_plan
-from envbuilder.lock.uv import PLATFORM
 
 if TYPE_CHECKING:
     # imported where a requirement is parsed: render without a lock never parses one
@@ -536,9 +536,6 @@ _INPUTS_TITLE = "# lock inputs (envbuilder lock --check compares them with the p
 _INPUTS_DIGEST = "# inputs digest: "
 _PACKAGES_DIGEST = "# packages digest: "
 _LIST_KEYS = ("extra index", "requirement")
-_DATE_RE = re.compile(r"^[0-9]{4}-[0-9]{2}-[0-9]{2}$")
-_TIME_RE = re.compile(r"^[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt ][0-9]{2}:[0-9]{2}(:[0-9]{2}(\.[0-9]{1,6})?)?"
-                      r"([Zz]|[+-][0-9]{2}:[0-9]{2})?$")
 
 
 @dataclass(frozen=True)
@@ -563,31 +560,9 @@ class LockInputs:
 def parse_exclude_newer(value: str | None) -> str | None:
     """``--exclude-newer``: an ISO date (``2024-06-01``: midnight UTC at its start) or an
     ISO/RFC 3339 time (``2024-06-01T12:00:00Z``; without an offset, UTC), as the RFC 3339 UTC
-    timestamp uv is given and the lock records. Anything else is bad input (exit 2)."""
-    import datetime as dt
-
-    if value is None:
-        return None
-    bad = InputError(f"--exclude-newer {_cut(_comment_safe(value), 60)!r} is not a date: give an "
-                     f"ISO date (2024-06-01, meaning 00:00 UTC) or time (2024-06-01T12:00:00Z)")
-    v = value.strip()
-    if not v or len(v) > 64 or not v.isascii():
-        raise bad
-    try:
-        if _DATE_RE.match(v):
-            d = dt.date.fromisoformat(v)
-            t = dt.datetime(d.year, d.month, d.day, tzinfo=dt.timezone.utc)
-        elif _TIME_RE.match(v):
-            iso = (v[:-1] + "+00:00" if v[-1] in "Zz" else v).replace("t", "T")
-            # Python 3.10 reads 3 or 6 fraction digits only
-            iso = re.sub(r"\.([0-9]{1,6})", lambda m: "." + m.group(1).ljust(6, "0"), iso)
-            t = dt.datetime.fromisoformat(iso)
-            t = (t if t.tzinfo else t.replace(tzinfo=dt.timezone.utc)).astimezone(dt.timezone.utc)
-        else:
-            raise ValueError(v)
-    except (ValueError, OverflowError):
-        raise bad from None
-    return t.strftime("%Y-%m-%dT%H:%M:%S") + (f".{t.microsecond:06d}" if t.microsecond else "") + "Z"
+    timestamp uv is given and the lock records. Anything else is bad input (exit 2). The
+    resolver reads the same value (core.validate.exclude_newer)."""
+    return validate.exclude_newer(value)
 
 
 def _record_digest(record: dict[str, Any]) -> str:
@@ -627,7 +602,7 @@ def lock_inputs(stack: Stack, *, requirements_file: str | Path | None = None,
         "format": LOCK_FORMAT,
         "target": stack.target,
         "python": stack.python,
-        "platform": PLATFORM,
+        "platform": _uv.python_platform(stack),
         "torch": f"{stack.torch.version} ({stack.variant})",
         "nccl": "none" if nccl is None else (f"{nccl} ({pkg})" if pkg else nccl),
         "horovod": str(stack.horovod.version) if stack.horovod is not None else "none",
@@ -826,7 +801,7 @@ def _header(stack: Stack, cmd: str, inputs: LockInputs, uv_version: str, body: s
         f"# target: {stack.target}",
         f"# stack: {stack.tag}",
         f"# matrix digest: {stack.matrix.digest}",
-        f"# python: {stack.python}, platform: {PLATFORM}",
+        f"# python: {stack.python}, platform: {_uv.python_platform(stack)}",
         f"# index: {_uv.public_url(idx.index)}" + (f" (extra: {', '.join(extras)})" if extras else ""),
         made_by,
         f"#   which runs: {_comment_safe(cmd)} <<< the requirement lines below",

@@ -29,6 +29,12 @@ if TYPE_CHECKING:
     from envbuilder.core.resolve import Stack
 
 PLATFORM = "x86_64-manylinux_2_28"
+PLATFORMS = {"linux/amd64": PLATFORM, "linux/arm64": "aarch64-manylinux_2_28"}
+
+
+def python_platform(stack: Stack) -> str:
+    """uv's --python-platform for the stack's image platform."""
+    return PLATFORMS.get(stack.platform, PLATFORM)
 TIMEOUT_S = 1800
 HASHES = ("--generate-hashes",)  # the mode of a hash-pinned lock
 # uv reads these when the matching flag is absent: each would change a lock without the lock
@@ -101,7 +107,7 @@ def compile_command(uv_bin: str, stack: Stack, idx: Indexes, out: Path | None,
     ``exclude_newer`` (an RFC 3339 timestamp, checked by the caller) leaves out files uploaded
     after it."""
     cmd = [uv_bin, "pip", "compile", "-", "--no-config", *mode, "--no-header",
-           "--python-version", stack.python, "--python-platform", PLATFORM,
+           "--python-version", stack.python, "--python-platform", python_platform(stack),
            "--index-url", idx.index]
     for u in idx.extras:
         cmd += ["--extra-index-url", u]

@@ -153,6 +153,7 @@ def _image(name: str, folder: Path, files: Mapping[str, str | bytes], share: boo
             "flavour": stack.get("flavour") or "",
             "alias": validate.tag(stack.get("torch_variant") or name, "alias"),
             "labels": img["labels"], "builder": builder, "runtime": runtime,
+            "platform": validate.platform(stack["platform"]) if stack.get("platform") else None,
             "key": _builder_key(files, dockerfile, builder) if share else None}
 
 
@@ -171,31 +172,9 @@ def _unique_tags(images: list[dict]) -> None:
             i["tag"] = validate.tag(f"{i['tag']}-{extra}", "tag")
 
 
-def bake_hcl(targets: Sequence[tuple[str, Path, Mapping[str, str | bytes]]], path: Path, *,
-             registry: str | None = None, alias_tags: bool = True,
-             share_builders: bool = True) -> str:
-    """The docker-bake.hcl text for rendered targets ``[(name, folder, files)]`` (the files in
-    memory: bake renders and writes them in one transaction with this file).
-
-    ``registry``: a repository such as ``ghcr.io/acme/envbuilder`` (no tag); images are tagged
-    ``<registry>:<version tag>`` (unique per target). The moving aliases (``<registry>:cu121``)
-    are listed apart, in comments: ``envbuilder build --push`` moves them after the smoke job
-    passed; ``bake --push`` pushes only version tags. Each target caches to and from the
-    registry (``<registry>:buildcache-<name>``), or a local folder without one."""
-    if registry is not None:
-        validate.repository(registry, "--registry")
+def _tags_and_caches(images: list[dict], registry: str | None, alias_tags: bool) -> None:
+    """Each image's version tag (to push), its moving alias (listed apart) and its caches."""
     repo = registry or LOCAL_REPOSITORY
-    base = Path(path).parent
-    if not targets:
-        raise InputError("no targets to bake")
-    seen: set[str] = set()
-    images = []
-    for name, folder, files in targets:
-        if name in seen:
-            raise InputError(f"target {name} is given twice")
-        seen.add(name)
-        images.append(_image(name, folder, files, share_builders))
-    _unique_tags(images)
     # the moving alias is the CUDA line (cu121, cpu); when several targets share a line only the
     # one named after it carries the alias, else they would overwrite each other's tag
     by_alias: dict[str, list[str]] = {}
@@ -213,6 +192,9 @@ def bake_hcl(targets: Sequence[tuple[str, Path, Mapping[str, str | bytes]]], pat
             i["cache"] = ([f"type=local,src=.buildx-cache/{i['name']}"],
                           [f"type=local,dest=.buildx-cache/{i['name']},mode=max"])
 
+
+def _shared_builders(images: list[dict]) -> dict[str, dict]:
+    """Builder stages shared by several images (same key): one common bake target each."""
     counts: dict[str, int] = {}
     for i in images:
         if i["key"]:
@@ -222,6 +204,35 @@ def bake_hcl(targets: Sequence[tuple[str, Path, Mapping[str, str | bytes]]], pat
         k = i["key"]
         if k and counts[k] > 1 and k not in shared:
             shared[k] = {"name": f"builder-{k}", "folder": i["folder"], "builder": i["builder"]}
+    return shared
+
+
+def bake_hcl(targets: Sequence[tuple[str, Path, Mapping[str, str | bytes]]], path: Path, *,
+             registry: str | None = None, alias_tags: bool = True,
+             share_builders: bool = True) -> str:
+    """The docker-bake.hcl text for rendered targets ``[(name, folder, files)]`` (the files in
+    memory: bake renders and writes them in one transaction with this file).
+
+    ``registry``: a repository such as ``ghcr.io/acme/envbuilder`` (no tag); images are tagged
+    ``<registry>:<version tag>`` (unique per target). The moving aliases (``<registry>:cu121``)
+    are listed apart, in comments: ``envbuilder build --push`` moves them after the smoke job
+    passed; ``bake --push`` pushes only version tags. Each target caches to and from the
+    registry (``<registry>:buildcache-<name>``), or a local folder without one."""
+    if registry is not None:
+        validate.repository(registry, "--registry")
+    base = Path(path).parent
+    if not targets:
+        raise InputError("no targets to bake")
+    seen: set[str] = set()
+    images = []
+    for name, folder, files in targets:
+        if name in seen:
+            raise InputError(f"target {name} is given twice")
+        seen.add(name)
+        images.append(_image(name, folder, files, share_builders))
+    _unique_tags(images)
+    _tags_and_caches(images, registry, alias_tags)
+    shared = _shared_builders(images)
 
     aliases = [f"# alias {i['name']}: {i['moving']}" for i in images if i["moving"]]
     blocks = [
@@ -242,6 +253,8 @@ def bake_hcl(targets: Sequence[tuple[str, Path, Mapping[str, str | bytes]]], pat
             ("target", "runtime"), ("tags", i["tags"]), ("labels", i["labels"]),
             ("args", {"BUILDER_IMAGE": i["builder"], "RUNTIME_IMAGE": i["runtime"]}),
             ("cache-from", i["cache"][0]), ("cache-to", i["cache"][1])]
+        if i["platform"]:  # the stack's own platform (amd64 is the default and stays implicit)
+            fields.append(("platforms", [i["platform"]]))
         if i["key"] in shared:
             fields.append(("contexts", {"builder": f"target:{shared[i['key']]['name']}"}))
         blocks.append(_block("target", i["name"], fields))

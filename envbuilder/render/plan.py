@@ -121,6 +121,12 @@ class BuildPlan:
     cuda_arch: tuple[str, ...] = ()  # TORCH_CUDA_ARCH_LIST entries compiled code is built for
 
     @property
+    def platform(self) -> str | None:
+        """The image platform when it is not the default linux/amd64 (FROM --platform)."""
+        p = self.stack.platform
+        return None if p == "linux/amd64" else p
+
+    @property
     def torch_layer(self) -> PipLayer:
         return self.layers[0]
 

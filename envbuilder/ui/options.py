@@ -41,6 +41,7 @@ _OPTIONS: dict[str, tuple[Any, Any]] = {
     "with_": (Optional[List[str]], typer.Option(None, "--with", help="Include components: deepspeed,horovod.")),
     "without": (Optional[List[str]], typer.Option(None, "--without", help="Exclude components: deepspeed,horovod.")),
     "flavour": (Optional[str], FlavourOpt),
+    "platform": (Optional[str], typer.Option(None, "--platform", help="The image's platform: linux/amd64 (default) or linux/arm64.")),
     "ds_ops": (Optional[str], typer.Option(None, "--ds-ops", metavar="OPS", help="DeepSpeed ops to pre-build, e.g. fused_adam,cpu_adam (default: the target's).")),
     "matrix_overlay": (Optional[Path], typer.Option(None, "--matrix-overlay", metavar="DIR", help="A team's matrix folder whose entries are added to (or replace) the matrix's (default: the project's matrix_overlay).")),
     "requirements": (Optional[Path], typer.Option(None, "--requirements", help="The team's own requirements file, in a layer of its own and locked with the stack (default: the project's).")),
@@ -50,7 +51,7 @@ _OPTIONS: dict[str, tuple[Any, Any]] = {
     "cpu_isa": (Optional[str], typer.Option(None, "--cpu-isa", metavar="ISA", help="-march of compiled CPU code (DeepSpeed CPU ops): x86-64-v3 (default), x86-64-v4, x86-64-v2.")),
     "pip_index_url": (Optional[str], typer.Option(None, "--pip-index-url", help="The package index (a PyPI mirror) to install and lock from (default: the project's).")),
     "extra_index_url": (Optional[List[str]], typer.Option(None, "--extra-index-url", help="Another package index to install and lock from; repeatable (default: the project's).")),
-    "exclude_newer": (Optional[str], typer.Option(None, "--exclude-newer", metavar="DATE", help="Leave out files uploaded after DATE (ISO date = 00:00 UTC, or a time); recorded in the lock (default: the project's).")),
+    "exclude_newer": (Optional[str], typer.Option(None, "--exclude-newer", metavar="DATE", help="Leave out releases and files uploaded after DATE (ISO date = 00:00 UTC, or a time): the resolver's candidates and uv's; recorded in the lock (default: the project's).")),
     "nproc": (Optional[int], typer.Option(None, "--nproc", min=1, help="Ranks of the smoke job (default 12, or the layouts'): job files for one node of N plus splits for 8- and 4-GPU nodes.")),
     "layout": (Optional[List[str]], typer.Option(None, "--layout", help="Job files for NNODESxNPROC_PER_NODE, e.g. 2x8 (repeat or comma-separate; one world size; default: the project's layouts).")),
     "image": (Optional[str], typer.Option(None, "--image", help="The image the jobs/ files run (default: REGISTRY:TAG, the project's registry, else envbuilder:TAG).")),
@@ -60,7 +61,7 @@ _OPTIONS: dict[str, tuple[Any, Any]] = {
 }
 GROUPS = {
     "pins": ("torch", "python", "deepspeed", "horovod", "nccl", "os_", "driver", "with_",
-             "without", "flavour", "ds_ops"),
+             "without", "flavour", "ds_ops", "platform"),
     "overlay": ("matrix_overlay",),
     "requirements": ("requirements",),
     "images": ("base_image", "builder_image", "cuda_arch", "cpu_isa"),

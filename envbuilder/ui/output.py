@@ -108,6 +108,8 @@ def print_stack(d: dict) -> None:
             for k in ("cuda_toolkit", "driver_min", "torch", "torch_variant", "python", "nccl",
                       "deepspeed", "horovod", "os", "base_image", "builder_image")]
     rows[0][2] = d["choices"]["cuda"]["reason"]
+    if d.get("driver_min"):  # whose floor: the base's or the wheel's cuda-toolkit patch
+        rows[1][2] = d["driver_min"].get("note") or f"CUDA {d['driver_min'].get('toolkit')}'s minimum driver"
     table(f"{d['target']} -> {d['tag']}", ["axis", "value", "why"], rows)
     for e in d.get("overlay", ()):
         sys.stdout.write(f"overlay{' (used)' if e['used'] else ''}: {e['file']} {e['key']} "
