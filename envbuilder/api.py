@@ -647,3 +647,148 @@ def bake_project(project: Project, out: str | Path, *, registry: str | None = No
     write_bake([(r["target"], out / r["target"]) for r in reports], out / "docker-bake.hcl",
                registry=registry)
     return {"bake_file": str(out / "docker-bake.hcl"), "targets": reports}
+
+
+# -- daily use: diff, inspect, init (issue 23) -------------------------------------------------
+
+def image_source(image: str, *, where: str = "auto",
+                 client: DockerClient | None = None) -> tuple[dict[str, str], dict[str, Any]]:
+    """(labels, provenance of the read) of ``image``: from the engine (``where="engine"``), from
+    its registry's manifest and config blob without pulling layers (``"registry"``), or
+    ``"auto"``: the engine when it holds the image, else the registry."""
+    from envbuilder.core import validate
+    from envbuilder.errors import OperationError
+
+    validate.image_ref(image, "IMAGE")
+    if where not in ("auto", "engine", "registry"):
+        raise InputError(f"--from {where!r}: expected auto, engine or registry")
+    if where in ("auto", "engine"):
+        try:
+            from envbuilder.run.engine import connect, image_provenance
+
+            return image_provenance(client or connect(timeout=30), image)
+        except (InputError, OperationError):
+            if where == "engine":
+                raise
+    from envbuilder.run.registry import image_labels as registry_labels
+
+    return registry_labels(image)
+
+
+def inspect_image(image: str, *, where: str = "auto", matrix_dir: str | Path | None = None,
+                  client: DockerClient | None = None) -> dict[str, Any]:
+    """``envbuilder inspect``: the stack ``image``'s labels declare and its provenance
+    (knowledge.inspect), the matrix digest compared with the matrix in use now."""
+    from envbuilder.knowledge.inspect import stack_from_labels
+
+    labels, src = image_source(image, where=where, client=client)
+    try:
+        now: str | None = load_matrix(matrix_dir).digest
+    except InputError:
+        now = None
+    return stack_from_labels(image, labels, src, matrix_digest_now=now)
+
+
+def inspect_lines(d: Mapping[str, Any]) -> tuple[list[list[str]], list[str]]:
+    """(table rows, provenance lines) of an inspect_image result, for printing."""
+    from envbuilder.knowledge.inspect import provenance_lines, rows
+
+    return rows(d), provenance_lines(d)
+
+
+def _diff_side(arg: str, *, matrix: Matrix | None, matrix_dir: str | Path | None,
+               matrix_overlay: str | Path | None, pins: Pins | None,
+               where: str, client: DockerClient | None) -> Any:
+    """One argument of ``envbuilder diff`` read into a knowledge.diff.Side: an existing path is
+    a build folder (with stack.json) or a lock; else a project target's name or a target; else
+    an image reference (engine or registry)."""
+    import json
+
+    from envbuilder._fs import read_text_capped
+    from envbuilder.knowledge.diff import Side, facts_from_labels, facts_from_lock_record, \
+        facts_from_stack
+    from envbuilder.lock.requirements import read_header, read_lock
+
+    p = Path(arg)
+    if p.exists():
+        folder = p if p.is_dir() else p.parent if p.name == "stack.json" else None
+        if folder is not None:
+            if not (folder / "stack.json").is_file():
+                raise InputError(f"{arg} is a folder without stack.json: give a build folder "
+                                 f"(envbuilder render writes one) or a requirements.lock")
+            sj = json.loads(read_text_capped(folder / "stack.json", "stack.json"))
+            lock = folder / "requirements.lock"
+            pkgs = ({x.name: x.version for x in read_lock(read_text_capped(lock, "lock"))}
+                    if lock.is_file() else None)
+
+            def read(rel: str, root: Path = folder) -> bytes | None:
+                f = (root / rel).resolve()
+                if not str(f).startswith(str(root.resolve())):
+                    return None
+                if f.is_dir():
+                    return b"".join(x.relative_to(f).as_posix().encode() + b"\0" + x.read_bytes()
+                                    for x in sorted(f.rglob("*")) if x.is_file())
+                return f.read_bytes() if f.is_file() else None
+
+            df = folder / "Dockerfile"
+            return Side("build", arg, facts=facts_from_stack(sj), packages=pkgs,
+                        dockerfile=df.read_text() if df.is_file() else None, read=read)
+        text = read_text_capped(p, "lock")
+        locked = read_lock(text)
+        if not locked:
+            raise InputError(f"{arg} holds no pinned package: give a requirements.lock "
+                             f"(envbuilder lock writes one), a build folder or a target")
+        record, _, _ = read_header(text)
+        return Side("lock", arg, facts=facts_from_lock_record(record or {}),
+                    packages={x.name: x.version for x in locked},
+                    via={x.name: x.via for x in locked})
+    project = find_project()
+    target, tpins, req = in_project(project, arg, pins)
+    try:
+        m = matrix or load_matrix(matrix_dir, matrix_overlay or req.get("matrix_overlay"))
+        stack = resolve.resolve_target(target, m, tpins)
+    except InputError:
+        if not any(c in arg for c in ":/@"):
+            raise
+        labels, _ = image_source(arg, where=where, client=client)
+        return Side("image", arg, facts=facts_from_labels(labels))
+    _, files = build_files(stack)
+
+    blobs = {k: v.encode() if isinstance(v, str) else v for k, v in files.items()}
+
+    def mem(rel: str, blobs: Mapping[str, bytes] = blobs) -> bytes | None:
+        rel = rel.rstrip("/")
+        if rel in blobs:
+            return blobs[rel]
+        inner = sorted(k for k in blobs if k.startswith(rel + "/"))
+        if not inner:
+            return None
+        return b"".join(k[len(rel) + 1:].encode() + b"\0" + blobs[k] for k in inner)
+
+    sj = json.loads(files["stack.json"])
+    dockerfile = files.get("Dockerfile")
+    return Side("target", arg, facts=facts_from_stack(sj),
+                dockerfile=dockerfile if isinstance(dockerfile, str) else None, read=mem)
+
+
+def diff(a: str, b: str, *, matrix_dir: str | Path | None = None,
+         matrix_a: str | Path | None = None, matrix_overlay: str | Path | None = None,
+         pins: Pins | None = None, where: str = "auto",
+         client: DockerClient | None = None) -> dict[str, Any]:
+    """``envbuilder diff A B`` (knowledge.diff): A and B are targets (with ``pins``), build
+    folders, locks or images. ``matrix_a``: resolve A against another matrix (an older copy),
+    to see what a matrix update moves."""
+    from envbuilder.knowledge.diff import diff as _diff
+
+    m = load_matrix(matrix_dir, matrix_overlay) if matrix_dir or matrix_overlay else None
+    ma = load_matrix(matrix_a, matrix_overlay) if matrix_a else m
+    kw: dict[str, Any] = dict(matrix_dir=matrix_dir, matrix_overlay=matrix_overlay, pins=pins,
+                              where=where, client=client)
+    return _diff(_diff_side(a, matrix=ma, **kw), _diff_side(b, matrix=m, **kw))
+
+
+def diff_lines(d: Mapping[str, Any]) -> list[str]:
+    """The lines ``envbuilder diff`` prints after its table (packages, layers that rebuild)."""
+    from envbuilder.knowledge.diff import text_lines
+
+    return text_lines(d)

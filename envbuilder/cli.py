@@ -420,6 +420,7 @@ def lock(target: Optional[str] = typer.Argument(None, help="The target to lock (
     if as_json:
         _echo_json(data)
         return
+    _print_package_diff(rep.get("package_diff"), "since the lock was made" if check_ else "from the lock that was there")
     if check_:
         sys.stdout.write(f"ok: {rep['path']} matches its inputs ({len(rep['packages'])} packages, each pinned with hashes; checked offline)\n")
     elif rep["status"] == "unchanged":
@@ -895,6 +896,66 @@ def matrix_show(axis: str = typer.Argument(..., help="cuda, torch, nccl, os, bas
     if as_json:
         return _echo_json(t.to_dict())
     _table(f"matrix: {axis}", [*t.columns, "source"], [[*r, " ".join(s)] for r, s in zip(t.rows, t.sources)])
+
+
+# -- daily use: diff, inspect, init (issue 23; logic in knowledge/ and core/, one api call each) --
+
+def _print_package_diff(d: Optional[dict], when: str) -> None:
+    """The package diff of lock --upgrade / --check (lock.pkgdiff), one line per change."""
+    if not d or not (d["added"] or d["removed"] or d["changed"]):
+        return
+    from envbuilder._safety import terminal_safe
+
+    lines = [f"+ {n} {v}" for n, v in d["added"].items()] + [f"- {n} {v}" for n, v in d["removed"].items()]
+    lines += [f"~ {n} {c['from']} -> {c['to']}" for n, c in d["changed"].items()]
+    sys.stdout.write(f"packages {when}: {len(d['added'])} added, {len(d['removed'])} removed, {len(d['changed'])} changed\n")
+    for ln in sorted(lines, key=lambda s: s.split()[1]):
+        sys.stdout.write(terminal_safe(f"  {ln}") + "\n")
+
+
+@app.command()
+@command
+@with_pins
+def diff(a: str = typer.Argument(..., metavar="A", help="A target (cu121, cu121-torch2.1), a project target, a build folder, a requirements.lock or an image."),
+         b: str = typer.Argument(..., metavar="B", help="The same kinds as A: what A would become."),
+         pins: Any = None,
+         matrix_a: Optional[str] = typer.Option(None, "--matrix-a", metavar="DIR", help="Resolve A against this matrix folder (e.g. an older copy), to see what a matrix update moves."),
+         source: str = typer.Option("auto", "--from", metavar="auto|engine|registry", help="Where an image's labels are read: the engine, the registry (no layer pulled), or auto (the engine when it has the image)."),
+         matrix: Optional[str] = MatrixOpt, matrix_overlay: Optional[str] = OverlayOpt,
+         as_json: bool = JsonOpt) -> None:
+    """What changes from A to B: CUDA, driver floor, torch, NCCL, DeepSpeed, Horovod, base image, packages, and which image layers rebuild."""
+    from envbuilder import api
+
+    d = api.diff(a, b, matrix_dir=matrix, matrix_a=matrix_a, matrix_overlay=matrix_overlay, pins=pins, where=source)
+    if as_json:
+        return _echo_json(d)
+    if d["facts"]:
+        _table(f"{a} -> {b}", ["", "A", "B"], [[f["title"], f["a"] or "-", f["b"] or "-"] for f in d["facts"]])
+    else:
+        sys.stdout.write(f"{a} -> {b}: the same stack\n")
+    from envbuilder._safety import terminal_safe
+
+    for ln in api.diff_lines(d):
+        sys.stdout.write(terminal_safe(ln) + "\n")
+
+
+@app.command("inspect")
+@command
+def inspect_image(image: str = typer.Argument(..., help="An image built by envbuilder: local, or a registry reference (read without pulling layers)."),
+            source: str = typer.Option("auto", "--from", metavar="auto|engine|registry", help="Where the labels are read: the engine, the registry (manifest and config only), or auto (the engine when it has the image)."),
+            matrix: Optional[str] = MatrixOpt, as_json: bool = JsonOpt) -> None:
+    """Print the stack an image's labels declare, as resolve prints it, with its provenance."""
+    from envbuilder import api
+
+    d = api.inspect_image(image, where=source, matrix_dir=matrix)
+    if as_json:
+        return _echo_json(d)
+    rows, prov = api.inspect_lines(d)
+    _table(f"{image}: {d['target']} -> {d['tag']}", ["axis", "value", "from"], rows)
+    from envbuilder._safety import terminal_safe
+
+    for ln in prov:
+        sys.stdout.write(terminal_safe(ln) + "\n")
 
 
 # -- readable metavars ---------------------------------------------------------------------

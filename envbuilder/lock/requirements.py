@@ -76,6 +76,7 @@ from envbuilder.core.resolve import PYPI, Stack
 from envbuilder.lock import uv as _uv
 from envbuilder.render.plan import BuildPlan, make_plan
 from envbuilder.render.templating import render_files
+from envbuilder.lock.pkgdiff import package_diff, pinned
 from envbuilder.lock.uv import PLATFORM
 
 if TYPE_CHECKING:
@@ -116,13 +117,16 @@ class LockReport:
     inputs_digest: str | None = None
     changed: list[str] = field(default_factory=list)  # why a kept lock was resolved again
     problems: list[str] = field(default_factory=list)  # what --check found
+    # the package diff (lock.pkgdiff.PackageDiff.to_dict): from the lock that was there to the
+    # one resolved now; with --check, of the top-level pins from the lock's inputs to today's
+    package_diff: dict | None = None
 
     def to_dict(self) -> dict:
         return {"path": self.path, "digest": self.digest, "packages": dict(self.packages),
                 "index": self.index, "extra_indexes": list(self.extra_indexes),
                 "command": self.command, "checked": self.checked, "status": self.status,
                 "inputs_digest": self.inputs_digest, "changed": list(self.changed),
-                "problems": list(self.problems)}
+                "problems": list(self.problems), "package_diff": self.package_diff}
 
 
 # -- public helpers --------------------------------------------------------------------------
@@ -144,6 +148,11 @@ def apply_lock(stack: Stack, plan_kw: dict[str, Any], lock_text: str,
     Returns (plan, layer_requirements) for ``render_files``."""
     check_lock_text(lock_text, where, python=stack.python)
     cross_check(stack, read_lock(lock_text), where)
+    from envbuilder.labels import PREFIX
+
+    # the image names the lock it was installed from (envbuilder inspect shows it)
+    plan_kw = {**plan_kw, "labels": {**(plan_kw.get("labels") or {}), PREFIX + "lock-digest":
+                                     "sha256:" + hashlib.sha256(lock_text.encode()).hexdigest()}}
     plan = make_plan(stack, hashes=True, **plan_kw)
     return plan, split_by_layer(lock_text, plan)
 
@@ -987,6 +996,7 @@ def write_locks(stack, out_dir: str | Path, *, requirements_file: str | Path | N
 
     kept: str | None = None
     changed: list[str] = []
+    before = _versions_on_disk(dest)
     if not upgrade and dest.is_file():
         try:
             disk = read_text_capped(dest, "lock", limit=MAX_LOCK_BYTES)
@@ -1033,8 +1043,32 @@ def write_locks(stack, out_dir: str | Path, *, requirements_file: str | Path | N
                                 extra_indexes=list(inputs.record["extra index"]), command=shown,
                                 status="unchanged" if kept is not None else "resolved",
                                 inputs_digest=inputs.digest,
-                                changed=[] if kept is not None else changed)
+                                changed=[] if kept is not None else changed,
+                                package_diff=None if before is None else
+                                package_diff(before, versions).to_dict())
     return result
+
+
+def _diff_lines(d: dict | None) -> list[str]:
+    if not d:
+        return []
+    from envbuilder.lock.pkgdiff import PackageDiff
+
+    return PackageDiff(added=d["added"], removed=d["removed"],
+                       changed={k: (v["from"], v["to"]) for k, v in d["changed"].items()}).lines()
+
+
+def _versions_on_disk(dest: Path) -> dict[str, str] | None:
+    """{name: version} of the lock at ``dest``; None when there is none (or it is unreadable)."""
+    from envbuilder._fs import read_text_capped
+
+    if not dest.is_file():
+        return None
+    try:
+        return {p.name: p.version for p in read_lock(read_text_capped(dest, "lock",
+                                                                      limit=MAX_LOCK_BYTES))}
+    except (InputError, OSError):
+        return None
 
 
 def check_lock(stack: Stack, dest: Path, inputs: LockInputs) -> LockReport:
@@ -1054,13 +1088,19 @@ def check_lock(stack: Stack, dest: Path, inputs: LockInputs) -> LockReport:
                         extra_indexes=list(inputs.record["extra index"]),
                         command=_recorded_command(text), checked=True, status="checked",
                         inputs_digest=inputs.digest, problems=problems)
+    record, _, _ = read_header(text)
+    if record is not None:
+        report.package_diff = package_diff(pinned(record.get("requirement", [])),
+                                           pinned(inputs.requirements)).to_dict()
     if problems:
         n = len(problems)
         fix = (f"envbuilder lock {stack.target} -o {_comment_safe(str(dest.parent))} makes it "
                f"again (--upgrade also takes newer releases)")
         err = OperationError(f"{dest} does not match its inputs: {problems[0]}"
                              + (f" (and {n - 1} more)" if n > 1 else "") + f"; {fix}",
-                             step="lock", details=problems)
+                             step="lock", details=problems + [
+                                 f"top-level pins: {ln}"
+                                 for ln in _diff_lines(report.package_diff)])
         err.report = report  # type: ignore[attr-defined]
         raise err
     return report
