@@ -5,7 +5,6 @@ resolutions against PyPI (marked network)."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
