@@ -792,3 +792,72 @@ def diff_lines(d: Mapping[str, Any]) -> list[str]:
     from envbuilder.knowledge.diff import text_lines
 
     return text_lines(d)
+
+
+def init_project(folder: str | Path = ".", *, driver: str | None = None,
+                 gpus_per_node: int | None = None, nodes: int = 1, registry: str | None = None,
+                 with_: Sequence[str] = (), name: str = "train", torch: str | None = None,
+                 matrix_dir: str | Path | None = None, probe: Any = None) -> dict[str, Any]:
+    """``envbuilder init``: write ``folder/envbuilder.toml`` (and a requirements.txt stub when
+    there is none) for a cluster (core.init). Facts not given are read from this host the way
+    doctor reads them (the driver, the GPUs and their compute capabilities); an existing
+    envbuilder.toml is never overwritten (InputError)."""
+    import os
+    import tomllib
+
+    from envbuilder.core import init
+    from envbuilder.core.project import parse_project
+
+    folder = Path(folder)
+    dest = folder / init.PROJECT_FILE
+    if dest.exists():
+        raise InputError(f"{dest} already exists: edit it, or remove it to start again "
+                         f"(envbuilder init never overwrites it)")
+    if not folder.is_dir():
+        raise InputError(f"{folder} is not a folder: create it first")
+    caps: list[str] = []
+    source = "the options given"
+    if driver is None or gpus_per_node is None:
+        from envbuilder.diagnose.doctor import inventory
+
+        inv = inventory(probe)
+        if driver is None and not inv.driver:
+            raise InputError("no NVIDIA driver found on this host"
+                             + (f" ({inv.error})" if inv.error else "")
+                             + ": give the cluster's --driver (e.g. 535.104.05) and "
+                               "--gpus-per-node")
+        if inv.driver:
+            caps = [g["compute_cap"] for g in inv.gpus if g.get("compute_cap")]
+            source = f"this host ({inv.source}: driver {inv.driver}, {len(inv.gpus)} GPUs)"
+            if driver is not None or gpus_per_node is not None:
+                source += " and the options given"
+        driver = driver or inv.driver
+        if gpus_per_node is None:
+            gpus_per_node = len(inv.gpus) or 8
+    assert driver is not None and gpus_per_node is not None
+    m = load_matrix(matrix_dir)
+    choice = init.choose(m, driver=driver, gpus_per_node=gpus_per_node, nodes=nodes,
+                         registry=registry, with_=with_, compute_caps=caps, torch=torch)
+    text = init.project_toml(choice, name=name, source=source)
+    written: list[str] = []
+    req = folder / init.REQUIREMENTS_FILE
+    tmp = folder / f".{init.PROJECT_FILE}.{os.getpid()}.tmp"
+    try:
+        if not req.exists():
+            req.write_text(init.REQUIREMENTS_STUB, encoding="utf-8")
+            written.append(str(req))
+        parse_project(dest, tomllib.loads(text))  # the schema accepts what is written
+        tmp.write_text(text, encoding="utf-8")
+        os.link(tmp, dest)  # fails if a file appeared meanwhile: never overwrites
+    except BaseException as e:
+        for w in written:  # nothing half-written
+            Path(w).unlink(missing_ok=True)
+        if isinstance(e, FileExistsError):
+            raise InputError(f"{dest} already exists: edit it, or remove it to start again "
+                             f"(envbuilder init never overwrites it)") from None
+        raise
+    finally:
+        tmp.unlink(missing_ok=True)
+    written.insert(0, str(dest))
+    return {"project": str(dest), "written": written, "source": source, "name": name,
+            **choice.to_dict()}

@@ -958,6 +958,35 @@ def inspect_image(image: str = typer.Argument(..., help="An image built by envbu
         sys.stdout.write(terminal_safe(ln) + "\n")
 
 
+@app.command()
+@command
+def init(driver: Optional[str] = typer.Option(None, "--driver", metavar="VERSION", help="The cluster's NVIDIA driver, e.g. 535.104.05 (default: this host's, as doctor reads it)."),
+         gpus_per_node: Optional[int] = typer.Option(None, "--gpus-per-node", metavar="N", help="GPUs per node (default: this host's GPU count)."),
+         nodes: int = typer.Option(1, "--nodes", metavar="N", help="Nodes a training job spans (the job files' layout is NODESxGPUS_PER_NODE)."),
+         registry: Optional[str] = typer.Option(None, "--registry", metavar="REPO", help="The repository images are pushed to, e.g. registry.example.com/ml."),
+         with_: Optional[List[str]] = typer.Option(None, "--with", metavar="NAME,...", help="Components every image carries: deepspeed, horovod."),
+         name: str = typer.Option("train", "--name", metavar="NAME", help="The project target's name (its build folder build/NAME)."),
+         torch: Optional[str] = TorchOpt,
+         matrix: Optional[str] = MatrixOpt, as_json: bool = JsonOpt) -> None:
+    """Write envbuilder.toml for your cluster: targets that run natively on its driver, a layout that fits its nodes, a requirements stub (never overwrites)."""
+    from envbuilder import api
+
+    d = api.init_project(".", driver=driver, gpus_per_node=gpus_per_node, nodes=nodes, registry=registry,
+                         with_=tuple(with_ or ()), name=name, torch=torch, matrix_dir=matrix)
+    if as_json:
+        return _echo_json(d)
+    from envbuilder._safety import terminal_safe
+
+    s = d["stack"]
+    out = [f"wrote {', '.join(d['written'])} (from {d['source']})",
+           f"{d['name']}: {d['target']}: {d['why']}",
+           f"  torch {s['torch']} ({s['torch_variant']}), Python {s['python']}, {s['os']}, NCCL {s['nccl']}"
+           + (f", DeepSpeed {s['deepspeed']}" if s["deepspeed"] else "") + (f", Horovod {s['horovod']}" if s["horovod"] else ""),
+           f"  layout {d['layout']}" + (f", registry {d['registry']}" if d["registry"] else ""),
+           "next: envbuilder render; envbuilder lock; envbuilder build"]
+    sys.stdout.write("".join(terminal_safe(ln) + "\n" for ln in out))
+
+
 # -- readable metavars ---------------------------------------------------------------------
 # typer shows Python types (<str>, <list[str]>, <int range>) where a value goes; the help shows
 # what to write instead. By parameter name first, then by type; a parameter with its own
