@@ -116,7 +116,8 @@ def target_files(target: str, out: str | Path, *, matrix_dir: str | Path | None 
                  builder_image: str | None = None, cuda_arch: tuple[str, ...] = (),
                  cpu_isa: str | None = None, requirements: Sequence[str] = (),
                  requirements_source: str = "requirements",
-                 matrix_overlay: str | Path | None = None) -> tuple:
+                 matrix_overlay: str | Path | None = None,
+                 registry: str | None = None) -> tuple:
     """(stack, {relative path: content}, locked) of the build folder ``out`` would get.
 
     A ``requirements.lock`` already in ``out`` (from ``envbuilder lock``), or one made now with
@@ -125,7 +126,9 @@ def target_files(target: str, out: str | Path, *, matrix_dir: str | Path | None 
     alone is one node of that many plus the splits that fit 8- and 4-GPU nodes (default 12).
     The team's own requirements (``requirements_file`` and/or the lines ``requirements``, e.g. a
     project's) get a layer of their own above torch and the compiled layers; with a lock they
-    are locked with the stack."""
+    are locked with the stack. Without ``image`` the job files pull ``registry:<tag>`` (the
+    tag ``build --push registry`` and ``bake --registry`` give it), else the local
+    ``envbuilder:<tag>``."""
     import json
 
     from envbuilder.lock.requirements import team_requirements
@@ -157,7 +160,12 @@ def target_files(target: str, out: str | Path, *, matrix_dir: str | Path | None 
                               extra_index_urls=tuple(extra_index_urls), smoke_nproc=nproc,
                               builder_image=builder_image, cuda_arch=cuda_arch or None,
                               cpu_isa=cpu_isa, team_requirements=team)
-    files.update(render_jobs(plan, image=image or f"envbuilder:{stack.tag}", layouts=lays,
+    if registry is not None:
+        from envbuilder.core import validate
+
+        validate.repository(registry, "--registry")
+    default_image = f"{registry}:{stack.tag}" if registry else f"envbuilder:{stack.tag}"
+    files.update(render_jobs(plan, image=image or default_image, layouts=lays,
                              gpus=stack.toolkit is not None if gpus is None else gpus,
                              infiniband=infiniband))
     stack_json = json.loads(files["stack.json"])
@@ -479,11 +487,15 @@ def verify_matrix(*, matrix_dir: str | Path | None = None, pypi: str = "https://
                    progress=progress)
 
 
-def show_axis(axis: str, *, matrix_dir: str | Path | None = None) -> Any:
-    """One axis of the matrix with the source of every row (matrix show)."""
-    from envbuilder.knowledge.show import show_axis as _show
+def show_axis(axis: str, *, matrix_dir: str | Path | None = None,
+              filters: Mapping[str, str | None] | None = None) -> Any:
+    """One axis of the matrix with the source of every row (matrix show); ``filters``
+    (``{"torch": "2.6", "cuda": "12.4"}``) keep the rows they match."""
+    from envbuilder.knowledge.show import filter_rows, show_axis as _show
 
-    return _show(load_matrix(matrix_dir), axis)
+    t = _show(load_matrix(matrix_dir), axis)
+    given = {k: v for k, v in (filters or {}).items() if v}
+    return filter_rows(t, given) if given else t
 
 
 def metrics_target(metrics_file: str | Path | None, pushgateway: str | None) -> Any:
@@ -608,6 +620,8 @@ def render_project(project: Project, out: str | Path, *, names: Sequence[str] | 
     kw.update(project_requirements(project, requirements_file))
     if not kw.get("layouts"):
         kw["layouts"] = project.layouts  # --layout wins over the project's
+    if not kw.get("registry"):
+        kw["registry"] = project.registry  # the job files pull the project's images
     reports = []
     with Outputs("render") as tx:
         for t in project_targets(project, names, pins):
@@ -861,3 +875,21 @@ def init_project(folder: str | Path = ".", *, driver: str | None = None,
     written.insert(0, str(dest))
     return {"project": str(dest), "written": written, "source": source, "name": name,
             **choice.to_dict()}
+
+
+def complete(kind: str, incomplete: str) -> list[str]:
+    """Shell completion values (knowledge.complete): ``kind`` is "target" (built-in targets,
+    cuXYZ bases, the project's target names, a target's parts after a '-'), "axis" or
+    "flavour". Never raises."""
+    from envbuilder.knowledge import complete as _c
+
+    try:
+        if kind == "target":
+            try:
+                project = find_project()
+            except InputError:
+                project = None
+            return _c.targets(incomplete, [t.name for t in project.targets] if project else [])
+        return _c.KINDS[kind](incomplete)
+    except Exception:  # noqa: BLE001 - completion must never fail the shell
+        return []

@@ -32,6 +32,25 @@ app = typer.Typer(
     rich_markup_mode=None,
 )
 
+# -- shell completion (values from envbuilder.api.complete; --install-completion installs it) --
+def _complete_target(incomplete: str) -> list[str]:
+    from envbuilder.api import complete
+
+    return complete("target", incomplete)
+
+
+def _complete_axis(incomplete: str) -> list[str]:
+    from envbuilder.api import complete
+
+    return complete("axis", incomplete)
+
+
+def _complete_flavour(incomplete: str) -> list[str]:
+    from envbuilder.api import complete
+
+    return complete("flavour", incomplete)
+
+
 # -- shared options -------------------------------------------------------------------------
 MatrixOpt = typer.Option(None, "--matrix", help="A matrix folder to use instead of the built-in one (replaces it entirely).",
                          metavar="DIR")
@@ -47,7 +66,7 @@ OsOpt = typer.Option(None, "--os", help="Pin the base OS, e.g. ubuntu22.04.")
 DriverOpt = typer.Option(None, "--driver", help="The driver of the hosts the image must run on, e.g. 525.60.13.")
 WithOpt = typer.Option(None, "--with", help="Include components: deepspeed,horovod.")
 WithoutOpt = typer.Option(None, "--without", help="Exclude components: deepspeed,horovod.")
-FlavourOpt = typer.Option(None, "--flavour", metavar="NAME",
+FlavourOpt = typer.Option(None, "--flavour", metavar="NAME", autocompletion=_complete_flavour,
                           help="Runtime base flavour: cuda-base (default), cuda-runtime, cudnn-runtime or os.")
 DsOpsOpt = typer.Option(None, "--ds-ops", metavar="OPS",
                         help="DeepSpeed ops to pre-build, e.g. fused_adam,cpu_adam (default: none, JIT).")
@@ -252,7 +271,7 @@ def targets(matrix: Optional[str] = MatrixOpt, as_json: bool = JsonOpt,
 @app.command()
 @command
 @with_pins
-def resolve(target: str = typer.Argument(..., help="e.g. cu118, cu121-torch2.1-py310, cpu"),
+def resolve(target: str = typer.Argument(..., autocompletion=_complete_target, help="e.g. cu118, cu121-torch2.1-py310, cpu"),
             pins: Any = None,
             matrix: Optional[str] = MatrixOpt, matrix_overlay: Optional[str] = OverlayOpt,
             as_json: bool = JsonOpt) -> None:
@@ -297,7 +316,7 @@ def check(cuda: Optional[str] = typer.Option(None, "--cuda", help="CUDA version,
 @app.command()
 @command
 @with_pins
-def render(target: Optional[str] = typer.Argument(None, help="The target; omit with --all."),
+def render(target: Optional[str] = typer.Argument(None, autocompletion=_complete_target, help="The target; omit with --all."),
            out: Optional[Path] = typer.Option(None, "-o", "--out", help="Output folder (default build/<target>; inside a project, its root's build/<name>)."),
            all_: bool = typer.Option(False, "--all", help="Render every built-in target into OUT/<target>/."),
            pins: Any = None,
@@ -305,7 +324,7 @@ def render(target: Optional[str] = typer.Argument(None, help="The target; omit w
            builder_image: Optional[str] = BuilderImageOpt, cuda_arch: Optional[str] = CudaArchOpt,
            cpu_isa: Optional[str] = CpuIsaOpt,
            pip_index_url: Optional[str] = typer.Option(None, "--pip-index-url", help="PyPI mirror."),
-           extra_index_url: Optional[List[str]] = typer.Option(None, "--extra-index-url"),
+           extra_index_url: Optional[List[str]] = typer.Option(None, "--extra-index-url", help="Another index pip may install from besides --pip-index-url (repeatable); written into the Dockerfile."),
            nproc: Optional[int] = typer.Option(None, "--nproc", min=1, help="Ranks of the smoke job (default 12): job files for one node of N plus splits for 8- and 4-GPU nodes."),
            layout: Optional[List[str]] = typer.Option(None, "--layout", help="Job files for NNODESxNPROC_PER_NODE, e.g. 2x8 (repeat or comma-separate; one world size)."),
            lock: bool = typer.Option(False, "--lock", help="Lock first (uv, hashes) and install with --require-hashes."),
@@ -313,6 +332,8 @@ def render(target: Optional[str] = typer.Argument(None, help="The target; omit w
            image: Optional[str] = typer.Option(None, "--image", help="The image the jobs/ files run (by digest when known)."),
            infiniband: bool = typer.Option(False, "--infiniband", help="Job files request IPC_LOCK for RDMA."),
            min_busbw: Optional[float] = typer.Option(None, "--min-busbw", help="monitoring/ alerts when the smoke job's all-reduce busbw falls below this (GB/s)."),
+           registry: Optional[str] = typer.Option(None, "--registry", help="The job files pull REPO:<tag>, as build --push REPO tags it (default: the project's registry, else the local envbuilder:<tag>)."),
+           quiet: bool = typer.Option(False, "-q", "--quiet", help="Print only warnings, not the files written."),
            matrix: Optional[str] = MatrixOpt, matrix_overlay: Optional[str] = OverlayOpt,
            as_json: bool = JsonOpt) -> None:
     """Write the Dockerfile, envbuilder.def, requirements, stack.json, smoke job and job files."""
@@ -324,7 +345,7 @@ def render(target: Optional[str] = typer.Argument(None, help="The target; omit w
               layouts=tuple(layout or ()), lock=lock,
               requirements_file=requirements, image=image, infiniband=infiniband,
               builder_image=builder_image, cuda_arch=_arch(cuda_arch), cpu_isa=cpu_isa,
-              min_busbw=min_busbw, matrix_overlay=matrix_overlay)
+              min_busbw=min_busbw, matrix_overlay=matrix_overlay, registry=registry)
     if image is not None and all_:
         raise InputError("--image names one image: use it without --all")
     if all_:
@@ -333,7 +354,7 @@ def render(target: Optional[str] = typer.Argument(None, help="The target; omit w
         reports = render_all(out or Path("build"), **kw)
         if as_json:
             _echo_json({"rendered": reports})
-        else:
+        elif not quiet:
             for r in reports:
                 sys.stdout.write(f"{r['target']}: {r['stack']['tag']} -> {r['out']}\n")
         return
@@ -344,7 +365,7 @@ def render(target: Optional[str] = typer.Argument(None, help="The target; omit w
         reports = render_project(project, out or _build_dir(project), **kw)
         if as_json:
             _echo_json({"project": str(project.path), "rendered": reports})
-        else:
+        elif not quiet:
             for r in reports:
                 sys.stdout.write(f"{r['target']}: {r['stack']['tag']} -> {r['out']}\n")
         return
@@ -357,14 +378,17 @@ def render(target: Optional[str] = typer.Argument(None, help="The target; omit w
     kw["matrix_overlay"] = matrix_overlay or req.get("matrix_overlay")
     if project is not None and not kw.get("layouts"):
         kw["layouts"] = project.layouts  # the project's job layouts (--layout wins; none: the defaults)
+    if project is not None and not kw.get("registry"):
+        kw["registry"] = project.registry
     r = render_target(target, out or _build_dir(project) / name, **kw)
     if as_json:
         _echo_json(r)
         return
     d = r["stack"]
-    sys.stdout.write(f"{target}: {d['tag']} (base {d['base_image']})\n")
-    for f in r["files"]:
-        sys.stdout.write(f"  {Path(r['out']) / f}\n")
+    if not quiet:
+        sys.stdout.write(f"{target}: {d['tag']} (base {d['base_image']})\n")
+        for f in r["files"]:
+            sys.stdout.write(f"  {Path(r['out']) / f}\n")
     for w in d["warnings"]:
         _warn(w)
 
@@ -374,7 +398,7 @@ def render(target: Optional[str] = typer.Argument(None, help="The target; omit w
 @app.command()
 @command
 @with_pins
-def lock(target: Optional[str] = typer.Argument(None, help="The target to lock (omit inside a project: its targets)."),
+def lock(target: Optional[str] = typer.Argument(None, autocompletion=_complete_target, help="The target to lock (omit inside a project: its targets)."),
          out: Optional[Path] = typer.Option(None, "-o", "--out", help="Folder for requirements.lock (default build/<target>; inside a project, its root's build/<name>)."),
          check_: bool = typer.Option(False, "--check", help="Verify offline that the lock matches its inputs (exit 1 naming what changed); never reaches an index."),
          upgrade: bool = typer.Option(False, "--upgrade", help="Resolve again even when the inputs are unchanged (takes newer releases)."),
@@ -384,7 +408,7 @@ def lock(target: Optional[str] = typer.Argument(None, help="The target to lock (
          conda_channel: Optional[List[str]] = typer.Option(None, "--conda-channel", help="Conda channel (default conda-forge)."),
          sbom: bool = typer.Option(False, "--sbom", help="Also write a CycloneDX SBOM (sbom.cdx.json)."),
          pip_index_url: Optional[str] = typer.Option(None, "--pip-index-url", help="Index (mirror) to lock from."),
-         extra_index_url: Optional[List[str]] = typer.Option(None, "--extra-index-url"),
+         extra_index_url: Optional[List[str]] = typer.Option(None, "--extra-index-url", help="Another index to lock from besides --pip-index-url (repeatable; recorded without credentials)."),
          pins: Any = None,
          matrix: Optional[str] = MatrixOpt, matrix_overlay: Optional[str] = OverlayOpt,
          as_json: bool = JsonOpt) -> None:
@@ -533,7 +557,7 @@ def _build_opts(base_image, ca_cert, pip_index_url, extra_index_url, wheelhouse,
 @app.command()
 @command
 @with_pins
-def build(target: Optional[str] = typer.Argument(None, help="The target; omit with --all."),
+def build(target: Optional[str] = typer.Argument(None, autocompletion=_complete_target, help="The target; omit with --all."),
           all_: bool = typer.Option(False, "--all", help="Build every built-in target; keep going past failures."),
           only: Optional[List[str]] = typer.Option(None, "--only", help="With --all: only targets containing this text."),
           jobs: int = typer.Option(1, "--jobs", "-j", min=1, help="With --all: builds at once."),
@@ -543,12 +567,12 @@ def build(target: Optional[str] = typer.Argument(None, help="The target; omit wi
           cpu_isa: Optional[str] = CpuIsaOpt,
           no_verify: bool = typer.Option(False, "--no-verify", help="Skip checking the image against its labels."),
           ca_cert: Optional[Path] = typer.Option(None, "--ca-cert", help="A PEM CA bundle trusted in the builder stage only."),
-          pip_index_url: Optional[str] = typer.Option(None, "--pip-index-url"),
-          extra_index_url: Optional[List[str]] = typer.Option(None, "--extra-index-url"),
+          pip_index_url: Optional[str] = typer.Option(None, "--pip-index-url", help="PyPI mirror the build installs from (a build argument)."),
+          extra_index_url: Optional[List[str]] = typer.Option(None, "--extra-index-url", help="Another index the build may install from (repeatable)."),
           wheelhouse: Optional[Path] = typer.Option(None, "--wheelhouse", help="Install Python packages from this folder of wheels, offline."),
-          http_proxy: Optional[str] = typer.Option(None, "--http-proxy"),
-          https_proxy: Optional[str] = typer.Option(None, "--https-proxy"),
-          no_proxy: Optional[str] = typer.Option(None, "--no-proxy"),
+          http_proxy: Optional[str] = typer.Option(None, "--http-proxy", help="HTTP proxy for the build (HTTP_PROXY build argument; not kept in the image)."),
+          https_proxy: Optional[str] = typer.Option(None, "--https-proxy", help="HTTPS proxy for the build (HTTPS_PROXY build argument; not kept in the image)."),
+          no_proxy: Optional[str] = typer.Option(None, "--no-proxy", help="Hosts the build reaches without the proxy (NO_PROXY), comma-separated."),
           tag: Optional[List[str]] = typer.Option(None, "-t", "--tag", help="Also tag the image NAME[:TAG], as docker does (e.g. myrepo/train:dev); a bare TAG is envbuilder:TAG. With --push, the TAG part is pushed too. Repeatable."),
           push: Optional[str] = typer.Option(None, "--push", help="Push to this repository (registry/name) and record the digest."),
           no_alias: bool = typer.Option(False, "--no-alias", help="Do not move the alias tag named after the target (e.g. cu121)."),
@@ -556,10 +580,10 @@ def build(target: Optional[str] = typer.Argument(None, help="The target; omit wi
           nproc: int = typer.Option(12, "--nproc", min=1, help="Ranks of the smoke job."),
           backend: str = typer.Option("auto", "--backend", help="auto, nccl or gloo."),
           smoke_timeout: int = typer.Option(SMOKE_TIMEOUT, "--smoke-timeout", min=5, help="Seconds before a collective of the smoke job counts as hung (smoke --timeout)."),
-          shm_size: str = typer.Option("2g", "--shm-size"),
+          shm_size: str = typer.Option("2g", "--shm-size", help="/dev/shm of the smoke job's containers, e.g. 2g (NCCL and DataLoader workers need more than the 64m default)."),
           context: Optional[Path] = typer.Option(None, "--context", help="Keep the build context in this folder."),
           lock_file: Optional[Path] = typer.Option(None, "--lock-file", help="Install from this requirements.lock (from envbuilder lock) with --require-hashes."),
-          lock_legacy: Optional[Path] = typer.Option(None, "--lock", hidden=True),
+          lock_legacy: Optional[Path] = typer.Option(None, "--lock", hidden=True, help="Deprecated: use --lock-file PATH."),
           requirements: Optional[Path] = typer.Option(None, "--requirements", help="The team's own requirements, installed in their own layer (default: the project's)."),
           report: Optional[Path] = typer.Option(None, "--report", help="Also write the JSON report here."),
           fmt: str = typer.Option("docker", "--format", help="docker, or apptainer: also build a SIF from the image (needs apptainer)."),
@@ -729,7 +753,7 @@ def smoke(image: Optional[str] = typer.Argument(None, help="The image to test (o
           timeout: int = typer.Option(SMOKE_TIMEOUT, "--timeout", min=5, help="Seconds before a collective counts as hung (build --smoke-timeout)."),
           progressive: bool = typer.Option(False, "--progressive", help="Run 2, then 4, then all ranks; stop at the first failing size."),
           min_busbw: Optional[float] = typer.Option(None, "--min-busbw", help="Fail below this all-reduce bus bandwidth (GB/s)."),
-          shm_size: str = typer.Option("2g", "--shm-size"),
+          shm_size: str = typer.Option("2g", "--shm-size", help="/dev/shm of the smoke job's containers, e.g. 2g (NCCL and DataLoader workers need more than the 64m default)."),
           gpus: Optional[bool] = typer.Option(None, "--gpus/--no-gpus", help="Request GPUs (default: when the engine has the NVIDIA runtime)."),
           records: Optional[str] = typer.Option(None, "--records", help="Judge a finished run from its records folder or log (- for stdin) instead of running one."),
           metrics_file: Optional[Path] = typer.Option(None, "--metrics-file", help="Write the result as Prometheus metrics here (*.prom, for node-exporter's textfile collector)."),
@@ -887,15 +911,29 @@ def matrix_verify(pypi: str = typer.Option("https://pypi.org/simple", "--pypi-in
 
 @matrix_app.command("show")
 @command
-def matrix_show(axis: str = typer.Argument(..., help="cuda, torch, nccl, os, base_images, deepspeed, horovod or incompatibilities."),
+def matrix_show(axis: str = typer.Argument(..., autocompletion=_complete_axis, help="cuda, torch, nccl, os, base_images, deepspeed, horovod or incompatibilities."),
+                torch: Optional[str] = typer.Option(None, "--torch", metavar="VERSION", help="Only rows of this torch release or line (2.6)."),
+                cuda: Optional[str] = typer.Option(None, "--cuda", metavar="VERSION", help="Only rows of this CUDA version or line (12.4; torch: its cu124 variant)."),
+                python: Optional[str] = typer.Option(None, "--python", metavar="VERSION", help="Only rows that list this Python (3.11)."),
+                os_: Optional[str] = typer.Option(None, "--os", metavar="OS", help="Only rows of this OS (ubuntu22.04, debian)."),
+                nccl: Optional[str] = typer.Option(None, "--nccl", metavar="VERSION", help="Only rows of this NCCL release or line."),
                 matrix: Optional[str] = MatrixOpt, as_json: bool = JsonOpt) -> None:
-    """Print one axis of the matrix with the source of every row."""
+    """Print one axis of the matrix with the source of every row (filters: --torch, --cuda, --python, --os, --nccl)."""
     from envbuilder.api import show_axis
 
-    t = show_axis(axis, matrix_dir=matrix)
+    t = show_axis(axis, matrix_dir=matrix, filters={"torch": torch, "cuda": cuda, "python": python, "os": os_, "nccl": nccl})
     if as_json:
         return _echo_json(t.to_dict())
-    _table(f"matrix: {axis}", [*t.columns, "source"], [[*r, " ".join(s)] for r, s in zip(t.rows, t.sources)])
+    # sources as numbered notes below the table, one whole URL per line (a table would fold them)
+    notes: dict[str, int] = {}
+    for s in t.sources:
+        for u in s:
+            notes.setdefault(u, len(notes) + 1)
+    _table(f"matrix: {axis} ({len(t.rows)} rows)", [*t.columns, "source"],
+           [[*r, " ".join(f"[{notes[u]}]" for u in s)] for r, s in zip(t.rows, t.sources)])
+    from envbuilder._safety import terminal_safe
+
+    sys.stdout.write("".join(terminal_safe(f"[{n}] {u}") + "\n" for u, n in notes.items()))
 
 
 # -- daily use: diff, inspect, init (issue 23; logic in knowledge/ and core/, one api call each) --
@@ -916,8 +954,8 @@ def _print_package_diff(d: Optional[dict], when: str) -> None:
 @app.command()
 @command
 @with_pins
-def diff(a: str = typer.Argument(..., metavar="A", help="A target (cu121, cu121-torch2.1), a project target, a build folder, a requirements.lock or an image."),
-         b: str = typer.Argument(..., metavar="B", help="The same kinds as A: what A would become."),
+def diff(a: str = typer.Argument(..., metavar="A", autocompletion=_complete_target, help="A target (cu121, cu121-torch2.1), a project target, a build folder, a requirements.lock or an image."),
+         b: str = typer.Argument(..., metavar="B", autocompletion=_complete_target, help="The same kinds as A: what A would become."),
          pins: Any = None,
          matrix_a: Optional[str] = typer.Option(None, "--matrix-a", metavar="DIR", help="Resolve A against this matrix folder (e.g. an older copy), to see what a matrix update moves."),
          source: str = typer.Option("auto", "--from", metavar="auto|engine|registry", help="Where an image's labels are read: the engine, the registry (no layer pulled), or auto (the engine when it has the image)."),
