@@ -275,7 +275,7 @@ def bake_all(out: str | Path, *, matrix_dir: str | Path | None = None,
     if registry is not None:
         validate.repository(registry, "--registry")
     out = Path(out)
-    reports = render_all(out, matrix_dir=matrix_dir, targets=targets, **kw)
+    reports = render_all(out, matrix_dir=matrix_dir, targets=targets, registry=registry, **kw)
     write_bake([(r["target"], out / r["target"]) for r in reports], out / "docker-bake.hcl",
                registry=registry)
     return {"bake_file": str(out / "docker-bake.hcl"), "targets": reports}
@@ -657,7 +657,7 @@ def bake_project(project: Project, out: str | Path, *, registry: str | None = No
         validate.repository(registry, "--registry" if registry != project.registry
                             else f"registry in {project.path}")
     out = Path(out)
-    reports = render_project(project, out, **kw)
+    reports = render_project(project, out, registry=registry, **kw)  # job files pull the baked tags
     write_bake([(r["target"], out / r["target"]) for r in reports], out / "docker-bake.hcl",
                registry=registry)
     return {"bake_file": str(out / "docker-bake.hcl"), "targets": reports}

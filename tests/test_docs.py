@@ -213,3 +213,25 @@ def test_every_documented_command_and_option_exists():
                     continue
                 assert re.search(rf"(^|[\s,]){re.escape(o)}\b", helps[key]), \
                     f"{b.id}: `envbuilder {' '.join(key)}` has no option {o}"
+
+
+# the docs files other helpers write on their branches (the lead merges them): linked already
+OTHER_HELPERS_DOCS = {"docs/hostile-input.md", "docs/explain.md", "docs/matrix.md", "docs/training.md"}
+
+
+def test_readme_is_short_and_every_local_link_resolves():
+    readme = (ROOT / "README.md").read_text()
+    assert len(readme.splitlines()) < 200
+    assert "[tests/test_hostile_inputs.py](tests/test_hostile_inputs.py)" in readme
+    for section in ("## Quick start", "## Set-up: two commands", "## What envbuilder promises",
+                    "## Documentation", "## Development"):
+        assert section in readme
+    assert "pip install -e . && envbuilder render cu118" in readme and "bash scripts/test.sh" in readme
+    assert "bash scripts/test-fast.sh" in readme and (ROOT / "scripts" / "test-fast.sh").is_file()
+    for doc in DOCS:
+        for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", doc.read_text()):
+            if re.match(r"[a-z]+://", target):
+                continue
+            path = (doc.parent / target).resolve()
+            rel = path.relative_to(ROOT).as_posix() if path.is_relative_to(ROOT) else str(path)
+            assert path.exists() or rel in OTHER_HELPERS_DOCS, f"{doc.relative_to(ROOT)}: {target}"

@@ -126,6 +126,11 @@ def test_job_files_pull_from_the_projects_registry(tmp_path):
     (job,) = [d for d in yaml.safe_load_all((out / "jobs" / "pytorchjob-2x8.yaml").read_text())]
     c = job["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0]
     assert c["image"] == f"registry.example.com/ml:{tag}"
+    # bake --registry R tags the images R:<tag>, and its job files pull those
+    p = cli("bake", "--registry", "ghcr.io/acme/other", cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert f'"ghcr.io/acme/other:{tag}"' in (tmp_path / "build" / "docker-bake.hcl").read_text()
+    assert _apptainer_ref(out, "2x8") == f"ghcr.io/acme/other:{tag}"
     # outside a project: --registry, else the local name
     assert cli("render", "cu121", "-o", str(tmp_path / "r"), "--registry", "ghcr.io/acme/train", "-q").returncode == 0
     assert _apptainer_ref(tmp_path / "r", "2x6") == f"ghcr.io/acme/train:{tag}"
