@@ -124,6 +124,13 @@ def test_diff_of_two_locks_prints_the_package_changes(two_locks):
     assert d["packages"] == want.to_dict()
     # six comes in through no stack layer: the team's layer
     assert any(s["stage"] == "layer-team" and "+six 1.16.0" in s["why"] for s in d["rebuild"])
+    # a build folder rendered with the lock names its digest in a label (inspect shows it)
+    import hashlib
+
+    r = cli("render", "cu121-torch2.1-py310", "-o", "build/a", "-q", cwd=root)
+    assert r.returncode == 0, r.stderr
+    digest = hashlib.sha256((root / "build/a/requirements.lock").read_bytes()).hexdigest()
+    assert f'io.envbuilder.lock-digest="sha256:{digest}"' in (root / "build/a/Dockerfile").read_text()
 
 
 @pytest.mark.network
@@ -146,3 +153,15 @@ def test_lock_upgrade_and_check_print_the_package_diff(two_locks, tmp_path):
             "--requirements", str(tmp_path / "team.txt"))
     assert p.returncode == 1
     assert "top-level pins: + six 1.16.0" in p.stderr
+
+
+def test_diff_of_project_targets_carries_the_teams_layer(tmp_path):
+    (tmp_path / "envbuilder.toml").write_text(
+        'requirements = ["six==1.16.0"]\n\n[[targets]]\nname = "train"\ntarget = "cu121"\n\n'
+        '[[targets]]\nname = "next"\ntarget = "cu121"\ntorch = "2.4"\n')
+    p = cli("diff", "train", "next", "--json", cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    d = json.loads(p.stdout)
+    assert [f["fact"] for f in d["facts"]][:1] == ["torch"]
+    rb = {s["stage"]: s["rebuilds"] for s in d["rebuild"]}
+    assert rb == {"builder": False, "layer-torch": True, "layer-team": True, "runtime": True}
