@@ -435,6 +435,7 @@ def lock(target: Optional[str] = typer.Argument(None, autocompletion=_complete_t
             for d in locks:
                 sys.stdout.write(f"{d['name']}: {d['lock']['path']}: {d['lock'].get('status', 'resolved')}, "
                                  f"{len(d['lock']['packages'])} packages, {d['lock']['digest']}\n")
+                _print_package_diff(d["lock"].get("package_diff"), "from the lock that was there")
         return
     name = target
     target, pins, req = in_project(project, target, pins, requirements)
