@@ -191,3 +191,31 @@ def test_pods_request_cpu_and_memory_for_their_shm(tmp_path):
     assert quantity_bytes(req["memory"]) > quantity_bytes(shm)
     assert lim == {"memory": req["memory"]} and int(req["cpu"]) >= 2  # Burstable, no GPU
     assert quantity_bytes("1.5Gi") == 3 * 2**29 and quantity_bytes("512M") == 512 * 10**6
+
+
+@pytest.mark.docker
+def test_interface_choice_in_a_container(docker_client, base_image):
+    """The same script in containers of the real engine: a bridge network's eth0 (up), and lo
+    when the container has no network."""
+    import io
+    import tarfile
+    import uuid
+
+    script = (ROOT / "templates" / "files" / "nccl-defaults.sh").read_bytes()
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        for name, data in (("Dockerfile", f"FROM {base_image}\nCOPY nccl-defaults.sh /nccl-defaults.sh\n".encode()),
+                           ("nccl-defaults.sh", script)):
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    buf.seek(0)
+    tag = f"envbuilder-ifname-test:{uuid.uuid4().hex[:8]}"
+    docker_client.images.build(fileobj=buf, custom_context=True, tag=tag, rm=True)
+    try:
+        cmd = ["sh", "-c", '. /nccl-defaults.sh; echo "$NCCL_SOCKET_IFNAME|$GLOO_SOCKET_IFNAME"']
+        assert docker_client.containers.run(tag, cmd, remove=True).decode().strip() == \
+            "^docker,lo,veth,virbr,br-|eth0"
+        assert docker_client.containers.run(tag, cmd, remove=True, network_mode="none").decode().strip() == "lo|lo"
+    finally:
+        docker_client.images.remove(tag)
