@@ -760,16 +760,20 @@ def _diff_side(arg: str, *, matrix: Matrix | None, matrix_dir: str | Path | None
     target, tpins, req = in_project(project, arg, pins)
     try:
         m = matrix or load_matrix(matrix_dir, matrix_overlay or req.get("matrix_overlay"))
-        resolve.resolve_target(target, m, tpins)
+        stack = resolve.resolve_target(target, m, tpins)
     except InputError:
         if not any(c in arg for c in ":/@"):
             raise
         labels, _ = image_source(arg, where=where, client=client)
         return Side("image", arg, facts=facts_from_labels(labels))
-    # the build folder `render` would write (inside a project: with the team's requirements)
-    team = {k: v for k, v in req.items() if k.startswith("requirements")}
-    _, files, _ = target_files(target, Path("/nonexistent/envbuilder-diff"), matrix=m,
-                               pins=tpins, **team)
+    # the image part of the build folder `render` would write (inside a project: with the
+    # team's requirements in their layer)
+    from envbuilder.lock.requirements import team_requirements
+
+    team = team_requirements(stack, requirements_file=req.get("requirements_file"),
+                             lines=req.get("requirements", ()),
+                             source=req.get("requirements_source", "requirements"))
+    _, files = build_files(stack, team_requirements=team)
 
     blobs = {k: v.encode() if isinstance(v, str) else v for k, v in files.items()}
 
