@@ -26,7 +26,8 @@ __all__ = ["Outcome", "Overrides", "Pins", "Project", "TargetSpec", "apptainer_a
            "github_matrix", "image_labels", "list_targets", "load", "lock", "lock_target",
            "make_spec", "out_dir", "render", "render_all", "render_target", "request",
            "resolve_spec", "resolve_target", "smoke", "spec_files", "target_specs",
-           "verify_image", "write_ci", "write_report"]
+           "verify_image", "write_ci", "write_report", "diff", "diff_lines", "inspect_image",
+           "inspect_lines", "image_source", "init_project", "complete"]
 
 if TYPE_CHECKING:
     from docker import DockerClient
@@ -321,6 +322,8 @@ def bake(specs: Sequence[TargetSpec], out: str | Path | None = None, *,
     registry = registry or next((s.registry for s in specs if s.registry), None)
     if registry is not None:
         validate.repository(registry, "--registry")
+        # the job files pull the tags the bake file gives
+        specs = [spec_mod.replace(s, registry=registry) for s in specs]
     root = Path(out) if out is not None else (
         specs[0].project.parent / "build" if specs and specs[0].project is not None else Path("build"))
     made = spec_mod.run_each(specs, "render", lambda s: (
@@ -598,11 +601,15 @@ def verify_matrix(*, matrix_dir: str | Path | None = None, pypi: str = "https://
                    progress=progress)
 
 
-def show_axis(axis: str, *, matrix_dir: str | Path | None = None) -> Any:
-    """One axis of the matrix with the source of every row (matrix show)."""
-    from envbuilder.knowledge.show import show_axis as _show
+def show_axis(axis: str, *, matrix_dir: str | Path | None = None,
+              filters: Mapping[str, str | None] | None = None) -> Any:
+    """One axis of the matrix with the source of every row (matrix show); ``filters``
+    (``{"torch": "2.6", "cuda": "12.4"}``) keep the rows they match."""
+    from envbuilder.knowledge.show import filter_rows, show_axis as _show
 
-    return _show(load_matrix(matrix_dir), axis)
+    t = _show(load_matrix(matrix_dir), axis)
+    given = {k: v for k, v in (filters or {}).items() if v}
+    return filter_rows(t, given) if given else t
 
 
 def metrics_target(metrics_file: str | Path | None, pushgateway: str | None) -> Any:
@@ -719,3 +726,237 @@ def build_summary(reports: Sequence[BuildReport], *, single: bool,
                            "smoke": None if r.smoke is None else {
                                "ok": r.smoke["ok"], "world_size": r.smoke["world_size"]}}
                           for r in reports if r.pushed]}
+
+
+# -- daily use: diff, inspect, init (issue 23) -------------------------------------------------
+
+def image_source(image: str, *, where: str = "auto",
+                 client: DockerClient | None = None) -> tuple[dict[str, str], dict[str, Any]]:
+    """(labels, provenance of the read) of ``image``: from the engine (``where="engine"``), from
+    its registry's manifest and config blob without pulling layers (``"registry"``), or
+    ``"auto"``: the engine when it holds the image, else the registry."""
+    from envbuilder.core import validate
+    from envbuilder.errors import OperationError
+
+    validate.image_ref(image, "IMAGE")
+    if where not in ("auto", "engine", "registry"):
+        raise InputError(f"--from {where!r}: expected auto, engine or registry")
+    if where in ("auto", "engine"):
+        try:
+            from envbuilder.run.engine import connect, image_provenance
+
+            return image_provenance(client or connect(timeout=30), image)
+        except (InputError, OperationError):
+            if where == "engine":
+                raise
+    from envbuilder.run.registry import image_labels as registry_labels
+
+    return registry_labels(image)
+
+
+def inspect_image(image: str, *, where: str = "auto", matrix_dir: str | Path | None = None,
+                  client: DockerClient | None = None) -> dict[str, Any]:
+    """``envbuilder inspect``: the stack ``image``'s labels declare and its provenance
+    (knowledge.inspect), the matrix digest compared with the matrix in use now."""
+    from envbuilder.knowledge.inspect import stack_from_labels
+
+    labels, src = image_source(image, where=where, client=client)
+    try:
+        now: str | None = load_matrix(matrix_dir).digest
+    except InputError:
+        now = None
+    return stack_from_labels(image, labels, src, matrix_digest_now=now)
+
+
+def inspect_lines(d: Mapping[str, Any]) -> tuple[list[list[str]], list[str]]:
+    """(table rows, provenance lines) of an inspect_image result, for printing."""
+    from envbuilder.knowledge.inspect import provenance_lines, rows
+
+    return rows(d), provenance_lines(d)
+
+
+def _diff_side(arg: str, *, matrix: Matrix | None, matrix_dir: str | Path | None,
+               matrix_overlay: str | Path | None, pins: Pins | None,
+               where: str, client: DockerClient | None) -> Any:
+    """One argument of ``envbuilder diff`` read into a knowledge.diff.Side: an existing path is
+    a build folder (with stack.json) or a lock; else a project target's name or a target; else
+    an image reference (engine or registry)."""
+    import json
+
+    from envbuilder._fs import read_text_capped
+    from envbuilder.knowledge.diff import Side, facts_from_labels, facts_from_lock_record, \
+        facts_from_stack
+    from envbuilder.lock.requirements import read_header, read_lock
+
+    p = Path(arg)
+    if p.exists():
+        folder = p if p.is_dir() else p.parent if p.name == "stack.json" else None
+        if folder is not None:
+            if not (folder / "stack.json").is_file():
+                raise InputError(f"{arg} is a folder without stack.json: give a build folder "
+                                 f"(envbuilder render writes one) or a requirements.lock")
+            sj = json.loads(read_text_capped(folder / "stack.json", "stack.json"))
+            lock = folder / "requirements.lock"
+            pkgs = ({x.name: x.version for x in read_lock(read_text_capped(lock, "lock"))}
+                    if lock.is_file() else None)
+
+            def read(rel: str, root: Path = folder) -> bytes | None:
+                f = (root / rel).resolve()
+                if not str(f).startswith(str(root.resolve())):
+                    return None
+                if f.is_dir():
+                    return b"".join(x.relative_to(f).as_posix().encode() + b"\0" + x.read_bytes()
+                                    for x in sorted(f.rglob("*")) if x.is_file())
+                return f.read_bytes() if f.is_file() else None
+
+            df = folder / "Dockerfile"
+            return Side("build", arg, facts=facts_from_stack(sj), packages=pkgs,
+                        dockerfile=df.read_text() if df.is_file() else None, read=read)
+        text = read_text_capped(p, "lock")
+        locked = read_lock(text)
+        if not locked:
+            raise InputError(f"{arg} holds no pinned package: give a requirements.lock "
+                             f"(envbuilder lock writes one), a build folder or a target")
+        record, _, _ = read_header(text)
+        return Side("lock", arg, facts=facts_from_lock_record(record or {}),
+                    packages={x.name: x.version for x in locked},
+                    via={x.name: x.via for x in locked})
+    from envbuilder.assemble import folder_files
+
+    spec = make_spec(arg, project=find_project(), pins=pins, matrix_overlay=matrix_overlay)
+    try:
+        stack = resolve_spec(spec, matrix_dir=matrix_dir, matrix=matrix)
+    except InputError:
+        if not any(c in arg for c in ":/@"):
+            raise
+        labels, _ = image_source(arg, where=where, client=client)
+        return Side("image", arg, facts=facts_from_labels(labels))
+    # the build folder `render` would write (inside a project: with the team's requirements
+    # in their layer)
+    _, files = folder_files(spec, stack)
+
+    blobs = {k: v.encode() if isinstance(v, str) else v for k, v in files.items()}
+
+    def mem(rel: str, blobs: Mapping[str, bytes] = blobs) -> bytes | None:
+        rel = rel.rstrip("/")
+        if rel in blobs:
+            return blobs[rel]
+        inner = sorted(k for k in blobs if k.startswith(rel + "/"))
+        if not inner:
+            return None
+        return b"".join(k[len(rel) + 1:].encode() + b"\0" + blobs[k] for k in inner)
+
+    sj = json.loads(files["stack.json"])
+    dockerfile = files.get("Dockerfile")
+    return Side("target", arg, facts=facts_from_stack(sj),
+                dockerfile=dockerfile if isinstance(dockerfile, str) else None, read=mem)
+
+
+def diff(a: str, b: str, *, matrix_dir: str | Path | None = None,
+         matrix_a: str | Path | None = None, matrix_overlay: str | Path | None = None,
+         pins: Pins | None = None, where: str = "auto",
+         client: DockerClient | None = None) -> dict[str, Any]:
+    """``envbuilder diff A B`` (knowledge.diff): A and B are targets (with ``pins``), build
+    folders, locks or images. ``matrix_a``: resolve A against another matrix (an older copy),
+    to see what a matrix update moves."""
+    from envbuilder.knowledge.diff import diff as _diff
+
+    m = load_matrix(matrix_dir, matrix_overlay) if matrix_dir or matrix_overlay else None
+    ma = load_matrix(matrix_a, matrix_overlay) if matrix_a else m
+    kw: dict[str, Any] = dict(matrix_dir=matrix_dir, matrix_overlay=matrix_overlay, pins=pins,
+                              where=where, client=client)
+    return _diff(_diff_side(a, matrix=ma, **kw), _diff_side(b, matrix=m, **kw))
+
+
+def diff_lines(d: Mapping[str, Any]) -> list[str]:
+    """The lines ``envbuilder diff`` prints after its table (packages, layers that rebuild)."""
+    from envbuilder.knowledge.diff import text_lines
+
+    return text_lines(d)
+
+
+def init_project(folder: str | Path = ".", *, driver: str | None = None,
+                 gpus_per_node: int | None = None, nodes: int = 1, registry: str | None = None,
+                 with_: Sequence[str] = (), name: str = "train", torch: str | None = None,
+                 matrix_dir: str | Path | None = None, probe: Any = None) -> dict[str, Any]:
+    """``envbuilder init``: write ``folder/envbuilder.toml`` (and a requirements.txt stub when
+    there is none) for a cluster (core.init). Facts not given are read from this host the way
+    doctor reads them (the driver, the GPUs and their compute capabilities); an existing
+    envbuilder.toml is never overwritten (InputError)."""
+    import os
+    import tomllib
+
+    from envbuilder.core import init
+    from envbuilder.core.project import parse_project
+
+    folder = Path(folder)
+    dest = folder / init.PROJECT_FILE
+    if dest.exists():
+        raise InputError(f"{dest} already exists: edit it, or remove it to start again "
+                         f"(envbuilder init never overwrites it)")
+    if not folder.is_dir():
+        raise InputError(f"{folder} is not a folder: create it first")
+    caps: list[str] = []
+    source = "the options given"
+    if driver is None or gpus_per_node is None:
+        from envbuilder.diagnose.doctor import inventory
+
+        inv = inventory(probe)
+        if driver is None and not inv.driver:
+            raise InputError("no NVIDIA driver found on this host"
+                             + (f" ({inv.error})" if inv.error else "")
+                             + ": give the cluster's --driver (e.g. 535.104.05) and "
+                               "--gpus-per-node")
+        if inv.driver:
+            caps = [g["compute_cap"] for g in inv.gpus if g.get("compute_cap")]
+            source = f"this host ({inv.source}: driver {inv.driver}, {len(inv.gpus)} GPUs)"
+            if driver is not None or gpus_per_node is not None:
+                source += " and the options given"
+        driver = driver or inv.driver
+        if gpus_per_node is None:
+            gpus_per_node = len(inv.gpus) or 8
+    assert driver is not None and gpus_per_node is not None
+    m = load_matrix(matrix_dir)
+    choice = init.choose(m, driver=driver, gpus_per_node=gpus_per_node, nodes=nodes,
+                         registry=registry, with_=with_, compute_caps=caps, torch=torch)
+    text = init.project_toml(choice, name=name, source=source)
+    written: list[str] = []
+    req = folder / init.REQUIREMENTS_FILE
+    tmp = folder / f".{init.PROJECT_FILE}.{os.getpid()}.tmp"
+    try:
+        if not req.exists():
+            req.write_text(init.REQUIREMENTS_STUB, encoding="utf-8")
+            written.append(str(req))
+        parse_project(dest, tomllib.loads(text))  # the schema accepts what is written
+        tmp.write_text(text, encoding="utf-8")
+        os.link(tmp, dest)  # fails if a file appeared meanwhile: never overwrites
+    except BaseException as e:
+        for w in written:  # nothing half-written
+            Path(w).unlink(missing_ok=True)
+        if isinstance(e, FileExistsError):
+            raise InputError(f"{dest} already exists: edit it, or remove it to start again "
+                             f"(envbuilder init never overwrites it)") from None
+        raise
+    finally:
+        tmp.unlink(missing_ok=True)
+    written.insert(0, str(dest))
+    return {"project": str(dest), "written": written, "source": source, "name": name,
+            **choice.to_dict()}
+
+
+def complete(kind: str, incomplete: str) -> list[str]:
+    """Shell completion values (knowledge.complete): ``kind`` is "target" (built-in targets,
+    cuXYZ bases, the project's target names, a target's parts after a '-'), "axis" or
+    "flavour". Never raises."""
+    from envbuilder.knowledge import complete as _c
+
+    try:
+        if kind == "target":
+            try:
+                project = find_project()
+            except InputError:
+                project = None
+            return _c.targets(incomplete, [t.name for t in project.targets] if project else [])
+        return _c.KINDS[kind](incomplete)
+    except Exception:  # noqa: BLE001 - completion must never fail the shell
+        return []

@@ -19,6 +19,7 @@ from envbuilder.core import layouts as lm
 from envbuilder.core.resolve import Stack
 from envbuilder.core.spec import TargetSpec
 from envbuilder.errors import InputError
+from envbuilder.labels import PREFIX
 from envbuilder.render.plan import BuildPlan, make_plan
 from envbuilder.render.templating import render_files
 
@@ -77,10 +78,11 @@ def folder_files(spec: TargetSpec, stack: Stack, *, lock_text: str | None = None
     else:
         check_lock_text(lock_text, lock_source, python=stack.python)
         cross_check(stack, read_lock(lock_text), lock_source)
-        plan = make_plan(stack, hashes=True, **plan_kw)
+        digest = "sha256:" + hashlib.sha256(lock_text.encode()).hexdigest()
+        # the image names the lock it was installed from (envbuilder inspect shows it)
+        plan = make_plan(stack, hashes=True, labels={PREFIX + "lock-digest": digest}, **plan_kw)
         layer_reqs = split_by_layer(lock_text, plan)
-        extra["lock"] = {"file": LOCK_NAME,
-                         "digest": "sha256:" + hashlib.sha256(lock_text.encode()).hexdigest()}
+        extra["lock"] = {"file": LOCK_NAME, "digest": digest}
     extra["smoke"] = {"world_size": nproc, "layouts": [lm.fmt(x) for x in lays],
                       "jobs": "jobs/layouts.json"}
     files = render_files(plan, layer_requirements=layer_reqs, stack_extra=extra)

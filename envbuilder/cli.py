@@ -18,11 +18,13 @@ import typer
 
 from envbuilder import SMOKE_TIMEOUT
 from envbuilder.errors import EXIT_FAILED
+from envbuilder.ui import daily
 from envbuilder.ui.options import (CASCADE, BackendOpt, DriverOpt, DsOpt, FlavourOpt, HvdOpt,
                                    JsonOpt, MatrixOpt, NcclOpt, OsOpt, PythonOpt, ShmOpt,
-                                   SmokeTimeoutOpt, TorchOpt, spec_options)
+                                   SmokeTimeoutOpt, TorchOpt, complete_axis, complete_target,
+                                   spec_options)
 from envbuilder.ui.output import (Progress, argument_types_off, command, console, echo_json,
-                                  print_build, print_explain, print_smoke, print_stack, readable_metavars, run_app, table,
+                                  exit_for_failures, print_build, print_explain, print_lock, print_warnings, print_smoke, print_stack, readable_metavars, run_app, table,
                                   warn)
 
 app = typer.Typer(
@@ -35,7 +37,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
 )
-TargetArg = typer.Argument(None, help="A target (cu121, cu121-torch2.3-ds) or a project target's name; omit for --all or the project's targets.")
+TargetArg = typer.Argument(None, autocompletion=complete_target, help="A target (cu121, cu121-torch2.3-ds) or a project target's name; omit for --all or the project's targets.")
 AllOpt = typer.Option(False, "--all", help="Every built-in target (each into OUT/<target>/).")
 OnlyOpt = typer.Option(None, "--only", help="With --all or a project's targets: only targets containing this text (repeatable).")
 OutOpt = typer.Option(None, "-o", "--out", help="Output folder: one TARGET's own, else OUT/<name>/ for each (default build/; inside a project, its root's build/).")
@@ -62,24 +64,6 @@ def _specs(target: Optional[str], over: Any, *, all_: bool = False, only: Option
 
     return target_specs(target, all_=all_, only=tuple(only or ()), overrides=over,
                         command=command, matrix_dir=matrix)
-
-
-def _warnings(reports: list) -> None:
-    for r in reports:
-        for w in r.get("warnings", r.get("stack", {}).get("warnings", ())):
-            warn(w | {"rule": f"{r['target']}: {w['rule']}"} if len(reports) > 1 else w)
-
-
-def _outcomes_exit(outcomes: list) -> None:
-    """Report each failed target on stderr; exit with the first failure's code."""
-    from envbuilder.api import safe_text
-
-    failed = [o for o in outcomes if not o.ok]
-    for o in failed:
-        sys.stderr.write(f"envbuilder: error: {safe_text(o.spec.name)}: {o.step} failed: "
-                         f"{safe_text(str(o.error))}\n")
-    if failed:
-        raise typer.Exit(failed[0].error.exit_code if failed[0].error else EXIT_FAILED)
 
 
 # -- targets, resolve, check, render ---------------------------------------------------------
@@ -109,7 +93,7 @@ def targets(matrix: Optional[str] = MatrixOpt, as_json: bool = JsonOpt,
 @app.command(help="Print the resolved stack, or why none exists (exit 3)." + CASCADE)
 @command
 @spec_options("pins", "overlay", "exclude_newer")
-def resolve(target: str = typer.Argument(..., help="e.g. cu118, cu121-torch2.1-py310, cpu, or a project target's name"),
+def resolve(target: str = typer.Argument(..., autocompletion=complete_target, help="e.g. cu118, cu121-torch2.1-py310, cpu, or a project target's name"),
             over: Any = None, matrix: Optional[str] = MatrixOpt, as_json: bool = JsonOpt) -> None:
     from envbuilder.api import resolve_spec
 
@@ -147,10 +131,11 @@ def check(cuda: Optional[str] = typer.Option(None, "--cuda", help="CUDA version,
 
 @app.command(help="Write the Dockerfile, envbuilder.def, requirements, stack.json, smoke job and job files: one TARGET, --all, or the project's targets (all or nothing)." + CASCADE)
 @command
-@spec_options("pins", "overlay", "requirements", "images", "index", "exclude_newer", "jobs")
+@spec_options("pins", "overlay", "requirements", "images", "index", "exclude_newer", "jobs", "registry")
 def render(target: Optional[str] = TargetArg, out: Optional[Path] = OutOpt,
            all_: bool = AllOpt, only: Optional[List[str]] = OnlyOpt,
            lock: bool = typer.Option(False, "--lock", help="Lock first (uv, hashes) and install with --require-hashes."),
+           quiet: bool = typer.Option(False, "-q", "--quiet", help="Print only warnings, not the files written."),
            over: Any = None, matrix: Optional[str] = MatrixOpt, as_json: bool = JsonOpt) -> None:
     from envbuilder.api import render as render_specs
 
@@ -158,12 +143,12 @@ def render(target: Optional[str] = TargetArg, out: Optional[Path] = OutOpt,
     reports = render_specs(specs, out, single=target is not None, matrix_dir=matrix, lock=lock)
     if as_json:
         return echo_json(reports[0] if target is not None else {"rendered": reports})
-    for r in reports:
+    for r in reports if not quiet else ():
         d = r["stack"]
         sys.stdout.write(f"{r['target']}: {d['tag']} (base {d['base_image']}) -> {r['out']}\n")
         if target is not None:
             sys.stdout.writelines(f"  {Path(r['out']) / f}\n" for f in r["files"])
-    _warnings(reports)
+    print_warnings(reports)
 
 
 # -- lock, bake, ci -------------------------------------------------------------------------
@@ -193,30 +178,11 @@ def lock(target: Optional[str] = TargetArg, out: Optional[Path] = OutOpt,
                        for o in outcomes if o.error is not None]})
     elif not as_json:
         for d in done:
-            _print_lock(d, check_, len(outcomes) > 1)
-        _warnings(done)
+            print_lock(d, check_, len(outcomes) > 1)
+        print_warnings(done)
     if target is not None and outcomes[0].error is not None:
         raise outcomes[0].error
-    _outcomes_exit(outcomes)
-
-
-def _print_lock(d: dict, check_: bool, named: bool) -> None:
-    rep, n = d["lock"], len(d["lock"]["packages"])
-    who = f"{d['name']}: " if named else ""
-    if check_:
-        line = f"ok: {rep['path']} matches its inputs ({n} packages, each pinned with hashes; checked offline)"
-    elif rep["status"] == "unchanged":
-        line = f"{rep['path']}: unchanged, its inputs match ({n} packages, {rep['digest']}); --upgrade resolves again"
-    else:
-        line = f"{rep['path']}: {n} packages, {rep['digest']}"
-        if rep["changed"]:
-            more = len(rep["changed"]) - 1
-            line += f"\n  resolved again: {rep['changed'][0]}" + (f" (and {more} more)" if more else "")
-    sys.stdout.write(who + line + "\n")
-    for extra in ("conda", "sbom"):
-        if extra in d:
-            v = d[extra]
-            sys.stdout.write(f"{extra}: {v if isinstance(v, str) else ', '.join(str(x) for k, x in v.items() if k.endswith(('path', 'file')))}\n")
+    exit_for_failures(outcomes)
 
 
 @app.command(help="Render the project's targets (else every built-in target) and write a docker-bake.hcl for docker buildx bake." + CASCADE)
@@ -236,7 +202,7 @@ def bake(out: Optional[Path] = OutOpt, all_: bool = AllOpt, only: Optional[List[
     sys.stdout.write(f"{r['bake_file']}: run `docker buildx bake -f docker-bake.hcl` in {folder}\n")
     if r["bake"].get("aliases"):
         sys.stdout.write(f"  moving aliases (pushed by `envbuilder build --push` after the smoke job): {', '.join(r['bake']['aliases'])}\n")
-    _warnings(r["targets"])
+    print_warnings(r["targets"])
 
 
 @app.command()
@@ -466,18 +432,21 @@ def matrix_verify(pypi: str = typer.Option("https://pypi.org/simple", "--pypi-in
 
 @matrix_app.command("show")
 @command
-def matrix_show(axis: str = typer.Argument(..., help="cuda, torch, nccl, os, base_images, deepspeed, horovod or incompatibilities."),
+def matrix_show(axis: str = typer.Argument(..., autocompletion=complete_axis, help="cuda, torch, nccl, os, base_images, deepspeed, horovod or incompatibilities."),
+                torch: Optional[str] = typer.Option(None, "--torch", metavar="VERSION", help="Only rows of this torch release or line (2.6)."),
+                cuda: Optional[str] = typer.Option(None, "--cuda", metavar="VERSION", help="Only rows of this CUDA version or line (12.4; torch: its cu124 variant)."),
+                python: Optional[str] = typer.Option(None, "--python", metavar="VERSION", help="Only rows that list this Python (3.11)."),
+                os_: Optional[str] = typer.Option(None, "--os", metavar="OS", help="Only rows of this OS (ubuntu22.04, debian)."),
+                nccl: Optional[str] = typer.Option(None, "--nccl", metavar="VERSION", help="Only rows of this NCCL release or line."),
                 matrix: Optional[str] = MatrixOpt, as_json: bool = JsonOpt) -> None:
-    """Print one axis of the matrix with the source of every row."""
+    """Print one axis of the matrix with the source of every row (filters: --torch, --cuda, --python, --os, --nccl)."""
     from envbuilder.api import show_axis
 
-    t = show_axis(axis, matrix_dir=matrix)
-    if as_json:
-        return echo_json(t.to_dict())
-    table(f"matrix: {axis}", [*t.columns, "source"], [[*r, " ".join(s)] for r, s in zip(t.rows, t.sources)])
+    t = show_axis(axis, matrix_dir=matrix, filters={"torch": torch, "cuda": cuda, "python": python, "os": os_, "nccl": nccl})
+    echo_json(t.to_dict()) if as_json else daily.print_axis(axis, t)
 
 
-
+daily.register(app)
 readable_metavars(app)
 argument_types_off()
 

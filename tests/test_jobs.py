@@ -184,10 +184,19 @@ def _pod_checks(tpl: dict, p: int, *, gpus: bool, ib: bool) -> None:
     assert vols[shm[0]["name"]]["emptyDir"]["medium"] == "Memory"
     assert re.fullmatch(r"[0-9]+Gi", vols[shm[0]["name"]]["emptyDir"]["sizeLimit"])
     limits = (c.get("resources") or {}).get("limits") or {}
+    requests = (c.get("resources") or {}).get("requests") or {}
     if gpus:
-        assert limits == {"nvidia.com/gpu": str(p)}  # a quantity, as a string
+        assert limits["nvidia.com/gpu"] == str(p)  # a quantity, as a string
     else:
         assert "nvidia.com/gpu" not in limits
+    # Burstable QoS, not BestEffort: CPUs for the ranks, memory for the ranks plus the
+    # memory-backed /dev/shm (which counts against the pod's memory), limited to the same
+    from envbuilder.render.jobs import quantity_bytes
+
+    shm_bytes = quantity_bytes(vols[shm[0]["name"]]["emptyDir"]["sizeLimit"])
+    assert int(requests["cpu"]) >= p
+    assert quantity_bytes(requests["memory"]) >= shm_bytes + p * 2**30
+    assert limits["memory"] == requests["memory"] and "cpu" not in limits
     caps = ((c.get("securityContext") or {}).get("capabilities") or {}).get("add") or []
     assert (caps == ["IPC_LOCK"]) if ib else (caps == [])
     assert spec["securityContext"]["runAsUser"] == 1000

@@ -24,6 +24,7 @@ NODE_SIZES = (8, 4)  # GPUs per node the default job files are laid out for (bes
 EXAMPLE = "2x8 (2 nodes x 8 ranks each)"
 
 _LAYOUT = re.compile(r"([0-9]{1,6})[xX]([0-9]{1,6})")
+_UNEVEN = re.compile(r"\s*[0-9]{1,6}(\s*,\s*[0-9]{1,6})+\s*")  # smoke's "7,5": ranks per node
 
 
 def parse_layout(text: str, what: str = "--layout") -> tuple[int, int]:
@@ -54,6 +55,12 @@ def parse_layouts(texts: Iterable[str], what: str = "--layout") -> tuple[tuple[i
     of different world sizes are refused (the job files all run one smoke job)."""
     out: list[tuple[int, int]] = []
     for text in texts:
+        if _UNEVEN.fullmatch(str(text)):
+            raise InputError(
+                f"{what} {text!r} is ranks per node (an uneven split): the job files run even "
+                f"layouts only (PyTorchJob, indexed Jobs and srun start the same number of ranks "
+                f"on every node); give NNODESxNPROC_PER_NODE, e.g. {EXAMPLE}. `envbuilder smoke "
+                f"IMAGE --layout {text}` runs an uneven split in containers")
         parts = str(text).split(",")
         for part in parts:
             lay = parse_layout(part, what)

@@ -226,6 +226,11 @@ def _inventory(probe: Probe) -> Inventory:
     return inv
 
 
+def inventory(probe: Probe | None = None) -> Inventory:
+    """The host's driver and GPUs (NVML, else nvidia-smi), as doctor reads them."""
+    return _inventory(probe or Probe())
+
+
 def _fill_compute_caps(probe: Probe, inv: Inventory) -> None:
     if not inv.gpus or all(g["compute_cap"] for g in inv.gpus):
         return

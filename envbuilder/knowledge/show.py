@@ -77,3 +77,47 @@ def show_axis(m: Matrix, axis: str) -> AxisTable:
         raise InputError(f"matrix axis {axis!r} is unknown{validate.suggest(axis, AXES)}; "
                          f"axes: {', '.join(AXES)}")
     return AxisTable(axis, cols, tuple(rows), tuple(srcs))
+
+
+# -- filters: `matrix show torch --torch 2.6 --cuda 12.4` ------------------------------------
+# which column of each axis a filter reads (a filter an axis has no column for is refused)
+FILTER_COLUMNS: dict[str, dict[str, str]] = {
+    "torch": {"torch": "torch", "python": "python", "cuda": "variant", "nccl": "nccl"},
+    "cuda": {"cuda": "toolkit"},
+    "nccl": {"nccl": "nccl", "cuda": "cuda"},
+    "os": {"os": "os", "python": "python"},
+    "base_images": {"cuda": "cuda", "os": "os"},
+    "deepspeed": {"deepspeed": "deepspeed"},
+    "horovod": {"horovod": "horovod"},
+    "incompatibilities": {},
+}
+
+
+def _matches(cell: str, want: str, *, variant: bool = False) -> bool:
+    """A release line matches its releases (``2.6`` matches ``2.6.0``, not ``2.60``); a list
+    cell (``3.10, 3.11``) matches when one item does; ``cuda`` on torch's variant column
+    matches ``cu124`` for ``12.4``."""
+    if variant:
+        parts = want.split(".")
+        return cell == "cu" + "".join(parts[:2])
+    for item in cell.split(", "):
+        item = item.split(" ")[0]
+        if item == want or item.startswith(want + ".") or (not want[:1].isdigit() and item.startswith(want)):
+            return True
+    return False
+
+
+def filter_rows(t: AxisTable, filters: dict[str, str]) -> AxisTable:
+    """The rows of ``t`` every filter matches (``{"torch": "2.6", "cuda": "12.4"}``)."""
+    given = {k: v for k, v in filters.items() if v}
+    cols = FILTER_COLUMNS.get(t.axis, {})
+    for k in given:
+        if k not in cols:
+            raise InputError(f"matrix show {t.axis} cannot filter by --{k}: its filters are "
+                             + (", ".join(f"--{c}" for c in cols) or "none"))
+    keep = [i for i, r in enumerate(t.rows)
+            if all(_matches(r[t.columns.index(cols[k])], v,
+                            variant=(t.axis == "torch" and k == "cuda"))
+                   for k, v in given.items())]
+    return AxisTable(t.axis, t.columns, tuple(t.rows[i] for i in keep),
+                     tuple(t.sources[i] for i in keep))

@@ -77,6 +77,7 @@ from envbuilder.core import validate
 from envbuilder.core.resolve import PYPI, Stack
 from envbuilder.lock import uv as _uv
 from envbuilder.render.plan import make_plan
+from envbuilder.lock.pkgdiff import package_diff, pinned
 
 if TYPE_CHECKING:
     # imported where a requirement is parsed: render without a lock never parses one
@@ -116,13 +117,16 @@ class LockReport:
     inputs_digest: str | None = None
     changed: list[str] = field(default_factory=list)  # why a kept lock was resolved again
     problems: list[str] = field(default_factory=list)  # what --check found
+    # the package diff (lock.pkgdiff.PackageDiff.to_dict): from the lock that was there to the
+    # one resolved now; with --check, of the top-level pins from the lock's inputs to today's
+    package_diff: dict | None = None
 
     def to_dict(self) -> dict:
         return {"path": self.path, "digest": self.digest, "packages": dict(self.packages),
                 "index": self.index, "extra_indexes": list(self.extra_indexes),
                 "command": self.command, "checked": self.checked, "status": self.status,
                 "inputs_digest": self.inputs_digest, "changed": list(self.changed),
-                "problems": list(self.problems)}
+                "problems": list(self.problems), "package_diff": self.package_diff}
 
 
 # -- public helpers --------------------------------------------------------------------------
@@ -884,6 +888,28 @@ def _recorded_command(text: str) -> str:
     return ""
 
 
+def _diff_lines(d: dict | None) -> list[str]:
+    if not d:
+        return []
+    from envbuilder.lock.pkgdiff import PackageDiff
+
+    return PackageDiff(added=d["added"], removed=d["removed"],
+                       changed={k: (v["from"], v["to"]) for k, v in d["changed"].items()}).lines()
+
+
+def versions_on_disk(dest: Path) -> dict[str, str] | None:
+    """{name: version} of the lock at ``dest``; None when there is none (or it is unreadable)."""
+    from envbuilder._fs import read_text_capped
+
+    if not dest.is_file():
+        return None
+    try:
+        return {p.name: p.version for p in read_lock(read_text_capped(dest, "lock",
+                                                                      limit=MAX_LOCK_BYTES))}
+    except (InputError, OSError):
+        return None
+
+
 def check_lock(stack: Stack, dest: Path, inputs: LockInputs,
                command: str | None = None) -> LockReport:
     """``lock --check``: the lock on disk is the lock of ``inputs`` (lock_drift), offline: no
@@ -902,13 +928,19 @@ def check_lock(stack: Stack, dest: Path, inputs: LockInputs,
                         extra_indexes=list(inputs.record["extra index"]),
                         command=_recorded_command(text), checked=True, status="checked",
                         inputs_digest=inputs.digest, problems=problems)
+    record, _, _ = read_header(text)
+    if record is not None:
+        report.package_diff = package_diff(pinned(record.get("requirement", [])),
+                                           pinned(inputs.requirements)).to_dict()
     if problems:
         n = len(problems)
         fix = (f"{_comment_safe(_default_command(stack, dest.parent, command))} makes it "
                f"again (--upgrade also takes newer releases)")
         err = OperationError(f"{dest} does not match its inputs: {problems[0]}"
                              + (f" (and {n - 1} more)" if n > 1 else "") + f"; {fix}",
-                             step="lock", details=problems)
+                             step="lock", details=problems + [
+                                 f"top-level pins: {ln}"
+                                 for ln in _diff_lines(report.package_diff)])
         err.report = report  # type: ignore[attr-defined]
         raise err
     return report

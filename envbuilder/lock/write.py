@@ -12,7 +12,8 @@ from envbuilder.core.resolve import Stack
 from envbuilder.errors import InputError
 from envbuilder.lock.requirements import (LOCK_NAME, MAX_LOCK_BYTES, LockReport, _default_command,
                                           _recorded_command, _resolve, check_lock, cross_check,
-                                          lock_drift, lock_inputs, read_lock)
+                                          lock_drift, lock_inputs, read_lock, versions_on_disk)
+from envbuilder.lock.pkgdiff import package_diff
 
 
 def write_locks(stack, out_dir: str | Path, *, requirements_file: str | Path | None = None,
@@ -58,6 +59,7 @@ def write_locks(stack, out_dir: str | Path, *, requirements_file: str | Path | N
 
     kept: str | None = None
     changed: list[str] = []
+    before = versions_on_disk(dest)
     if not upgrade and dest.is_file():
         try:
             disk = read_text_capped(dest, "lock", limit=MAX_LOCK_BYTES)
@@ -104,7 +106,9 @@ def write_locks(stack, out_dir: str | Path, *, requirements_file: str | Path | N
                                 extra_indexes=list(inputs.record["extra index"]), command=shown,
                                 status="unchanged" if kept is not None else "resolved",
                                 inputs_digest=inputs.digest,
-                                changed=[] if kept is not None else changed)
+                                changed=[] if kept is not None else changed,
+                                package_diff=None if before is None else
+                                package_diff(before, versions).to_dict())
     return result
 
 

@@ -159,11 +159,30 @@ def _pyxis_ref(image: str) -> str:
     return image
 
 
+_UNITS = {"": 1, "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12,
+          "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}
+
+
+def quantity_bytes(q: str) -> int:
+    """A Kubernetes memory quantity (``16Gi``, ``512M``, ``1.5Gi``) in bytes."""
+    m = re.fullmatch(r"([0-9]+(?:\.[0-9]+)?)(Ki|Mi|Gi|Ti|k|M|G|T)?", q)
+    if not m:
+        raise InputError(f"{q!r} is not a quantity such as 16Gi")
+    return int(float(m.group(1)) * _UNITS[m.group(2) or ""])
+
+
+def pod_memory(shm_size: str, nproc: int, mem_per_proc: str) -> str:
+    """The memory a smoke pod requests (and is limited to): its memory-backed /dev/shm, which
+    counts against the pod's memory, plus ``mem_per_proc`` for each rank; in Mi, rounded up."""
+    total = quantity_bytes(shm_size) + nproc * quantity_bytes(mem_per_proc)
+    return f"{-(-total // 2**20)}Mi"
+
+
 def render_jobs(plan: BuildPlan, *, image: str,
                 layouts: Iterable[Iterable[int]] | None = None,
                 gpus: bool = True, infiniband: bool = False,
                 apptainer_image: str | None = None, timeout: int = SMOKE_TIMEOUT,
-                shm_size: str = "16Gi", cpus_per_proc: int = 4,
+                shm_size: str = "16Gi", cpus_per_proc: int = 4, mem_per_proc: str = "4Gi",
                 time_limit_min: int = 30) -> dict[str, str]:
     """Every file of the ``jobs/`` folder, as relative path -> content.
 
@@ -173,6 +192,9 @@ def render_jobs(plan: BuildPlan, *, image: str,
     ``gpus``: request ``nvidia.com/gpu`` (Kubernetes) / ``--gpus-per-node`` (Slurm) and use the
     ``auto`` backend (NCCL); without, the job runs on CPUs with gloo.
     ``infiniband``: add the IPC_LOCK capability (RDMA memory registration).
+    Each pod requests ``cpus_per_proc`` CPUs per rank and memory for its ``shm_size`` of
+    memory-backed /dev/shm plus ``mem_per_proc`` per rank (the memory limit is the same, CPU is
+    not limited: Burstable QoS, not BestEffort).
     ``apptainer_image``: the SIF the Apptainer scripts run (default ``<tag>.sif``; the scripts
     also read ``ENVBUILDER_SIF``). ``timeout``: the smoke job's process-group timeout (s).
     """
@@ -185,6 +207,8 @@ def render_jobs(plan: BuildPlan, *, image: str,
         raise InputError(f"timeout {timeout!r} must be 10..3600 seconds")
     if not isinstance(shm_size, str) or not _QUANTITY.fullmatch(shm_size):
         raise InputError(f"shm size {shm_size!r} is not a quantity such as 16Gi")
+    if not isinstance(mem_per_proc, str) or not _QUANTITY.fullmatch(mem_per_proc):
+        raise InputError(f"memory per process {mem_per_proc!r} is not a quantity such as 4Gi")
     if not isinstance(cpus_per_proc, int) or not 1 <= cpus_per_proc <= 64:
         raise InputError(f"cpus per process {cpus_per_proc!r} must be 1..64")
     if not isinstance(time_limit_min, int) or not 5 <= time_limit_min <= 24 * 60:
@@ -227,7 +251,7 @@ def render_jobs(plan: BuildPlan, *, image: str,
                     "--max_restarts=0", *smoke_args]
         ctx = dict(base, nnodes=n, nproc=p, layout=lay, name=name, service=svc,
                    labels=_labels(plan, name, lay), ptj_args=ptj_args, job_args=job_args,
-                   cpus=p * cpus_per_proc)
+                   cpus=p * cpus_per_proc, memory=pod_memory(shm_size, p, mem_per_proc))
         for kind, tpl in (("pytorchjob", "jobs/pytorchjob.yaml.j2"),
                           ("indexed-job", "jobs/indexed-job.yaml.j2"),
                           ("slurm-apptainer", "jobs/slurm.sbatch.j2"),
@@ -244,8 +268,12 @@ def render_jobs(plan: BuildPlan, *, image: str,
     # the README's commands show a multi-node layout when there is one (2x6 by default)
     example = next((e for e in entries if e["layout"] == "2x6"),
                    next((e for e in entries if e["nnodes"] > 1), entries[0]))
+    try:  # a valid --layout of this world size with several layouts, for the README
+        others = ",".join(lay_mod.fmt(x) for x in lay_mod.default_layouts(world))
+    except InputError:
+        others = f"1x{world}"
     files["jobs/README.md"] = env.get_template("jobs/README.md.j2").render(
-        base, layouts=entries, example=example)
+        base, layouts=entries, example=example, other_example=others)
     files["jobs/layouts.json"] = json.dumps(
         {"world_size": world, "gpus": bool(gpus), "image": image,
          "layouts": [{k: e[k] for k in ("layout", "nnodes", "nproc", "name", "files")}

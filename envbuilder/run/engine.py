@@ -149,6 +149,20 @@ def image_labels(client: DockerClient, image: str) -> dict[str, str]:
         raise OperationError(f"cannot inspect image {image}: {_short(e)}", step="engine") from None
 
 
+def image_provenance(client: DockerClient, image: str) -> tuple[dict[str, str], dict]:
+    """(labels, where: the engine's image ID, repo digests, created) of a local image."""
+    docker = _docker()
+    try:
+        img = client.images.get(image)
+    except docker.errors.ImageNotFound:
+        raise InputError(f"image {image} is not in the engine: build or pull it first") from None
+    except docker.errors.DockerException as e:
+        raise OperationError(f"cannot inspect image {image}: {_short(e)}", step="engine") from None
+    return dict(img.labels or {}), {"source": "engine", "id": img.id,
+                                    "repo_digests": list(img.attrs.get("RepoDigests") or []),
+                                    "created": img.attrs.get("Created")}
+
+
 def image_size(client: DockerClient, image: str) -> int | None:
     """The image's size in bytes, as the engine reports it (uncompressed, all layers)."""
     try:

@@ -13,6 +13,25 @@ import typer
 
 from envbuilder import SMOKE_TIMEOUT
 
+def complete_target(incomplete: str) -> list[str]:
+    """Shell completion: built-in targets, cuXYZ bases, the project's target names, parts."""
+    from envbuilder.api import complete
+
+    return complete("target", incomplete)
+
+
+def complete_axis(incomplete: str) -> list[str]:
+    from envbuilder.api import complete
+
+    return complete("axis", incomplete)
+
+
+def complete_flavour(incomplete: str) -> list[str]:
+    from envbuilder.api import complete
+
+    return complete("flavour", incomplete)
+
+
 CASCADE = " (cascade: the command line > the project's target > the project > the defaults; see README)"
 
 MatrixOpt = typer.Option(None, "--matrix", metavar="DIR",
@@ -25,7 +44,7 @@ HvdOpt = typer.Option(None, "--horovod", help="Pin Horovod (and include it).")
 NcclOpt = typer.Option(None, "--nccl", help="Pin NCCL (must be the one torch bundles).")
 OsOpt = typer.Option(None, "--os", help="Pin the base OS, e.g. ubuntu22.04.")
 DriverOpt = typer.Option(None, "--driver", help="The driver of the hosts the image must run on, e.g. 525.60.13.")
-FlavourOpt = typer.Option(None, "--flavour", metavar="NAME",
+FlavourOpt = typer.Option(None, "--flavour", metavar="NAME", autocompletion=complete_flavour,
                           help="Runtime base flavour: cuda-base (default), cuda-runtime, cudnn-runtime or os.")
 BackendOpt = typer.Option("auto", "--backend", help="auto, nccl or gloo.")
 ShmOpt = typer.Option("2g", "--shm-size", help="The containers' /dev/shm size, e.g. 2g (NCCL's shared-memory transport needs room).")
@@ -57,7 +76,7 @@ _OPTIONS: dict[str, tuple[Any, Any]] = {
     "image": (Optional[str], typer.Option(None, "--image", help="The image the jobs/ files run (default: REGISTRY:TAG, the project's registry, else envbuilder:TAG).")),
     "infiniband": (bool, typer.Option(False, "--infiniband", help="Job files request IPC_LOCK for RDMA.")),
     "min_busbw": (Optional[float], typer.Option(None, "--min-busbw", help="monitoring/ alerts when the smoke job's all-reduce busbw falls below this (GB/s).")),
-    "registry": (Optional[str], typer.Option(None, "--registry", help="The repository tags go under, e.g. ghcr.io/org/train (default: the project's).")),
+    "registry": (Optional[str], typer.Option(None, "--registry", help="The repository tags go under and the job files pull REPO:<tag> from, as build --push REPO tags it (default: the project's registry, else the local envbuilder:<tag>).")),
 }
 GROUPS = {
     "pins": ("torch", "python", "deepspeed", "horovod", "nccl", "os_", "driver", "with_",

@@ -220,6 +220,57 @@ def print_build(d: dict) -> None:
 
 
 
+def print_warnings(reports: list) -> None:
+    for r in reports:
+        for w in r.get("warnings", r.get("stack", {}).get("warnings", ())):
+            warn(w | {"rule": f"{r['target']}: {w['rule']}"} if len(reports) > 1 else w)
+
+
+def exit_for_failures(outcomes: list) -> None:
+    """Report each failed target on stderr; exit with the first failure's code."""
+    from envbuilder._safety import terminal_safe as safe_text
+
+    failed = [o for o in outcomes if not o.ok]
+    for o in failed:
+        sys.stderr.write(f"envbuilder: error: {safe_text(o.spec.name)}: {o.step} failed: "
+                         f"{safe_text(str(o.error))}\n")
+    if failed:
+        raise typer.Exit(failed[0].error.exit_code if failed[0].error else EXIT_FAILED)
+
+
+def print_lock(d: dict, check_: bool, named: bool) -> None:
+    rep, n = d["lock"], len(d["lock"]["packages"])
+    who = f"{d['name']}: " if named else ""
+    if check_:
+        line = f"ok: {rep['path']} matches its inputs ({n} packages, each pinned with hashes; checked offline)"
+    elif rep["status"] == "unchanged":
+        line = f"{rep['path']}: unchanged, its inputs match ({n} packages, {rep['digest']}); --upgrade resolves again"
+    else:
+        line = f"{rep['path']}: {n} packages, {rep['digest']}"
+        if rep["changed"]:
+            more = len(rep["changed"]) - 1
+            line += f"\n  resolved again: {rep['changed'][0]}" + (f" (and {more} more)" if more else "")
+    sys.stdout.write(who + line + "\n")
+    print_package_diff(rep.get("package_diff"), "since the lock was made" if check_ else "from the lock that was there")
+    for extra in ("conda", "sbom"):
+        if extra in d:
+            v = d[extra]
+            sys.stdout.write(f"{extra}: {v if isinstance(v, str) else ', '.join(str(x) for k, x in v.items() if k.endswith(('path', 'file')))}\n")
+
+
+def print_package_diff(d: Optional[dict], when: str) -> None:
+    """The package diff of lock --upgrade / --check (lock.pkgdiff), one line per change."""
+    if not d or not (d["added"] or d["removed"] or d["changed"]):
+        return
+    lines = [f"+ {n} {v}" for n, v in d["added"].items()] + [f"- {n} {v}" for n, v in d["removed"].items()]
+    lines += [f"~ {n} {c['from']} -> {c['to']}" for n, c in d["changed"].items()]
+    sys.stdout.write(f"packages {when}: {len(d['added'])} added, {len(d['removed'])} removed, {len(d['changed'])} changed\n")
+    from envbuilder._safety import terminal_safe
+
+    for ln in sorted(lines, key=lambda s: s.split()[1]):
+        sys.stdout.write(terminal_safe(f"  {ln}") + "\n")
+
+
 # -- readable metavars ---------------------------------------------------------------------
 # typer shows Python types (<str>, <list[str]>, <int range>) where a value goes; the help shows
 # what to write instead. By parameter name first, then by type; a parameter with its own
