@@ -239,7 +239,7 @@ def build(target: Optional[str] = TargetArg, all_: bool = AllOpt, only: Optional
           backend: str = BackendOpt, smoke_timeout: int = SmokeTimeoutOpt, shm_size: str = ShmOpt,
           context: Optional[Path] = typer.Option(None, "--context", help="Keep the build context in this folder (one TARGET)."),
           lock_file: Optional[Path] = typer.Option(None, "--lock-file", help="Install from this requirements.lock (from envbuilder lock) with --require-hashes."),
-          lock_legacy: Optional[Path] = typer.Option(None, "--lock", hidden=True),
+          lock_legacy: Optional[Path] = typer.Option(None, "--lock", hidden=True, help="The old name of --lock-file."),
           report: Optional[Path] = typer.Option(None, "--report", help="Also write the JSON report here."),
           fmt: str = typer.Option("docker", "--format", help="docker, or apptainer: also build a SIF from the image (needs apptainer)."),
           metrics_file: Optional[Path] = typer.Option(None, "--metrics-file", help="Write the smoke result as Prometheus metrics here (*.prom; one TARGET)."),
