@@ -57,6 +57,22 @@ def test_facts_read_the_python_frames_and_exception_chain() -> None:
     assert "docker" not in " ".join(facts.container)
 
 
+def test_keyword_pass_gives_the_facts_of_word_by_word_checks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """facts.feed names every keyword of a line in one pass (an RE2 set) and skips a line without
+    one; the facts of every corpus log are those of testing each keyword with ``in``."""
+    from envbuilder.diagnose import facts as facts_module
+
+    logs = [str(p) for p in sorted(CORPUS.glob("*.log"))]
+    one_pass = [analyse_files([p]).facts.to_dict() for p in logs]
+    monkeypatch.setattr(facts_module, "_find_keywords", lambda lowered: frozenset(
+        k for k in facts_module._KEYWORDS if k in lowered))
+    word_by_word = [analyse_files([p]).facts.to_dict() for p in logs]
+    assert one_pass == word_by_word
+    line = "HOST1:77:88 [3] NCCL INFO NET/Socket : Using [0]ETH0:10.0.0.1<0>".lower()
+    assert facts_module._find_keywords(line) >= {"nccl", "host", "using", "net/socket"}
+    assert facts_module._find_keywords("epoch 3 step 200 loss 0.31") == frozenset()
+
+
 # ----------------------------------------------------------------------------- RDMA fallback
 
 

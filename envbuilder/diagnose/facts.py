@@ -131,23 +131,64 @@ _SHADOW_ERROR = re.compile(r"CUDNN_STATUS_\w+|cuDNN (?:error|version)|CUBLAS_STA
                            r"Could not load library libcudnn|Invalid handle\. Cannot load symbol cudnn|"
                            r"undefined symbol: \w*(?:cudnn|cublas)\w*", re.IGNORECASE)
 
-_QUICK = re.compile(
-    r"nccl|version|cuda|driver|torch|cudnn|deepspeed|horovod|rank|file \"|error|exception|exit|"
-    r"interrupt|failure|docker|ld_library|libcu|ibverbs|mlx|hca|infiniband|roce|ofi|efa|iommu|acs|dmar|"
-    r"host|compiler|c\+\+|g\+\+|gcc|nvcc|ninja|container|cdi|kubectl|pod/|apptainer|singularity|"
-    r"enroot|pyxis|podman|traceback|killed|fault|fabric|world",
-    re.IGNORECASE)
+_QUICK_WORDS = ("nccl", "version", "cuda", "driver", "torch", "cudnn", "deepspeed", "horovod", "rank", 'file "',
+                "error", "exception", "exit", "interrupt", "failure", "docker", "ld_library", "libcu", "ibverbs",
+                "mlx", "hca", "infiniband", "roce", "ofi", "efa", "iommu", "acs", "dmar", "host", "compiler", "c++",
+                "g++", "gcc", "nvcc", "ninja", "container", "cdi", "kubectl", "pod/", "apptainer", "singularity",
+                "enroot", "pyxis", "podman", "traceback", "killed", "fault", "fabric", "world")
+# A line none of these words (in any case) occurs in holds no fact: it is skipped at once.
+_QUICK = re.compile("|".join(re.escape(w) for w in _QUICK_WORDS), re.IGNORECASE)
 
-_GATE_PATTERN = "|".join(re.escape(k) for k in sorted(
-    {*_IB_CONFIG_KEYS, *_IB_FAILED_KEYS, *_RDMA_KEYS, *_CONTAINER_KEYS, *_COMPILER_KEYS, "nccl_ib_disable",
-     "net/socket", "using network socket", "back to", "iommu", "vt-d", "acs", "dmar", "cudnn", "cublas", "ld_library_path"},
-    key=len, reverse=True))
-try:  # RE2 scans for many literals in one linear pass (Python's re tries each at every position)
-    import re2 as _re2
+_EXCEPTION_KEYS = ("error", "exception", "exit", "interrupt", "failure")
+_SOCKET_KEYS = ("net/socket", "using network socket", "back to")
+_IOMMU_KEYS = ("iommu", "vt-d", "acs", "dmar")
+_SHADOW_KEYS = ("cudnn", "cublas")
+# the words the per-line checks below test for (in the lower-cased line), beyond the groups above
+_CHECK_WORDS = ("nccl", 'file "', "nccl_ib_disable", "ld_library_path", "using network", "using", " via ", "ifname",
+                "init complete", "[rank", "work", "last enqueued", "operation", " managed by process ", "rank",
+                "nranks", "world", "host")
+_GATE_KEYS = frozenset({*_IB_CONFIG_KEYS, *_IB_FAILED_KEYS, *_RDMA_KEYS, *_CONTAINER_KEYS, *_COMPILER_KEYS,
+                        "nccl_ib_disable", *_SOCKET_KEYS, *_IOMMU_KEYS, *_SHADOW_KEYS, "ld_library_path"})
+_KEYWORDS: tuple[str, ...] = tuple(sorted({*_QUICK_WORDS, *_VERSION_KEYS, *_EXCEPTION_KEYS, *_GATE_KEYS,
+                                           *_CHECK_WORDS}))
+_QUICK_SET = frozenset(_QUICK_WORDS)
+_VERSION_SET = frozenset(_VERSION_KEYS)
+_EXCEPTION_SET = frozenset(_EXCEPTION_KEYS)
+_BUCKET_KEYS = {"ib_config": frozenset(_IB_CONFIG_KEYS), "ib_failed": frozenset(_IB_FAILED_KEYS),
+                "ib_disabled": frozenset({"nccl_ib_disable"}), "rdma_chosen": frozenset(_RDMA_KEYS),
+                "socket_chosen": frozenset(_SOCKET_KEYS), "iommu": frozenset(_IOMMU_KEYS)}
+_CONTAINER_SET = frozenset(_CONTAINER_KEYS)
+_COMPILER_SET = frozenset(_COMPILER_KEYS)
+_SHADOW_SET = frozenset(_SHADOW_KEYS)
 
-    _GATE: Any = _re2.compile(_GATE_PATTERN)
-except ImportError:  # pragma: no cover - google-re2 is a dependency; re stays correct
-    _GATE = re.compile(_GATE_PATTERN)
+
+def _keyword_finder() -> Any:
+    """A function: lower-cased line -> the set of _KEYWORDS that occur in it, found in one pass.
+
+    With google-re2, one RE2 Set of the (literal) words scans the line once and names every word
+    in it; a literal occurs in the UTF-8 bytes exactly when it occurs in the text (the words are
+    ASCII), so the set equals ``{k for k in _KEYWORDS if k in lowered}``, which is the fallback.
+    """
+    try:
+        import re2 as _re2
+
+        options = _re2.Options()
+        matcher = _re2.Set.SearchSet(options)
+        for word in _KEYWORDS:
+            matcher.Add(_re2.escape(word))
+        matcher.Compile()
+        match, words = matcher.Match, _KEYWORDS
+
+        def find(lowered: str) -> frozenset[str]:
+            hits = match(lowered.encode("utf-8", "surrogatepass"))
+            return frozenset([words[i] for i in hits]) if hits else frozenset()
+        find("nccl rank")  # fail here, not per line, if this re2 build cannot run the set
+        return find
+    except Exception:  # noqa: BLE001 - pragma: no cover - google-re2 is a dependency; `in` stays correct
+        return lambda lowered: frozenset(k for k in _KEYWORDS if k in lowered)
+
+
+_find_keywords = _keyword_finder()
 
 
 def _where(file: str, line_no: int, text: str) -> Where:
@@ -373,20 +414,22 @@ class FactCollector:
         if len(seen) >= _SEEN_LINES:
             seen.clear()
         seen.add(line)
-        if _QUICK.search(line) is None:
-            return
         lowered = line.lower()
-        if any(k in lowered for k in _VERSION_KEYS):
+        words = _find_keywords(lowered)  # one pass names every keyword the checks below test for
+        # none of the words in any case (case folding beyond lower() only matters off ASCII): skip
+        if words.isdisjoint(_QUICK_SET) and (line.isascii() or _QUICK.search(line) is None):
+            return
+        if not words.isdisjoint(_VERSION_SET):
             self._versions(line, file, line_no)
-        if "nccl" in lowered:
-            self._nccl(line, lowered, file, line_no)
-        self._ranks(line, lowered, file, line_no)
-        if 'file "' in lowered:
+        if "nccl" in words:
+            self._nccl(line, words, file, line_no)
+        self._ranks(line, words, file, line_no)
+        if 'file "' in words:
             m = _FRAME.search(line)
             if m:
                 f.frames.append((m.group(1), int(m.group(2)), m.group(3)))
                 del f.frames[:-_MAX_FRAMES]
-        if any(k in lowered for k in ("error", "exception", "exit", "interrupt", "failure")):
+        if not words.isdisjoint(_EXCEPTION_SET):
             m = _EXCEPTION.match(line)
             if m:
                 item = (m.group(1), (m.group(2) or "").strip()[:200])
@@ -395,34 +438,35 @@ class FactCollector:
                     del f.exceptions[:-_MAX_EXCEPTIONS]
         if f.setup_done and not f.errors_after_setup and "NCCL INFO" not in line and _ERRORISH.search(line):
             f.errors_after_setup += 1  # whether any error followed the set-up is all that is used
-        if _GATE.search(lowered) is None:  # none of the keywords below: skip them all
+        if words.isdisjoint(_GATE_KEYS):  # none of the keywords below: skip them all
             return
         w = _where(file, line_no, line)
-        for bucket, rx, keys in ((f.ib_config, _IB_CONFIG, _IB_CONFIG_KEYS), (f.ib_failed, _IB_FAILED, _IB_FAILED_KEYS),
-                                 (f.ib_disabled, _IB_DISABLED, ("nccl_ib_disable",)),
-                                 (f.rdma_chosen, _RDMA_CHOSEN, _RDMA_KEYS),
-                                 (f.socket_chosen, _SOCKET_CHOSEN, ("net/socket", "using network socket", "back to")),
-                                 (f.iommu, _IOMMU, ("iommu", "vt-d", "acs", "dmar"))):
+        for bucket, rx, keys in ((f.ib_config, _IB_CONFIG, _BUCKET_KEYS["ib_config"]),
+                                 (f.ib_failed, _IB_FAILED, _BUCKET_KEYS["ib_failed"]),
+                                 (f.ib_disabled, _IB_DISABLED, _BUCKET_KEYS["ib_disabled"]),
+                                 (f.rdma_chosen, _RDMA_CHOSEN, _BUCKET_KEYS["rdma_chosen"]),
+                                 (f.socket_chosen, _SOCKET_CHOSEN, _BUCKET_KEYS["socket_chosen"]),
+                                 (f.iommu, _IOMMU, _BUCKET_KEYS["iommu"])):
             # a full bucket needs no more lines: in a huge log the checks stop costing
-            if len(bucket) < _MAX_WHERE and any(k in lowered for k in keys) and rx.search(line):
+            if len(bucket) < _MAX_WHERE and not words.isdisjoint(keys) and rx.search(line):
                 _add(bucket, w)
-        if any(k in lowered for k in _CONTAINER_KEYS):
+        if not words.isdisjoint(_CONTAINER_SET):
             m = _CONTAINER.search(line)
             if m:
                 hint = m.group(0).strip().lower()
                 if hint not in f.container and len(f.container) < 8:
                     f.container.append(hint)
                 _add(f.container_where, w)
-        if len(f.compiler_missing) < _MAX_WHERE and any(k in lowered for k in _COMPILER_KEYS) \
+        if len(f.compiler_missing) < _MAX_WHERE and not words.isdisjoint(_COMPILER_SET) \
                 and _COMPILER.search(line):
             _add(f.compiler_missing, w)
-        if any(k in lowered for k in ("cudnn", "cublas")):
+        if not words.isdisjoint(_SHADOW_SET):
             if len(f.shadow_errors) < _MAX_WHERE and _SHADOW_ERROR.search(line):
                 _add(f.shadow_errors, w)
             for m in _LIB_LOADED.finditer(line):
                 if m.group(1) not in f.libraries and len(f.libraries) < 12:
                     f.libraries.append(m.group(1))
-        if "ld_library_path" in lowered:
+        if "ld_library_path" in words:
             m = _LD_PATH.search(line)
             if m:
                 for part in m.group(1).split(":"):
@@ -443,37 +487,37 @@ class FactCollector:
                 f.versions[name] = value
                 f.version_where[name] = _where(file, line_no, line)
 
-    def _nccl(self, line: str, lowered: str, file: str, line_no: int) -> None:
+    def _nccl(self, line: str, words: frozenset[str], file: str, line_no: int) -> None:
         f = self.facts
-        m = _NCCL_PREFIX.match(line)
-        if m and m.group(1) not in self._host_set and len(self._host_set) < 512:
+        m = _NCCL_PREFIX.match(line) if len(self._host_set) < 512 else None
+        if m and m.group(1) not in self._host_set:
             self._host_set.add(m.group(1))
             f.hosts.append(m.group(1))
-        if "using network" in lowered:
+        if "using network" in words:
             m = _USING_NETWORK.search(line)
             if m:
                 f.network = (m.group(1) or m.group(2)).strip()
-        for rx in (_NET_SOCKET, _BOOTSTRAP, _NET_IB) if "using" in lowered else ():
+        for rx in (_NET_SOCKET, _BOOTSTRAP, _NET_IB) if "using" in words else ():
             m = rx.search(line)
             if m and m.group(1) not in f.interfaces and len(f.interfaces) < 8:
                 f.interfaces.append(m.group(1))
             if m and f.network is None and rx is not _BOOTSTRAP:  # until "Using network X" says
                 f.network = "Socket" if rx is _NET_SOCKET else "IB"
-        m = _CHANNEL.search(line) if " via " in lowered else None
+        m = _CHANNEL.search(line) if " via " in words else None
         if m:
             key = m.group(1)
             f.channels[key] = f.channels.get(key, 0) + 1
-        m = _IFNAME.search(line) if "ifname" in lowered else None
+        m = _IFNAME.search(line) if "ifname" in words else None
         if m:
             f.socket_ifname = m.group(1)
-        m = _INIT_COMPLETE.search(line) if "init complete" in lowered else None
+        m = _INIT_COMPLETE.search(line) if "init complete" in words else None
         if m:
             f.init_complete += 1
             _add(f.setup_done, _where(file, line_no, line))
             if m.group(1) is not None:
                 f.ranks.add(int(m.group(1)))
                 f.nranks = max(f.nranks or 0, int(m.group(2)))
-        m = _WATCHDOG.search(line) if "[rank" in lowered and "work" in lowered else None
+        m = _WATCHDOG.search(line) if "[rank" in words and "work" in words else None
         if m:
             rank = int(m.group(1))
             seq = int(m.group(2) or m.group(4))
@@ -482,7 +526,7 @@ class FactCollector:
             if rank not in f.last_collective or f.last_collective[rank][0] < seq:
                 f.last_collective[rank] = (seq, op)
             _add(f.watchdog, _where(file, line_no, line))
-        m = _LAST_WORK.search(line) if "last enqueued" in lowered else None
+        m = _LAST_WORK.search(line) if "last enqueued" in words else None
         if m:
             rank, enq = int(m.group(1)), int(m.group(2))
             f.ranks.add(rank)
@@ -490,19 +534,19 @@ class FactCollector:
             if prev is None or prev[0] < enq:
                 f.last_collective[rank] = (enq, prev[1] if prev else "collective")
 
-    def _ranks(self, line: str, lowered: str, file: str, line_no: int) -> None:
+    def _ranks(self, line: str, words: frozenset[str], file: str, line_no: int) -> None:
         f = self.facts
-        if "operation" in lowered or " managed by process " in lowered:
+        if "operation" in words or " managed by process " in words:
             self._ras(line, file, line_no)
-        if "rank" in lowered:
+        if "rank" in words:
             m = _RANK_PREFIX.match(line) or _TORCHRUN_RANK.match(line)
             if m and len(f.ranks) < 4096:
                 f.ranks.add(int(m.group(1)))
-            if "nranks" in lowered or "world" in lowered:
+            if "nranks" in words or "world" in words:
                 m = _NRANKS.search(line)
                 if m:
                     f.nranks = max(f.nranks or 0, int(m.group(1) or m.group(2)))
-        if "host" in lowered:
+        if "host" in words:
             m = _TORCHRUN_HOST.match(line)
             if m and m.group(1) not in self._host_set and len(self._host_set) < 512:
                 self._host_set.add(m.group(1))
