@@ -1,6 +1,6 @@
 """``python -m envbuilder ...``: the same command as the ``envbuilder`` console script."""
 
-from envbuilder.cli import main
+from envbuilder._entry import main
 
 if __name__ == "__main__":  # pragma: no cover - run as a module
     main()

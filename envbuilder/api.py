@@ -238,22 +238,40 @@ def lock_target(target: str, out: str | Path, *, matrix_dir: str | Path | None =
 
 def render_all(out: str | Path, *, matrix_dir: str | Path | None = None,
                targets: Sequence[str] | None = None,
-               matrix_overlay: str | Path | None = None, **kw) -> list[dict]:
-    """Render every built-in target (or the given ones) into OUT/<target>/, all or nothing."""
+               matrix_overlay: str | Path | None = None,
+               bake: dict[str, Any] | None = None, **kw) -> list[dict]:
+    """Render every built-in target (or the given ones) into OUT/<target>/, all or nothing
+    (with ``bake``, write_bake's options, OUT/docker-bake.hcl in the same transaction)."""
     from envbuilder._fs import Outputs
 
     m = load_matrix(matrix_dir, matrix_overlay)
     names = list(targets or builtin_targets(m))
     out = Path(out)
     reports = []
+    staged: dict[str, Any] = {}
     with Outputs("render") as tx:
         for name in names:
             stack, files, locked = target_files(name, out / name, matrix=m, **kw)
             tx.add(out / name, files, group="render")
+            staged[name] = files
             reports.append({"target": name, "out": str(out / name), "files": sorted(files),
                             "stack": stack.to_dict(), "locked": locked})
+        _stage_bake(tx, out, reports, staged, bake)
         tx.commit()
     return reports
+
+
+def _stage_bake(tx: Any, out: Path, reports: list[dict], staged: dict[str, Any],
+                bake: dict[str, Any] | None) -> None:
+    """OUT/docker-bake.hcl of the folders staged in ``tx``, added to the same transaction: a
+    user's docker-bake.hcl in the way refuses the whole bake before any file is written."""
+    if bake is None:
+        return
+    from envbuilder.render.bake import write_bake
+
+    text = write_bake([(r["target"], out / r["target"]) for r in reports], out / "docker-bake.hcl",
+                      staged=staged, write=False, **bake)
+    tx.add(out, {"docker-bake.hcl": text}, group="bake", prune=False)
 
 
 def bake_all(out: str | Path, *, matrix_dir: str | Path | None = None,
@@ -262,14 +280,12 @@ def bake_all(out: str | Path, *, matrix_dir: str | Path | None = None,
     """Render every built-in target (or ``targets``) into OUT/<target>/ and write
     OUT/docker-bake.hcl. Returns {"bake_file", "targets": [render reports]}."""
     from envbuilder.core import validate
-    from envbuilder.render.bake import write_bake
 
     if registry is not None:
         validate.repository(registry, "--registry")
     out = Path(out)
-    reports = render_all(out, matrix_dir=matrix_dir, targets=targets, **kw)
-    write_bake([(r["target"], out / r["target"]) for r in reports], out / "docker-bake.hcl",
-               registry=registry)
+    reports = render_all(out, matrix_dir=matrix_dir, targets=targets,
+                         bake={"registry": registry}, **kw)
     return {"bake_file": str(out / "docker-bake.hcl"), "targets": reports}
 
 
@@ -598,7 +614,8 @@ def in_project(project: Project | None, target: str, pins: Pins | None,
 def render_project(project: Project, out: str | Path, *, names: Sequence[str] | None = None,
                    pins: Pins | None = None, matrix_dir: str | Path | None = None,
                    requirements_file: str | Path | None = None,
-                   matrix_overlay: str | Path | None = None, **kw: Any) -> list[dict]:
+                   matrix_overlay: str | Path | None = None,
+                   bake: dict[str, Any] | None = None, **kw: Any) -> list[dict]:
     """Render the project's targets into OUT/<name>/, all or nothing, each with the team's
     requirements in their own layer (and the project's matrix overlay, unless one is given)."""
     from envbuilder._fs import Outputs
@@ -609,14 +626,17 @@ def render_project(project: Project, out: str | Path, *, names: Sequence[str] | 
     if not kw.get("layouts"):
         kw["layouts"] = project.layouts  # --layout wins over the project's
     reports = []
+    staged: dict[str, Any] = {}
     with Outputs("render") as tx:
         for t in project_targets(project, names, pins):
             stack, files, locked = target_files(t.target, out / t.name, matrix=m, pins=t.pins,
                                                 **kw)
             tx.add(out / t.name, files, group="render")
+            staged[t.name] = files
             reports.append({"target": t.name, "resolved_target": t.target,
                             "out": str(out / t.name), "files": sorted(files),
                             "stack": stack.to_dict(), "locked": locked})
+        _stage_bake(tx, out, reports, staged, bake)
         tx.commit()
     return reports
 
@@ -636,14 +656,11 @@ def bake_project(project: Project, out: str | Path, *, registry: str | None = No
     """Render the project's targets into OUT/<name>/ and write OUT/docker-bake.hcl (tags
     under ``registry``, else the project's)."""
     from envbuilder.core import validate
-    from envbuilder.render.bake import write_bake
 
     registry = registry or project.registry
     if registry is not None:
         validate.repository(registry, "--registry" if registry != project.registry
                             else f"registry in {project.path}")
     out = Path(out)
-    reports = render_project(project, out, **kw)
-    write_bake([(r["target"], out / r["target"]) for r in reports], out / "docker-bake.hcl",
-               registry=registry)
+    reports = render_project(project, out, bake={"registry": registry}, **kw)
     return {"bake_file": str(out / "docker-bake.hcl"), "targets": reports}

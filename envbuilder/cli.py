@@ -128,7 +128,7 @@ def command(fn: Callable) -> Callable:
         except EnvbuilderError as e:
             _fail(e, as_json)
         except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM/SIGHUP (_safety.Terminated)
-            sys.stderr.write("envbuilder: interrupted; nothing was recorded for the step in progress\n")
+            _safety.say("envbuilder: interrupted; nothing was recorded for the step in progress\n")
             raise typer.Exit(_safety.interrupted_exit_code(e)) from None
         except typer.Exit:
             raise
@@ -880,6 +880,8 @@ def matrix_verify(pypi: str = typer.Option("https://pypi.org/simple", "--pypi-in
             sys.stdout.write(f"{f.kind}: {f}\n")
         sys.stdout.write(f"{len(rep.agreed)} facts agree; {len(rep.of('disagree'))} disagreements, "
                          f"{len(rep.of('new'))} new, {len(rep.of('skipped'))} skipped, {len(rep.of('unverified'))} unverified\n")
+    if rep.error:
+        sys.stderr.write(f"envbuilder: error: {rep.error}\n")
     if not rep.ok:
         raise typer.Exit(EXIT_FAILED)
 
@@ -974,7 +976,8 @@ def main() -> None:  # console-script entry point
 
     from envbuilder import _safety
 
-    _safety.install_signal_handlers()
+    _safety.install_early()  # a no-op under envbuilder._entry, which did it before any import
+    _safety.guard_rich()
     try:  # building the command is inside: Ctrl-C there is "interrupted" too, not a traceback
         rv = typer.main.get_command(app).main(prog_name="envbuilder", standalone_mode=False)
     except KeyboardInterrupt as e:  # outside a command (while parsing)
@@ -983,6 +986,10 @@ def main() -> None:  # console-script entry point
 
     except OSError as e:
         if not _safety.is_broken_pipe(e):
+            raise
+        rv = _safety.stdout_gone()
+    except SystemExit:  # click's own EPIPE handling exits 1: a closed pipe is 141 here
+        if not _safety.click_saw_broken_pipe():
             raise
         rv = _safety.stdout_gone()
     except NoArgsIsHelpError as e:  # type: ignore[misc]
@@ -998,10 +1005,10 @@ def main() -> None:  # console-script entry point
     except typer.Abort:
         sys.stderr.write("envbuilder: interrupted\n")
         rv = EXIT_FAILED
-    if rv == 130 and _safety.LAST_SIGNAL is not None:
-        # typer turns a signal that lands while it parses into exit 130: say which signal
-        sys.stderr.write("envbuilder: interrupted\n")
-        rv = _safety.interrupted_exit_code()
+    if rv == 130:  # typer turns a signal that lands while it parses into a silent exit 130
+        if not _safety.INTERRUPT_SAID:
+            _safety.say("envbuilder: interrupted\n")
+        rv = _safety.interrupted_exit_code()  # and which signal
     _safety.restore_signal_handlers()  # the work is done: a late signal just ends us
     try:
         sys.stdout.flush()

@@ -426,7 +426,7 @@ def test_distribution_name_everywhere():
 
     meta = tomllib.loads((ROOT / "pyproject.toml").read_text())
     assert meta["project"]["name"] == DISTRIBUTION == "torch-envbuilder"
-    assert meta["project"]["scripts"]["envbuilder"] == "envbuilder.cli:main"
+    assert meta["project"]["scripts"]["envbuilder"] == "envbuilder._entry:main"
     readme = (ROOT / "README.md").read_text()
     assert not re.search(r"pip install ['\"]?envbuilder\b", readme)
     assert "pip install 'torch-envbuilder[lock]'" in readme

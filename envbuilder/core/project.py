@@ -81,12 +81,10 @@ def _toml(path: Path) -> dict[str, Any]:
         import tomllib
     except ModuleNotFoundError:  # Python 3.10
         import tomli as tomllib  # type: ignore[no-redef]
-    try:
-        data = path.read_bytes()
-    except OSError as e:
-        raise InputError(f"project file {path} cannot be read: {e.strerror or e}") from None
-    if len(data) > MAX_BYTES:
-        raise InputError(f"project file {path} is over {MAX_BYTES} bytes")
+    from envbuilder.core.readfile import read_bytes_capped
+
+    # judged by its size before it is read: a 3 GiB (sparse) file costs one fstat
+    data = read_bytes_capped(path, "project file", limit=MAX_BYTES)
     try:
         table: dict[str, Any] = tomllib.loads(data.decode("utf-8"))
         return table

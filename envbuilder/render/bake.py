@@ -70,12 +70,19 @@ def _builder_stage(dockerfile: str) -> str:
     return "\n".join(ln for ln in lines[start:end] if ln.strip() and not ln.lstrip().startswith("#"))
 
 
-def _builder_key(folder: Path, dockerfile: str, builder_image: str) -> str | None:
+def _builder_key(folder: Path, dockerfile: str, builder_image: str,
+                 staged: Mapping[str, str | bytes] | None = None) -> str | None:
     stage = _builder_stage(dockerfile)
     if not stage:
         return None
     h = hashlib.sha256()
     h.update(builder_image.encode() + b"\0" + stage.encode() + b"\0")
+    if staged is not None:  # the files about to be written (one transaction with the HCL)
+        for rel in sorted(r for r in staged if r.startswith("ca-certificates/")):
+            data = staged[rel]
+            data = data.encode() if isinstance(data, str) else data
+            h.update(rel.removeprefix("ca-certificates/").encode() + b"\0" + data + b"\0")
+        return h.hexdigest()[:12]
     certs = folder / "ca-certificates"
     if certs.is_dir():
         for p in sorted(certs.rglob("*")):
@@ -112,11 +119,16 @@ def _block(kind: str, name: str, fields: Sequence[tuple[str, object]]) -> str:
 
 
 def write_bake(targets: list[tuple[str, Path]], out: Path, *, registry: str | None = None,
-               alias_tags: bool = True, share_builders: bool = True) -> str:
+               alias_tags: bool = True, share_builders: bool = True,
+               staged: Mapping[str, Mapping[str, str | bytes]] | None = None,
+               write: bool = True) -> str:
     """Write docker-bake.hcl for rendered folders; ``out`` is the file or its folder.
 
     ``registry``: a repository such as ``ghcr.io/acme/envbuilder`` (no tag); images are tagged
     ``<registry>:<stack.tag>`` and ``<registry>:<target>``. Returns the HCL text.
+    ``staged`` (target name -> its files) takes each folder's files from memory instead of
+    disk, and ``write=False`` only returns the text: the caller writes it in the same
+    transaction as the folders (all or nothing).
     """
     if registry is not None:
         validate.repository(registry, "--registry")
@@ -135,10 +147,16 @@ def write_bake(targets: list[tuple[str, Path]], out: Path, *, registry: str | No
             raise InputError(f"target {name} is given twice")
         seen.add(name)
         folder = Path(folder)
+        files = staged.get(name) if staged is not None else None
         try:
-            stack = json.loads((folder / "stack.json").read_text())
-            dockerfile = (folder / "Dockerfile").read_text()
-        except (OSError, ValueError) as e:
+            if files is not None:
+                raw_stack, raw_df = files["stack.json"], files["Dockerfile"]
+                stack = json.loads(raw_stack)
+                dockerfile = raw_df.decode() if isinstance(raw_df, bytes) else raw_df
+            else:
+                stack = json.loads((folder / "stack.json").read_text())
+                dockerfile = (folder / "Dockerfile").read_text()
+        except (OSError, ValueError, KeyError) as e:
             raise InputError(f"{folder} is not a rendered build folder (envbuilder render): {e}") from None
         img = stack["image"]
         builder, runtime = img["builder"], img["runtime"]
@@ -149,7 +167,7 @@ def write_bake(targets: list[tuple[str, Path]], out: Path, *, registry: str | No
         images.append({"name": name, "folder": folder, "tag": tag, "alias": alias,
                        "labels": img["labels"],
                        "builder": builder, "runtime": runtime,
-                       "key": _builder_key(folder, dockerfile, builder) if share_builders else None})
+                       "key": _builder_key(folder, dockerfile, builder, files) if share_builders else None})
 
     # the moving alias is the CUDA line (cu121, cpu), as envbuilder build pushes it; when several
     # targets share a line (cu121, cu121-ds) only the one named after it carries the alias, else
@@ -192,5 +210,6 @@ def write_bake(targets: list[tuple[str, Path]], out: Path, *, registry: str | No
             fields.append(("contexts", {"builder": f"target:{shared[i['key']]['name']}"}))
         blocks.append(_block("target", i["name"], fields))
     text = "\n\n".join(blocks) + "\n"
-    write_file_atomic(path, text, step="bake", group="bake")
+    if write:
+        write_file_atomic(path, text, step="bake", group="bake")
     return text

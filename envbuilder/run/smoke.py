@@ -133,9 +133,11 @@ def run_smoke_host(*, nproc: int = 12, backend: str = "auto", timeout: int = SMO
         raise OperationError(f"cannot run {python} to import torch on this host: {exc}",
                              step="smoke") from None
     if probe.returncode != 0:
+        # one line: the import's last line, not the child's traceback
         raise OperationError(
-            f"torch is not importable by {python} on this host: {_last_line(probe.stdout)}",
-            step="smoke", details=[_tail(probe.stdout)])
+            f"torch is not importable by {python} on this host ({_last_line(probe.stdout)}): "
+            f"install torch into that Python, or run the smoke job in an image (smoke IMAGE)",
+            step="smoke")
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="envbuilder-smoke-") as tmp:
         out = os.path.join(tmp, "out")
