@@ -255,7 +255,7 @@ def strict(schema: Any) -> Any:
 
     def walk(node: Any) -> Any:
         if isinstance(node, dict):
-            out = {}
+            out: dict[str, Any] = {}
             for k, v in node.items():
                 if k == "pattern" and isinstance(v, str):
                     out[k] = _anchored(v)
