@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping
 
-from envbuilder.errors import EnvbuilderError, InputError, OperationError
+from envbuilder.errors import EnvbuilderError, InputError, OperationError, redact
 
 MANIFEST = ".envbuilder-output"
 STAGE_PREFIX = ".envbuilder-stage-"
@@ -403,7 +403,9 @@ class Outputs:
         for rel, content in files.items():
             if not _safe_rel(rel):
                 raise InputError(f"refusing to write {rel!r}: not a plain relative path")
-            data = content if isinstance(content, bytes) else content.encode("utf-8")
+            # text envbuilder writes never holds a URL's credentials (the net under the
+            # renderers, which pass them as build arguments)
+            data = content if isinstance(content, bytes) else redact(content).encode("utf-8")
             if rel not in d.files and _holds(d.path / rel, data, _mode(rel)):
                 d.unchanged[rel] = data
             else:

@@ -151,7 +151,7 @@ def target_files(target: str, out: str | Path, *, matrix_dir: str | Path | None 
     elif existing.is_file():
         from envbuilder._fs import read_text_capped
 
-        lock_text = read_text_capped(existing, "lock")
+        lock_text = read_text_capped(existing, "lock", follow_links=False)
     plan, files = build_files(stack, lock_text=lock_text, lock_source=str(existing),
                               base_image=base_image, pip_index_url=pip_index_url,
                               extra_index_urls=tuple(extra_index_urls), smoke_nproc=nproc,

@@ -95,7 +95,9 @@ def _build_dir(project: Any) -> Path:
 
 
 def _echo_json(data: Any) -> None:
-    sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
+    from envbuilder.errors import redact  # no URL's credentials in any JSON output
+
+    sys.stdout.write(redact(json.dumps(data, indent=2, default=str)) + "\n")
 
 
 def _fail(err: EnvbuilderError, as_json: bool) -> None:

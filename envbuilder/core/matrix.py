@@ -595,7 +595,7 @@ def load_matrix(path: str | Path | None = None, overlay: str | Path | None = Non
     m = _build(root, raw, hexdigest)
     if over_root is not None:
         m = replace(m, overlay_path=over_root, overlay=tuple(entries))
-    matrix_cache.store(m)
+    matrix_cache.store(m, raw, entries)
     return m
 
 

@@ -150,6 +150,16 @@ def url(value: str, what: str) -> str:
     return value
 
 
+def has_credentials(value: str) -> bool:
+    """Whether the URL ``value`` carries credentials (``https://user:token@host/...``)."""
+    from urllib.parse import urlsplit
+
+    try:
+        return "@" in urlsplit(value).netloc
+    except ValueError:
+        return "@" in value
+
+
 def env_pair(name: str, value: str, what: str = "environment") -> tuple[str, str]:
     if _ENV_NAME_RE.fullmatch(name) is None or _ENV_VALUE_RE.fullmatch(value) is None:
         raise InputError(f"{what} {name}={value!r} is not allowed: names are identifiers and "
