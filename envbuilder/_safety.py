@@ -69,12 +69,13 @@ def guard_streams() -> None:
             continue
         if fd == 1:
             STDOUT_CLOSED = True
-    for name, fd in (("stdin", 0), ("stdout", 1), ("stderr", 2)):
+    # (sys.stdin stays None when stdin was closed: `explain -` says so instead of reading an
+    # empty /dev/null)
+    for name, fd in (("stdout", 1), ("stderr", 2)):
         if getattr(sys, name, None) is None:  # Python found the descriptor closed
             try:
-                stream = (open(fd, encoding="utf-8", closefd=False) if fd == 0 else
-                          open(fd, "w", encoding="utf-8", errors="backslashreplace",
-                               closefd=False, buffering=1))
+                stream = open(fd, "w", encoding="utf-8", errors="backslashreplace",
+                              closefd=False, buffering=1)
                 setattr(sys, name, stream)
             except OSError:  # pragma: no cover
                 pass

@@ -966,6 +966,27 @@ def _argument_types_off() -> None:
 _argument_types_off()
 
 
+def _show_completion(argv: list[str]) -> int | None:
+    """``--show-completion [SHELL]``: typer takes it as a flag and detects the shell from the
+    parent processes, so ``--show-completion bash`` ignored ``bash`` and, with no shell among
+    the parents (CI, a script), failed with "Shell  not supported" (exit 1). The shell named is
+    used; an unknown or undetectable one is one line, exit 2. None: not this option."""
+    if not argv or argv[0] != "--show-completion" or len(argv) > 2:
+        return None
+    from typer._completion_shared import Shells, _get_shell_name, get_completion_script
+
+    known = [sh.value for sh in Shells.__members__.values()]
+    shell = argv[1] if len(argv) == 2 else (_get_shell_name() or "")
+    if shell not in known:
+        what = f"shell {shell!r} is not supported" if shell else "cannot tell which shell runs envbuilder"
+        sys.stderr.write(f"envbuilder: error: --show-completion: {what}: name one of "
+                         f"{', '.join(known)}, e.g. envbuilder --show-completion bash\n")
+        return 2
+    sys.stdout.write(get_completion_script(prog_name="envbuilder",
+                                           complete_var="_ENVBUILDER_COMPLETE", shell=shell) + "\n")
+    return 0
+
+
 def main() -> None:  # console-script entry point
     """Run the CLI; usage errors (unknown option, missing argument) become one line, exit 2."""
     try:
@@ -980,6 +1001,9 @@ def main() -> None:  # console-script entry point
 
     _safety.install_early()  # a no-op under envbuilder._entry, which did it before any import
     _safety.guard_rich()
+    shown = _show_completion(sys.argv[1:])
+    if shown is not None:
+        sys.exit(shown)
     try:  # building the command is inside: Ctrl-C there is "interrupted" too, not a traceback
         rv = typer.main.get_command(app).main(prog_name="envbuilder", standalone_mode=False)
     except KeyboardInterrupt as e:  # outside a command (while parsing)

@@ -11,6 +11,7 @@ unknown key is an InputError (exit 2) naming the key and the file. Relative path
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -95,11 +96,13 @@ def _toml(path: Path) -> dict[str, Any]:
 
 
 def _project_table(folder: Path) -> tuple[Path, dict[str, Any]] | None:
+    # anything under the name is the project file: a FIFO, a device or a folder there is
+    # refused by the capped reader (one line, exit 2), never silently skipped or blocked on
     own = folder / PROJECT_FILE
-    if own.is_file():
+    if os.path.lexists(own):
         return own, _toml(own)
     py = folder / PYPROJECT
-    if py.is_file():
+    if os.path.lexists(py):
         data = _toml(py)
         tool = data.get("tool")
         if isinstance(tool, dict) and "envbuilder" in tool:
