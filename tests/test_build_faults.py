@@ -16,11 +16,15 @@ network, which the test's own engine (no bridge) cannot do and which takes minut
 from __future__ import annotations
 
 import contextlib
+import http.server
 import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
+import sys
+import threading
 import time
 from pathlib import Path
 from typing import Iterator
@@ -266,3 +270,117 @@ def test_smoke_rank_killed_mid_collective(tmp_path):
     assert data["failed"][0] == "rank_died", data["failed"]
     assert f"rank 1 (pid {killed}) was killed by SIGKILL" in data["details"]["rank_died"]
     assert "envbuilder: error: " in err and f"rank 1 (pid {killed})" in err, err[-2000:]
+
+
+# -- the package index going away mid-install ----------------------------------------------------
+
+class _Index(http.server.ThreadingHTTPServer):
+    """A PEP 503 index over a folder of real wheels (the simple/ pages and packages/); with
+    ``die_at``, the server closes for good when pip asks for that project's page: the index
+    going away in the middle of an install."""
+
+    daemon_threads = True
+
+    def __init__(self, folder: Path, die_at: str | None = None) -> None:
+        self.folder, self.die_at, self.dead = folder, die_at, threading.Event()
+        index = self
+
+        class Handler(http.server.SimpleHTTPRequestHandler):
+            def __init__(self, *a, **kw):
+                super().__init__(*a, directory=str(index.folder), **kw)
+
+            def do_GET(self):  # noqa: N802
+                if index.dead.is_set() or (index.die_at and self.path.startswith(f"/simple/{index.die_at}/")):
+                    index.dead.set()
+                    self.close_connection = True
+                    self.connection.shutdown(socket.SHUT_RDWR)  # no answer: the index is gone
+                    threading.Thread(target=index.shutdown, daemon=True).start()
+                    return
+                super().do_GET()
+
+            def log_message(self, *a):  # quiet
+                pass
+
+        super().__init__(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(target=self.serve_forever, daemon=True)
+        self.thread.start()
+
+    @property
+    def port(self) -> int:
+        return self.server_address[1]
+
+    def close(self) -> None:
+        if not self.dead.is_set():
+            self.shutdown()
+        self.server_close()
+
+
+WHEELS = {"six": "six==1.16.0", "idna": "idna==3.7"}
+
+
+@pytest.fixture(scope="module")
+def wheel_index(tmp_path_factory) -> Path:
+    """A folder of real wheels from PyPI laid out as a simple index (skipped when PyPI cannot
+    be reached)."""
+    root = tmp_path_factory.mktemp("index")
+    pk = root / "packages"
+    p = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary",
+                        ":all:", "-d", str(pk), *WHEELS.values()],
+                       capture_output=True, text=True, timeout=300)
+    if p.returncode != 0:
+        pytest.skip(f"cannot download wheels from the index: {p.stderr.strip()[-300:]}")
+    for name in WHEELS:
+        page = root / "simple" / name
+        page.mkdir(parents=True)
+        links = "".join(f'<a href="../../packages/{w.name}">{w.name}</a>\n'
+                        for w in pk.glob(f"{name}-*.whl"))
+        (page / "index.html").write_text(f"<html><body>\n{links}</body></html>\n")
+    return root
+
+
+def _pip_image(eng: OwnEngine, tmp_path: Path) -> str:
+    """A Debian 12 image with pip, built in the test's own engine (apt over the host's
+    network: the engine has no bridge)."""
+    from envbuilder.run import engine
+
+    ctx = _context(tmp_path, "pip", f"FROM {BASE}\nRUN apt-get update && apt-get install -y "
+                                     f"--no-install-recommends python3-pip && rm -rf /var/lib/apt/lists/*\n")
+    try:
+        engine.build(engine.connect(eng.sock), ctx, tag="faults/pip:1", network_mode="host")
+    except Exception as e:  # noqa: BLE001 - no Debian mirror reachable from here
+        pytest.skip(f"cannot build an image with pip: {e}")
+    return "faults/pip:1"
+
+
+@pytest.mark.docker
+@pytest.mark.slow
+def test_index_gone_mid_install_names_the_package(own_engine, wheel_index, tmp_path):
+    """pip installs six, then the index dies when pip asks for idna: exit 1 naming idna and
+    the index; with the index back, the same build succeeds."""
+    from envbuilder.errors import OperationError
+    from envbuilder.run import engine
+
+    image = _pip_image(own_engine, tmp_path)
+    ctx = _context(tmp_path, "ctx", (
+        f"FROM {image}\nARG INDEX\n"
+        "RUN pip install --break-system-packages --no-cache-dir --retries 1 --timeout 10 "
+        "--index-url \"$INDEX\" " + " ".join(WHEELS.values()) + "\n"))
+    client = engine.connect(own_engine.sock)
+    index = _Index(wheel_index, die_at="idna")
+    try:
+        with pytest.raises(OperationError) as err:
+            engine.build(client, ctx, tag="faults:index", nocache=True, network_mode="host",
+                         buildargs={"INDEX": f"http://127.0.0.1:{index.port}/simple"})
+    finally:
+        index.close()
+    msg = str(err.value)
+    assert err.value.exit_code == 1
+    assert "installing idna" in msg and "the package index stopped answering" in msg, msg
+    assert _docker(own_engine.sock, "image", "inspect", "faults:index", timeout=30).returncode != 0
+    index = _Index(wheel_index)  # back
+    try:
+        res = engine.build(client, ctx, tag="faults:index", nocache=True, network_mode="host",
+                           buildargs={"INDEX": f"http://127.0.0.1:{index.port}/simple"})
+        assert res.image_id
+    finally:
+        index.close()

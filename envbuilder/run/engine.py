@@ -76,15 +76,17 @@ class BuildResult:
 def build(client: DockerClient, context: Path, *, tag: str, buildargs: Mapping[str, str] | None = None,
           labels: Mapping[str, str] | None = None, nocache: bool = False,
           on_step: Callable[[int, int, str], None] | None = None,
-          on_line: Callable[[str], None] | None = None) -> BuildResult:
-    """Build ``context`` (a folder with a Dockerfile) with the engine's builder; stream the log."""
+          on_line: Callable[[str], None] | None = None,
+          network_mode: str | None = None) -> BuildResult:
+    """Build ``context`` (a folder with a Dockerfile) with the engine's builder; stream the log.
+    ``network_mode``: the RUN steps' network (docker build --network), e.g. ``host``."""
     tail: list[str] = []
     image_id = None
     steps = cached = 0
     try:
         stream = client.api.build(path=str(context), tag=tag, rm=True, forcerm=True, decode=True,
                                   buildargs=dict(buildargs or {}), labels=dict(labels or {}),
-                                  nocache=nocache, pull=False)
+                                  nocache=nocache, pull=False, network_mode=network_mode)
         for chunk in stream:
             if "error" in chunk or "errorDetail" in chunk:
                 msg = chunk.get("error") or chunk.get("errorDetail", {}).get("message", "")
