@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping
 
-from envbuilder.errors import InputError, OperationError
+from envbuilder.errors import EnvbuilderError, InputError, OperationError, redact
 
 MANIFEST = ".envbuilder-output"
 STAGE_PREFIX = ".envbuilder-stage-"
@@ -126,15 +126,16 @@ class _Entry:
 
 def read_manifest(folder: Path) -> dict[str, _Entry]:
     """The files envbuilder wrote in ``folder`` (empty when it has no manifest)."""
+    from envbuilder.core.readfile import read_bytes_capped
+
     p = Path(folder) / MANIFEST
-    try:
-        with open(p, "rb") as f:
-            raw = f.read(1 << 22)
+    try:  # a link, a FIFO or a device in its place is no manifest (and never blocks)
+        raw = read_bytes_capped(p, "manifest", limit=1 << 22, follow_links=False)
         data = json.loads(raw.decode("utf-8"))
         files = data["files"]
         return {str(k): _Entry(str(v["group"]), str(v["sha256"]), v.get("prev"))
                 for k, v in files.items() if _safe_rel(str(k))}
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+    except (EnvbuilderError, OSError, ValueError, KeyError, TypeError, AttributeError):
         return {}  # no (readable) manifest: envbuilder owns nothing here
 
 
@@ -191,15 +192,23 @@ BIG_FILE = 32 << 20  # wheels in a build context: fingerprinted by size and mtim
 
 def _file_sha(p: Path) -> str | None:
     h = hashlib.sha256()
+    try:  # never through a link, never a FIFO or a device (it would block or never end)
+        fd = os.open(p, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+    except OSError:
+        return None
     try:
-        st = os.stat(p)
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            return None
         if st.st_size > BIG_FILE:
             return f"stat:{st.st_size}:{st.st_mtime_ns}"
-        with open(p, "rb") as f:
+        with os.fdopen(fd, "rb", closefd=False) as f:
             for chunk in iter(lambda: f.read(1 << 20), b""):
                 h.update(chunk)
     except OSError:
         return None
+    finally:
+        os.close(fd)
     return h.hexdigest()
 
 
@@ -229,6 +238,77 @@ def _holds(path: Path, data: bytes, mode: int) -> bool:
         return False
     finally:
         os.close(fd)
+
+
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+
+
+def _parent_fd(root_fd: int, rel: str, *, make: bool = False) -> int | None:
+    """A descriptor of the folder that holds ``rel`` under the folder ``root_fd``, reached one
+    component at a time with ``O_NOFOLLOW`` (openat-style): None when a component is a
+    symbolic link, not a folder, or missing (``make`` creates missing ones). No manifest entry
+    and no link planted in the output folder can make envbuilder read, write or delete
+    anything outside it. The caller closes the descriptor."""
+    fd = os.dup(root_fd)
+    try:
+        for part in rel.split("/")[:-1]:
+            try:
+                nxt = os.open(part, _DIR_FLAGS, dir_fd=fd)
+            except FileNotFoundError:
+                if not make:
+                    os.close(fd)
+                    return None
+                os.mkdir(part, 0o755, dir_fd=fd)
+                nxt = os.open(part, _DIR_FLAGS, dir_fd=fd)
+            except OSError as e:
+                if e.errno in (errno.ELOOP, errno.ENOTDIR):
+                    os.close(fd)
+                    return None
+                raise
+            os.close(fd)
+            fd = nxt
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _file_sha_at(dir_fd: int, name: str) -> str | None:
+    """``_file_sha`` of ``name`` in the folder ``dir_fd``: a regular file, never a link."""
+    try:
+        fd = os.open(name, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0),
+                     dir_fd=dir_fd)
+    except OSError:
+        return None
+    h = hashlib.sha256()
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            return None
+        if st.st_size > BIG_FILE:
+            return f"stat:{st.st_size}:{st.st_mtime_ns}"
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                h.update(chunk)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    return h.hexdigest()
+
+
+def _lstat_at(root_fd: int, rel: str) -> os.stat_result | None:
+    """lstat of ``rel`` under ``root_fd`` without following a link on the way (None: absent,
+    or a component on the way is a link or not a folder)."""
+    pfd = _parent_fd(root_fd, rel)
+    if pfd is None:
+        return None
+    try:
+        return os.stat(rel.rpartition("/")[2], dir_fd=pfd, follow_symlinks=False)
+    except OSError:
+        return None
+    finally:
+        os.close(pfd)
 
 
 def _safe_rel(rel: str) -> bool:
@@ -323,7 +403,9 @@ class Outputs:
         for rel, content in files.items():
             if not _safe_rel(rel):
                 raise InputError(f"refusing to write {rel!r}: not a plain relative path")
-            data = content if isinstance(content, bytes) else content.encode("utf-8")
+            # text envbuilder writes never holds a URL's credentials (the net under the
+            # renderers, which pass them as build arguments)
+            data = content if isinstance(content, bytes) else redact(content).encode("utf-8")
             if rel not in d.files and _holds(d.path / rel, data, _mode(rel)):
                 d.unchanged[rel] = data
             else:
@@ -398,11 +480,12 @@ class Outputs:
                 self._stage_file(d, rel, d.unchanged.pop(rel))  # changed since add(): write it
             self._check_parents(d, rel)
             prev = None
-            if os.path.lexists(target):
-                if target.is_symlink() or not target.is_file():
+            st = _lstat_at(d.fd, rel)
+            if st is not None:
+                if not stat.S_ISREG(st.st_mode):
                     raise InputError(f"{_short(str(Path(d.shown) / rel))} is in the way and "
                                      f"envbuilder did not write it: move it away or choose another -o")
-                have = _file_sha(target)
+                have = self._sha_in(d, rel)
                 ent = old.get(rel)
                 if have != sha and (ent is None or have not in (ent.sha256, ent.prev)):
                     why = "was changed since envbuilder wrote it" if ent else \
@@ -415,18 +498,27 @@ class Outputs:
         for rel, ent in old.items():
             if rel in new:
                 continue
-            target = d.path / rel
             if ent.group in d.prune_groups:
-                if target.is_file() and not target.is_symlink() and \
-                        _file_sha(target) in (ent.sha256, ent.prev):
+                # only a regular file reached without a link on the way, holding what we wrote
+                if self._sha_in(d, rel) in (ent.sha256, ent.prev):
                     remove.append(rel)
-                # an edited or vanished file is the user's now: forget it
+                # an edited or vanished file (or one behind a link) is the user's now: forget it
                 continue
-            if os.path.lexists(target):
+            if _lstat_at(d.fd, rel) is not None:
                 new[rel] = _Entry(ent.group, ent.sha256, ent.prev)
         inflight = {**{k: v for k, v in old.items()}, **new}
         final = {k: _Entry(v.group, v.sha256) for k, v in new.items()}
         return final, remove, inflight
+
+    @staticmethod
+    def _sha_in(d: _Dest, rel: str) -> str | None:
+        pfd = _parent_fd(d.fd, rel)
+        if pfd is None:
+            return None
+        try:
+            return _file_sha_at(pfd, rel.rpartition("/")[2])
+        finally:
+            os.close(pfd)
 
     def _check_parents(self, d: _Dest, rel: str) -> None:
         cur = d.path
@@ -438,9 +530,12 @@ class Outputs:
 
     def commit(self) -> None:
         plans: dict[Path, tuple[dict[str, _Entry], list[str]] | None] = {}
-        # everything that needs space or can be refused happens before the first move
+        # every folder is checked (and may refuse) before anything is made in any of them:
+        # a refusal in the last target leaves no folder of the first behind
+        planned = {d.path: self._plan(d) for d in self._dests.values()}
+        # everything that needs space happens before the first move
         for d in self._dests.values():
-            final, remove, inflight = self._plan(d)
+            final, remove, inflight = planned[d.path]
             texts = {"manifest.final": _manifest_text(final)}
             if not remove and all(rel in d.unchanged for rel in d.files) and \
                     _holds(d.path / MANIFEST, texts["manifest.final"], 0o644):
@@ -449,7 +544,19 @@ class Outputs:
             texts["manifest.inflight"] = _manifest_text(inflight)
             try:
                 for folder in dict.fromkeys(rel.rpartition("/")[0] for rel in final):
-                    (d.path / folder).mkdir(parents=True, exist_ok=True)
+                    if folder:  # made one component at a time, never through a link
+                        probe = d.path / folder  # what this commit makes is removed on failure
+                        made: list[Path] = []
+                        while probe != d.path and not os.path.lexists(probe):
+                            made.append(probe)  # innermost first
+                            probe = probe.parent
+                        d.created[:0] = made
+                        pfd = _parent_fd(d.fd, folder + "/x", make=True)
+                        if pfd is None:
+                            raise InputError(f"{_short(str(Path(d.shown) / folder))} is in the "
+                                             f"way (envbuilder needs a folder there): move it "
+                                             f"away or choose another -o")
+                        os.close(pfd)
                 for name, text in texts.items():
                     p = d.stage / name
                     with open(p, "wb") as f:
@@ -467,28 +574,54 @@ class Outputs:
                     if plan is None:
                         continue
                     final, remove = plan
-                    os.replace(d.stage / "manifest.inflight", d.path / MANIFEST)
+                    os.replace(d.stage / "manifest.inflight", MANIFEST, dst_dir_fd=d.fd)
                     for rel, (_, _g) in d.files.items():
                         if rel not in d.unchanged:
-                            os.replace(d.stage / rel, d.path / rel)
+                            self._move_in(d, rel)
                     for rel in remove:
-                        with contextlib.suppress(FileNotFoundError):
-                            (d.path / rel).unlink()
-                        self._prune_dirs(d.path, rel)
-                    os.replace(d.stage / "manifest.final", d.path / MANIFEST)
+                        pfd = _parent_fd(d.fd, rel)
+                        if pfd is None:  # a link appeared on the way: not ours to follow
+                            continue
+                        try:
+                            with contextlib.suppress(FileNotFoundError):
+                                os.unlink(rel.rpartition("/")[2], dir_fd=pfd)
+                        finally:
+                            os.close(pfd)
+                        self._prune_dirs(d.fd, rel)
+                    os.replace(d.stage / "manifest.final", MANIFEST, dst_dir_fd=d.fd)
             except OSError as e:
                 raise io_error(e, d.shown, self.step) from None
             self._done = True
 
     @staticmethod
-    def _prune_dirs(root: Path, rel: str) -> None:
-        parent = (root / rel).parent
-        while parent != root and root in parent.parents:
+    def _move_in(d: _Dest, rel: str) -> None:
+        """Move the staged ``rel`` into place through descriptors: the folders on the way
+        are opened without following links, so the file lands inside the output folder."""
+        pfd = _parent_fd(d.fd, rel, make=True)
+        if pfd is None:
+            raise InputError(f"{_short(str(Path(d.shown) / rel))}: a folder on the way is a "
+                             f"link or a file: move it away or choose another -o")
+        try:
+            os.replace(d.stage / rel, rel.rpartition("/")[2], dst_dir_fd=pfd)
+        finally:
+            os.close(pfd)
+
+    @staticmethod
+    def _prune_dirs(root_fd: int, rel: str) -> None:
+        """Remove the folders of ``rel`` that are now empty, innermost first, each through a
+        descriptor of its parent reached without following links."""
+        parts = rel.split("/")[:-1]
+        while parts:
+            pfd = _parent_fd(root_fd, "/".join(parts))
+            if pfd is None:
+                return
             try:
-                parent.rmdir()  # only when empty: a user's file keeps its folder
+                os.rmdir(parts[-1], dir_fd=pfd)  # only when empty: a user's file keeps its folder
             except OSError:
                 return
-            parent = parent.parent
+            finally:
+                os.close(pfd)
+            parts.pop()
 
     # -- cleanup -------------------------------------------------------------------------
     @staticmethod
@@ -545,27 +678,11 @@ def write_file_atomic(path: str | Path, content: str | bytes, *, step: str = "wr
     return path
 
 
-def read_text_capped(path: str | Path, what: str, *, limit: int = 8 << 20) -> str:
-    """Read a small UTF-8 input file: refuse a folder, a device, more than ``limit`` bytes,
-    or bytes that are not UTF-8, with one line naming the input (exit 2)."""
-    p = Path(path)
-    shown = _short(str(path))
-    try:
-        st = os.stat(p)
-        if stat.S_ISDIR(st.st_mode):
-            raise InputError(f"{what} {shown} is a folder, not a file")
-        if not stat.S_ISREG(st.st_mode) and not stat.S_ISFIFO(st.st_mode):
-            raise InputError(f"{what} {shown} is not a regular file")
-        with open(p, "rb") as f:
-            data = f.read(limit + 1)
-    except FileNotFoundError:
-        raise InputError(f"{what} {shown} does not exist") from None
-    except OSError as e:
-        raise InputError(f"cannot read {what} {shown}: {e.strerror or e}") from None
-    if len(data) > limit:
-        raise InputError(f"{what} {shown} is larger than {limit // (1 << 20)} MiB: not a file "
-                         f"envbuilder reads")
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise InputError(f"{what} {shown} is not UTF-8 text (byte {e.start}): save it as UTF-8") from None
+def read_text_capped(path: str | Path, what: str, *, limit: int = 8 << 20,
+                     follow_links: bool = True) -> str:
+    """Read a small UTF-8 input file: refuse a folder, a FIFO, a device, more than ``limit``
+    bytes (judged before reading), or bytes that are not UTF-8, with one line naming the
+    input (exit 2). See envbuilder.core.readfile, the one reader."""
+    from envbuilder.core.readfile import read_text_capped as read
+
+    return read(path, what, limit=limit, follow_links=follow_links)

@@ -34,6 +34,124 @@ class Terminated(KeyboardInterrupt):
 
 
 LAST_SIGNAL: int | None = None  # the SIGTERM/SIGHUP that ended the command, if one did
+STDOUT_CLOSED = False  # the command was started with stdout closed (`>&-`)
+_EARLY_DONE = False
+
+
+def guard_streams() -> None:
+    """Make stdin, stdout and stderr usable whatever state the caller left them in.
+
+    A descriptor 0-2 that is closed (``envbuilder targets >&-``) is taken by /dev/null at once,
+    so no file envbuilder opens later lands on it (a child's output would go into that file).
+    stdout takes /dev/null *read-only*: every write to it (ours, rich's, a child's) fails with
+    EBADF, which the CLI turns into exit 141 with nothing printed, as for a closed pipe. stderr
+    takes /dev/null for writing: messages go nowhere and the exit code stays the command's own
+    (``resolve cu999 2>&-`` exits 2). Python leaves ``sys.stdout``/``sys.stderr`` as None for a
+    closed descriptor: they are made text streams again."""
+    global STDOUT_CLOSED
+    import fcntl
+
+    for fd, flags in ((0, os.O_RDONLY), (1, os.O_RDONLY), (2, os.O_WRONLY)):
+        try:  # open, and for 1 and 2 open for writing (a closed descriptor may have been
+            # taken by something read-only on the way, e.g. the script of a shell wrapper)
+            access = fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_ACCMODE
+            if fd == 0 or access != os.O_RDONLY:
+                continue
+        except OSError as e:
+            if e.errno != errno.EBADF:
+                continue
+        try:
+            new = os.open(os.devnull, flags)
+            if new != fd:
+                os.dup2(new, fd)
+                os.close(new)
+        except OSError:  # pragma: no cover - no /dev/null
+            continue
+        if fd == 1:
+            STDOUT_CLOSED = True
+    # (sys.stdin stays None when stdin was closed: `explain -` says so instead of reading an
+    # empty /dev/null)
+    for name, fd in (("stdout", 1), ("stderr", 2)):
+        if getattr(sys, name, None) is None:  # Python found the descriptor closed
+            try:
+                stream = open(fd, "w", encoding="utf-8", errors="backslashreplace",
+                              closefd=False, buffering=1)
+                setattr(sys, name, stream)
+            except OSError:  # pragma: no cover
+                pass
+
+
+def install_early() -> None:
+    """What the entry point does before anything heavy is imported: the stream guard, and
+    SIGTERM/SIGHUP ending the command as Ctrl-C does (Python's own SIGINT handler raises
+    KeyboardInterrupt from the first instruction on; the entry point catches it). Idempotent."""
+    global _EARLY_DONE
+    if _EARLY_DONE:
+        return
+    _EARLY_DONE = True
+    guard_streams()
+    install_signal_handlers()
+
+
+def leaving() -> None:
+    """The command is done: a Ctrl-C or SIGTERM that lands from here on exits with the
+    signal's code at once, without a traceback from wherever it landed."""
+
+    def on_late_signal(signum, frame):  # noqa: ARG001
+        try:
+            os.write(2, b"envbuilder: interrupted\n")
+        except OSError:
+            pass
+        os._exit(128 + signum)
+
+    for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        try:
+            if signal.getsignal(s) is not signal.SIG_IGN:
+                signal.signal(s, on_late_signal)
+        except (ValueError, OSError):  # pragma: no cover - not the main thread
+            pass
+
+
+def finish(code: int) -> int:
+    """What the interpreter's exit would do, for ``os._exit``: the exit handlers (atexit),
+    then stdout and stderr flushed (a reader gone by then makes it 141, quietly)."""
+    import atexit
+
+    try:
+        atexit._run_exitfuncs()
+    except BaseException:  # noqa: BLE001 - a handler's failure does not change the result
+        pass
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            if stream is not None:
+                stream.flush()
+        except (OSError, ValueError) as e:
+            if stream is sys.stdout and isinstance(e, OSError) and is_broken_pipe(e):
+                code = stdout_gone()
+    return code
+
+
+INTERRUPT_SAID = False  # "interrupted" was printed for this command
+
+
+def say(text: str) -> None:
+    """Write one line to stderr, never raising (stderr may be a closed pipe)."""
+    global INTERRUPT_SAID
+    INTERRUPT_SAID = INTERRUPT_SAID or "interrupted" in text
+    try:
+        sys.stderr.write(text)
+        sys.stderr.flush()
+    except (OSError, ValueError, AttributeError):
+        quiet_stream(2)
+
+
+def quiet_stream(fd: int) -> None:
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, fd)
+        os.close(devnull)
+    except OSError:  # pragma: no cover
+        pass
 
 
 def install_signal_handlers() -> None:
@@ -69,19 +187,64 @@ def interrupted_exit_code(e: BaseException | None = None) -> int:
 
 
 def stdout_gone() -> int:
-    """stdout was closed by its reader (``envbuilder ... | head``): stop quietly, as Unix
-    tools do; later writes (and the interpreter's final flush) go nowhere."""
-    try:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        os.close(devnull)
-    except (OSError, ValueError, AttributeError):
-        pass
+    """stdout (or stderr) was closed by its reader (``envbuilder ... | head``) or at start
+    (``>&-``): stop quietly, as Unix tools do; later writes (and the interpreter's final
+    flush) go nowhere."""
+    for fd in (1, 2):
+        try:
+            os.fstat(fd)
+            if fd == 1 or not _writable(fd):
+                quiet_stream(fd)
+        except OSError:
+            quiet_stream(fd)
     return EXIT_SIGPIPE
 
 
+def _writable(fd: int) -> bool:
+    import fcntl
+    import stat
+
+    try:
+        st = os.fstat(fd)
+        if stat.S_ISFIFO(st.st_mode) or stat.S_ISSOCK(st.st_mode):
+            import select
+
+            poller = select.poll()
+            poller.register(fd, select.POLLOUT)
+            for _, ev in poller.poll(0):
+                if ev & (select.POLLERR | select.POLLHUP):
+                    return False
+        return fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_ACCMODE != os.O_RDONLY
+    except OSError:
+        return False
+
+
+def guard_rich() -> None:
+    """Every rich Console (ours, typer's help and errors, progress) hands a broken pipe to the
+    one output guard: rich's own ``on_broken_pipe`` exits 1; this one raises the
+    BrokenPipeError that the CLI turns into a quiet 141."""
+    from rich.console import Console
+
+    def on_broken_pipe(self: Any) -> None:
+        self.quiet = True
+        raise BrokenPipeError(errno.EPIPE, "the reader of envbuilder's output went away")
+
+    Console.on_broken_pipe = on_broken_pipe  # type: ignore[method-assign]
+
+
+def click_saw_broken_pipe() -> bool:
+    """click (inside typer) answers EPIPE by wrapping the streams in its PacifyFlushWrapper
+    and exiting 1; the wrapper is the sign that the reader went away."""
+    return type(sys.stdout).__name__ == "PacifyFlushWrapper"
+
+
 def is_broken_pipe(e: BaseException) -> bool:
-    return isinstance(e, BrokenPipeError) or (isinstance(e, OSError) and e.errno == errno.EPIPE)
+    """The reader of our output is gone: EPIPE (a closed pipe), or EBADF on a stdout that was
+    closed when the command started (see ``guard_streams``)."""
+    if not isinstance(e, OSError):
+        return False
+    return isinstance(e, BrokenPipeError) or e.errno == errno.EPIPE or (
+        e.errno == errno.EBADF and (STDOUT_CLOSED or not _writable(1)))
 
 
 def check_arguments(kwargs: Mapping[str, Any]) -> None:

@@ -179,7 +179,7 @@ def spec_files(spec: TargetSpec, out: str | Path, *, matrix_dir: str | Path | No
     elif existing.is_file():
         from envbuilder._fs import read_text_capped
 
-        lock_text = read_text_capped(existing, "lock")
+        lock_text = read_text_capped(existing, "lock", follow_links=False)
     _, files = folder_files(spec, stack, lock_text=lock_text, lock_source=str(existing))
     if lock_text is not None and not lock:
         files.pop("requirements.lock", None)  # already there: it stays `lock`'s file
@@ -337,7 +337,7 @@ def bake(specs: Sequence[TargetSpec], out: str | Path | None = None, *,
         for o in made:
             assert o.value is not None
             tx.add(o.value[0], o.value[2], group="render")
-        tx.add(root, {"docker-bake.hcl": text}, group="bake")
+        tx.add(root, {"docker-bake.hcl": text}, group="bake", prune=False)
         tx.commit()
     return {"bake_file": str(path), "targets": [_report(o.spec, *o.value) for o in made if o.value],
             "bake": summary(text)}

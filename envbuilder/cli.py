@@ -426,6 +426,8 @@ def matrix_verify(pypi: str = typer.Option("https://pypi.org/simple", "--pypi-in
             sys.stdout.write(f"{f.kind}: {f}\n")
         sys.stdout.write(f"{len(rep.agreed)} facts agree; {len(rep.of('disagree'))} disagreements, "
                          f"{len(rep.of('new'))} new, {len(rep.of('skipped'))} skipped, {len(rep.of('unverified'))} unverified\n")
+    if rep.error:
+        sys.stderr.write(f"envbuilder: error: {rep.error}\n")
     if not rep.ok:
         raise typer.Exit(EXIT_FAILED)
 

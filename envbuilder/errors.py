@@ -7,6 +7,7 @@ with ``err.exit_code``; no traceback reaches a user.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 EXIT_OK = 0
@@ -15,15 +16,37 @@ EXIT_USAGE = 2  # bad input or usage
 EXIT_INCOMPATIBLE = 3  # an incompatible combination was refused
 
 
+# the credentials of a URL (scheme://user:token@host, scheme://token@host): never shown
+_CREDENTIALS = re.compile(r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.-]*://)(?P<user>[^/\s:@'\"]*)"
+                          r"(?::(?P<password>[^/\s@'\"]*))?@")
+
+
+def redact(text: str) -> str:
+    """``text`` with the credentials of every URL in it hidden: ``https://user:token@host/x``
+    becomes ``https://user:***@host/x``, ``https://token@host/x`` becomes ``https://***@host/x``.
+    Every error message goes through it, and so do JSON outputs and rendered files."""
+    if "@" not in text:
+        return text
+
+    def hide(m: re.Match[str]) -> str:
+        if m.group("password") is not None:
+            return f"{m.group('scheme')}{m.group('user')}:***@"
+        return f"{m.group('scheme')}***@"
+
+    return _CREDENTIALS.sub(hide, text)
+
+
 class EnvbuilderError(Exception):
-    """Base class: a one-line message and an exit code."""
+    """Base class: a one-line message and an exit code. The message and details never show
+    a URL's credentials (``redact``)."""
 
     exit_code: int = EXIT_FAILED
 
     def __init__(self, message: str, *, details: list[str] | None = None) -> None:
+        message = redact(message)
         super().__init__(message)
         self.message = message
-        self.details = list(details or [])
+        self.details = [redact(d) if isinstance(d, str) else d for d in (details or [])]
 
     def __str__(self) -> str:
         return self.message

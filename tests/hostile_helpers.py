@@ -15,8 +15,9 @@ from typing import Iterator
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-CLI = [sys.executable, "-c",
-       "import sys; from envbuilder.cli import main; sys.argv[0] = 'envbuilder'; main()"]
+# the entry point as users run it: `python -m envbuilder` is the console script's own code
+# (envbuilder._entry.main), which guards the streams and signals before any heavy import
+CLI = [sys.executable, "-m", "envbuilder"]
 MANIFEST = ".envbuilder-output"
 LEFTOVER_MARKS = (".envbuilder-stage-", ".render-all-", ".envbuilder-lock-", ".old-", ".tmp-",
                   ".envbuilder-conda-", ".envbuilder-pylock-")

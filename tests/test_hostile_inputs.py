@@ -1,13 +1,19 @@
-"""Hostile inputs, classes 3 to 6 of issue 10: every crash a clean one-line error with its exit
+"""Hostile inputs, organised by root cause: every crash a clean one-line error with its exit
 code; injected text never reaches a generated file; bounded YAML and linear-time explain;
-exit codes that mean what the README says; envbuilder's own PyPI name.
+exit codes that mean what the README says; envbuilder's own PyPI name (issue 10, sections
+3-6), then issue 24's seven root causes (sections A-G below): closed streams and early
+signals, injection through overlays and project files, unbounded reads and blocking files,
+data outside the output folder, secrets in build files, wrong exit codes, caches executed on
+load. A new command joins by adding its cases to the section of each root cause.
 
-The CLI runs in a subprocess as users run it; locks are real uv resolutions against PyPI.
+The CLI runs in a subprocess as users run it (``python -m envbuilder``, the console script's
+own entry point); locks are real uv resolutions against PyPI.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -426,7 +432,7 @@ def test_distribution_name_everywhere():
 
     meta = tomllib.loads((ROOT / "pyproject.toml").read_text())
     assert meta["project"]["name"] == DISTRIBUTION == "torch-envbuilder"
-    assert meta["project"]["scripts"]["envbuilder"] == "envbuilder.cli:main"
+    assert meta["project"]["scripts"]["envbuilder"] == "envbuilder._entry:main"
     readme = (ROOT / "README.md").read_text()
     assert not re.search(r"pip install ['\"]?envbuilder\b", readme)
     assert "pip install 'torch-envbuilder[lock]'" in readme
@@ -443,3 +449,439 @@ def test_the_name_is_free_on_pypi():
     if "No matching distribution" not in p.stderr + p.stdout and p.returncode != 0:
         pytest.skip(f"the index is not reachable: {p.stderr.strip()[:200]}")
     assert p.returncode != 0 and "No matching distribution" in p.stderr + p.stdout
+
+
+
+# ==============================================================================================
+# Issue 24: one section per root cause. Each case fails on the code before its mechanism.
+# ==============================================================================================
+
+def _bash(cmd: str, timeout: float = 120, **extra: str) -> subprocess.CompletedProcess:
+    return subprocess.run(cmd, shell=True, executable="/bin/bash", capture_output=True,
+                          text=True, env=env(**extra), timeout=timeout)
+
+
+def _cmdline(*args: str) -> str:
+    import shlex
+
+    return " ".join(shlex.quote(a) for a in [*CLI, *args])
+
+
+# -- A. closed streams and early signals: one output guard, signal handling from the start ------
+
+CLOSED_STDOUT = [["targets"], ["resolve", "cu118"], ["--version"], ["render", "cu118", "-o", "{tmp}/d"],
+                 ["explain", str(sorted(CORPUS.glob("*.log"))[0])], ["matrix", "show", "cuda"]]
+
+
+@pytest.mark.parametrize("args", CLOSED_STDOUT, ids=lambda a: " ".join(a[:2]))
+@pytest.mark.parametrize("how", [">&-", "1</dev/null"], ids=["closed", "read-only"])
+def test_closed_stdout_is_141_and_quiet(tmp_path, args, how):
+    """`envbuilder targets >&-` printed a traceback and exited 1. A read-only stdout is what a
+    closed one becomes under a shell wrapper (pyenv's shim script takes the descriptor)."""
+    args = [a.replace("{tmp}", str(tmp_path)) for a in args]
+    p = _bash(f"{_cmdline(*args)} {how}")
+    assert p.returncode == 141, (p.returncode, p.stderr[-2000:])
+    assert p.stderr == "", p.stderr[-2000:]
+
+
+@pytest.mark.parametrize("args", [["targets"], ["resolve", "cu118"], ["matrix", "show", "cuda"],
+                                  ["doctor"], ["render", "--help"], ["targets", "--json"]],
+                         ids=lambda a: " ".join(a))
+def test_reader_gone_is_141(args):
+    """Output into a pipe whose reader is already gone: 141 as for a shell tool killed by
+    SIGPIPE, nothing on stderr (rich's own handler exited 1, click's exited 1)."""
+    r, w = os.pipe()
+    os.close(r)  # the reader is gone before the first write: EPIPE for certain
+    try:
+        p = subprocess.run(CLI + args, stdout=w, stderr=subprocess.PIPE, text=True, env=env(),
+                           timeout=120)
+    finally:
+        os.close(w)
+    assert p.returncode == 141, (p.returncode, p.stderr[-2000:])
+    assert "Traceback" not in p.stderr and "BrokenPipe" not in p.stderr, p.stderr
+
+
+def test_closed_stderr_keeps_the_exit_code():
+    assert _bash(f"{_cmdline('resolve', 'cu999')} 2>&-").returncode == 2
+    assert _bash(f"{_cmdline('resolve', 'cu999')} 2</dev/null").returncode == 2
+    assert _bash(f"{_cmdline('targets')} 2>&- >/dev/null").returncode == 0
+
+
+def _catches(pid: int, sig: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("SigCgt:"):
+                    return bool(int(line.split()[1], 16) & (1 << (sig - 1)))
+    except OSError:
+        pass
+    return False
+
+
+def _interrupt(args: list[str], delay: float, marker: int, **extra: str) -> subprocess.CompletedProcess:
+    """Start the CLI, wait until it catches ``marker`` (Python's own SIGINT handler: the
+    interpreter is up; SIGTERM: envbuilder's entry point has run), then SIGINT it ``delay``
+    seconds later."""
+    import signal
+    import time
+
+    from hostile_helpers import interruptible
+
+    p = subprocess.Popen(CLI + args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                         text=True, env=env(**extra), preexec_fn=interruptible)
+    deadline = time.monotonic() + 60
+    while not _catches(p.pid, marker) and p.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.0005)
+    time.sleep(delay)
+    p.send_signal(signal.SIGINT)
+    err = p.communicate(timeout=120)[1]
+    return subprocess.CompletedProcess(p.args, p.returncode, "", err)
+
+
+@pytest.mark.parametrize("delay", [0, 0.005, 0.01, 0.02, 0.04, 0.07, 0.1, 0.15, 0.2, 0.3])
+def test_ctrl_c_at_any_moment_is_130(tmp_path, delay):
+    """From the first instruction of envbuilder's entry point (it installs its SIGTERM handler
+    first), Ctrl-C exits 130 with one line and no traceback: during the imports of typer,
+    rich and the library, while typer parses, inside the command, while files move, at exit.
+    (Before: a KeyboardInterrupt traceback and exit -2 or 1 for an interrupt in the imports.)"""
+    import signal
+
+    p = _interrupt(["render", "cu118", "-o", str(tmp_path / "o")], delay, signal.SIGTERM)
+    if p.returncode == 0:  # finished before the signal: nothing to judge
+        return
+    assert p.returncode == 130, (p.returncode, p.stderr[-2000:])
+    assert "Traceback" not in p.stderr and "KeyboardInterrupt" not in p.stderr, p.stderr
+    assert p.stderr.startswith("envbuilder: interrupted"), p.stderr
+    assert leftovers(tmp_path) == []
+
+
+@pytest.mark.parametrize("delay", [0.005, 0.02, 0.04, 0.06, 0.09])
+def test_ctrl_c_while_python_imports_envbuilder(tmp_path, delay):
+    """Measured from Python's own handler (the interpreter is up, site and envbuilder's modules
+    are being imported): 130 without a traceback, or, when the signal lands in Python's own
+    start-up (site.py, before envbuilder's first line), Python's traceback with no envbuilder
+    frame in it - the one window no program can close."""
+    import signal
+
+    p = _interrupt(["resolve", "cu118"], delay, signal.SIGINT)
+    if p.returncode == 130:
+        assert "Traceback" not in p.stderr, p.stderr
+        return
+    assert p.returncode in (0, 1, -signal.SIGINT), (p.returncode, p.stderr[-2000:])
+    # Python's own start-up, or runpy loading the package's three constants: no frame of
+    # envbuilder's code
+    frames = set(re.findall(r'File "[^"]*/envbuilder/([^"]+)"', p.stderr))
+    assert frames <= {"__init__.py"}, p.stderr
+
+
+@pytest.mark.parametrize("delay", [0.3, 0.9, 1.5])
+def test_lock_upgrade_interrupted_is_130(tmp_path, uv_cache, delay):
+    """`lock --upgrade` interrupted after 0.9 s died by the signal (-2)."""
+    import signal
+
+    pytest.importorskip("uv")
+    out = tmp_path / "o"
+    p = _interrupt(["lock", "cpu", "--upgrade", "-o", str(out)], delay, signal.SIGTERM,
+                   UV_CACHE_DIR=str(uv_cache))
+    if p.returncode == 0:
+        return
+    assert p.returncode == 130, (p.returncode, p.stderr[-2000:])
+    assert "Traceback" not in p.stderr, p.stderr
+    assert leftovers(tmp_path) == [] and not (out / "requirements.lock").exists()
+
+
+def test_smoke_host_without_torch_is_one_line(tmp_path):
+    """A Python without torch (here: one where importing torch raises ModuleNotFoundError, as
+    it does where torch is not installed): one line naming the import, no child traceback."""
+    shadow = tmp_path / "shadow" / "torch"
+    shadow.mkdir(parents=True)
+    (shadow / "__init__.py").write_text(
+        "raise ModuleNotFoundError(\"No module named 'torch'\", name='torch')\n")
+    e = env()
+    e["PYTHONPATH"] = f"{tmp_path / 'shadow'}{os.pathsep}{e['PYTHONPATH']}"
+    p = subprocess.run(CLI + ["smoke", "--host", "--nproc", "2"], capture_output=True,
+                       text=True, env=e, timeout=300)
+    first = assert_clean_failure(p, 1, "torch is not importable", "No module named 'torch'")
+    assert p.stderr.strip() == first, p.stderr  # one line: no child traceback under it
+
+
+@pytest.mark.parametrize("shell_env", [{}, {"SHELL": ""}])
+def test_show_completion_bash(shell_env):
+    """typer took `--show-completion` as a flag and ignored `bash`: without a shell among the
+    parent processes (CI, a script) it failed with "Shell  not supported", exit 1."""
+    p = cli("--show-completion", "bash", **shell_env)
+    assert p.returncode == 0, p.stderr
+    assert "complete" in p.stdout and "_ENVBUILDER_COMPLETE" in p.stdout
+    assert_clean_failure(cli("--show-completion", "tcsh"), 2, "tcsh", "bash")
+
+
+# -- B. injection through overlays and project files: the built-in matrix's validators ---------
+
+def _overlay(tmp_path: Path, name: str, text: str) -> Path:
+    o = tmp_path / "overlay"
+    o.mkdir(parents=True, exist_ok=True)
+    (o / name).write_text(text)
+    return o
+
+
+SRC = "source: https://example.org/fact\n"
+# the five fields the sweep found reaching the Dockerfile and envbuilder.def raw: a value that
+# ends in a newline passed the schema (Python's `$` matches before a final newline)
+OVERLAY_INJECTIONS = {
+    "os apt package": ("os.yaml", lambda m: _os_entry(m, packages_suffix="\n")),
+    "ppa repository": ("os.yaml", lambda m: _os_entry(m, repo_suffix="\n")),
+    "torch index": ("torch.yaml", lambda m: "index: \"https://download.pytorch.org/whl/{variant}\\n\"\n"),
+    "flavour env": ("toolchains.yaml", lambda m: _flavour_entry(m)),
+    "host compiler": ("toolchains.yaml", lambda m: _host_compiler_entry(m)),
+}
+
+
+def _yaml_doc(name: str) -> dict:
+    import yaml
+
+    return yaml.safe_load((ROOT / "matrices" / name).read_text())
+
+
+def _dump(doc: dict) -> str:
+    import yaml
+
+    return yaml.safe_dump(doc, sort_keys=False, width=1000)
+
+
+def _os_entry(m, packages_suffix: str = "", repo_suffix: str = "") -> str:
+    doc = _yaml_doc("os.yaml")
+    o = next(x for x in doc["os"] if x["name"].startswith("ubuntu"))
+    py = next(iter(o["python"].values()))
+    if packages_suffix:
+        py["packages"][0] += packages_suffix
+    if repo_suffix:
+        py["repo"] = (py["repo"] or "ppa:deadsnakes/ppa") + repo_suffix
+    return _dump({"os": [o]})
+
+
+def _flavour_entry(m) -> str:
+    doc = _yaml_doc("toolchains.yaml")
+    f = doc["flavours"][0]
+    f["env"] = {**f.get("env", {}), "EVIL": "x\n"}
+    return _dump({"flavours": [f]})
+
+
+def _host_compiler_entry(m) -> str:
+    doc = _yaml_doc("toolchains.yaml")
+    h = doc["host_compilers"][0]
+    k = next(iter(h["packages"]))
+    h["packages"][k] = [h["packages"][k][0] + "\n"]
+    return _dump({"host_compilers": [h]})
+
+
+@pytest.mark.parametrize("case", sorted(OVERLAY_INJECTIONS))
+def test_overlay_newline_is_refused_naming_file_and_key(tmp_path, case):
+    name, make = OVERLAY_INJECTIONS[case]
+    o = _overlay(tmp_path, name, make(None))
+    p = cli("render", "cu121", "-o", str(tmp_path / "o"), "--matrix-overlay", str(o))
+    first = assert_clean_failure(p, 2, name)
+    assert "key " in first, first
+    assert not (tmp_path / "o").exists()
+
+
+def test_overlay_with_scalar_entries_is_refused(tmp_path):
+    o = _overlay(tmp_path, "cuda.yaml", "toolkits: [11.8, 12.1]\n")
+    assert_clean_failure(cli("resolve", "cu118", "--matrix-overlay", str(o)), 2, "cuda.yaml",
+                         "toolkits/0")
+    o = _overlay(tmp_path / "second", "nccl.yaml", "releases:\n  - 2.18.1\n")
+    assert_clean_failure(cli("resolve", "cu118", "--matrix-overlay", str(o)), 2, "nccl.yaml",
+                         "releases/0")
+
+
+@pytest.mark.parametrize("name", ["a\nb", "train\n", "x\x1b[31m", "../up", "a b"])
+def test_project_target_names_are_validated(tmp_path, name):
+    import json as _json
+
+    (tmp_path / "envbuilder.toml").write_text(
+        f"[[targets]]\nname = {_json.dumps(name)}\ntarget = \"cpu\"\n")
+    p = cli("render", cwd=tmp_path)
+    assert_clean_failure(p, 2, "envbuilder.toml", "targets")
+    assert not (tmp_path / "build").exists()
+
+
+# -- C. unbounded reads and blocking files: one capped reader, fstat before reading ------------
+
+def test_huge_sparse_project_file_is_refused_unread(tmp_path):
+    """A 3 GiB sparse envbuilder.toml was read whole (3.1 GB RSS) before it was refused."""
+    import resource
+
+    f = tmp_path / "envbuilder.toml"
+    with open(f, "wb") as fh:
+        fh.truncate(3 << 30)
+    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    p = cli("targets", cwd=tmp_path)  # any command looks for the project
+    p = cli("render", "cpu", "-o", str(tmp_path / "o"), cwd=tmp_path)
+    assert_clean_failure(p, 2, "project file", "larger than")
+    peak_kib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    assert max(before, peak_kib) < 1 << 20  # no child grew to 1 GiB (it read nothing)
+
+
+@pytest.mark.parametrize("args", [["render", "cpu", "-o", "{out}"],
+                                  ["ci", "--github", "--registry", "ghcr.io/o/t", "-o", "{out}"]],
+                         ids=["render", "ci"])
+def test_fifo_in_place_of_the_manifest_does_not_hang(tmp_path, args):
+    out = tmp_path / "out"
+    out.mkdir()
+    os.mkfifo(out / ".envbuilder-output")
+    p = cli(*[a.replace("{out}", str(out)) for a in args], timeout=120)  # a hang guard
+    assert p.returncode in (0, 2) and "Traceback" not in p.stderr, p.stderr
+
+
+@pytest.mark.parametrize("kind", ["fifo", "device", "folder"])
+def test_project_and_lock_files_that_are_not_regular(tmp_path, kind):
+    def plant(path: Path) -> None:
+        if kind == "fifo":
+            os.mkfifo(path)
+        elif kind == "device":
+            path.symlink_to("/dev/zero")
+        else:
+            path.mkdir()
+
+    proj = tmp_path / "p"
+    proj.mkdir()
+    plant(proj / "envbuilder.toml")  # refused, never blocking (a FIFO has no writer here)
+    assert_clean_failure(cli("render", "cpu", "-o", str(tmp_path / "o"), cwd=proj, timeout=60),
+                         2, "envbuilder.toml")
+    out = tmp_path / "o2"
+    out.mkdir()
+    plant(out / "requirements.lock")
+    p = cli("render", "cpu", "-o", str(out), timeout=60)  # not a lock: rendered without one
+    assert p.returncode == 0 and "Traceback" not in p.stderr, p.stderr
+    assert_clean_failure(cli("lock", "cpu", "-o", str(out), "--check", timeout=60), 2,
+                         "requirements.lock")
+
+
+# -- D. data outside the output folder: no link followed; every target one transaction -------
+
+def test_manifest_entry_through_a_link_never_deletes_outside(tmp_path):
+    import hashlib
+
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "victim.txt").write_text("precious\n")
+    out = tmp_path / "o"
+    assert cli("render", "cpu", "-o", str(out)).returncode == 0
+    (out / "link").symlink_to(outside)
+    man = out / ".envbuilder-output"
+    doc = json.loads(man.read_text())
+    doc["files"]["link/victim.txt"] = {"group": "render",
+                                       "sha256": hashlib.sha256(b"precious\n").hexdigest()}
+    man.write_text(json.dumps(doc, indent=2))
+    p = cli("render", "cpu", "-o", str(out))
+    assert p.returncode == 0, p.stderr
+    assert (outside / "victim.txt").read_text() == "precious\n"
+    assert "link/victim.txt" not in json.loads(man.read_text())["files"]
+
+
+def test_a_link_on_the_way_of_a_file_is_refused(tmp_path):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    out = tmp_path / "o"
+    out.mkdir()
+    (out / "jobs").symlink_to(outside)  # render writes jobs/...: never into `outside`
+    p = cli("render", "cpu", "-o", str(out))
+    assert_clean_failure(p, 2, "jobs")
+    assert list(outside.iterdir()) == []
+
+
+def test_render_all_refusal_leaves_no_folder(tmp_path):
+    out = tmp_path / "a"
+    (out / "cu118").mkdir(parents=True)
+    (out / "cu118" / "Dockerfile").write_text("mine\n")
+    p = cli("render", "--all", "-o", str(out))
+    assert_clean_failure(p, 2, "Dockerfile")
+    found = sorted(str(x.relative_to(out)) for x in out.rglob("*"))
+    assert found == ["cu118", "cu118/Dockerfile"], found
+
+
+def test_bake_with_a_users_bake_file_writes_nothing(tmp_path):
+    out = tmp_path / "b"
+    out.mkdir()
+    (out / "docker-bake.hcl").write_text("# mine\n")
+    p = cli("bake", "-o", str(out))
+    assert_clean_failure(p, 2, "docker-bake.hcl")
+    assert sorted(x.name for x in out.iterdir()) == ["docker-bake.hcl"]
+    assert (out / "docker-bake.hcl").read_text() == "# mine\n"
+
+
+# -- E. secrets in build files: build arguments without default, redacted everywhere ----------
+
+TOKEN = "s3cr3t-t0ken"
+
+
+def test_index_credentials_reach_no_rendered_file(tmp_path):
+    out = tmp_path / "o"
+    p = cli("render", TARGET, "-o", str(out), "--json",
+            "--pip-index-url", f"https://user:{TOKEN}@mirror.example/simple",
+            "--extra-index-url", "https://plain.example/simple",
+            "--extra-index-url", f"https://{TOKEN}@extra.example/simple")
+    assert p.returncode == 0, p.stderr
+    assert TOKEN not in p.stdout + p.stderr
+    for f in out.rglob("*"):
+        if f.is_file():
+            assert TOKEN.encode() not in f.read_bytes(), f
+    df = (out / "Dockerfile").read_text()
+    assert "ARG PIP_INDEX_URL\n" in df and "ARG PIP_EXTRA_INDEX_URL_2\n" in df
+    assert "https://plain.example/simple" in df  # an index without credentials stays
+    assert '"${PIP_EXTRA_INDEX_URL_2}"' in df
+    assert "PIP_INDEX_URL:?" in (out / "envbuilder.def").read_text()
+
+
+def test_credentials_are_redacted_in_errors_and_json(tmp_path):
+    bad = f"https://user:{TOKEN}@mirror.example/si mple"  # refused: a space
+    for args in (["render", "cpu", "-o", str(tmp_path / "o"), "--pip-index-url", bad],
+                 ["render", "cpu", "-o", str(tmp_path / "o"), "--pip-index-url", bad, "--json"]):
+        p = cli(*args)
+        assert p.returncode == 2
+        assert TOKEN not in p.stdout + p.stderr, p.stderr
+        assert "https://user:***@mirror.example" in p.stderr
+
+
+def test_lock_header_holds_no_credentials(tmp_path, uv_cache):
+    """uv gets the URL with its credentials (a real run against an unreachable mirror fails
+    cleanly); what envbuilder shows and writes has none."""
+    pytest.importorskip("uv")
+    p = cli("lock", "cpu", "-o", str(tmp_path / "o"), "--pip-index-url",
+            f"http://user:{TOKEN}@127.0.0.1:9/simple", UV_CACHE_DIR=str(uv_cache))
+    assert p.returncode in (1, 2) and "Traceback" not in p.stderr, p.stderr
+    assert TOKEN not in p.stdout + p.stderr
+
+
+# -- F. exit codes that mean what the README says ----------------------------------------------
+
+@pytest.mark.parametrize("url", ["ftp://x/", "https://x.example/$(id)/simple", "https://x/`id`"])
+def test_matrix_verify_refuses_bad_index_urls(url):
+    assert_clean_failure(cli("matrix", "verify", "--pypi-index-url", url), 2,
+                         "--pypi-index-url")
+
+
+def test_matrix_verify_unreachable_index_is_1():
+    import socket
+
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    p = cli("matrix", "verify", "--pypi-index-url", f"http://127.0.0.1:{port}/simple",
+            "--torch-index", f"http://127.0.0.1:{port}/whl/{{variant}}")
+    assert p.returncode == 1, p.stderr
+    assert f"cannot reach the package index http://127.0.0.1:{port}/simple" in p.stderr
+
+
+@pytest.mark.parametrize("tag", ["Upper/x:y", "a/B:c", "x:y:z", "a//b:c", "-x"])
+def test_build_bad_tag_is_2_before_any_engine(tag):
+    p = cli("build", "cpu", "-t", tag, DOCKER_HOST="unix:///nonexistent/docker.sock")
+    assert_clean_failure(p, 2, "--tag")
+
+
+def test_lock_check_through_a_link_is_2(tmp_path):
+    out = tmp_path / "o"
+    out.mkdir()
+    (out / "requirements.lock").symlink_to("/etc/passwd")
+    assert_clean_failure(cli("lock", "cpu", "-o", str(out), "--check"), 2, "symbolic link")
+    assert_clean_failure(cli("render", "cpu", "-o", str(out)), 2, "symbolic link")

@@ -1,4 +1,4 @@
-"""The matrix cache (core/matrix_cache.py), the templates' bytecode cache and the YAML loaders.
+"""The matrix cache (core/matrix_cache.py) and the YAML loaders.
 
 No timing here (benchmarks/render.py measures): these tests check that the caches change
 nothing but time. Output is byte-identical with and without them; a stale entry (the matrix
@@ -60,7 +60,7 @@ def test_output_identical_without_cold_and_warm_cache(cache, tmp_path, monkeypat
     cold = _render(tmp_path / "cold")
     digest = load_matrix().digest
     assert matrix_cache.load(digest) is not None  # the cold run left an entry
-    assert list((cache / "templates").iterdir())  # and compiled templates
+    assert not (cache / "templates").exists()  # no bytecode cache: nothing that runs on load
     warm = _render(tmp_path / "warm")
     assert plain == cold == warm
     assert len(plain) > 10
@@ -109,7 +109,7 @@ def test_corrupt_cache_entry_is_a_miss(cache, matrix_copy, damage):
     entry = matrix_cache.entry_path(good.digest)
     data = entry.read_bytes()
     if damage == "garbage":
-        entry.write_bytes(b"not a pickle at all")
+        entry.write_bytes(b"not a cache entry at all")
     elif damage == "truncated":
         entry.write_bytes(data[: len(data) // 2])
     elif damage == "flipped":
@@ -159,7 +159,7 @@ def test_two_concurrent_first_runs(tmp_path):
         assert p.returncode == 0, err.decode()
     assert _tree(tmp_path / "out1") == _tree(tmp_path / "out2")
     folder = tmp_path / "xdg" / "envbuilder"
-    entries = list(folder.glob("matrix-*.pickle"))
+    entries = list(folder.glob("matrix-*.json"))
     assert len(entries) == 1 and not list(folder.glob(".*.tmp"))
     code = ("import sys; from envbuilder.core import matrix_cache; from envbuilder.core.matrix "
             "import load_matrix; sys.exit(0 if matrix_cache.load(load_matrix().digest) else 1)")
@@ -201,3 +201,75 @@ def test_pure_python_fallback_loads_the_matrix(cache, monkeypatch, matrix_copy):
     with_c = load_matrix(matrix_copy)
     monkeypatch.setattr(matrix_mod, "_UniqueKeyLoader", matrix_mod._PyUniqueKeyLoader)
     assert load_matrix(matrix_copy) == with_c
+
+
+# -- a cache entry is data, never code ------------------------------------------------------------
+
+def test_entry_is_json_with_a_format_version(cache, matrix_copy):
+    import json
+
+    good = load_matrix(matrix_copy)
+    entry = matrix_cache.entry_path(good.digest)
+    assert entry.suffix == ".json"
+    head, _, payload = entry.read_bytes().partition(b"\n")
+    header = json.loads(head)
+    assert header["format"] == "envbuilder-matrix-cache"
+    assert header["version"] == matrix_cache.FORMAT_VERSION
+    assert json.loads(payload)["raw"]["cuda.yaml"]["toolkits"]
+
+
+def test_other_format_version_is_rebuilt(cache, matrix_copy):
+    import json
+
+    good = load_matrix(matrix_copy)
+    entry = matrix_cache.entry_path(good.digest)
+    head, _, payload = entry.read_bytes().partition(b"\n")
+    header = json.loads(head)
+    header["version"] = matrix_cache.FORMAT_VERSION + 1
+    entry.write_bytes(json.dumps(header).encode() + b"\n" + payload)
+    assert matrix_cache.load(good.digest) is None  # a miss...
+    assert load_matrix(matrix_copy) == good
+    assert json.loads(entry.read_bytes().partition(b"\n")[0])["version"] == \
+        matrix_cache.FORMAT_VERSION  # ...rebuilt and rewritten
+
+
+def test_a_pickle_in_the_cache_never_runs(cache, matrix_copy, tmp_path):
+    """The old format was a pickle: an entry planted by someone who can write the cache folder
+    ran code on load. Now a pickle (of the old layout, under the old and the new name) is a
+    miss, and its payload never runs."""
+    import hashlib
+    import pickle
+
+    good = load_matrix(matrix_copy)
+    marker = tmp_path / "pwned"
+
+    class Evil:
+        def __reduce__(self):
+            return (os.system, (f"touch {marker}",))
+
+    payload = pickle.dumps(Evil())
+    old = b"envbuilder-matrix-cache 1\n" + hashlib.sha256(payload).digest() + payload
+    entry = matrix_cache.entry_path(good.digest)
+    entry.write_bytes(old)
+    entry.with_suffix(".pickle").write_bytes(old)
+    assert load_matrix(matrix_copy) == good
+    assert not marker.exists()
+    p = subprocess.run([sys.executable, "-m", "envbuilder", "render", TARGET, "-o",
+                        str(tmp_path / "o"), "--matrix", str(matrix_copy)],
+                       env=dict(os.environ, XDG_CACHE_HOME=str(cache.parent),
+                                PYTHONPATH=str(ROOT)), capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    assert not marker.exists()
+
+
+def test_fifo_in_place_of_an_entry_is_a_miss(cache, matrix_copy, tmp_path):
+    good = load_matrix(matrix_copy)
+    entry = matrix_cache.entry_path(good.digest)
+    entry.unlink()
+    os.mkfifo(entry)
+    p = subprocess.run([sys.executable, "-m", "envbuilder", "resolve", TARGET, "--matrix",
+                        str(matrix_copy)],
+                       env=dict(os.environ, XDG_CACHE_HOME=str(cache.parent),
+                                PYTHONPATH=str(ROOT)), capture_output=True, text=True,
+                       timeout=120)  # a hang guard: the FIFO has no writer
+    assert p.returncode == 0, p.stderr

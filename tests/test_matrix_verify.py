@@ -83,7 +83,8 @@ def test_verify_fails_naming_the_entry_whose_nccl_was_altered(tmp_path: Path):
 
 
 def test_verify_reports_an_unreachable_index_as_skipped(tmp_path: Path):
-    """No network needed: an index on a closed local port answers nothing; nothing agrees."""
+    """No network needed: an index on a closed local port answers nothing; nothing agrees, and
+    a verification that could check nothing fails (exit 1, naming the index)."""
     import socket
 
     s = socket.socket()
@@ -93,7 +94,9 @@ def test_verify_reports_an_unreachable_index_as_skipped(tmp_path: Path):
     p = cli("matrix", "verify", "--json", "--pypi-index-url", f"http://127.0.0.1:{port}/simple",
             "--torch-index", f"http://127.0.0.1:{port}/whl/{{variant}}")
     rep = json.loads(p.stdout)
-    assert p.returncode == 0 and rep["agreed"] == [] and rep["disagreements"] == []
+    assert p.returncode == 1 and rep["agreed"] == [] and rep["disagreements"] == []
+    assert rep["ok"] is False and f"127.0.0.1:{port}/simple" in rep["error"]
+    assert f"cannot reach the package index http://127.0.0.1:{port}/simple" in p.stderr
     assert all(v.startswith("unreachable") for v in rep["indexes"].values())
     assert len(rep["skipped"]) == len(rep["indexes"])
     # DeepSpeed and Horovod are looked up on the same (unreachable) index: skipped, not agreed

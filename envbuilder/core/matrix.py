@@ -462,28 +462,14 @@ def _load_yaml(text: str, loader_cls: Any = None) -> Any:
 
 
 def _read_text(path: Path) -> str:
-    """A matrix file's text, within the size limit (no parsing)."""
-    import os
-    import stat
+    """A matrix file's text, within the size limit (no parsing), through the one capped
+    reader (a FIFO or a device in its place is refused without blocking)."""
+    from envbuilder.core.readfile import read_text_capped
 
-    try:
-        st = os.stat(path)
-        if not stat.S_ISREG(st.st_mode):
-            raise MatrixError(f"matrix file {path} is not a regular file")
-        with open(path, "rb") as f:
-            data = f.read(MAX_FILE_BYTES + 1)
-    except FileNotFoundError:
+    if not path.exists() and not path.is_symlink():
         raise MatrixError(f"matrix file {path} is missing: a matrix folder needs "
-                          f"{', '.join(sorted(schema.FILES))}") from None
-    except OSError as e:
-        raise MatrixError(f"cannot read matrix file {path}: {e.strerror or e}") from None
-    if len(data) > MAX_FILE_BYTES:
-        raise MatrixError(f"matrix file {path} is larger than {MAX_FILE_BYTES >> 20} MiB: "
-                          f"not a matrix file")
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise MatrixError(f"matrix file {path} is not UTF-8 text (byte {e.start})") from None
+                          f"{', '.join(sorted(schema.FILES))}")
+    text = read_text_capped(path, "matrix file", limit=MAX_FILE_BYTES, error=MatrixError)
     if "\x00" in text:
         raise MatrixError(f"matrix file {path} holds NUL bytes: not a YAML file")
     return text
@@ -620,8 +606,13 @@ def load_matrix(path: str | Path | None = None, overlay: str | Path | None = Non
     m = _build(root, raw, hexdigest)
     if over_root is not None:
         m = replace(m, overlay_path=over_root, overlay=tuple(entries))
-    matrix_cache.store(m)
+    matrix_cache.store(m, raw, entries)
     return m
+
+
+def _shown(value: Any) -> str:
+    r = repr(value)
+    return r if len(r) <= 80 else r[:80] + "..."
 
 
 def _overlay_key(entry: dict[str, Any], fields: tuple[str, ...]) -> str:
@@ -648,8 +639,10 @@ def _apply_overlay(path: Path, data: Any, raw: dict[str, Any], name: str) -> lis
             continue
         items = list(base.get(key, []))
         for i, entry in enumerate(value):
-            if not isinstance(entry, dict):
-                continue  # the schema check below names it
+            if not isinstance(entry, dict):  # a scalar would be dropped, never checked
+                raise MatrixError(f"matrix overlay file {path}, key {key}/{i}: {_shown(entry)} "
+                                  f"is not an entry: each entry is a mapping of keys, as in the "
+                                  f"built-in {name}")
             if name != "targets.yaml" and "source" not in entry:
                 raise MatrixError(f"matrix overlay file {path}, key {key}/{i}: every overlay "
                                   f"entry needs a source: (where the fact comes from)")

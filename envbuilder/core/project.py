@@ -11,6 +11,7 @@ unknown key is an InputError (exit 2) naming the key and the file. Relative path
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
@@ -103,12 +104,10 @@ def _toml(path: Path) -> dict[str, Any]:
         import tomllib
     except ModuleNotFoundError:  # Python 3.10
         import tomli as tomllib  # type: ignore[no-redef]
-    try:
-        data = path.read_bytes()
-    except OSError as e:
-        raise InputError(f"project file {path} cannot be read: {e.strerror or e}") from None
-    if len(data) > MAX_BYTES:
-        raise InputError(f"project file {path} is over {MAX_BYTES} bytes")
+    from envbuilder.core.readfile import read_bytes_capped
+
+    # judged by its size before it is read: a 3 GiB (sparse) file costs one fstat
+    data = read_bytes_capped(path, "project file", limit=MAX_BYTES)
     try:
         table: dict[str, Any] = tomllib.loads(data.decode("utf-8"))
         return table
@@ -119,11 +118,13 @@ def _toml(path: Path) -> dict[str, Any]:
 
 
 def _project_table(folder: Path) -> tuple[Path, dict[str, Any]] | None:
+    # anything under the name is the project file: a FIFO, a device or a folder there is
+    # refused by the capped reader (one line, exit 2), never silently skipped or blocked on
     own = folder / PROJECT_FILE
-    if own.is_file():
+    if os.path.lexists(own):
         return own, _toml(own)
     py = folder / PYPROJECT
-    if py.is_file():
+    if os.path.lexists(py):
         data = _toml(py)
         tool = data.get("tool")
         if isinstance(tool, dict) and "envbuilder" in tool:

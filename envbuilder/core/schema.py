@@ -245,6 +245,47 @@ def signatures_schema(categories: Sequence[str], settings: Sequence[str]) -> dic
     }
 
 
+def _anchored(pattern: str) -> str:
+    """``pattern`` with a final ``$`` made ``\\Z``: JSON Schema patterns are searched with
+    Python's ``re``, where ``$`` also matches before a final newline, so ``^[a-z]+$`` would
+    admit ``"curl\\n"`` and a newline would reach a Dockerfile line or a shell command."""
+    if pattern.endswith("$") and not pattern.endswith("\\$"):
+        return pattern[:-1] + r"\Z"
+    return pattern
+
+
+_STRICT: dict[int, tuple[Any, dict[str, Any]]] = {}
+
+
+def strict(schema: Any) -> Any:
+    """``schema`` with every pattern (``pattern``, ``patternProperties`` keys) anchored at the
+    true end of the string: the one validator for the built-in matrix, overlays and project
+    files. Cached per schema object."""
+    hit = _STRICT.get(id(schema))
+    if hit is not None and hit[0] is schema:
+        return hit[1]
+
+    def walk(node: Any) -> Any:
+        if isinstance(node, dict):
+            out: dict[str, Any] = {}
+            for k, v in node.items():
+                if k == "pattern" and isinstance(v, str):
+                    out[k] = _anchored(v)
+                elif k == "patternProperties" and isinstance(v, dict):
+                    out[k] = {_anchored(pk): walk(pv) for pk, pv in v.items()}
+                else:
+                    out[k] = walk(v)
+            return out
+        if isinstance(node, list):
+            return [walk(x) for x in node]
+        return node
+
+    result = walk(schema)
+    if isinstance(schema, dict):
+        _STRICT[id(schema)] = (schema, result)
+    return result
+
+
 @dataclass(frozen=True)
 class SchemaError:
     """The first (shallowest) violation: where (path of keys and indexes) and what."""
@@ -259,7 +300,7 @@ def first_error(data: Any, schema: dict[str, Any], *,
     ``name_key`` a missing or badly named key is added to the path, so the path names it."""
     import jsonschema
 
-    validator = jsonschema.Draft202012Validator(schema)
+    validator = jsonschema.Draft202012Validator(strict(schema))
     errors = sorted(validator.iter_errors(data), key=lambda e: list(e.absolute_path))
     if not errors:
         return None

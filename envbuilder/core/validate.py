@@ -109,8 +109,7 @@ def image_ref(value: str, what: str = "--base-image") -> str:
     last = rest.rsplit("/", 1)[-1]
     if ":" in last:
         rest, tag = rest.rsplit(":", 1)
-    ok = (_REPO_RE.fullmatch(rest) is not None and len(rest) <= 255
-          and ("/" not in rest or _port_ok(rest.split("/")[0]))
+    ok = (_REPO_RE.fullmatch(rest) is not None and _name_ok(rest)
           and (tag is None or _TAG_RE.fullmatch(tag) is not None)
           and (digest is None or _DIGEST_RE.fullmatch(digest) is not None))
     if not ok:
@@ -122,6 +121,24 @@ def image_ref(value: str, what: str = "--base-image") -> str:
 def _shown(value: object) -> str:
     r = repr(value)
     return r if len(r) <= 120 else r[:120] + f"... ({len(r)} characters)"
+
+
+_HOST_RE = re.compile(_HOST)
+_COMPONENT_RE = re.compile(_COMPONENT)
+
+
+def _name_ok(name: str) -> bool:
+    """A repository name as docker reads it: the first component is a registry host only when
+    it has a '.' or a ':' or is ``localhost`` (so ``Upper/x`` is a name with an upper-case
+    letter, refused, not a host ``Upper``); every other component is lower case."""
+    if len(name) > 255:
+        return False
+    parts = name.split("/")
+    if len(parts) > 1 and ("." in parts[0] or ":" in parts[0] or parts[0] == "localhost"):
+        host, parts = parts[0], parts[1:]
+        if _HOST_RE.fullmatch(host) is None or not _port_ok(host):
+            return False
+    return all(_COMPONENT_RE.fullmatch(p) is not None for p in parts)
 
 
 def _port_ok(host_part: str) -> bool:
@@ -138,7 +155,7 @@ def repository(value: str, what: str = "--push") -> str:
     """A repository to push to, without tag or digest: ``host:port/path`` (at most 255
     characters, as the registry API allows; a port 1-65535)."""
     if not isinstance(value, str) or len(value) > 255 or "@" in value or \
-            _REPO_RE.fullmatch(value) is None or ("/" in value and not _port_ok(value.split("/")[0])):
+            _REPO_RE.fullmatch(value) is None or not _name_ok(value):
         raise InputError(f"{what} {_shown(value)} is not a repository: expected registry/name "
                          f"without a tag (at most 255 characters, port 1-65535), e.g. "
                          f"127.0.0.1:5000/ml/train")
@@ -168,8 +185,7 @@ def tag_ref(value: str, what: str = "--tag") -> tuple[str | None, str]:
     name, tag_ = value, "latest"
     if ":" in value.rsplit("/", 1)[-1]:  # a ':' in the host part is a port, not a tag
         name, tag_ = value.rsplit(":", 1)
-    ok = (_REPO_RE.fullmatch(name) is not None and len(name) <= 255
-          and ("/" not in name or _port_ok(name.split("/")[0]))
+    ok = (_REPO_RE.fullmatch(name) is not None and _name_ok(name)
           and _TAG_RE.fullmatch(tag_) is not None)
     if not ok:
         raise InputError(f"{what} {shown} is not NAME[:TAG]: expected [registry/]name[:tag] "
@@ -184,6 +200,16 @@ def url(value: str, what: str) -> str:
         raise InputError(f"{what} {value!r} is not a URL envbuilder accepts: use "
                          f"http(s):// or file:// without spaces, quotes or shell characters")
     return value
+
+
+def has_credentials(value: str) -> bool:
+    """Whether the URL ``value`` carries credentials (``https://user:token@host/...``)."""
+    from urllib.parse import urlsplit
+
+    try:
+        return "@" in urlsplit(value).netloc
+    except ValueError:
+        return "@" in value
 
 
 def env_pair(name: str, value: str, what: str = "environment") -> tuple[str, str]:

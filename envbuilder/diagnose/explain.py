@@ -183,7 +183,9 @@ def load_signatures(path: str | os.PathLike | None = None) -> SignatureSet:
     file = Path(path) if path is not None else DEFAULT_SIGNATURES
     name = str(file)
     try:
-        raw = yaml.safe_load(file.read_text(encoding="utf-8"))
+        from envbuilder.core.readfile import read_text_capped
+
+        raw = yaml.safe_load(read_text_capped(file, "signatures file", limit=4 << 20))
     except FileNotFoundError:
         raise InputError(f"signatures file {name} does not exist") from None
     except IsADirectoryError:

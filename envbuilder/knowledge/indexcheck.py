@@ -51,7 +51,9 @@ from packaging.utils import (InvalidSdistFilename, InvalidWheelFilename, parse_s
                              parse_wheel_filename)
 from packaging.version import InvalidVersion, Version
 
+from envbuilder.core import validate
 from envbuilder.core.matrix import Component, Matrix, TorchRelease
+from envbuilder.errors import InputError
 
 PYPI = "https://pypi.org/simple"
 NVIDIA_NOTES = "https://docs.nvidia.com/cuda/cuda-toolkit-release-notes/index.html"
@@ -105,6 +107,7 @@ class VerifyReport:
     findings: list[Finding] = field(default_factory=list)
     agreed: list[str] = field(default_factory=list)  # "torch 2.6.0 cu124: nccl 2.21.5"
     indexes: dict[str, str] = field(default_factory=dict)  # url -> "reachable" | reason
+    primary: str | None = None  # the index the user named (--pypi-index-url): it must answer
 
     def of(self, kind: str) -> list[Finding]:
         return [f for f in self.findings if f.kind == kind]
@@ -122,11 +125,20 @@ class VerifyReport:
                 f"all {len(self.indexes)} sources were reached")
 
     @property
+    def error(self) -> str | None:
+        """Why the verification as a whole failed without a disagreement: the index it was
+        asked to check against did not answer (so nothing was verified)."""
+        state = self.indexes.get(self.primary or "", "reachable")
+        if state != "reachable":
+            return f"cannot reach the package index {self.primary} ({state.removeprefix('unreachable: ')})"
+        return None
+
+    @property
     def ok(self) -> bool:
-        return not self.of("disagree")
+        return not self.of("disagree") and self.error is None
 
     def to_dict(self) -> dict:
-        return {"ok": self.ok,
+        return {"ok": self.ok, "error": self.error,
                 "matrix": {"path": self.matrix_path, "digest": self.matrix_digest},
                 "indexes": dict(self.indexes),
                 "unreachable": len(self.unreachable), "headline": self.headline(),
@@ -519,7 +531,13 @@ def verify_matrix(m: Matrix, *, pypi: str = PYPI, torch_index: str | None = None
     ``{variant}``, the matrix's own by default); DeepSpeed's and Horovod's releases and
     requires-python against their pages on ``pypi``."""
     say = progress or (lambda _msg: None)
-    rep = VerifyReport(str(m.path), m.digest)
+    validate.url(pypi, "--pypi-index-url")
+    if torch_index is not None:
+        if "{variant}" not in torch_index:
+            raise InputError(f"--torch-index {torch_index!r} has no {{variant}} placeholder, "
+                             f"e.g. https://download.pytorch.org/whl/{{variant}}")
+        validate.url(torch_index.replace("{variant}", "cu121"), "--torch-index")
+    rep = VerifyReport(str(m.path), m.digest, primary=pypi)
     verify_components(m, rep, pypi=pypi, progress=say)
     verify_toolkits(m, rep, notes_url=notes_url, pypi=pypi, progress=say)
     verify_nccl(m, rep, pypi=pypi, progress=say)

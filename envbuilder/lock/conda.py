@@ -86,10 +86,17 @@ def _env_spec(spec: str) -> str:
     return f"{name}={ver.removesuffix('.*')}" if ver.endswith(".*") else f"{name}{ver}"
 
 
+def _lock_text(path: str | Path) -> str:
+    """The lock through the one capped reader (a regular file, never through a link)."""
+    from envbuilder.core.readfile import read_text_capped
+
+    return read_text_capped(path, "lock", limit=64 << 20, follow_links=False)
+
+
 def environment_yml(stack: Stack, lock_path: str | Path | None = None, *,
                     channels: Sequence[str] = ("conda-forge",)) -> str:
     if lock_path is not None:
-        pins = [f"{p.name}=={p.version}" for p in read_lock(Path(lock_path).read_text("utf-8"))]
+        pins = [f"{p.name}=={p.version}" for p in read_lock(_lock_text(lock_path))]
     else:
         from envbuilder.lock.requirements import input_requirements
 
@@ -228,7 +235,7 @@ def pip_wheels_from_uv(lock_path: Path, stack: Stack, *, index_url: str | None =
     """name -> (wheel or sdist URL, sha256) for the lock's pins, from uv's pylock.toml."""
     import tomllib
 
-    pkgs = read_lock(lock_path.read_text("utf-8"))
+    pkgs = read_lock(_lock_text(lock_path))
     with tempfile.TemporaryDirectory(prefix=".envbuilder-pylock-", dir=work) as d:
         out = Path(d) / "pylock.toml"
         uv_compile(stack, [f"{p.name}=={p.version}" for p in pkgs], out, index_url=index_url,
@@ -248,7 +255,7 @@ def pip_entries(lock_path: Path, wheels: Mapping[str, tuple[str, str]], platform
                 ) -> list[dict]:
     from packaging.utils import canonicalize_name
 
-    pkgs = read_lock(lock_path.read_text("utf-8"))
+    pkgs = read_lock(_lock_text(lock_path))
     wheels = {canonicalize_name(k): v for k, v in wheels.items()}
     children: dict[str, dict[str, str]] = {p.name: {} for p in pkgs}
     versions = {p.name: p.version for p in pkgs}
@@ -328,7 +335,7 @@ def conda_outputs(stack, out_dir: str | Path, *, lock_path: str | Path, work: Pa
         pip_wheels = pip_wheels_from_uv(lock_path, stack, index_url=index_url,
                                         extra_index_urls=extra_index_urls, uv=uv, work=work)
     pip_pkgs = pip_entries(lock_path, pip_wheels, platform)
-    lock_bytes = lock_path.read_bytes()
+    lock_bytes = _lock_text(lock_path).encode("utf-8")
     content_hash = hashlib.sha256(env_text.encode() + b"\0" + lock_bytes).hexdigest()
     doc = {
         "version": 1,

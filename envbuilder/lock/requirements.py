@@ -133,10 +133,9 @@ class LockReport:
 
 def lock_digest(path: str | Path) -> str:
     """``sha256:<hex>`` of the lock file's bytes."""
-    try:
-        data = Path(path).read_bytes()
-    except OSError as e:
-        raise InputError(f"cannot read lock {path}: {e.strerror or e}") from None
+    from envbuilder.core.readfile import read_bytes_capped
+
+    data = read_bytes_capped(path, "lock", limit=MAX_LOCK_BYTES)
     return "sha256:" + hashlib.sha256(data).hexdigest()
 
 
@@ -917,7 +916,9 @@ def check_lock(stack: Stack, dest: Path, inputs: LockInputs,
     ``details`` and ``err.report.problems``; the lock is never rewritten."""
     from envbuilder._fs import read_text_capped
 
-    text = read_text_capped(dest, "lock", limit=MAX_LOCK_BYTES)
+    # the lock in the output folder is read as itself, never through a link (a link to
+    # /etc/passwd is refused, exit 2, not parsed as a lock)
+    text = read_text_capped(dest, "lock", limit=MAX_LOCK_BYTES, follow_links=False)
     problems = lock_drift(stack, text, str(dest), inputs, command)
     try:
         versions = {p.name: p.version for p in read_lock(text)}

@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING
 from urllib.parse import quote
 
 from envbuilder import __version__
-from envbuilder.errors import InputError
 from envbuilder.lock.requirements import lock_digest, read_lock
 
 if TYPE_CHECKING:
@@ -34,10 +33,9 @@ def purl(name: str, version: str) -> str:
 def sbom(lock_path: str | Path, stack: Stack) -> dict:
     """The CycloneDX document for a lock file (see module docstring)."""
     path = Path(lock_path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as e:
-        raise InputError(f"cannot read lock {path}: {e.strerror or e}") from None
+    from envbuilder.core.readfile import read_text_capped
+
+    text = read_text_capped(path, "lock", limit=64 << 20)
     pkgs = read_lock(text)
     digest = lock_digest(path)
     refs = {p.name: purl(p.name, p.version) for p in pkgs}

@@ -62,7 +62,7 @@ def write_locks(stack, out_dir: str | Path, *, requirements_file: str | Path | N
     before = versions_on_disk(dest)
     if not upgrade and dest.is_file():
         try:
-            disk = read_text_capped(dest, "lock", limit=MAX_LOCK_BYTES)
+            disk = read_text_capped(dest, "lock", limit=MAX_LOCK_BYTES, follow_links=False)
         except InputError as e:
             changed = [str(e)]
         else:

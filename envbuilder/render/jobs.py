@@ -54,7 +54,7 @@ from envbuilder.core import layouts as lay_mod
 from envbuilder.errors import InputError
 from envbuilder.render.plan import BuildPlan
 from envbuilder.core.resources import templates_dir
-from envbuilder.render.bccache import bytecode_cache, environment
+from envbuilder.render.bccache import environment
 
 DEFAULT_LAYOUTS: tuple[tuple[int, int], ...] = ((1, 12), (2, 6), (3, 4))  # default_layouts(12)
 MASTER_PORT = 23456  # the training operator's default for the port named pytorchjob-port
@@ -92,8 +92,7 @@ def _make_env():
 
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(templates_dir())),
                              undefined=jinja2.StrictUndefined, keep_trailing_newline=True,
-                             autoescape=False, trim_blocks=True, lstrip_blocks=True,
-                             bytecode_cache=bytecode_cache())
+                             autoescape=False, trim_blocks=True, lstrip_blocks=True)
     env.filters["q"] = _q
     env.filters["sh"] = _sh
     return env

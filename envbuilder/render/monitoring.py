@@ -25,7 +25,7 @@ import yaml
 
 from envbuilder import __version__
 from envbuilder.core.resources import templates_dir
-from envbuilder.render.bccache import bytecode_cache, environment
+from envbuilder.render.bccache import environment
 from envbuilder.errors import InputError, MissingExtraError
 from envbuilder.core.smoke_metrics import JOB, METRICS
 
@@ -433,8 +433,7 @@ def render_monitoring(*, target: str, job_names: Iterable[str],
     counters = _dcgm_counters_once()
     env = environment(("monitoring",), lambda: jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(templates_dir())), undefined=jinja2.StrictUndefined,
-        keep_trailing_newline=True, autoescape=False, trim_blocks=True, lstrip_blocks=True,
-        bytecode_cache=bytecode_cache()))
+        keep_trailing_newline=True, autoescape=False, trim_blocks=True, lstrip_blocks=True))
     files["monitoring/README.md"] = env.get_template("monitoring/README.md.j2").render(
         version=__version__, target=target, jobs=list(job_names), floor=floor,
         metrics=METRICS, dcgm_source=counters.source, job=JOB, dcgm_port=DCGM_PORT,

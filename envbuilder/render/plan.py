@@ -127,6 +127,30 @@ class BuildPlan:
         return None if p == "linux/amd64" else p
 
     @property
+    def pip_index_default(self) -> str | None:
+        """PIP_INDEX_URL's default in the rendered files: the index, unless it carries
+        credentials; then none (the build argument must be given, and no file holds them)."""
+        return None if validate.has_credentials(self.pip_index_url) else self.pip_index_url
+
+    @property
+    def index_build_args(self) -> dict[str, str]:
+        """The build arguments that carry an index URL with credentials: PIP_INDEX_URL and
+        PIP_EXTRA_INDEX_URL_<n> (the n-th --extra-index-url). ``envbuilder build`` passes
+        them; the rendered files only name them."""
+        out = {}
+        if validate.has_credentials(self.pip_index_url):
+            out["PIP_INDEX_URL"] = self.pip_index_url
+        for i, u in enumerate(self.extra_index_urls, 1):
+            if validate.has_credentials(u):
+                out[f"PIP_EXTRA_INDEX_URL_{i}"] = u
+        return out
+
+    @property
+    def extra_index_args(self) -> tuple[str, ...]:
+        """Names of the PIP_EXTRA_INDEX_URL_<n> build arguments (declared, no default)."""
+        return tuple(k for k in self.index_build_args if k != "PIP_INDEX_URL")
+
+    @property
     def torch_layer(self) -> PipLayer:
         return self.layers[0]
 

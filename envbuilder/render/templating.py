@@ -16,8 +16,9 @@ from pathlib import Path
 from typing import Mapping
 
 from envbuilder import __version__, _fs
-from envbuilder.render.bccache import bytecode_cache, environment
+from envbuilder.render.bccache import environment
 from envbuilder.render.plan import CXX_WRAPPER, PIP_TOOLKIT_DIR, BuildPlan, PipLayer
+from envbuilder.core import validate
 from envbuilder.core.resources import payload_dir, templates_dir
 
 
@@ -53,8 +54,10 @@ def _pip_source(plan: BuildPlan, layer: PipLayer) -> list[str]:
             out += ["--extra-index-url", '"${PIP_INDEX_URL}"']
     else:
         out = ["--index-url", '"${PIP_INDEX_URL}"']
-    for url in plan.extra_index_urls:
-        out += ["--extra-index-url", _q(url)]
+    for i, url in enumerate(plan.extra_index_urls, 1):
+        # an index with credentials is a build argument: its value is in no rendered file
+        out += ["--extra-index-url", f'"${{PIP_EXTRA_INDEX_URL_{i}}}"'
+                if validate.has_credentials(url) else _q(url)]
     return out
 
 
@@ -146,8 +149,7 @@ def _make_env(extra_dir: Path | None):
         loaders.append(jinja2.FileSystemLoader(str(extra_dir)))
     loaders.append(jinja2.FileSystemLoader(str(templates_dir())))
     return jinja2.Environment(loader=jinja2.ChoiceLoader(loaders), undefined=jinja2.StrictUndefined,
-                              keep_trailing_newline=True, autoescape=False,
-                              bytecode_cache=bytecode_cache())
+                              keep_trailing_newline=True, autoescape=False)
 
 
 def render_files(plan: BuildPlan, *, layer_requirements: Mapping[str, str] | None = None,

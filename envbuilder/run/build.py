@@ -136,10 +136,9 @@ class BuildFailed(OperationError):
 
 
 def _read_ca(path: Path) -> bytes:
-    try:
-        data = Path(path).read_bytes()
-    except OSError as e:
-        raise InputError(f"--ca-cert {path} cannot be read: {e.strerror}") from None
+    from envbuilder.core.readfile import read_bytes_capped
+
+    data = read_bytes_capped(path, "--ca-cert", limit=4 << 20)
     if b"-----BEGIN CERTIFICATE-----" not in data:
         raise InputError(f"--ca-cert {path} holds no PEM certificate (-----BEGIN CERTIFICATE-----)")
     return data
@@ -162,9 +161,9 @@ def prepare_context(spec: TargetSpec, stack: Stack, opts: BuildOptions,
     the wheelhouse's wheels and the extra CA bundle."""
     lock_text = None
     if opts.lock is not None:
-        from envbuilder._fs import read_text_capped
+        from envbuilder.core.readfile import read_text_capped
 
-        lock_text = read_text_capped(Path(opts.lock), "lock")
+        lock_text = read_text_capped(opts.lock, "--lock-file", limit=64 << 20)
     plan, files = folder_files(spec, stack, lock_text=lock_text, lock_source=str(opts.lock),
                                wheelhouse=opts.wheelhouse is not None)
     split = None
@@ -223,7 +222,9 @@ def build_target(spec: TargetSpec, opts: BuildOptions, *, matrix_dir: str | Path
             lock_digest=lock_digest(opts.lock) if opts.lock is not None else None)
         t0 = time.monotonic()
         res = engine.build(client, ctx_dir, tag=f"envbuilder:{stack.tag}", nocache=opts.nocache,
-                           buildargs=_proxy_args(opts), labels=labels,
+                           # index credentials travel as build arguments, in no file
+                           buildargs={**_proxy_args(opts), **plan.index_build_args},
+                           labels=labels,
                            on_step=lambda i, n, text: emit("build-step", (i, n, text)),
                            on_line=lambda ln: emit("build-line", ln))
         report.image_id = res.image_id

@@ -50,6 +50,7 @@ def connect(base_url: str | None = None, *, timeout: int = 600) -> DockerClient:
         raise OperationError(
             f"cannot reach the Docker engine at {where}: {_short(e)}; start dockerd or set "
             f"DOCKER_HOST to its socket", step="engine") from None
+    client._envbuilder_where = where  # type: ignore[attr-defined] # named in engine errors
     api = tuple(int(x) for x in str(version.get("ApiVersion", "0.0")).split(".")[:2])
     if api < MIN_API:
         raise OperationError(f"the Docker engine at {where} speaks API {version.get('ApiVersion')};"
@@ -75,15 +76,17 @@ class BuildResult:
 def build(client: DockerClient, context: Path, *, tag: str, buildargs: Mapping[str, str] | None = None,
           labels: Mapping[str, str] | None = None, nocache: bool = False,
           on_step: Callable[[int, int, str], None] | None = None,
-          on_line: Callable[[str], None] | None = None) -> BuildResult:
-    """Build ``context`` (a folder with a Dockerfile) with the engine's builder; stream the log."""
+          on_line: Callable[[str], None] | None = None,
+          network_mode: str | None = None) -> BuildResult:
+    """Build ``context`` (a folder with a Dockerfile) with the engine's builder; stream the log.
+    ``network_mode``: the RUN steps' network (docker build --network), e.g. ``host``."""
     tail: list[str] = []
     image_id = None
     steps = cached = 0
     try:
         stream = client.api.build(path=str(context), tag=tag, rm=True, forcerm=True, decode=True,
                                   buildargs=dict(buildargs or {}), labels=dict(labels or {}),
-                                  nocache=nocache, pull=False)
+                                  nocache=nocache, pull=False, network_mode=network_mode)
         for chunk in stream:
             if "error" in chunk or "errorDetail" in chunk:
                 msg = chunk.get("error") or chunk.get("errorDetail", {}).get("message", "")
@@ -111,6 +114,11 @@ def build(client: DockerClient, context: Path, *, tag: str, buildargs: Mapping[s
     except OperationError:
         raise
     except Exception as e:
+        if _engine_gone(e):
+            raise OperationError(
+                f"the Docker engine at {_where(client)} went away during the build of {tag} "
+                f"({_short(e)}): no image was tagged; check that dockerd is running (its log "
+                f"says why it stopped) and build again", step="engine", details=tail[-30:]) from None
         raise OperationError(f"the build of {tag} failed: {_short(e)}", step="build",
                              details=tail[-30:]) from None
     if image_id is None:
@@ -125,6 +133,58 @@ def build(client: DockerClient, context: Path, *, tag: str, buildargs: Mapping[s
     return BuildResult(image_id, [tag], tail, steps, cached)
 
 
+def _where(client: Any) -> str:
+    """The engine's address as the user gave it (DOCKER_HOST), for messages."""
+    return str(getattr(client, "_envbuilder_where", None) or os.environ.get("DOCKER_HOST")
+               or "unix:///var/run/docker.sock")
+
+
+def _engine_gone(e: BaseException) -> bool:
+    """The connection to the engine broke (dockerd killed or restarted mid-stream)."""
+    names = {type(x).__name__ for x in _chain(e)}
+    text = " ".join(str(x) for x in _chain(e)).lower()
+    return bool(names & {"ConnectionError", "ProtocolError", "ChunkedEncodingError",
+                         "ConnectionResetError", "ConnectionRefusedError",
+                         "RemoteDisconnected", "IncompleteRead", "BrokenPipeError"}) or \
+        "connection aborted" in text or "connection broken" in text
+
+
+def _chain(e: BaseException) -> list[BaseException]:
+    out: list[BaseException] = []
+    cur: BaseException | None = e
+    while cur is not None and len(out) < 10:
+        out.append(cur)
+        cur = cur.__cause__ or cur.__context__
+    return out
+
+
+_PIP_ERROR_RES = (
+    re.compile(r"Could not find a version that satisfies the requirement ([A-Za-z0-9_.\-\[\]=<>!~]+)"),
+    re.compile(r"No matching distribution found for ([A-Za-z0-9_.\-\[\]=<>!~]+)"),
+    re.compile(r"url: \S*?/simple/([A-Za-z0-9_.\-]+)/"),
+    re.compile(r"/([A-Za-z0-9_.]+?)-([0-9][A-Za-z0-9_.+!]*)(?:-[^/\s]*)?\.(?:whl|tar\.gz|zip)\b"),
+)
+_PIP_COLLECTING_RE = re.compile(r"Collecting ([A-Za-z0-9_.\-]+(?:==[A-Za-z0-9_.+!]+)?)")
+
+
+def _pip_package(lines: list[str]) -> str | None:
+    """The package pip was fetching when it failed, from the end of the build log: what its
+    ERROR line names, else the last ``Collecting`` line."""
+    recent = lines[-60:]
+    for ln in reversed(recent):
+        if "ERROR" not in ln:
+            continue
+        for rx in _PIP_ERROR_RES:
+            m = rx.search(ln)
+            if m:
+                return m.group(1) if m.lastindex == 1 else f"{m.group(1)}=={m.group(2)}"
+    for ln in reversed(recent):
+        m = _PIP_COLLECTING_RE.search(ln)
+        if m:
+            return m.group(1)
+    return None
+
+
 def _build_error(msg: str, tail: list[str]) -> str:
     low = msg.lower() + " ".join(tail[-20:]).lower()
     if "no space left on device" in low:
@@ -136,6 +196,18 @@ def _build_error(msg: str, tail: list[str]) -> str:
     if re.search(r"pull access denied|manifest unknown|not found: manifest|repository does not exist", low):
         return f"the base image could not be found: {msg.strip()}; pass --base-image with one the engine has"
     step = next((ln for ln in reversed(tail) if ln.startswith("Step ")), "")
+    if re.search(r"pip install|pip3 install|-m pip", step) or any(
+            "ERROR: " in ln and ("pip" in ln or "requirement" in ln or "Max retries" in ln)
+            for ln in tail[-30:]):
+        pkg = _pip_package(tail)
+        if pkg is not None:
+            gone = any(re.search(r"Max retries exceeded|Connection refused|Connection reset|"
+                                 r"Read timed out|RemoteDisconnected|Temporary failure", ln)
+                       for ln in tail[-40:])
+            why = ("the package index stopped answering" if gone else
+                   "pip could not install it")
+            return (f"the build failed installing {pkg}: {why} (see the log above); check the "
+                    f"index (--pip-index-url) and build again{' at ' + step if step else ''}")
     return f"the build failed{' at ' + step if step else ''}: {msg.strip()[:400]}"
 
 

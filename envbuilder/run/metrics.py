@@ -18,6 +18,8 @@ lists every name, so the dashboard and the alert rules can be checked against it
 
 from __future__ import annotations
 
+import os
+
 import dataclasses
 import re
 import socket
@@ -112,8 +114,16 @@ def check_target(metrics_file: str | Path | None, pushgateway: str | None) -> Me
 
 
 def _written_by_us(path: Path) -> bool:
-    try:
-        head = path.read_text(encoding="utf-8", errors="replace")[:4096]
+    try:  # only its head: a metrics file of ours is small; a FIFO or device is not ours
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOFOLLOW", 0))
+        try:
+            import stat as _stat
+
+            if not _stat.S_ISREG(os.fstat(fd).st_mode):
+                return False
+            head = os.read(fd, 4096).decode("utf-8", errors="replace")
+        finally:
+            os.close(fd)
     except OSError:
         return False
     return "# HELP envbuilder_smoke_" in head or not head.strip()
@@ -309,10 +319,10 @@ def result_from_records(source: str) -> SmokeResult:
                 raise InputError(f"--records {source}: no summary.json or rank-N.json in it; "
                                  f"give the smoke job's --out folder or its log")
         elif path.is_file():
-            try:
-                log = path.read_text(encoding="utf-8", errors="replace")
-            except OSError as exc:
-                raise InputError(f"--records {source}: cannot read it: {exc.strerror}") from None
+            from envbuilder.core.readfile import read_bytes_capped
+
+            log = read_bytes_capped(path, f"--records {source}:", limit=256 << 20).decode(
+                "utf-8", errors="replace")
             summary, ranks = None, []
         else:
             raise InputError(f"--records {source}: no such file or folder; give the smoke job's "

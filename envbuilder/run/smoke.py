@@ -133,9 +133,11 @@ def run_smoke_host(*, nproc: int = 12, backend: str = "auto", timeout: int = SMO
         raise OperationError(f"cannot run {python} to import torch on this host: {exc}",
                              step="smoke") from None
     if probe.returncode != 0:
+        # one line: the import's last line, not the child's traceback
         raise OperationError(
-            f"torch is not importable by {python} on this host: {_last_line(probe.stdout)}",
-            step="smoke", details=[_tail(probe.stdout)])
+            f"torch is not importable by {python} on this host ({_last_line(probe.stdout)}): "
+            f"install torch into that Python, or run the smoke job in an image (smoke IMAGE)",
+            step="smoke")
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="envbuilder-smoke-") as tmp:
         out = os.path.join(tmp, "out")
@@ -229,6 +231,7 @@ def build_result(*, summary: dict | None, ranks: list[dict], log: str, exit_code
     checks: dict[str, str] = {}
     failed: list[str] = []
     details: dict[str, str] = {}
+    dead = dead_ranks(log) if exit_code != 0 else []
     if summary is not None:
         checks = dict(summary.get("checks", {}))
         failed = list(summary.get("failed", []))
@@ -237,11 +240,15 @@ def build_result(*, summary: dict | None, ranks: list[dict], log: str, exit_code
             failed.append("world_size")
             checks["world_size"] = "fail"
             details["world_size"] = f"job ran {summary.get('world_size')} ranks, wanted {world}"
-    else:
+    elif not dead:
         name = _launch_failure_name(log)
         failed.append(name)
         checks[name] = "fail"
         details[name] = _tail(log) or f"the job exited {exit_code} and wrote no record"
+    if dead:  # a rank died (killed, OOM-killed): that is the cause, named first
+        failed.insert(0, "rank_died")
+        checks = {"rank_died": "fail", **checks}
+        details["rank_died"] = "; ".join(dead)
     if timed_out and "timeout" not in failed:
         failed.append("timeout")
         checks["timeout"] = "fail"
@@ -258,6 +265,33 @@ def build_result(*, summary: dict | None, ranks: list[dict], log: str, exit_code
         backend=(summary or {}).get("backend") or backend, checks=checks, failed=failed,
         bandwidth=list((summary or {}).get("bandwidth", [])), summary=summary, ranks=ranks,
         log=log, exit_code=exit_code, seconds=round(seconds, 3), where=where, details=details)
+
+
+_DEAD_RANK_RE = re.compile(r"rank\s*:\s*(\d+)(?:\s*\(local_rank:\s*(\d+)\))?\s*\n\s*"
+                           r"exitcode\s*:\s*(-?\d+)(?:\s*\(pid:\s*(\d+)\))?")
+
+
+def dead_ranks(log: str) -> list[str]:
+    """The ranks torchrun reports dead by a signal (``exitcode : -9``), one sentence each,
+    e.g. "rank 1 (pid 4242) was killed by SIGKILL"."""
+    import signal as _signal
+
+    out = []
+    for m in _DEAD_RANK_RE.finditer(log):
+        code = int(m.group(3))
+        if code >= 0:
+            continue
+        try:
+            name = _signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        pid = f" (pid {m.group(4)})" if m.group(4) else ""
+        line = f"rank {m.group(1)}{pid} was killed by {name}"
+        if line not in out:
+            out.append(line)
+    # torchrun ends the other ranks with SIGTERM once one failed: the cause is the others
+    cause = [ln for ln in out if not ln.endswith("by SIGTERM")]
+    return cause or out
 
 
 def _launch_failure_name(log: str) -> str:

@@ -30,7 +30,9 @@ def console(stderr: bool = False) -> Any:
 
 
 def echo_json(data: Any) -> None:
-    sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
+    from envbuilder.errors import redact  # no URL's credentials in any JSON output
+
+    sys.stdout.write(redact(json.dumps(data, indent=2, default=str)) + "\n")
 
 
 def fail(err: EnvbuilderError, as_json: bool) -> None:
@@ -63,7 +65,7 @@ def command(fn: Callable) -> Callable:
         except EnvbuilderError as e:
             fail(e, as_json)
         except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM/SIGHUP (_safety.Terminated)
-            sys.stderr.write("envbuilder: interrupted; nothing was recorded for the step in progress\n")
+            _safety.say("envbuilder: interrupted; nothing was recorded for the step in progress\n")
             raise typer.Exit(_safety.interrupted_exit_code(e)) from None
         except typer.Exit:
             raise
@@ -334,6 +336,27 @@ def argument_types_off() -> None:
 
 
 
+def _show_completion(argv: list[str]) -> int | None:
+    """``--show-completion [SHELL]``: typer takes it as a flag and detects the shell from the
+    parent processes, so ``--show-completion bash`` ignored ``bash`` and, with no shell among
+    the parents (CI, a script), failed with "Shell  not supported" (exit 1). The shell named is
+    used; an unknown or undetectable one is one line, exit 2. None: not this option."""
+    if not argv or argv[0] != "--show-completion" or len(argv) > 2:
+        return None
+    from typer._completion_shared import Shells, _get_shell_name, get_completion_script
+
+    known = [sh.value for sh in Shells.__members__.values()]
+    shell = argv[1] if len(argv) == 2 else (_get_shell_name() or "")
+    if shell not in known:
+        what = f"shell {shell!r} is not supported" if shell else "cannot tell which shell runs envbuilder"
+        sys.stderr.write(f"envbuilder: error: --show-completion: {what}: name one of "
+                         f"{', '.join(known)}, e.g. envbuilder --show-completion bash\n")
+        return 2
+    sys.stdout.write(get_completion_script(prog_name="envbuilder",
+                                           complete_var="_ENVBUILDER_COMPLETE", shell=shell) + "\n")
+    return 0
+
+
 def run_app(app: typer.Typer) -> None:
     """Run the CLI; usage errors (unknown option, missing argument) become one line, exit 2."""
     try:
@@ -346,7 +369,11 @@ def run_app(app: typer.Typer) -> None:
 
     from envbuilder import _safety
 
-    _safety.install_signal_handlers()
+    _safety.install_early()  # a no-op under envbuilder._entry, which did it before any import
+    _safety.guard_rich()
+    shown = _show_completion(sys.argv[1:])
+    if shown is not None:
+        sys.exit(shown)
     try:  # building the command is inside: Ctrl-C there is "interrupted" too, not a traceback
         rv = typer.main.get_command(app).main(prog_name="envbuilder", standalone_mode=False)
     except KeyboardInterrupt as e:  # outside a command (while parsing)
@@ -355,6 +382,10 @@ def run_app(app: typer.Typer) -> None:
 
     except OSError as e:
         if not _safety.is_broken_pipe(e):
+            raise
+        rv = _safety.stdout_gone()
+    except SystemExit:  # click's own EPIPE handling exits 1: a closed pipe is 141 here
+        if not _safety.click_saw_broken_pipe():
             raise
         rv = _safety.stdout_gone()
     except NoArgsIsHelpError as e:  # type: ignore[misc]
@@ -370,10 +401,17 @@ def run_app(app: typer.Typer) -> None:
     except typer.Abort:
         sys.stderr.write("envbuilder: interrupted\n")
         rv = EXIT_FAILED
-    if rv == 130 and _safety.LAST_SIGNAL is not None:
-        # typer turns a signal that lands while it parses into exit 130: say which signal
-        sys.stderr.write("envbuilder: interrupted\n")
-        rv = _safety.interrupted_exit_code()
+    _finish(rv)
+
+
+def _finish(rv: Any) -> None:
+    """Exit with ``rv``: a silent 130 from typer says which signal; stdout flushed (gone: 141)."""
+    from envbuilder import _safety
+
+    if rv == 130:  # typer turns a signal that lands while it parses into a silent exit 130
+        if not _safety.INTERRUPT_SAID:
+            _safety.say("envbuilder: interrupted\n")
+        rv = _safety.interrupted_exit_code()  # and which signal
     _safety.restore_signal_handlers()  # the work is done: a late signal just ends us
     try:
         sys.stdout.flush()
