@@ -242,7 +242,10 @@ def make_plan(stack: Stack, *, base_image: str | None = None, builder_image: str
         layers.append(PipLayer("deepspeed", (f"deepspeed=={stack.deepspeed.version}",), None,
                                build_env=env, no_build_isolation=True, pre_install=tuple(pre),
                                extra_build=extra))
-    if team_requirements:
+    if team_requirements or hashes:
+        # a locked plan always has the top layer: it holds whatever the lock places above the
+        # stack's layers (torch's small dependencies, the team's lines), so the stack layer
+        # holds the same few big wheels with or without a team's requirements
         layers.append(PipLayer(TEAM_LAYER, tuple(team_requirements), None))
     for layer in layers:
         for k, v in layer.build_env.items():

@@ -53,6 +53,11 @@ def _pip_source(plan: BuildPlan, layer: PipLayer) -> list[str]:
             out += ["--extra-index-url", '"${PIP_INDEX_URL}"']
     else:
         out = ["--index-url", '"${PIP_INDEX_URL}"']
+        torch_index = plan.torch_layer.index_url
+        if plan.hashes and torch_index:
+            # one lock for every layer: an entry uv took from PyTorch's index (torch's small
+            # dependencies it mirrors) may be placed in any layer
+            out += ["--extra-index-url", _q(torch_index)]
     for url in plan.extra_index_urls:
         out += ["--extra-index-url", _q(url)]
     return out
@@ -94,7 +99,9 @@ def make_steps(plan: BuildPlan) -> Steps:
     files: dict[str, list[str]] = {}
     install: dict[str, list[str]] = {}
     install_app: dict[str, list[str]] = {}
-    hashes = ["--require-hashes"] if plan.hashes else []
+    # a lock is the whole environment, placed in layers (lock.requirements.split_by_layer):
+    # each layer installs exactly its own entries
+    hashes = ["--no-deps", "--require-hashes"] if plan.hashes else []
     for i, layer in enumerate(plan.layers):
         src = " ".join(_pip_source(plan, layer))
         req = f"/tmp/envbuilder/{layer.name}.txt"
