@@ -50,7 +50,11 @@ WithoutOpt = typer.Option(None, "--without", help="Exclude components: deepspeed
 FlavourOpt = typer.Option(None, "--flavour", metavar="NAME",
                           help="Runtime base flavour: cuda-base (default), cuda-runtime, cudnn-runtime or os.")
 DsOpsOpt = typer.Option(None, "--ds-ops", metavar="OPS",
-                        help="DeepSpeed ops to pre-build, e.g. fused_adam,cpu_adam (default: none, JIT).")
+                        help="DeepSpeed ops to pre-build, e.g. fused_adam,cpu_adam (default on CUDA: "
+                             "fused_adam,cpu_adam); none: JIT (needs nvcc in the runtime).")
+FabricOpt = typer.Option(None, "--fabric", metavar="FABRIC",
+                         help="RDMA user space in CUDA images and the job files' RDMA settings: "
+                              "ib (default: verbs, rdmacm, ibv_devinfo), efa (+ libfabric, aws-ofi-nccl), none.")
 BuilderImageOpt = typer.Option(None, "--builder-image", metavar="IMAGE",
                                help="The builder stage's image (a CUDA devel image when something compiles).")
 CudaArchOpt = typer.Option(None, "--cuda-arch", metavar="LIST",
@@ -156,6 +160,7 @@ _PIN_OPTIONS: tuple[tuple[str, Any, Any], ...] = (
     ("driver", Optional[str], DriverOpt), ("with_", Optional[List[str]], WithOpt),
     ("without", Optional[List[str]], WithoutOpt),
     ("flavour", Optional[str], FlavourOpt), ("ds_ops", Optional[str], DsOpsOpt),
+    ("fabric", Optional[str], FabricOpt),
 )
 
 
@@ -177,7 +182,7 @@ def with_pins(fn: Callable) -> Callable:
                               horovod=v["horovod"], nccl=v["nccl"], os=v["os_"],
                               driver=v["driver"], with_=tuple(v["with_"] or ()),
                               without=tuple(v["without"] or ()), flavour=v["flavour"],
-                              ds_ops=v["ds_ops"])
+                              ds_ops=v["ds_ops"], fabric=v["fabric"])
         return fn(*args, **kwargs)
 
     wrapper.__signature__ = sig.replace(  # type: ignore[attr-defined]

@@ -60,6 +60,7 @@ LABELS: tuple[Label, ...] = (
     Label(PREFIX + "cuda-arch-list", "cuda_arch_list", always=False),  # TORCH_CUDA_ARCH_LIST compiled for
     Label(PREFIX + "builder-nvcc", "builder_nvcc", always=False),
     Label(PREFIX + "cpu-isa", "cpu_isa", always=False),  # -march of compiled CPU code
+    Label(PREFIX + "fabric", "fabric", always=False),  # RDMA user space (CUDA images): ib, efa, none
 )
 KEY_OF = {lab.field: lab.key for lab in LABELS}
 
@@ -100,6 +101,7 @@ def facts(stack: Stack, base_image: str | None = None, *, cuda_arch_list: str | 
         "cuda_arch_list": cuda_arch_list,
         "builder_nvcc": (d["builder"] or {}).get("nvcc"),
         "cpu_isa": cpu_isa,
+        "fabric": d.get("fabric") if d["cuda"] else None,
     }
 
 

@@ -23,7 +23,8 @@ PROJECT_FILE = "envbuilder.toml"
 PYPROJECT = "pyproject.toml"
 SCHEMA_NAME = "project.schema.json"
 MAX_BYTES = 1 << 20
-_PIN_KEYS = ("torch", "python", "deepspeed", "horovod", "nccl", "os", "driver", "flavour", "ds_ops")
+_PIN_KEYS = ("torch", "python", "deepspeed", "horovod", "nccl", "os", "driver", "flavour", "ds_ops",
+             "fabric")
 
 
 @dataclass(frozen=True)

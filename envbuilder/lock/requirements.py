@@ -412,6 +412,21 @@ def split_by_layer(lock_text: str, plan) -> dict[str, str]:
     return out
 
 
+def layer_pins(plan, files: dict[str, str | bytes]) -> dict[str, list[str]]:
+    """Per layer of a locked build folder (``files`` from build_files), the ``name==version``
+    pins its requirement files hold (``<layer>.build`` with its layer): what an offline build
+    takes from a wheelhouse for each layer (run.wheelhouse.split with ``deps=False``)."""
+    out: dict[str, list[str]] = {}
+    for layer in plan.layers:
+        pins: list[str] = []
+        for path in (f"requirements/{layer.name}.build.txt", layer.file):
+            text = files.get(path)
+            if isinstance(text, str):
+                pins += [f"{p.name}=={p.version}" for p in read_lock(text)]
+        out[layer.name] = pins
+    return out
+
+
 # -- inputs ----------------------------------------------------------------------------------
 
 def _user_requirements(path: str | Path, text: str | None = None) -> list[Requirement]:

@@ -17,7 +17,8 @@ from typing import Mapping
 
 from envbuilder import __version__, _fs
 from envbuilder.render.bccache import bytecode_cache, environment
-from envbuilder.render.plan import CXX_WRAPPER, PIP_TOOLKIT_DIR, BuildPlan, PipLayer
+from envbuilder.render.plan import (CXX_WRAPPER, EFA_APT_BUILD, OFI_NCCL_PREFIX, OFI_NCCL_SHA256,
+                                    OFI_NCCL_URL, PIP_TOOLKIT_DIR, BuildPlan, PipLayer)
 from envbuilder.core.resources import payload_dir, templates_dir
 
 
@@ -32,6 +33,8 @@ class Steps:
     layer_files: dict[str, list[str]]
     layer_install: dict[str, list[str]]
     layer_install_apptainer: dict[str, list[str]]
+    fabric_build: list[str]  # EFA: AWS's OFI NCCL plugin, built after the torch layer
+    fabric_runtime: list[str]  # EFA: the plugin on the loader's path in the runtime stage
 
 
 def _q(s: str) -> str:
@@ -93,8 +96,12 @@ def make_steps(plan: BuildPlan) -> Steps:
     runtime_pkgs = [p for p in plan.python_apt if not p.endswith("-venv")]
     user = [f"if getent passwd {plan.uid} >/dev/null; then userdel --remove \"$(getent passwd {plan.uid} | cut -d: -f1)\"; fi",
             f"useradd --no-log-init --create-home --uid {plan.uid} --shell /bin/bash {plan.user}"]
+    # the fabric's RDMA user space (verbs, providers, rdmacm, ibv_devinfo) with the runtime's
+    # own packages: one apt layer
+    runtime_pkgs += list(plan.rdma_apt)
     runtime = _apt(runtime_pkgs) + user
     runtime_app = _apt(runtime_pkgs)  # Apptainer runs as the calling user: no account needed
+    fabric_build, fabric_runtime = _efa_steps(plan)
 
     files: dict[str, list[str]] = {}
     install: dict[str, list[str]] = {}
@@ -135,7 +142,31 @@ def make_steps(plan: BuildPlan) -> Steps:
                                [f"sh /tmp/envbuilder/collect-layer.sh /tmp/envbuilder/stamp "
                                 f"{plan.venv} /opt/layers/{layer.name}", "rm -rf /tmp/envbuilder"])
         install_app[layer.name] = core
-    return Steps(builder, runtime, runtime_app, files, install, install_app)
+    return Steps(builder, runtime, runtime_app, files, install, install_app, fabric_build,
+                 fabric_runtime)
+
+
+def _efa_steps(plan: BuildPlan) -> tuple[list[str], list[str]]:
+    """--fabric efa: build AWS's OFI NCCL plugin from its pinned, checksummed release tarball
+    against the OS's libfabric and the CUDA runtime headers of torch's nvidia wheel (in the
+    venv), into OFI_NCCL_PREFIX; the runtime puts its lib on the loader's path (NCCL opens
+    libnccl-net.so by name)."""
+    if plan.fabric != "efa":
+        return [], []
+    src, tgz = "/tmp/aws-ofi-nccl", "/tmp/aws-ofi-nccl.tar.gz"
+    cuda = (f'cuda="$(dirname "$(dirname "$(find {plan.site_packages}/nvidia -path '
+            "'*/include/cuda_runtime_api.h' | head -n 1)\")\")\"")
+    build = _apt(EFA_APT_BUILD) + [
+        f"curl -fsSL -o {tgz} {_q(OFI_NCCL_URL)}",
+        f'echo "{OFI_NCCL_SHA256}  {tgz}" | sha256sum -c -',
+        f"mkdir -p {src}", f"tar -xzf {tgz} -C {src} --strip-components=1",
+        cuda,
+        f'env -C {src} ./configure --prefix={OFI_NCCL_PREFIX} --with-libfabric=/usr '
+        f'--with-cuda="$cuda" --disable-tests',
+        f'make -C {src} -j"$(nproc)"', f"make -C {src} install",
+        f"rm -rf {src} {tgz}"]
+    runtime = [f"echo {OFI_NCCL_PREFIX}/lib > /etc/ld.so.conf.d/aws-ofi-nccl.conf", "ldconfig"]
+    return build, runtime
 
 
 # -- the output folder ----------------------------------------------------------------------
@@ -162,7 +193,8 @@ def render_files(plan: BuildPlan, *, layer_requirements: Mapping[str, str] | Non
     """Every file of the build folder, as relative path -> content."""
     env = _env(template_dir)
     steps = make_steps(plan)
-    ctx = {"plan": plan, "steps": steps, "version": __version__, "cxx_wrapper": CXX_WRAPPER}
+    ctx = {"plan": plan, "steps": steps, "version": __version__, "cxx_wrapper": CXX_WRAPPER,
+           "fabric_prefix": OFI_NCCL_PREFIX}
     out: dict[str, str | bytes] = {
         "Dockerfile": env.get_template("Dockerfile.j2").render(ctx),
         "envbuilder.def": env.get_template("apptainer.def.j2").render(ctx),

@@ -175,7 +175,14 @@ def prepare_context(stack: Stack, opts: BuildOptions, dest: Path) -> tuple[Path,
                               cuda_arch=opts.cuda_arch or None, cpu_isa=opts.cpu_isa,
                               team_requirements=team)
     split = None
-    if opts.wheelhouse is not None:
+    if opts.wheelhouse is not None and lock_text is not None:
+        # a locked build: each layer's wheels are exactly its pins (installed --no-deps)
+        from envbuilder.lock.requirements import layer_pins
+
+        pins = layer_pins(plan, files)
+        split = wh.split(Path(opts.wheelhouse), pins, stack.python,
+                         required=[r for rs in pins.values() for r in rs], deps=False)
+    elif opts.wheelhouse is not None:
         layers = {la.name: [*la.requirements, *la.build_requirements]
                   for la in plan.layers}
         split = wh.split(Path(opts.wheelhouse), layers, stack.python,

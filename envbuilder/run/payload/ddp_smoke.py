@@ -701,18 +701,25 @@ class Smoke(object):
         torch = self.torch
         model = self._tiny_model()
         initial = torch.cat([p.detach().reshape(-1).to(torch.float64) for p in model.parameters()])
-        opt = torch.optim.SGD(model.parameters(), lr=0.1)
         stage = 2
+        # the optimizer a standard config names: DeepSpeed builds it. On GPUs "AdamW" is
+        # FusedAdam (the fused_adam op, pre-built in the image: a runtime has no nvcc to JIT
+        # it); on CPU the path that exists there is torch's AdamW ("torch_adam")
+        params = {"lr": 1e-3}
+        if self.device.type != "cuda":
+            params["torch_adam"] = True
         config = {
             "train_batch_size": 8 * self.world,
             "train_micro_batch_size_per_gpu": 8,
             "gradient_accumulation_steps": 1,
+            "optimizer": {"type": "AdamW", "params": params},
             "zero_optimization": {"stage": stage},
-            "zero_allow_untested_optimizer": True,
             "steps_per_print": 1000000,
             "wall_clock_breakdown": False,
         }
-        engine, _, _, _ = deepspeed.initialize(model=model, optimizer=opt, config=config)
+        engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(),
+                                               config=config)
+        used = _optimizer_name(engine)
         self.watchdog.beat()
         x, y = self._batch(0, offset=77)
         loss = torch.nn.functional.mse_loss(engine(x), y)
@@ -725,8 +732,9 @@ class Smoke(object):
             with torch.no_grad():
                 params[0].view(-1)[0] += 1e-3
         numel, checksum = self._compare_params(params, initial, "deepspeed")
-        return "deepspeed %s ZeRO stage %d: 1 step, %d params identical (checksum %.10g)" % (
-            getattr(deepspeed, "__version__", "?"), stage, numel, checksum)
+        return ("deepspeed %s ZeRO stage %d, optimizer AdamW -> %s: 1 step, %d params identical "
+                "(checksum %.10g)" % (getattr(deepspeed, "__version__", "?"), stage, used, numel,
+                                      checksum))
 
     def _agree_import(self, module):
         """Import a module on every rank; all ranks skip when one cannot (so none waits)."""
@@ -963,6 +971,15 @@ def parse_args(argv=None):
     p.add_argument("--iters", type=int, default=5)
     p.add_argument("--verbose", action="store_true", help="print tracebacks of failing checks")
     return p.parse_args(argv)
+
+
+def _optimizer_name(engine):
+    """The optimizer DeepSpeed built from the config (under ZeRO's wrapper): its module and
+    class, e.g. deepspeed.ops.adam.fused_adam.FusedAdam or torch.optim.adamw.AdamW."""
+    opt = getattr(engine, "basic_optimizer", None) or getattr(engine, "optimizer", None)
+    inner = getattr(opt, "optimizer", None)
+    opt = opt if inner is None or getattr(engine, "basic_optimizer", None) else inner
+    return "%s.%s" % (type(opt).__module__, type(opt).__name__)
 
 
 def _no_jit_shm_comm(deepspeed):
