@@ -711,7 +711,8 @@ def _print_build(d: dict) -> None:
         out.write(f"  image   {d['image_id'][:19]} {' '.join(d['local_tags'])}\n")
     s = d.get("smoke")
     if s:
-        bw = max((b.get("busbw_gbps", 0) for b in s.get("bandwidth") or []), default=None)
+        bw = max((b.get("busbw_gbps", 0) for b in s.get("bandwidth") or []
+                  if b.get("collective", "all_reduce") == "all_reduce"), default=None)
         out.write(f"  smoke   world size {s['world_size']} ({s['backend']}), "
                   f"{sum(v == 'pass' for v in s['checks'].values())} checks passed"
                   + (f", failed: {', '.join(s['failed'])}" if s["failed"] else "")
@@ -764,9 +765,7 @@ def smoke(image: Optional[str] = typer.Argument(None, help="The image to test (o
         _table(f"smoke {image or 'host'}: world size {result.world_size}, {result.backend}",
                ["check", "status", "detail"],
                [[k, v, result.details.get(k, "")[:100]] for k, v in result.checks.items()])
-        for b in result.bandwidth:
-            sys.stdout.write(f"all-reduce {b['bytes']:>10} B: algbw {b['algbw_gbps']:.3f} GB/s, "
-                             f"busbw {b['busbw_gbps']:.3f} GB/s\n")
+        sys.stdout.write(result.bandwidth_table())
         for c in causes:
             sys.stdout.write(f"likely cause: {c['category']} ({c['confidence']:.2f}): {c['title']}\n  fix: {c['fix']}\n")
         if exported:
