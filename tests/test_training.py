@@ -202,3 +202,50 @@ def test_ds_ops_none_needs_a_runtime_with_nvcc(tmp_path):
     assert p.returncode == 0, p.stderr
     docker = (tmp_path / "b" / "Dockerfile").read_text()
     assert "DS_BUILD_OPS=0" in docker and "DS_BUILD_FUSED_ADAM" not in docker
+
+
+@pytest.mark.docker
+@pytest.mark.network
+def test_rdma_user_space_loads_where_nccl_looks(docker_client, base_image, tmp_path):
+    """The runtime packages of --fabric ib on the Debian base, and verify's RDMA facts read in
+    it by the real payload: both sonames NCCL opens load, ibv_devinfo runs and reports no
+    devices (there is no HCA here); the bare base fails the same checks."""
+    import json
+
+    from envbuilder.render.plan import RDMA_APT
+    from envbuilder.run.payload import verify_image
+    from envbuilder.run.verify import rdma_checks
+
+    def facts(packages: tuple[str, ...], tag: str) -> dict:
+        ctx = tmp_path / tag.split(":")[1]
+        ctx.mkdir()
+        shutil.copy(verify_image.__file__, ctx / "verify_image.py")
+        (ctx / "Dockerfile").write_text(
+            f"FROM {base_image}\nARG DEBIAN_FRONTEND=noninteractive\n"
+            f"RUN apt-get update && apt-get install -y --no-install-recommends python3 "
+            f"{' '.join(packages)} && rm -rf /var/lib/apt/lists/*\n"
+            "COPY verify_image.py /opt/payload/\n")
+        docker_client.images.build(path=str(ctx), tag=tag, rm=True)
+        try:
+            out = docker_client.containers.run(
+                tag, ["python3", "-c", "import sys, json; sys.path.insert(0, '/opt/payload'); "
+                      "import verify_image; print(json.dumps(verify_image.rdma_facts()))"],
+                remove=True).decode()
+        finally:
+            docker_client.images.remove(tag, force=True)
+        return json.loads(out.strip().splitlines()[-1])
+
+    got = facts(RDMA_APT, "envbuilder-test-training:rdma")
+    checks = {c.name: c for c in rdma_checks(got, "ib")}
+    assert set(checks) == {"rdma_ibverbs", "rdma_rdmacm", "rdma_ibv_devinfo"}
+    assert all(c.ok for c in checks.values()), [c.detail for c in checks.values()]
+    assert "/libibverbs.so.1" in got["libs"]["libibverbs.so.1"]["path"]  # mapped by the loader
+    assert got["libs"]["libibverbs.so.1"]["devices"] == 0
+    assert got["providers"], "the verbs providers (ibverbs-providers) drive the HCAs"
+    # no HCA (and no uverbs in this kernel): ibv_devinfo says so, in one of its two words
+    assert got["ibv_devinfo"]["no_devices"] and got["ibv_devinfo"]["hca"] == []
+    assert any(t in got["ibv_devinfo"]["output"] for t in verify_image.NO_DEVICE)
+    bare = {c.name: c for c in rdma_checks(facts((), "envbuilder-test-training:no-rdma"), "ib")}
+    assert not bare["rdma_ibverbs"].ok and "sockets" in bare["rdma_ibverbs"].detail
+    assert not bare["rdma_ibv_devinfo"].ok
+    assert rdma_checks(got, "none") == []  # --fabric none: nothing is claimed
