@@ -34,10 +34,16 @@ What to call (the CLI and ``render --lock`` use exactly these):
   ``--require-hashes``: pinned entries with well-formed hashes only, no pip options, no
   control characters, made for the stack's Python; ``render`` refuses anything else (exit 2).
   A package no index has is bad input (exit 2, naming it), not an incompatible combination.
-* ``split_by_layer(lock_text, plan) -> dict[str, str]``: the lock cut into the per-layer
+* ``split_by_layer(lock_text, plan) -> dict[str, str]``: the one lock placed in the per-layer
   files ``render_files(plan, layer_requirements=...)`` takes (keys ``torch``, ``horovod``,
-  ``horovod.build``, ``deepspeed``, ``deepspeed.build`` for the layers the plan has); build
-  the plan with ``make_plan(stack, hashes=True, ...)`` so pip runs with ``--require-hashes``.
+  ``horovod.build``, ``deepspeed``, ``deepspeed.build``, ``team`` for the layers the plan
+  has): torch and its big wheels in the stack layer, whatever else last; build the plan with
+  ``make_plan(stack, hashes=True, ...)`` so pip runs ``--no-deps --require-hashes``.
+  ``layer_pins(plan, files)``: each layer's pins, for an offline build's wheelhouse split.
+
+The lock is one joint resolution (``_resolve``): the stack's own packages pinned, the rest
+(torch's small dependencies included) free, together with the team's lines (see
+docs/training.md).
 * ``lock_digest(path) -> "sha256:<hex>"``: the digest of a lock file, for stack.json
   (``stack["lock"] = {"file": "requirements.lock", "digest": lock_digest(path)}``).
 * ``read_lock(text) -> list[LockedPackage]``: the parsed entries (name, version, hashes, via).
