@@ -249,3 +249,17 @@ def test_rdma_user_space_loads_where_nccl_looks(docker_client, base_image, tmp_p
     assert not bare["rdma_ibverbs"].ok and "sockets" in bare["rdma_ibverbs"].detail
     assert not bare["rdma_ibv_devinfo"].ok
     assert rdma_checks(got, "none") == []  # --fabric none: nothing is claimed
+
+
+def test_explain_ranks_ib_rdma_first_for_the_silent_socket_fallback():
+    """NCCL's log of an image without the RDMA user space on an InfiniBand cluster (issue 20):
+    libibverbs cannot be opened, no IB device, then sockets."""
+    from envbuilder.diagnose.explain import explain_lines
+
+    log = ["node1:1234:1234 [0] NCCL INFO Failed to open libibverbs.so[.1]",
+           "node1:1234:1234 [0] NCCL INFO NET/IB : No device found.",
+           "node1:1234:1234 [0] NCCL INFO NET/Socket : Using [0]eth0:10.0.0.1<0>",
+           "node1:1234:1234 [0] NCCL INFO Using network Socket"]
+    causes = explain_lines(log)
+    assert causes[0].category == "ib_rdma" and "--fabric ib" in causes[0].fix
+    assert explain_lines(log[1:])[0].category == "ib_rdma"  # the fallback alone points there too
