@@ -1,6 +1,7 @@
 """Build and smoke benchmarks for the cpu target (ratios, not asserts), and the size of the
 CUDA images the test suite builds (`python benchmarks/build.py --sizes`: image size, /opt/venv,
-what the base and envbuilder add beyond the Python stack, and every layer).
+what the base and envbuilder add beyond the Python stack, and every layer), and what the RDMA
+user space adds to the runtime stage (`python benchmarks/build.py --rdma`).
 
 Needs the test engine and inputs: `eval "$(bash scripts/test-services.sh)"` first.
 Prints: cold build, warm rebuild and their ratio (aim: warm < 1/10 of cold); the rebuild after
@@ -103,7 +104,42 @@ def sizes() -> None:
                 print(f"    {h['Size'] / 1e6:9.1f} MB  {cmd}")
 
 
+RDMA_DOCKERFILE = """FROM {base}
+ARG DEBIAN_FRONTEND=noninteractive
+RUN apt-get update && apt-get install -y --no-install-recommends python3.11 {extra} \\
+ && rm -rf /var/lib/apt/lists/*
+"""
+
+
+def rdma_size() -> None:
+    """What the RDMA user space (--fabric ib, the default of CUDA images) adds to the runtime
+    stage: the runtime's apt layer built with and without it, on the test base image."""
+    from envbuilder.render.plan import EFA_APT_RUNTIME, RDMA_APT
+
+    client = docker.from_env(timeout=1800)
+    sizes: dict[str, int] = {}
+    with tempfile.TemporaryDirectory() as d:
+        for name, extra in (("none", ()), ("ib", RDMA_APT), ("efa", RDMA_APT + EFA_APT_RUNTIME)):
+            ctx = Path(d) / name
+            ctx.mkdir()
+            (ctx / "Dockerfile").write_text(RDMA_DOCKERFILE.format(base=BASE, extra=" ".join(extra)))
+            tag = f"envbuilder-bench:rdma-{name}"
+            img, _ = client.images.build(path=str(ctx), tag=tag, rm=True)
+            sizes[name] = img.attrs["Size"]
+            client.images.remove(tag, force=True)
+    print(f"runtime apt layer without RDMA  {sizes['none'] / 1e6:8.1f} MB (image)")
+    print(f"RDMA user space (--fabric ib)   {(sizes['ib'] - sizes['none']) / 1e6:+8.1f} MB   "
+          f"({' '.join(RDMA_APT)}) ib/none = {sizes['ib'] / sizes['none']:.3f}")
+    print(f"  + libfabric (--fabric efa)    {(sizes['efa'] - sizes['none']) / 1e6:+8.1f} MB   "
+          f"(without the OFI NCCL plugin, built in the builder stage)")
+
+
 if __name__ == "__main__":
     import sys
 
-    sizes() if "--sizes" in sys.argv[1:] else main()
+    if "--sizes" in sys.argv[1:]:
+        sizes()
+    elif "--rdma" in sys.argv[1:]:
+        rdma_size()
+    else:
+        main()

@@ -60,6 +60,7 @@ LABELS: tuple[Label, ...] = (
     Label(PREFIX + "cuda-arch-list", "cuda_arch_list", always=False),  # TORCH_CUDA_ARCH_LIST compiled for
     Label(PREFIX + "builder-nvcc", "builder_nvcc", always=False),
     Label(PREFIX + "cpu-isa", "cpu_isa", always=False),  # -march of compiled CPU code
+    Label(PREFIX + "fabric", "fabric", always=False),  # RDMA user space (CUDA images): ib, efa, none
 )
 KEY_OF = {lab.field: lab.key for lab in LABELS}
 
@@ -100,6 +101,7 @@ def facts(stack: Stack, base_image: str | None = None, *, cuda_arch_list: str | 
         "cuda_arch_list": cuda_arch_list,
         "builder_nvcc": (d["builder"] or {}).get("nvcc"),
         "cpu_isa": cpu_isa,
+        "fabric": d.get("fabric") if d["cuda"] else None,
     }
 
 
@@ -151,6 +153,7 @@ class StackFacts:
     cuda_toolkit: str | None = None
     driver_min: DriverMin | None = None
     torch_arch: tuple[str, ...] = ()
+    fabric: str | None = None  # the RDMA user space the image carries: ib, efa, none (None: unknown)
 
     def __post_init__(self) -> None:
         if self.cuda is not None and self.driver_min is None:
@@ -183,9 +186,10 @@ class StackFacts:
         arch = d.get("torch_arch") or ()
         if not isinstance(arch, (list, tuple)):
             raise InputError(f"stack torch_arch {arch!r} is not a list like ['sm_80', 'sm_90']")
+        fabric = d.get("fabric")
         return cls(torch=str(d.get("torch") or "?"), cuda=d.get("cuda"),
                    cuda_toolkit=d.get("cuda_toolkit"), driver_min=driver_min,
-                   torch_arch=tuple(arch))
+                   torch_arch=tuple(arch), fabric=str(fabric) if fabric else None)
 
 
 def _version(v: Any, what: str) -> Version:
@@ -225,4 +229,4 @@ def read(labels: Mapping[str, str]) -> StackFacts:
     if bad:
         raise InputError(f"label {KEY_OF['torch_arch']} has unusable entries {bad}")
     return StackFacts(torch=lab["torch"], cuda=cuda, cuda_toolkit=lab["cuda_toolkit"] or None,
-                      driver_min=driver_min, torch_arch=arch)
+                      driver_min=driver_min, torch_arch=arch, fabric=lab["fabric"] or None)

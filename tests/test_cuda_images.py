@@ -4,8 +4,10 @@ NCCL, DeepSpeed's compiled ops and their -march) and runs the 12-rank DDP job on
 
 - cu124-torch2.6-debian12: the `os` flavour, every CUDA library from torch's nvidia-* wheels
 - cu130-torch2.11-debian12: a second CUDA major line
-- cu124-torch2.6-ds0.16-debian13 --ds-ops fused_adam,cpu_adam: DeepSpeed ops compiled by Debian
-  13's non-free nvcc 12.4 with GCC 13 for x86-64-v3; the smoke job runs a ZeRO step
+- cu124-torch2.6-ds0.16-debian13: DeepSpeed's fused_adam and cpu_adam (pre-built by default)
+  compiled by Debian 13's non-free nvcc 12.4 with GCC 13 for x86-64-v3; verify loads each, and
+  fails when one is removed; the RDMA user space (--fabric ib, the default) loads and
+  ibv_devinfo reports no devices; the smoke job runs a ZeRO step
 - cu117-torch2.0-hvd0.28-debian12: Horovod 0.28.1 compiled by Debian 12's nvcc 11.8 with GCC 11
   against torch's nvidia-nccl-cu11 wheel; the smoke job runs a Horovod all-reduce
 - images made wrong on purpose fail verification with both values named.
@@ -49,7 +51,8 @@ class Case:
 CASES = {
     "cu124": Case("cu124-torch2.6-debian12", "cu124-py311", "12"),
     "cu130": Case("cu130-torch2.11-debian12", "cu130-py311", "12"),
-    "cu124-ds": Case("cu124-torch2.6-ds0.16-debian13", "cu124-py313", "13", "fused_adam,cpu_adam"),
+    # no --ds-ops: a CUDA target's DeepSpeed pre-builds fused_adam and cpu_adam by default
+    "cu124-ds": Case("cu124-torch2.6-ds0.16-debian13", "cu124-py313", "13"),
     "cu117-hvd": Case("cu117-torch2.0-hvd0.28-debian12", "cu117-py311", "12"),
 }
 
@@ -275,15 +278,35 @@ def test_cu130_image(docker_client, tmp_path_factory):
 
 # -- compiled components ------------------------------------------------------------------------
 
-def test_deepspeed_ops_compiled_for_the_image(docker_client, tmp_path_factory):
+def test_deepspeed_ops_compiled_for_the_image(docker_client, tmp_path_factory, tmp_path):
     b = _build("cu124-ds", docker_client, tmp_path_factory)
     v = _verify(b)
     assert v["ok"], json.dumps(v["checks"], indent=1)
     c = _checks(v)
     assert c["ds_op_fused_adam"]["ok"] and c["ds_op_cpu_adam"]["ok"]
+    assert "loads" in c["ds_op_fused_adam"]["detail"] and "loads" in c["ds_op_cpu_adam"]["detail"]
     assert "x86-64-v3" in c["cpu_isa"]["actual"] and c["cpu_isa"]["ok"], "no -march=native in the ops"
+    # the RDMA user space NCCL's IB transport opens, in a CUDA image by default (--fabric ib)
+    assert c["rdma_ibverbs"]["ok"] and c["rdma_rdmacm"]["ok"], json.dumps(v["checks"], indent=1)
+    assert "libibverbs.so.1 loads" in c["rdma_ibverbs"]["detail"]
+    assert c["rdma_ibv_devinfo"]["ok"] and c["rdma_ibv_devinfo"]["actual"]["no_devices"]
     s = _smoke_ok(b)
     assert s["checks"].get("deepspeed_zero") == "pass", s
+    # an image without one of its pre-built ops fails verification, naming the op
+    site = "/opt/venv/lib/python3.13/site-packages/deepspeed/ops/adam"
+    ctx = tmp_path / "no-fused-adam"
+    ctx.mkdir()
+    (ctx / "Dockerfile").write_text(f"FROM {b.image}\nUSER root\nRUN rm {site}/fused_adam_op*.so\n"
+                                    f"USER 1000\n")
+    tag = "envbuilder-test/ds-no-fused-adam:cu124"
+    docker_client.images.build(path=str(ctx), tag=tag, rm=True)
+    try:
+        r = _cli("verify", tag, "--json")
+        assert r.returncode == 1, r.stderr
+        d = json.loads(r.stdout)
+        assert d["failed"] == ["ds_op_fused_adam"], d["failed"]
+    finally:
+        docker_client.images.remove(tag, force=True)
 
 
 def test_horovod_built_against_torchs_nccl(docker_client, tmp_path_factory):

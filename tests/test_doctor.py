@@ -66,6 +66,7 @@ HEALTHY_H100 = {
     "mig-mode": "ok", "compute-mode": "ok", "topology": "ok", "fabric-manager": "ok",
     "shm": "ok", "infiniband": "ok", "memlock": "ok", "socket-ifname": "ok", "nccl-env": "ok",
     "container": "ok", "stack-driver": "ok", "stack-ranks": "ok", "stack-arch": "ok",
+    "stack-rdma": "skip",  # STACK_124 does not say which RDMA user space it carries
 }
 
 
@@ -490,3 +491,32 @@ def test_nvml_path_with_a_stand_in_module(monkeypatch: pytest.MonkeyPatch) -> No
 
     monkeypatch.setattr(fake, "nvmlInit", boom)
     assert Probe().nvml() is None
+
+
+def test_stack_rdma_checks_the_host_against_the_images_fabric(tmp_path) -> None:
+    """The recorded HGX host (9 mlx5 ports ACTIVE) against an image's fabric: without verbs in
+    the image NCCL uses sockets; with them the process needs the host's uverbs devices (the
+    recording has no /dev: they are added to a copy, as a container gets them with --device)."""
+    import shutil
+
+    d = tmp_path / "host"
+    shutil.copytree(HOSTS / "hgx-h100-8gpu", d)
+
+    def rdma(fabric):
+        return by_name(run_doctor(probe=RecordedProbe(d), stack=facts(fabric=fabric),
+                                  nproc=8))["stack-rdma"]
+
+    c = rdma("none")
+    assert c.status == "fail" and "sockets" in c.detail and "--fabric ib" in c.fix
+    c = rdma("ib")
+    assert c.status == "fail" and "/dev/infiniband" in c.fix
+    (d / "dev" / "infiniband").mkdir(parents=True)
+    for i in range(9):
+        (d / "dev" / "infiniband" / f"uverbs{i}").write_text("")
+    c = rdma("ib")
+    assert c.status == "ok" and "uverbs8" in c.detail and "mlx5_4" in c.detail
+    assert rdma(None).status == "skip"
+    # a host without RDMA devices: nothing to agree on
+    c = by_name(run_doctor(probe=host("aws-t4-old-driver"), stack=facts(fabric="none"),
+                           nproc=1))["stack-rdma"]
+    assert c.status == "skip" and "no InfiniBand/RoCE device" in c.detail

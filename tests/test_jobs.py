@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from envbuilder.api import resolve_target
+from envbuilder.api import Pins, resolve_target
 from envbuilder.errors import InputError
 from envbuilder.render.jobs import DEFAULT_LAYOUTS, job_name, render_jobs
 from envbuilder.render.plan import make_plan
@@ -32,9 +32,13 @@ DATA = Path(__file__).parent / "data"
 DIGEST = "registry.example.com:5000/ml/envbuilder@sha256:" + "0123456789abcdef" * 4
 
 
+# --fabric none: the job files without RDMA settings (the default, ib, adds IPC_LOCK: test_training)
+NO_FABRIC = Pins(fabric="none")
+
+
 @pytest.fixture(scope="module")
 def plan():
-    return make_plan(resolve_target("cu121"))
+    return make_plan(resolve_target("cu121", pins=NO_FABRIC))
 
 
 @pytest.fixture(scope="module")
@@ -46,8 +50,8 @@ def files(plan):
 def by_world(files):
     """The job files of 12 (default layouts), 16 (render --layout 1x16,2x8,4x4) and 8 ranks
     (render --nproc 8: the default layouts of 8)."""
-    p16 = make_plan(resolve_target("cu121"), smoke_nproc=16)
-    p8 = make_plan(resolve_target("cu121"), smoke_nproc=8)
+    p16 = make_plan(resolve_target("cu121", pins=NO_FABRIC), smoke_nproc=16)
+    p8 = make_plan(resolve_target("cu121", pins=NO_FABRIC), smoke_nproc=8)
     return {12: files, 16: render_jobs(p16, image=DIGEST, layouts=((1, 16), (2, 8), (4, 4))),
             8: render_jobs(p8, image=DIGEST)}
 
@@ -58,7 +62,8 @@ CASES = [(12, n, p) for n, p in DEFAULT_LAYOUTS] + [(16, 1, 16), (16, 2, 8), (16
 
 
 @pytest.fixture(scope="module")
-def files_ib_cpu(plan):
+def files_ib_cpu():
+    plan = make_plan(resolve_target("cu121"))  # --fabric ib (the default): RDMA in the image
     return render_jobs(plan, image="envbuilder:cu121", gpus=False, infiniband=True,
                        apptainer_image="/shared/images/cu121.sif")
 

@@ -99,10 +99,10 @@ def test_the_header_records_the_inputs_and_their_digest(locked, stack):
     text = (locked[0] / LOCK_NAME).read_text()
     record, idig, pdig = read_header(text)
     assert record is not None and idig and pdig
-    assert record["format"] == "2" and record["target"] == TARGET
+    assert record["format"] == "3" and record["target"] == TARGET
     assert record["python"] == "3.10" and record["platform"] == "x86_64-manylinux_2_28"
     assert record["torch"] == "2.1.2 (cu121)" and record["nccl"] == "2.18.1 (nvidia-nccl-cu12)"
-    assert record["requirement"] == ["torch==2.1.2", "numpy<2"]
+    assert record["requirement"] == ["torch==2.1.2", "numpy<2", "nvidia-nccl-cu12==2.18.1"]
     assert record["requirements file"] == "none" and record["exclude newer"] == "none"
     assert record["index"] == "https://pypi.org/simple" and record["extra index"] == []
     assert record == lock_inputs(stack).record and idig == lock_inputs(stack).digest
@@ -172,11 +172,14 @@ def test_check_fails_when_an_entry_lost_its_hashes(locked, stack, tmp_path):
 def test_check_fails_on_a_tampered_nccl_pin(locked, stack, tmp_path):
     d = _copy(locked, tmp_path)
     path = d / LOCK_NAME
-    text = path.read_text().replace("nvidia-nccl-cu12==2.18.1", "nvidia-nccl-cu12==2.19.3")
+    # the entry (the header's inputs name the stack's pin too: that one stays)
+    text = path.read_text().replace("nvidia-nccl-cu12==2.18.1 \\", "nvidia-nccl-cu12==2.19.3 \\")
     path.write_text(_with_packages_digest(text))  # even with the packages digest made to match
     err = _check_fails(stack, d)
     assert "NCCL 2.18.1" in str(err) and "nvidia-nccl-cu12==2.19.3" in str(err)
-    assert len(err.report.problems) == 1
+    # the contradiction, and the stack's own NCCL pin (a top-level line) left unmet
+    assert len(err.report.problems) == 2
+    assert "top-level requirement nvidia-nccl-cu12==2.18.1" in err.report.problems[1]
 
 
 def test_check_fails_on_a_removed_top_level_package(locked, stack, tmp_path):
@@ -399,6 +402,44 @@ def test_requirements_pinning_another_torch_is_refused(stack, tmp_path):
     assert not out.exists()
 
 
+@pytest.mark.network
+def test_joint_resolution_frees_torchs_small_dependencies(uv_cache, tmp_path):
+    """The team's lines are resolved with the stack as one environment (issue 20): numpy<2
+    next to torch 2.6 (which works with NumPy 1.x), transformers with datasets>=3 (a
+    resolution inside the stack's own transitive pins refused both); the stack layer's file is
+    the same bytes whatever the team asks for."""
+    st = resolve_target("cu124-torch2.6-debian12")
+    team = tmp_path / "team.txt"
+    team.write_text("numpy<2\ntransformers==4.46.3\ndatasets>=3\n")
+    r = lock_target(st, tmp_path / "a", requirements_file=team)
+    pkgs = r.packages
+    assert pkgs["torch"] == "2.6.0" and pkgs["nvidia-nccl-cu12"] == "2.21.5"
+    assert pkgs["numpy"].startswith("1.") and pkgs["transformers"] == "4.46.3"
+    assert int(pkgs["datasets"].split(".")[0]) >= 3
+    # the NCCL wheel is one of the stack's own pins, beside torch
+    assert "nvidia-nccl-cu12==2.21.5" in read_header(Path(r.path).read_text())[0]["requirement"]
+    plain = lock_target(st, tmp_path / "b")
+    other = tmp_path / "other.txt"
+    other.write_text("einops\n")
+    lock_target(st, tmp_path / "c", requirements_file=other)
+
+    def layers(d: Path) -> dict[str, str]:
+        text = (d / LOCK_NAME).read_text()
+        return split_by_layer(text, make_plan(st, hashes=True, team_requirements=("x",)))
+
+    a, b, c = layers(tmp_path / "a"), layers(tmp_path / "b"), layers(tmp_path / "c")
+    assert a["torch"] == b["torch"] == c["torch"]  # the stack layer: the same bytes
+    assert "datasets==" in a["team"] and "numpy==1." in a["team"]
+    assert "numpy==2." in b["team"] and plain.packages["numpy"].startswith("2.")
+    assert "einops==" in c["team"] and "datasets" not in c["team"]
+    # a team line that truly contradicts the stack is still refused, naming both
+    bad = tmp_path / "bad.txt"
+    bad.write_text("torch==2.5.1\n")
+    with pytest.raises(IncompatibleError) as e:
+        lock_target(st, tmp_path / "d", requirements_file=bad)
+    assert e.value.exit_code == 3 and "torch==2.5.1" in str(e.value) and "2.6.0" in str(e.value)
+
+
 def test_requirements_with_another_nccl_major_is_refused(stack, tmp_path):
     req = tmp_path / "extra.txt"
     req.write_text("nvidia-nccl-cu11\n")
@@ -497,15 +538,20 @@ def test_split_by_layer_real_deepspeed_lock(uv_cache, tmp_path):
     text = Path(r.path).read_text()
     plan = make_plan(st, hashes=True)
     parts = split_by_layer(text, plan)
-    assert set(parts) == {"torch", "deepspeed.build", "deepspeed"}
+    assert list(parts) == ["torch", "deepspeed.build", "deepspeed", "team"]
     names = {k: {p.name for p in read_lock(v)} for k, v in parts.items()}
-    assert {"torch", "triton", "nvidia-nccl-cu12"} <= names["torch"]
     locked_names = {p.name for p in read_lock(text)}
     cuda_wheels = {n for n in locked_names if n.startswith("nvidia-") and n != "nvidia-ml-py"}
-    assert cuda_wheels and cuda_wheels <= names["torch"]  # torch's CUDA wheels: torch layer
-    assert "nvidia-ml-py" in names["deepspeed"]  # deepspeed's own dependency
+    # the stack layer: torch and the big wheels it pins, nothing else
+    assert cuda_wheels and names["torch"] == {"torch", "triton"} | cuda_wheels
+    # DeepSpeed's setup.py needs nvidia-ml-py when it builds CUDA ops (pre-built by default)
+    assert "nvidia-ml-py" in names["deepspeed.build"]
     assert "deepspeed" in names["deepspeed"] and {"hjson", "pydantic"} <= names["deepspeed"]
     assert {"ninja", "setuptools", "wheel", "py-cpuinfo", "psutil"} <= names["deepspeed.build"]
+    # what `import torch` needs beyond the big wheels comes before DeepSpeed's build
+    assert {"numpy", "sympy", "filelock", "typing-extensions"} <= names["deepspeed.build"]
+    assert not names["team"]  # no team lines: nothing is left for the top layer
+    assert all("# via" not in v for v in parts.values())  # who needs what is the lock's business
     # a partition: every locked package exactly once, with its hashes
     every = [p for v in parts.values() for p in read_lock(v)]
     assert sorted(p.name for p in every) == sorted(p.name for p in read_lock(text))
@@ -513,7 +559,8 @@ def test_split_by_layer_real_deepspeed_lock(uv_cache, tmp_path):
     assert all(p.hashes == full[p.name] for p in every)
     files = render_files(plan, layer_requirements=parts)
     assert files["requirements/deepspeed.build.txt"] == parts["deepspeed.build"]
-    assert "--require-hashes" in files["Dockerfile"]
+    assert "--no-deps --require-hashes" in files["Dockerfile"]
+    assert files["Dockerfile"].count("--no-deps --require-hashes") == 4  # every pip install
 
 
 def test_split_by_layer_horovod_and_extras(stack):
@@ -543,8 +590,9 @@ def test_split_by_layer_horovod_and_extras(stack):
     parts = split_by_layer(text, plan)
     assert list(parts) == ["torch", "horovod.build", "horovod", "deepspeed.build", "deepspeed"]
     names = {k: [p.name for p in read_lock(v)] for k, v in parts.items()}
-    assert names["torch"] == ["torch", "filelock"]
-    assert set(names["horovod.build"]) == {"cloudpickle", "packaging", "setuptools"}
+    assert names["torch"] == ["torch"]  # the stack layer: torch (and its big wheels) only
+    # torch's small dependencies come before the first compiled layer's build
+    assert set(names["horovod.build"]) == {"filelock", "cloudpickle", "packaging", "setuptools"}
     assert names["horovod"] == ["horovod"]
     assert names["deepspeed.build"] == ["ninja"]
     # user extras (not needed by any layer) go to the last layer with their dependencies

@@ -194,7 +194,7 @@ def test_lock_one_project_target(tmp_path, uv_cache):
                                                   "HTTPS_PROXY", "ALL_PROXY")}
     p = cli("lock", "train", "--check", cwd=root, **offline)
     assert p.returncode == 0, p.stderr
-    # the team's requirements are resolved within the stack's pins: changing them re-locks
+    # the team's requirements are resolved with the stack as one: changing them re-locks
     # their own layer's file only (torch's file, hashes included, stays the same bytes)
     (root / "team-requirements.txt").write_text("einops==0.8.2\npandas\n")
     p = cli("lock", "train", "--check", cwd=root, **offline)  # and the check names the change

@@ -76,9 +76,12 @@ def test_options_pin_like_target_parts():
 
 def test_with_adds_a_component_and_without_removes_it():
     m = builtin()
-    s = resolve_target("cu121", matrix=m, pins=Pins(with_=("deepspeed",)))
-    assert s.deepspeed is not None and s.builder is None, "JIT ops (the default) compile nothing"
+    s = resolve_target("cu121", matrix=m, pins=Pins(with_=("deepspeed",), ds_ops="none"))
+    assert s.deepspeed is not None and s.builder is None, "JIT ops (--ds-ops none) compile nothing"
     assert s.builder_image == s.runtime_image == f"nvidia/cuda:12.1.1-base-{s.os.name}"
+    s = resolve_target("cu121", matrix=m, pins=Pins(with_=("deepspeed",)))
+    assert s.ds_ops == ("fused_adam", "cpu_adam"), "a standard ZeRO config's ops, pre-built"
+    assert s.builder is not None and s.builder.image_kind == "devel"
     s = resolve_target("cu121", matrix=m, pins=Pins(ds_ops="fused_adam"))
     assert s.deepspeed is not None and s.ds_ops == ("fused_adam",), "--ds-ops implies DeepSpeed"
     assert s.builder is not None and s.builder.image_kind == "devel" and str(s.builder.nvcc) == "12.1.1"

@@ -49,6 +49,13 @@ def by_name(record: dict) -> dict[str, dict]:
 
 # ----------------------------------------------------------------------------- pure helpers
 
+def test_busbw_factors_of_nccl_tests():
+    # doc/PERFORMANCE.md: all-gather and reduce-scatter busbw = algbw * (n-1)/n
+    assert ddp_smoke.bus_bandwidth_gbps(10.0, 12, "all_gather") == pytest.approx(10.0 * 11 / 12)
+    assert ddp_smoke.bus_bandwidth_gbps(10.0, 8, "reduce_scatter") == pytest.approx(8.75)
+    assert ddp_smoke.bus_bandwidth_gbps(10.0, 8, "all_reduce") == pytest.approx(17.5)
+
+
 def test_busbw_formula():
     assert ddp_smoke.alg_bandwidth_gbps(2_000_000_000, 0.5) == pytest.approx(4.0)
     assert ddp_smoke.alg_bandwidth_gbps(1024, 0.0) == 0.0
@@ -129,11 +136,24 @@ def test_twelve_ranks_pass_on_cpu(twelve_rank_run):
     assert summary["backend"] == "gloo" and summary["torch_version"]
     assert {k for k, v in summary["checks"].items() if v == "pass"} >= MUST_PASS
 
+    # nccl-tests' three collectives over the size sweep, with its algbw/busbw definitions
     bw = summary["bandwidth"]
-    assert [b["bytes"] for b in bw] == list(ddp_smoke.DEFAULT_CPU_SIZES)
+    assert [b["collective"] for b in bw] == [c for c in ddp_smoke.COLLECTIVES
+                                             for _ in ddp_smoke.DEFAULT_CPU_SIZES]
+    ar = [b for b in bw if b["collective"] == "all_reduce"]
+    assert [b["bytes"] for b in ar] == list(ddp_smoke.DEFAULT_CPU_SIZES)
     for b in bw:
-        assert b["seconds"] > 0 and b["algbw_gbps"] > 0
-        assert b["busbw_gbps"] == pytest.approx(b["algbw_gbps"] * 2 * 11 / 12, rel=1e-3, abs=1e-3)
+        assert b["seconds"] > 0 and b["algbw_gbps"] > 0 and b["count"] * 4 == b["bytes"]
+        assert b["algbw_gbps"] == pytest.approx(b["bytes"] / b["seconds"] / 1e9, rel=2e-3, abs=1e-3)
+        factor = 2 * 11 / 12 if b["collective"] == "all_reduce" else 11 / 12
+        assert b["busbw_gbps"] == pytest.approx(b["algbw_gbps"] * factor, rel=1e-3, abs=1e-3)
+        if b["collective"] != "all_reduce":  # every rank's share whole, close to the size asked
+            assert b["count"] % 12 == 0 and b["bytes"] in [s // 48 * 48 for s in ddp_smoke.DEFAULT_CPU_SIZES]
+    from envbuilder.run.smoke import NCCL_TESTS_PERFORMANCE, bandwidth_table
+
+    table = bandwidth_table(bw, 12)
+    assert table.count(NCCL_TESTS_PERFORMANCE) == 3 and "busbw" in table and "(elements)" in table
+    assert len([ln for ln in table.splitlines() if not ln.startswith("#")]) == len(bw)
 
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith(ddp_smoke.SUMMARY_MARKER + " ")]
     assert len(lines) == 1

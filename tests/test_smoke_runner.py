@@ -207,7 +207,10 @@ def test_run_smoke_host_passes():
     assert r.world_size == 3 and r.nproc_per_node == 3 and r.nnodes == 1
     assert {k for k, v in r.checks.items() if v == "pass"} >= MUST_PASS
     assert r.checks["gpu_uuid"] == "skip" and r.failed == []
-    assert [b["bytes"] for b in r.bandwidth] == [4096, 65536]
+    # all-reduce at the sizes asked; all-gather and reduce-scatter at whole shares of 3 ranks
+    assert [(b["collective"], b["bytes"]) for b in r.bandwidth] == [
+        ("all_reduce", 4096), ("all_reduce", 65536), ("all_gather", 4092),
+        ("all_gather", 65532), ("reduce_scatter", 4092), ("reduce_scatter", 65532)]
     assert all(b["busbw_gbps"] > 0 for b in r.bandwidth)
     assert [x["rank"] for x in r.ranks] == [0, 1, 2]
     assert r.summary and r.summary["world_size"] == 3
@@ -276,7 +279,10 @@ def test_container_smoke_passes(docker_client, smoke_image):
     assert r.world_size == 3 and len(r.ranks) == 3 and r.summary
     assert {k for k, v in r.checks.items() if v == "pass"} >= MUST_PASS
     assert r.summary["torch_version"].startswith("2.13.0")
-    assert [b["bytes"] for b in r.bandwidth] == [4096, 65536]
+    # all-reduce at the sizes asked; all-gather and reduce-scatter at whole shares of 3 ranks
+    assert [(b["collective"], b["bytes"]) for b in r.bandwidth] == [
+        ("all_reduce", 4096), ("all_reduce", 65536), ("all_gather", 4092),
+        ("all_gather", 65532), ("reduce_scatter", 4092), ("reduce_scatter", 65532)]
     assert {c.id for c in _leftovers(docker_client)} <= before  # the container is gone
 
 

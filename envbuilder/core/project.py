@@ -25,7 +25,7 @@ PYPROJECT = "pyproject.toml"
 SCHEMA_NAME = "project.schema.json"
 MAX_BYTES = 1 << 20
 _PIN_KEYS = ("torch", "python", "deepspeed", "horovod", "nccl", "os", "driver", "flavour", "ds_ops",
-             "exclude_newer", "platform")
+             "exclude_newer", "platform", "fabric")
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,7 @@ from envbuilder.core.matrix import (
 )
 from envbuilder.core.rules import (Context, Rule, Violation, all_rules, breakages_covering,
                                    floor_toolkit, runs_natively, variant_of)
-from envbuilder.core.target import (COMPONENTS, Pin, Pins, Request, check_pins_known, request,
+from envbuilder.core.target import (COMPONENTS, ds_ops_of, Pin, Pins, Request, check_pins_known, request,
                                     unknown_pins)
 
 AXIS_ORDER = ("cuda", "torch", "flavour", "os", "python", "nccl", "horovod", "deepspeed")
@@ -120,7 +120,21 @@ class Stack:
 
     @property
     def ds_ops(self) -> tuple[str, ...]:
-        return self.request.ds_ops if self.deepspeed is not None else ()
+        """The DeepSpeed ops pre-built: --ds-ops, or by default on CUDA FusedAdam + CPU Adam."""
+        if self.deepspeed is None:
+            return ()
+        return ds_ops_of(self.request, self.matrix.toolchains.deepspeed_ops)
+
+    @property
+    def ds_jit(self) -> bool:
+        """DeepSpeed on CUDA with its ops left to JIT (--ds-ops none): the runtime needs nvcc."""
+        return (self.deepspeed is not None and self.toolkit is not None
+                and self.request.ds_ops == ())
+
+    @property
+    def fabric(self) -> str:
+        """The RDMA user space the image carries (--fabric): ib, efa, or none (CPU images)."""
+        return self.request.fabric if self.toolkit is not None else "none"
 
     @property
     def compiles(self) -> bool:
@@ -244,6 +258,7 @@ class Stack:
             "builder_image": self.builder_image,
             "builder": None if self.builder is None else self.builder.to_dict(),
             "deepspeed_ops": list(self.ds_ops),
+            "fabric": self.fabric,
             "tag": self.tag,
             "choices": {k: c.to_dict() for k, c in self.choices.items()},
             "warnings": [w.to_dict() for w in self.warnings],
@@ -410,7 +425,7 @@ class _Search:
 def _search(req: Request, m: Matrix, active: tuple[str, ...]) -> _Search:
     base = {c: None for c in COMPONENTS if c not in active}
     ctx = Context(m, driver=req.driver, nccl_pin=req.nccl.text if req.nccl else None,
-                  ds_ops=req.ds_ops, platform=req.platform)
+                  ds_ops=ds_ops_of(req, m.toolchains.deepspeed_ops), platform=req.platform)
     return _Search(req, m, ctx, active, base, all_rules(m))
 
 

@@ -29,7 +29,7 @@ from envbuilder.errors import EnvbuilderError, InputError
 T = TypeVar("T")
 
 _PIN_FIELDS = ("torch", "python", "deepspeed", "horovod", "nccl", "os", "driver", "flavour",
-               "ds_ops", "platform")
+               "ds_ops", "platform", "fabric")
 
 
 @dataclass(frozen=True)

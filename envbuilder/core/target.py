@@ -53,6 +53,25 @@ class Pin:
         return self.text
 
 
+FABRICS = ("ib", "efa", "none")
+# the DeepSpeed ops a standard ZeRO config loads, pre-built by default on CUDA targets:
+# FusedAdam (DeepSpeed's optimizer for "type": "Adam"/"AdamW" on GPUs) and DeepSpeedCPUAdam
+# (the same config with "offload_optimizer": {"device": "cpu"})
+# https://github.com/deepspeedai/DeepSpeed/blob/v0.16.9/deepspeed/runtime/engine.py
+# (_configure_basic_optimizer: FusedAdam, or DeepSpeedCPUAdam when the optimizer is offloaded)
+DEFAULT_DS_OPS = ("fused_adam", "cpu_adam")
+
+
+def ds_ops_of(req: Request, known: Any) -> tuple[str, ...]:
+    """The DeepSpeed ops a request pre-builds: the ones asked for (--ds-ops; none = JIT), else
+    on a CUDA target that wants DeepSpeed DEFAULT_DS_OPS (those the matrix knows)."""
+    if req.ds_ops is not None:
+        return req.ds_ops
+    if req.cpu or not req.wants("deepspeed"):
+        return ()
+    return tuple(o for o in DEFAULT_DS_OPS if o in known)
+
+
 @dataclass(frozen=True)
 class Request:
     """What the user asked for: pins per axis, the driver to run on, components to include."""
@@ -70,9 +89,11 @@ class Request:
     driver: str | None = None
     with_: frozenset[str] = field(default_factory=frozenset)
     without: frozenset[str] = field(default_factory=frozenset)
-    ds_ops: tuple[str, ...] = ()  # DeepSpeed ops to pre-build (--ds-ops); () = JIT
+    ds_ops: tuple[str, ...] | None = None  # DeepSpeed ops to pre-build (--ds-ops); () = JIT
+    # (--ds-ops none); None = not asked: a CUDA target's DeepSpeed gets DEFAULT_DS_OPS
     exclude_newer: str | None = None  # RFC 3339 UTC: releases uploaded later are no candidates
     platform: str = "linux/amd64"  # the image's platform (--platform)
+    fabric: str = "ib"  # the RDMA user space in CUDA images (--fabric): ib | efa | none
 
     def pins(self) -> dict[str, str]:
         out: dict[str, str] = {}
@@ -264,7 +285,7 @@ def apply_options(req: Request, matrix: Matrix, *, torch: str | None = None,
                   driver: str | None = None, cuda: str | None = None,
                   with_: Mapping[str, bool] | None = None, flavour: str | None = None,
                   ds_ops: str | None = None, exclude_newer: str | None = None,
-                  platform: str | None = None) -> Request:
+                  platform: str | None = None, fabric: str | None = None) -> Request:
     """Merge command-line pins into a request; a conflict with the target is an input error."""
     updates: dict[str, Any] = {}
 
@@ -281,7 +302,14 @@ def apply_options(req: Request, matrix: Matrix, *, torch: str | None = None,
             raise InputError(f"--flavour {flavour!r} is not a base flavour"
                              f"{validate.suggest(flavour, names)}; known: {', '.join(names)}")
         updates["flavour"] = flavour
-    if ds_ops is not None:
+    if fabric is not None:
+        if fabric not in FABRICS:
+            raise InputError(f"--fabric {fabric[:40]!r} is not a fabric{validate.suggest(fabric, FABRICS)}; "
+                             f"known: {', '.join(FABRICS)}")
+        updates["fabric"] = fabric
+    if ds_ops is not None and ds_ops.strip() == "none":
+        updates["ds_ops"] = ()  # JIT: the runtime must carry nvcc (render.plan refuses otherwise)
+    elif ds_ops is not None:
         ops = tuple(dict.fromkeys(o.strip() for o in ds_ops.split(",") if o.strip()))
         known = matrix.toolchains.deepspeed_ops
         for op in ops:
@@ -395,9 +423,10 @@ class Pins:
     with_: tuple[str, ...] = ()
     without: tuple[str, ...] = ()
     flavour: str | None = None  # the runtime base flavour
-    ds_ops: str | None = None  # DeepSpeed ops to pre-build, comma-separated
+    ds_ops: str | None = None  # DeepSpeed ops to pre-build, comma-separated; "none": JIT
     exclude_newer: str | None = None  # leave out releases uploaded after this date (ISO)
     platform: str | None = None  # linux/amd64 (default) or linux/arm64
+    fabric: str | None = None  # the RDMA user space of CUDA images: ib (default), efa, none
 
     def components(self) -> dict[str, bool]:
         out: dict[str, bool] = {}
@@ -420,4 +449,5 @@ def request(target: str, matrix: Matrix, pins: Pins | None = None) -> Request:
                          deepspeed=pins.deepspeed, horovod=pins.horovod, nccl=pins.nccl,
                          os=pins.os, driver=pins.driver, with_=pins.components(),
                          flavour=pins.flavour, ds_ops=pins.ds_ops,
-                         exclude_newer=pins.exclude_newer, platform=pins.platform)
+                         exclude_newer=pins.exclude_newer, platform=pins.platform,
+                         fabric=pins.fabric)

@@ -42,6 +42,11 @@ Checks and thresholds (decisions documented here):
   (every GPU's compute capability must be served by ``torch_arch``: ``sm_XY`` exact, or an
   ``sm_XW`` of the same major with W <= Y (cubin compatibility); only a ``compute_XY`` PTX entry
   with XY <= the GPU's -> warn (JIT at first launch); nothing -> fail).
+  ``stack-rdma``: the host's RDMA side against the RDMA user space the image carries (its
+  ``fabric``: ib, efa, none): a host with InfiniBand/RoCE ports and an image without verbs
+  (``--fabric none``) -> fail (NCCL falls back to sockets); with verbs, the user-space devices
+  ``/dev/infiniband/uverbs*`` must exist (a container gets them with ``--device
+  /dev/infiniband``) -> fail otherwise; locked memory is the ``memlock`` check.
 """
 
 from __future__ import annotations
@@ -799,6 +804,35 @@ def _check_container(c: _Ctx) -> Check:
 
 # -- stack checks ------------------------------------------------------------------------------
 
+def _check_stack_rdma(c: _Ctx) -> Check:
+    s = c.stack
+    fabric = s.fabric if s is not None else None
+    if s is None or s.cuda is None:
+        return Check("stack-rdma", SKIP, fabric, "CPU-only stack: NCCL is not used", "")
+    ports = sorted({d for d, _, _ in c.ib})
+    uverbs = sorted(n for n in c.probe.listdir("/dev/infiniband") or [] if n.startswith("uverbs"))
+    if not ports:
+        return Check("stack-rdma", SKIP, fabric, "no InfiniBand/RoCE device on this host"
+                     + (f"; the image carries fabric {fabric}" if fabric else ""), "")
+    if fabric is None:
+        return Check("stack-rdma", SKIP, None, "the stack does not say which RDMA user space it "
+                     "carries (an image built before --fabric)", "")
+    if fabric == "none":
+        return Check("stack-rdma", FAIL, fabric,
+                     f"this host has RDMA devices ({', '.join(ports)}) but the image carries no "
+                     "RDMA user space (--fabric none): NCCL cannot open libibverbs.so.1 and "
+                     "falls back to sockets", "rebuild the image with --fabric ib (the default)")
+    if not uverbs:
+        return Check("stack-rdma", FAIL, fabric,
+                     f"the image carries verbs ({fabric}) and the host has {', '.join(ports)}, "
+                     "but no /dev/infiniband/uverbs* device: a process cannot open the HCA",
+                     "load ib_uverbs (modprobe ib_uverbs); in a container add "
+                     "--device=/dev/infiniband (Kubernetes: the RDMA device plugin's resource)")
+    return Check("stack-rdma", OK, fabric,
+                 f"the image carries verbs ({fabric}); host devices {', '.join(ports)} with "
+                 f"{', '.join(uverbs)}", "")
+
+
 def _check_stack_driver(c: _Ctx) -> Check:
     s = c.stack
     if s is None or s.cuda is None or s.driver_min is None:
@@ -925,6 +959,8 @@ def run_doctor(*, probe: Probe | None = None, stack: StackFacts | None = None,
         if stack is not None:
             checks.append(_check_stack_driver(c))
         checks.append(_check_stack_ranks(c))
+        if stack is not None:
+            checks.append(_check_stack_rdma(c))
         if stack is not None:
             checks.append(_check_stack_arch(c))
     return checks

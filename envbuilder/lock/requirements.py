@@ -34,11 +34,17 @@ What to call (the CLI and ``render --lock`` use exactly these):
   ``--require-hashes``: pinned entries with well-formed hashes only, no pip options, no
   control characters, made for the stack's Python; ``render`` refuses anything else (exit 2).
   A package no index has is bad input (exit 2, naming it), not an incompatible combination.
-* ``split_by_layer(lock_text, plan) -> dict[str, str]``: the lock cut into the per-layer
-  files ``render_files(plan, layer_requirements=...)`` takes (``envbuilder.assemble`` applies
-  a lock to a build folder; this package only makes and checks locks) (keys ``torch``, ``horovod``,
-  ``horovod.build``, ``deepspeed``, ``deepspeed.build`` for the layers the plan has); build
-  the plan with ``make_plan(stack, hashes=True, ...)`` so pip runs with ``--require-hashes``.
+* ``split_by_layer(lock_text, plan) -> dict[str, str]``: the one lock placed in the per-layer
+  files (``envbuilder.assemble`` applies a lock to a build folder; this package only makes
+  and checks locks) ``render_files(plan, layer_requirements=...)`` takes (keys ``torch``, ``horovod``,
+  ``horovod.build``, ``deepspeed``, ``deepspeed.build``, ``team`` for the layers the plan
+  has): torch and its big wheels in the stack layer, whatever else last; build the plan with
+  ``make_plan(stack, hashes=True, ...)`` so pip runs ``--no-deps --require-hashes``.
+  ``layer_pins(plan, files)``: each layer's pins, for an offline build's wheelhouse split.
+
+The lock is one joint resolution (``_resolve``): the stack's own packages pinned, the rest
+(torch's small dependencies included) free, together with the team's lines (see
+docs/training.md).
 * ``lock_digest(path) -> "sha256:<hex>"``: the digest of a lock file, for stack.json
   (``stack["lock"] = {"file": "requirements.lock", "digest": lock_digest(path)}``).
 * ``read_lock(text) -> list[LockedPackage]``: the parsed entries (name, version, hashes, via).
@@ -271,15 +277,55 @@ def read_lock(text: str) -> list[LockedPackage]:
     return out
 
 
-def split_by_layer(lock_text: str, plan) -> dict[str, str]:
-    """Cut a lock into per-layer requirement files, keeping hashes.
+_BIG_WHEEL_RE = re.compile(r"^(torch|triton|pytorch-triton(-[a-z0-9]+)?|nvidia-(?!ml-py$).+)$")
 
-    Each package goes to the earliest layer that needs it: torch's dependency closure to
-    ``torch``; for each later layer (horovod, deepspeed, in the plan's order) the closure of
-    its build requirements (PipLayer.build_requirements) not already placed to ``<layer>.build``, then
-    the closure of the layer's own requirements to ``<layer>``. Whatever is left (user
-    extras from ``--requirements`` and their dependencies) goes to the last layer.
+
+def stack_layer_names(pkgs: Sequence[LockedPackage]) -> set[str]:
+    """The packages of the stack layer: torch and the large, stable wheels it pins (its
+    ``nvidia-*`` CUDA wheels, triton) as the lock's dependency graph shows them, plus any NCCL
+    wheel (Horovod links one). Their versions are fixed by torch itself: no team requirement
+    moves them (one that tries is refused), so this layer's file is the same whatever the
+    team asks for."""
+    by_name = {p.name: p for p in pkgs}
+    children: dict[str, set[str]] = {}
+    for p in pkgs:
+        for parent in p.via:
+            children.setdefault(parent, set()).add(p.name)
+    seen: set[str] = set()
+    todo = ["torch"] if "torch" in by_name else []
+    while todo:
+        n = todo.pop()
+        if n in seen:
+            continue
+        seen.add(n)
+        todo.extend(children.get(n, ()))
+    return {n for n in seen if _BIG_WHEEL_RE.match(n)} | \
+        {p.name for p in pkgs if _NCCL_RE.match(p.name)}
+
+
+def _entry_text(p: LockedPackage) -> str:
+    """An entry as a layer file holds it: the pin and its hashes, without uv's ``# via``
+    comments (which name whoever else needs it: they would change with the team's lines)."""
+    keep = [ln for ln in p.text.splitlines() if not ln.strip().startswith("#")]
+    if keep:
+        keep[-1] = keep[-1].rstrip().rstrip("\\").rstrip()
+    return "\n".join(keep) + "\n"
+
+
+def split_by_layer(lock_text: str, plan) -> dict[str, str]:
+    """Place the packages of one lock in the plan's layers, keeping hashes; every layer
+    installs its file with ``--no-deps`` (the lock is already the whole environment).
+
+    * ``torch`` (the stack layer): torch and the big wheels it pins (stack_layer_names);
+    * for each compiled layer (Horovod, DeepSpeed, in the plan's order): ``<layer>.build``
+      gets the closure of its build requirements not placed yet (the first one also gets
+      what ``import torch`` needs: torch's small dependencies and numpy), then ``<layer>``
+      the closure of its own requirements;
+    * the last layer (the top one: the team's, which a locked plan always has) gets
+      everything else: the team's lines and their dependencies, torch's small dependencies
+      when nothing compiles.
     """
+    from packaging.requirements import Requirement
 
     pkgs = read_lock(lock_text)
     by_name = {p.name: p for p in pkgs}
@@ -292,28 +338,36 @@ def split_by_layer(lock_text: str, plan) -> dict[str, str]:
 
     def closure(roots: Iterable[str]) -> list[str]:
         seen: list[str] = []
-        stack: list[str] = [canonicalize_name(r) for r in roots]
-        while stack:
-            n = stack.pop()
+        todo: list[str] = [canonicalize_name(r) for r in roots]
+        while todo:
+            n = todo.pop()
             if n in placed or n in seen or n not in by_name:
                 continue
             seen.append(n)
-            stack.extend(sorted(children.get(n, set())))
+            todo.extend(sorted(children.get(n, set())))
         return seen
 
-    from packaging.requirements import Requirement
-
-    order: list[str] = []
     layers = list(plan.layers)
-    for layer in layers:
-        roots = [Requirement(r).name for r in layer.requirements]
-        if layer.name != layers[0].name and layer.build_requirements:
+    first, rest = layers[0], layers[1:]
+    order: list[str] = [first.name]
+    for n in stack_layer_names(pkgs):
+        placed[n] = first.name
+    # what importing torch needs beyond the big wheels (compiled layers import it to build)
+    stack_layer = [n for n in placed]
+    torch_deps = closure([*(c for n in sorted(stack_layer) for c in sorted(children.get(n, ()))),
+                          *(Requirement(r).name for r in first.requirements)])
+    compiled = [la for la in rest if la.build_requirements or la.no_build_isolation]
+    for layer in rest:
+        if layer in compiled:
             key = f"{layer.name}.build"
             order.append(key)
-            for n in closure(Requirement(r).name for r in layer.build_requirements):
+            roots = [Requirement(r).name for r in layer.build_requirements]
+            if layer is compiled[0]:
+                roots = [*torch_deps, *roots]
+            for n in closure(roots):
                 placed[n] = key
         order.append(layer.name)
-        for n in closure(roots):
+        for n in closure(Requirement(r).name for r in layer.requirements):
             placed[n] = layer.name
     last = layers[-1].name
     for p in pkgs:
@@ -326,8 +380,23 @@ def split_by_layer(lock_text: str, plan) -> dict[str, str]:
         entries = [p for p in pkgs if placed[p.name] == key]
         lines = [f"# layer {key}: cut from {LOCK_NAME} by envbuilder {__version__}",
                  *([source] if source else []),
-                 "# install: pip install --require-hashes -r <this file>", ""]
-        out[key] = "\n".join(lines) + "".join(p.text for p in entries)
+                 "# install: pip install --no-deps --require-hashes -r <this file>", ""]
+        out[key] = "\n".join(lines) + "".join(_entry_text(p) for p in entries)
+    return out
+
+
+def layer_pins(plan, files: dict[str, str | bytes]) -> dict[str, list[str]]:
+    """Per layer of a locked build folder (``files`` from build_files), the ``name==version``
+    pins its requirement files hold (``<layer>.build`` with its layer): what an offline build
+    takes from a wheelhouse for each layer (run.wheelhouse.split with ``deps=False``)."""
+    out: dict[str, list[str]] = {}
+    for layer in plan.layers:
+        pins: list[str] = []
+        for path in (f"requirements/{layer.name}.build.txt", layer.file):
+            text = files.get(path)
+            if isinstance(text, str):
+                pins += [f"{p.name}=={p.version}" for p in read_lock(text)]
+        out[layer.name] = pins
     return out
 
 
@@ -443,15 +512,25 @@ def _sources(stack: Stack, name: str) -> list[str]:
 
 def input_requirements(stack: Stack, extras: Sequence[Requirement] = ()) -> list[str]:
     """The top-level requirements a lock of ``stack`` resolves: every layer's requirements as
-    the build plan states them (torch with numpy, then Horovod, DeepSpeed) plus the build
-    dependencies of the layers that compile, plus the user's extras."""
+    the build plan states them (torch with numpy and the NCCL wheel it bundles, then Horovod,
+    DeepSpeed) plus the build dependencies of the layers that compile, plus the user's
+    extras, all resolved together (one ``uv pip compile``)."""
 
     lines: list[str] = []
     for layer in make_plan(stack).layers:
         lines += list(layer.requirements)
+        if layer.name == "torch":
+            lines += stack_pins(stack)
         lines += list(layer.build_requirements)
     lines += [str(r) for r in extras]
     return list(dict.fromkeys(lines))
+
+
+def stack_pins(stack: Stack) -> list[str]:
+    """The stack's own pins beyond its layers' lines: the NCCL wheel torch bundles (``==``).
+    torch pins its triton and other ``nvidia-*`` wheels itself (``==`` in its metadata)."""
+    nccl, pkg = _nccl_fact(stack)
+    return [f"{canonicalize_name(pkg)}=={nccl}"] if nccl and pkg else []
 
 
 # -- cross-checks ----------------------------------------------------------------------------
@@ -534,7 +613,7 @@ def _version(s: str) -> Version | None:
 
 # -- the inputs a lock is made from ----------------------------------------------------------
 
-LOCK_FORMAT = "2"
+LOCK_FORMAT = "3"  # 3: one joint resolution, layers a placement of it
 _INPUTS_TITLE = "# lock inputs (envbuilder lock --check compares them with the project, offline):"
 _INPUTS_DIGEST = "# inputs digest: "
 _PACKAGES_DIGEST = "# packages digest: "
@@ -557,7 +636,7 @@ class LockInputs:
     exclude_newer: str | None
     requirements_file: str | None
     stack_requirements: list[str] = field(default_factory=list)  # the stack's alone
-    team: tuple[str, ...] = ()  # the team's lines, resolved within the stack's pins
+    team: tuple[str, ...] = ()  # the team's lines, resolved together with the stack's
 
 
 def parse_exclude_newer(value: str | None) -> str | None:
@@ -826,15 +905,16 @@ def _comment_safe(s: str) -> str:
 
 def _resolve(stack: Stack, inputs: LockInputs, *, command: str | None = None, uv: str | None
              ) -> tuple[str, list[LockedPackage], str]:
-    """(lock text, its entries, the uv command shown): uv resolves ``inputs`` now; the stack
-    alone first, then the team's requirements within its pins, so the stack's part of the
-    lock (torch's and the compiled layers' files) does not change with them."""
-    cmd, _, uv_bin, body = _uv.compile(stack, inputs.stack_requirements, None,
+    """(lock text, its entries, the uv command shown): uv resolves ``inputs`` now, the whole
+    environment at once: the stack's own packages pinned (torch, the NCCL wheel, Horovod,
+    DeepSpeed; torch pins its triton and ``nvidia-*`` wheels itself), everything else (torch's
+    small dependencies included) free within what the packages declare, together with the
+    team's lines. Layers are a placement of this one lock (split_by_layer): the stack layer
+    holds only the big wheels the stack pins, so the team's lines never change it."""
+    cmd, _, uv_bin, body = _uv.compile(stack, inputs.requirements, None,
                                        index_url=inputs.index_url,
                                        extra_index_urls=inputs.extra_index_urls, uv=uv,
                                        exclude_newer=inputs.exclude_newer)
-    if inputs.team:
-        body = _add_team(stack, body, list(inputs.team), inputs, uv=uv)
     problems = lock_problems(body, "uv's output")
     if problems:
         raise OperationError(f"uv pip compile wrote something envbuilder does not install: "
@@ -843,25 +923,6 @@ def _resolve(stack: Stack, inputs: LockInputs, *, command: str | None = None, uv
     shown = _uv.shown(cmd, LOCK_NAME)
     text = _header(stack, shown, inputs, _uv.version(uv_bin), body, command) + body
     return text, pkgs, shown
-
-
-def _add_team(stack: Stack, body: str, extras: list[str], inputs: LockInputs, *,
-              uv: str | None) -> str:
-    """``body`` (the stack's lock) plus the entries the team's ``extras`` add, resolved with
-    every pin of ``body`` as a constraint (a team requirement that needs another version of a
-    stack package is refused by uv: exit 3)."""
-    import tempfile
-
-    pinned = read_lock(body)
-    have = {p.name for p in pinned}
-    with tempfile.TemporaryDirectory(prefix="envbuilder-lock-") as tmp:
-        cons = Path(tmp) / "stack-constraints.txt"
-        cons.write_text("".join(f"{p.name}=={p.version}\n" for p in pinned), encoding="utf-8")
-        _, _, _, team_body = _uv.compile(stack, extras, None, index_url=inputs.index_url,
-                                         extra_index_urls=inputs.extra_index_urls, uv=uv,
-                                         exclude_newer=inputs.exclude_newer, constraints=cons)
-    added = [p for p in read_lock(team_body) if p.name not in have]
-    return body.rstrip("\n") + "\n" + "".join(p.text for p in added)
 
 
 def resolve_lock_text(stack: Stack, *, requirements_file: str | Path | None = None,

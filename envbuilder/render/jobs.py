@@ -190,7 +190,10 @@ def render_jobs(plan: BuildPlan, *, image: str,
     ``default_layouts(plan.smoke_nproc)``).
     ``gpus``: request ``nvidia.com/gpu`` (Kubernetes) / ``--gpus-per-node`` (Slurm) and use the
     ``auto`` backend (NCCL); without, the job runs on CPUs with gloo.
-    ``infiniband``: add the IPC_LOCK capability (RDMA memory registration).
+    ``infiniband``: add the IPC_LOCK capability (RDMA memory registration). A CUDA plan's
+    fabric (``--fabric``, default ib) turns it on by itself: the image's RDMA user space and
+    the job files' RDMA settings come from one flag; ``--infiniband`` with ``--fabric none``
+    is refused (exit 3).
     Each pod requests ``cpus_per_proc`` CPUs per rank and memory for its ``shm_size`` of
     memory-backed /dev/shm plus ``mem_per_proc`` per rank (the memory limit is the same, CPU is
     not limited: Burstable QoS, not BestEffort).
@@ -200,6 +203,14 @@ def render_jobs(plan: BuildPlan, *, image: str,
     from envbuilder.core.smoke_metrics import JOB
 
     validate.image_ref(image, "--image")
+    fabric = getattr(plan, "fabric", "none")
+    if infiniband and fabric == "none" and plan.stack.toolkit is not None:
+        from envbuilder.errors import IncompatibleError
+
+        raise IncompatibleError("--infiniband sets the job files up for RDMA but --fabric none "
+                                "leaves the RDMA user space (libibverbs, rdmacm) out of the "
+                                "image: NCCL would fall back to sockets; drop --fabric none")
+    infiniband = bool(infiniband) or fabric in ("ib", "efa")
     world = int(plan.smoke_nproc)
     lays = check_layouts(lay_mod.default_layouts(world) if layouts is None else layouts, world)
     if not isinstance(timeout, int) or not 10 <= timeout <= 3600:

@@ -88,6 +88,25 @@ class BuilderSetup:
     cpu_simd: str | None = None
 
 
+# The RDMA user space NCCL's IB transport opens (libibverbs.so.1, librdmacm.so.1, the verbs
+# providers that drive the HCA) and ibv_devinfo, from the OS's own rdma-core packages. The
+# -utils packages are named so that the library packages come as their dependencies under the
+# names each release gives them (librdmacm1 on Debian 12, librdmacm1t64 on Ubuntu 24.04).
+# https://packages.debian.org/bookworm/ibverbs-providers
+# https://packages.debian.org/bookworm/ibverbs-utils  https://packages.debian.org/bookworm/rdmacm-utils
+# https://packages.ubuntu.com/noble/rdmacm-utils
+RDMA_APT = ("ibverbs-providers", "ibverbs-utils", "rdmacm-utils")
+# EFA (--fabric efa): libfabric from the OS (its efa provider) and AWS's OFI NCCL plugin, built
+# in the builder stage from its pinned, checksummed release tarball
+# https://github.com/aws/aws-ofi-nccl/releases/tag/v1.20.0 (sha256 as NixOS/nixpkgs
+# pkgs/by-name/aw/aws-ofi-nccl/package.nix records it); https://packages.debian.org/bookworm/libfabric1
+EFA_APT_RUNTIME = ("libfabric1", "libhwloc15")
+EFA_APT_BUILD = ("libfabric-dev", "libhwloc-dev", "curl", "build-essential")
+OFI_NCCL_VERSION = "1.20.0"
+OFI_NCCL_URL = (f"https://github.com/aws/aws-ofi-nccl/releases/download/v{OFI_NCCL_VERSION}/"
+                f"aws-ofi-nccl-{OFI_NCCL_VERSION}.tar.gz")
+OFI_NCCL_SHA256 = "2f723c4af5fc1fa4b3efd2025822b31b3af0c340f75a312a37e932b77b824250"
+OFI_NCCL_PREFIX = "/opt/amazon/ofi-nccl"
 PIP_TOOLKIT_DIR = "/opt/cuda-pip"
 TEAM_LAYER = "team"  # the layer of a project's own requirements (envbuilder.toml), always last
 CXX_WRAPPER = "/usr/local/libexec/envbuilder/c++"  # files/cxx-isa.sh in the builder stage only
@@ -119,6 +138,14 @@ class BuildPlan:
     smoke_nproc: int = 12
     builder: BuilderSetup = field(default_factory=BuilderSetup)
     cuda_arch: tuple[str, ...] = ()  # TORCH_CUDA_ARCH_LIST entries compiled code is built for
+    fabric: str = "none"  # the RDMA user space in the runtime stage: ib | efa | none
+
+    @property
+    def rdma_apt(self) -> tuple[str, ...]:
+        """Runtime OS packages of the fabric (verbs, rdmacm, ibv_devinfo; + libfabric for EFA)."""
+        if self.fabric == "none":
+            return ()
+        return RDMA_APT + (EFA_APT_RUNTIME if self.fabric == "efa" else ())
 
     @property
     def platform(self) -> str | None:
@@ -193,6 +220,8 @@ def make_plan(stack: Stack, *, base_image: str | None = None, builder_image: str
     """
     if base_image is not None:
         validate.image_ref(base_image, "--base-image")
+    if stack.ds_jit:
+        _refuse_jit_without_nvcc(stack, base_image)
     if builder_image is not None:
         validate.image_ref(builder_image, "--builder-image")
     index = validate.url(pip_index_url, "--pip-index-url") if pip_index_url else PYPI
@@ -272,7 +301,10 @@ def make_plan(stack: Stack, *, base_image: str | None = None, builder_image: str
         layers.append(PipLayer("deepspeed", (f"deepspeed=={stack.deepspeed.version}",), None,
                                build_env=env, no_build_isolation=True, pre_install=tuple(pre),
                                extra_build=extra))
-    if team_requirements:
+    if team_requirements or hashes:
+        # a locked plan always has the top layer: it holds whatever the lock places above the
+        # stack's layers (torch's small dependencies, the team's lines), so the stack layer
+        # holds the same few big wheels with or without a team's requirements
         layers.append(PipLayer(TEAM_LAYER, tuple(team_requirements), None))
     for layer in layers:
         for k, v in layer.build_env.items():
@@ -306,7 +338,28 @@ def make_plan(stack: Stack, *, base_image: str | None = None, builder_image: str
         smoke_nproc=smoke_nproc,
         builder=setup,
         cuda_arch=tuple(arch),
+        fabric=stack.fabric,
     )
+
+
+def _refuse_jit_without_nvcc(stack: Stack, base_image: str | None) -> None:
+    """--ds-ops none on CUDA leaves DeepSpeed's ops to JIT at the first optimizer step: the
+    runtime must carry an nvcc of torch's CUDA (an nvidia/cuda devel image given with
+    --base-image); envbuilder's runtime flavours carry none, so anything else is refused."""
+    from envbuilder.errors import IncompatibleError
+
+    tk = stack.toolkit
+    assert tk is not None
+    want = f"{tk.version.major}.{tk.version.minor}"
+    ref = base_image or stack.runtime_image
+    tag = ref.rsplit(":", 1)[-1] if ":" in ref.rsplit("/", 1)[-1] else ""
+    if "devel" in tag.split("-") and tag.startswith(want):
+        return
+    raise IncompatibleError(
+        f"--ds-ops none leaves DeepSpeed's ops (FusedAdam...) to be compiled at the first "
+        f"optimizer step, and the runtime {ref} has no nvcc for CUDA {want}: drop --ds-ops none "
+        f"(fused_adam,cpu_adam are pre-built by default) or give --base-image "
+        f"nvidia/cuda:{want}.x-devel-<os>")
 
 
 HIDE_DIR = "/tmp/envbuilder/hide"

@@ -17,7 +17,8 @@ from typing import Mapping
 
 from envbuilder import __version__, _fs
 from envbuilder.render.bccache import environment
-from envbuilder.render.plan import CXX_WRAPPER, PIP_TOOLKIT_DIR, BuildPlan, PipLayer
+from envbuilder.render.plan import (CXX_WRAPPER, EFA_APT_BUILD, OFI_NCCL_PREFIX, OFI_NCCL_SHA256,
+                                    OFI_NCCL_URL, PIP_TOOLKIT_DIR, BuildPlan, PipLayer)
 from envbuilder.core import validate
 from envbuilder.core.resources import payload_dir, templates_dir
 
@@ -33,6 +34,8 @@ class Steps:
     layer_files: dict[str, list[str]]
     layer_install: dict[str, list[str]]
     layer_install_apptainer: dict[str, list[str]]
+    fabric_build: list[str]  # EFA: AWS's OFI NCCL plugin, built after the torch layer
+    fabric_runtime: list[str]  # EFA: the plugin on the loader's path in the runtime stage
 
 
 def _q(s: str) -> str:
@@ -54,6 +57,11 @@ def _pip_source(plan: BuildPlan, layer: PipLayer) -> list[str]:
             out += ["--extra-index-url", '"${PIP_INDEX_URL}"']
     else:
         out = ["--index-url", '"${PIP_INDEX_URL}"']
+        torch_index = plan.torch_layer.index_url
+        if plan.hashes and torch_index:
+            # one lock for every layer: an entry uv took from PyTorch's index (torch's small
+            # dependencies it mirrors) may be placed in any layer
+            out += ["--extra-index-url", _q(torch_index)]
     for i, url in enumerate(plan.extra_index_urls, 1):
         # an index with credentials is a build argument: its value is in no rendered file
         out += ["--extra-index-url", f'"${{PIP_EXTRA_INDEX_URL_{i}}}"'
@@ -91,13 +99,19 @@ def make_steps(plan: BuildPlan) -> Steps:
     runtime_pkgs = [p for p in plan.python_apt if not p.endswith("-venv")]
     user = [f"if getent passwd {plan.uid} >/dev/null; then userdel --remove \"$(getent passwd {plan.uid} | cut -d: -f1)\"; fi",
             f"useradd --no-log-init --create-home --uid {plan.uid} --shell /bin/bash {plan.user}"]
+    # the fabric's RDMA user space (verbs, providers, rdmacm, ibv_devinfo) with the runtime's
+    # own packages: one apt layer
+    runtime_pkgs += list(plan.rdma_apt)
     runtime = _apt(runtime_pkgs) + user
     runtime_app = _apt(runtime_pkgs)  # Apptainer runs as the calling user: no account needed
+    fabric_build, fabric_runtime = _efa_steps(plan)
 
     files: dict[str, list[str]] = {}
     install: dict[str, list[str]] = {}
     install_app: dict[str, list[str]] = {}
-    hashes = ["--require-hashes"] if plan.hashes else []
+    # a lock is the whole environment, placed in layers (lock.requirements.split_by_layer):
+    # each layer installs exactly its own entries
+    hashes = ["--no-deps", "--require-hashes"] if plan.hashes else []
     for i, layer in enumerate(plan.layers):
         src = " ".join(_pip_source(plan, layer))
         req = f"/tmp/envbuilder/{layer.name}.txt"
@@ -131,7 +145,31 @@ def make_steps(plan: BuildPlan) -> Steps:
                                [f"sh /tmp/envbuilder/collect-layer.sh /tmp/envbuilder/stamp "
                                 f"{plan.venv} /opt/layers/{layer.name}", "rm -rf /tmp/envbuilder"])
         install_app[layer.name] = core
-    return Steps(builder, runtime, runtime_app, files, install, install_app)
+    return Steps(builder, runtime, runtime_app, files, install, install_app, fabric_build,
+                 fabric_runtime)
+
+
+def _efa_steps(plan: BuildPlan) -> tuple[list[str], list[str]]:
+    """--fabric efa: build AWS's OFI NCCL plugin from its pinned, checksummed release tarball
+    against the OS's libfabric and the CUDA runtime headers of torch's nvidia wheel (in the
+    venv), into OFI_NCCL_PREFIX; the runtime puts its lib on the loader's path (NCCL opens
+    libnccl-net.so by name)."""
+    if plan.fabric != "efa":
+        return [], []
+    src, tgz = "/tmp/aws-ofi-nccl", "/tmp/aws-ofi-nccl.tar.gz"
+    cuda = (f'cuda="$(dirname "$(dirname "$(find {plan.site_packages}/nvidia -path '
+            "'*/include/cuda_runtime_api.h' | head -n 1)\")\")\"")
+    build = _apt(EFA_APT_BUILD) + [
+        f"curl -fsSL -o {tgz} {_q(OFI_NCCL_URL)}",
+        f'echo "{OFI_NCCL_SHA256}  {tgz}" | sha256sum -c -',
+        f"mkdir -p {src}", f"tar -xzf {tgz} -C {src} --strip-components=1",
+        cuda,
+        f'env -C {src} ./configure --prefix={OFI_NCCL_PREFIX} --with-libfabric=/usr '
+        f'--with-cuda="$cuda" --disable-tests',
+        f'make -C {src} -j"$(nproc)"', f"make -C {src} install",
+        f"rm -rf {src} {tgz}"]
+    runtime = [f"echo {OFI_NCCL_PREFIX}/lib > /etc/ld.so.conf.d/aws-ofi-nccl.conf", "ldconfig"]
+    return build, runtime
 
 
 # -- the output folder ----------------------------------------------------------------------
@@ -159,7 +197,8 @@ def render_files(plan: BuildPlan, *, layer_requirements: Mapping[str, str] | Non
     entries to stack.json (the lock's digest, the smoke layouts: envbuilder.assemble)."""
     env = _env(template_dir)
     steps = make_steps(plan)
-    ctx = {"plan": plan, "steps": steps, "version": __version__, "cxx_wrapper": CXX_WRAPPER}
+    ctx = {"plan": plan, "steps": steps, "version": __version__, "cxx_wrapper": CXX_WRAPPER,
+           "fabric_prefix": OFI_NCCL_PREFIX}
     out: dict[str, str | bytes] = {
         "Dockerfile": env.get_template("Dockerfile.j2").render(ctx),
         "envbuilder.def": env.get_template("apptainer.def.j2").render(ctx),

@@ -167,7 +167,14 @@ def prepare_context(spec: TargetSpec, stack: Stack, opts: BuildOptions,
     plan, files = folder_files(spec, stack, lock_text=lock_text, lock_source=str(opts.lock),
                                wheelhouse=opts.wheelhouse is not None)
     split = None
-    if opts.wheelhouse is not None:
+    if opts.wheelhouse is not None and lock_text is not None:
+        # a locked build: each layer's wheels are exactly its pins (installed --no-deps)
+        from envbuilder.lock.requirements import layer_pins
+
+        pins = layer_pins(plan, files)
+        split = wh.split(Path(opts.wheelhouse), pins, stack.python,
+                         required=[r for rs in pins.values() for r in rs], deps=False)
+    elif opts.wheelhouse is not None:
         layers = {la.name: [*la.requirements, *la.build_requirements]
                   for la in plan.layers}
         split = wh.split(Path(opts.wheelhouse), layers, stack.python,

@@ -229,7 +229,9 @@ def smoke_registry(result: SmokeResult, labels: MetricLabels, *,
 
     busbw = gauge("envbuilder_smoke_allreduce_busbw_bytes_per_second")
     algbw = gauge("envbuilder_smoke_allreduce_algbw_bytes_per_second")
-    for row in result.bandwidth:
+    from envbuilder.run.smoke import allreduce_rows
+
+    for row in allreduce_rows(result.bandwidth):
         size = {"message_bytes": str(int(row["bytes"]))}
         busbw.labels(**common, **size).set(float(row.get("busbw_gbps", 0.0)) * 1e9)
         algbw.labels(**common, **size).set(float(row.get("algbw_gbps", 0.0)) * 1e9)

@@ -69,8 +69,45 @@ class SmokeResult:
 
     @property
     def max_busbw_gbps(self) -> float | None:
-        values = [float(b.get("busbw_gbps", 0.0)) for b in self.bandwidth]
+        """The best all-reduce bus bandwidth measured (what --min-busbw gates on)."""
+        values = [float(b.get("busbw_gbps", 0.0)) for b in allreduce_rows(self.bandwidth)]
         return max(values) if values else None
+
+    def bandwidth_table(self) -> str:
+        return bandwidth_table(self.bandwidth, self.world_size)
+
+
+NCCL_TESTS_PERFORMANCE = "https://github.com/NVIDIA/nccl-tests/blob/master/doc/PERFORMANCE.md"
+
+
+def allreduce_rows(rows: list[dict]) -> list[dict]:
+    """The all-reduce rows of a bandwidth report (records before all-gather and reduce-scatter
+    were measured carry no ``collective``: all-reduce)."""
+    return [r for r in rows if r.get("collective", "all_reduce") == "all_reduce"]
+
+
+def bandwidth_table(rows: list[dict], world_size: int) -> str:
+    """The smoke job's bandwidth rows as nccl-tests prints them (one block per collective:
+    size, count, type, redop, time, algbw, busbw), so they compare with published numbers.
+    size is the largest buffer per rank in bytes, time the mean of the slowest rank in us,
+    algbw = size / time, busbw = algbw x 2(n-1)/n (all-reduce) or (n-1)/n (all-gather,
+    reduce-scatter), in GB/s (1e9 bytes): nccl-tests' definitions, NCCL_TESTS_PERFORMANCE."""
+    out: list[str] = []
+    by: dict[str, list[dict]] = {}
+    for r in rows:
+        by.setdefault(str(r.get("collective", "all_reduce")), []).append(r)
+    for coll, rs in by.items():
+        out.append(f"# {coll}, {world_size} ranks (nccl-tests algbw/busbw: {NCCL_TESTS_PERFORMANCE})")
+        out.append(f"#{'size':>13} {'count':>12} {'type':>6} {'redop':>6} {'time':>10} "
+                   f"{'algbw':>8} {'busbw':>8}")
+        out.append(f"#{'(B)':>13} {'(elements)':>12} {'':>6} {'':>6} {'(us)':>10} "
+                   f"{'(GB/s)':>8} {'(GB/s)':>8}")
+        for r in rs:
+            count = r.get("count", int(r.get("bytes", 0)) // 4)
+            out.append(f" {int(r.get('bytes', 0)):>13} {int(count):>12} {r.get('type', 'float'):>6} "
+                       f"{r.get('redop', 'sum'):>6} {float(r.get('seconds', 0.0)) * 1e6:>10.1f} "
+                       f"{float(r.get('algbw_gbps', 0.0)):>8.3f} {float(r.get('busbw_gbps', 0.0)):>8.3f}")
+    return "\n".join(out) + ("\n" if out else "")
 
 
 def payload_path() -> Path:

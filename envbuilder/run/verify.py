@@ -162,6 +162,47 @@ def compare(facts: Mapping[str, Any], labels: Mapping[str, str],
             f"(compute,utility) in the image: it has {env.get('NVIDIA_VISIBLE_DEVICES')!r}, {caps!r}"))
     out += _horovod_checks(facts.get("horovod"), lab, gpu, nccl, t)
     out += _deepspeed_checks(facts.get("deepspeed"), lab, ds_op_modules or {})
+    out += rdma_checks(facts.get("rdma"), lab.get("fabric"))
+    return out
+
+
+def rdma_checks(r: Mapping[str, Any] | None, fabric: str | None) -> list[VerifyCheck]:
+    """An image labelled with a fabric (ib, efa) carries the RDMA user space NCCL's IB
+    transport opens: each soname loads (dlopen, as NCCL does; no HCA needed), ibv_devinfo
+    runs (here: no devices), and for EFA the OFI NCCL plugin is there."""
+    if fabric not in ("ib", "efa"):
+        return []
+    if r is None:
+        return [VerifyCheck("rdma", False, fabric, None,
+                            "the verification payload reported no RDMA facts")]
+    out = []
+    providers = r.get("providers") or []
+    for so, rec in sorted((r.get("libs") or {}).items()):
+        ok = bool(rec.get("loaded"))
+        name = "rdma_" + so.split(".so")[0].removeprefix("lib")
+        detail = (f"{so} loads ({rec.get('path')}; {rec.get('devices', 'n/a')} verbs devices, "
+                  f"{len(providers)} providers)" if ok and "devices" in rec else
+                  f"{so} loads ({rec.get('path')})" if ok else
+                  f"{so} does not load: {rec.get('error')}: NCCL would use sockets, not "
+                  f"InfiniBand/RoCE (NET/IB : No device found)")
+        out.append(VerifyCheck(name, ok, "loads", {"loaded": ok, "path": rec.get("path")}, detail))
+    d = r.get("ibv_devinfo") or {}
+    ran = d.get("found") and "error" not in d and (d.get("exit") == 0 or d.get("no_devices"))
+    if not d.get("found"):
+        detail = "ibv_devinfo is not in the image (ibverbs-utils)"
+    elif ran:
+        hca = d.get("hca") or []
+        detail = (f"ibv_devinfo runs: {', '.join(hca)}" if hca else
+                  f"ibv_devinfo runs and reports no devices ({(d.get('output') or '').splitlines()[0]})")
+    else:
+        detail = f"ibv_devinfo failed: {d.get('error') or d.get('output')}"
+    out.append(VerifyCheck("rdma_ibv_devinfo", bool(ran), "runs",
+                           {k: d.get(k) for k in ("exit", "no_devices", "hca")}, detail))
+    if fabric == "efa":
+        plugins = r.get("ofi_nccl") or []
+        out.append(VerifyCheck("efa_ofi_nccl", bool(plugins), "libnccl-net*.so", plugins,
+                               f"AWS's OFI NCCL plugin: {', '.join(plugins)}" if plugins else
+                               "no OFI NCCL plugin (libnccl-net*.so) under /opt/amazon/ofi-nccl/lib"))
     return out
 
 

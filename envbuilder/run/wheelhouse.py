@@ -90,8 +90,10 @@ def _env(python: str) -> dict[str, str]:
     return env
 
 
-def closure(dists: Iterable[Dist], roots: Iterable[str], python: str) -> set[Path]:
-    """The files needed to install ``roots`` (requirement strings) from these dists."""
+def closure(dists: Iterable[Dist], roots: Iterable[str], python: str,
+            deps: bool = True) -> set[Path]:
+    """The files needed to install ``roots`` (requirement strings) from these dists; with
+    ``deps`` False the roots' own files only (a lock's layer, installed --no-deps)."""
     by_name: dict[str, list[Dist]] = defaultdict(list)
     for d in dists:
         by_name[d.name].append(d)
@@ -112,7 +114,7 @@ def closure(dists: Iterable[Dist], roots: Iterable[str], python: str) -> set[Pat
             if req.specifier and not req.specifier.contains(d.version, prereleases=True):
                 continue
             files.add(d.path)
-            for sub in d.requires:
+            for sub in d.requires if deps else ():
                 if sub.marker is not None:
                     if not any(sub.marker.evaluate({**env, "extra": e}) for e in (extras or {""})):
                         continue
@@ -133,8 +135,9 @@ def missing(dists: Iterable[Dist], requirements: Iterable[str]) -> list[str]:
 
 
 def split(folder: Path, layers: Mapping[str, list[str]], python: str,
-          required: Iterable[str] = ()) -> dict[str, list[Path]]:
-    """Files per layer: each layer gets its closure minus what earlier layers already have.
+          required: Iterable[str] = (), deps: bool = True) -> dict[str, list[Path]]:
+    """Files per layer: each layer gets its closure minus what earlier layers already have
+    (with ``deps`` False, a locked build's: exactly the pins of the layer's files).
 
     ``required`` requirements must be in the folder (the layers' own packages, not their build
     helpers): an InputError names the ones that are not."""
@@ -146,7 +149,7 @@ def split(folder: Path, layers: Mapping[str, list[str]], python: str,
     taken: set[Path] = set()
     out: dict[str, list[Path]] = {}
     for name, roots in layers.items():
-        files = closure(dists, roots, python) - taken
+        files = closure(dists, roots, python, deps) - taken
         out[name] = sorted(files)
         taken |= files
     return out

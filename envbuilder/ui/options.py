@@ -61,7 +61,8 @@ _OPTIONS: dict[str, tuple[Any, Any]] = {
     "without": (Optional[List[str]], typer.Option(None, "--without", help="Exclude components: deepspeed,horovod.")),
     "flavour": (Optional[str], FlavourOpt),
     "platform": (Optional[str], typer.Option(None, "--platform", help="The image's platform: linux/amd64 (default) or linux/arm64.")),
-    "ds_ops": (Optional[str], typer.Option(None, "--ds-ops", metavar="OPS", help="DeepSpeed ops to pre-build, e.g. fused_adam,cpu_adam (default: the target's).")),
+    "ds_ops": (Optional[str], typer.Option(None, "--ds-ops", metavar="OPS", help="DeepSpeed ops to pre-build, e.g. fused_adam,cpu_adam (default on CUDA: fused_adam,cpu_adam); none: JIT (needs nvcc in the runtime).")),
+    "fabric": (Optional[str], typer.Option(None, "--fabric", metavar="FABRIC", help="RDMA user space in CUDA images and the job files' RDMA settings: ib (default: verbs, rdmacm, ibv_devinfo), efa (+ libfabric, aws-ofi-nccl), none.")),
     "matrix_overlay": (Optional[Path], typer.Option(None, "--matrix-overlay", metavar="DIR", help="A team's matrix folder whose entries are added to (or replace) the matrix's (default: the project's matrix_overlay).")),
     "requirements": (Optional[Path], typer.Option(None, "--requirements", help="The team's own requirements file, in a layer of its own and locked with the stack (default: the project's).")),
     "base_image": (Optional[str], typer.Option(None, "--base-image", help="The runtime base image (and the builder's, unless it is a CUDA devel image).")),
@@ -80,7 +81,7 @@ _OPTIONS: dict[str, tuple[Any, Any]] = {
 }
 GROUPS = {
     "pins": ("torch", "python", "deepspeed", "horovod", "nccl", "os_", "driver", "with_",
-             "without", "flavour", "ds_ops", "platform"),
+             "without", "flavour", "ds_ops", "platform", "fabric"),
     "overlay": ("matrix_overlay",),
     "requirements": ("requirements",),
     "images": ("base_image", "builder_image", "cuda_arch", "cpu_isa"),

@@ -172,9 +172,7 @@ def print_smoke(title: str, result: Any, runs: list, causes: list, exported: Any
         sys.stdout.write(f"{r.world_size:3d} ranks: {'ok' if r.ok else 'FAILED ' + ', '.join(r.failed)}\n")
     table(f"{title}: world size {result.world_size}, {result.backend}", ["check", "status", "detail"],
           [[k, v, result.details.get(k, "")[:100]] for k, v in result.checks.items()])
-    for b in result.bandwidth:
-        sys.stdout.write(f"all-reduce {b['bytes']:>10} B: algbw {b['algbw_gbps']:.3f} GB/s, "
-                         f"busbw {b['busbw_gbps']:.3f} GB/s\n")
+    sys.stdout.write(result.bandwidth_table())
     for c in causes:
         sys.stdout.write(f"likely cause: {c['category']} ({c['confidence']:.2f}): {c['title']}\n  fix: {c['fix']}\n")
     if exported:
@@ -210,7 +208,8 @@ def print_build(d: dict) -> None:
         out.write(f"  image   {d['image_id'][:19]} {' '.join(d['local_tags'])}\n")
     s = d.get("smoke")
     if s:
-        bw = max((b.get("busbw_gbps", 0) for b in s.get("bandwidth") or []), default=None)
+        bw = max((b.get("busbw_gbps", 0) for b in s.get("bandwidth") or []
+                  if b.get("collective", "all_reduce") == "all_reduce"), default=None)
         out.write(f"  smoke   world size {s['world_size']} ({s['backend']}), "
                   f"{sum(v == 'pass' for v in s['checks'].values())} checks passed"
                   + (f", failed: {', '.join(s['failed'])}" if s["failed"] else "")

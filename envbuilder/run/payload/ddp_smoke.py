@@ -73,11 +73,24 @@ def alg_bandwidth_gbps(nbytes, seconds):
     return nbytes / seconds / 1e9
 
 
-def bus_bandwidth_gbps(algbw, world_size):
-    """All-reduce bus bandwidth (nccl-tests): algbw * 2(n-1)/n."""
+def bus_bandwidth_gbps(algbw, world_size, collective="all_reduce"):
+    """Bus bandwidth as nccl-tests defines it (doc/PERFORMANCE.md,
+    https://github.com/NVIDIA/nccl-tests/blob/master/doc/PERFORMANCE.md): all-reduce
+    algbw * 2(n-1)/n; all-gather and reduce-scatter algbw * (n-1)/n."""
     if world_size <= 0:
         return 0.0
-    return algbw * 2.0 * (world_size - 1) / world_size
+    return algbw * BUSBW_FACTOR[collective](world_size)
+
+
+# nccl-tests' bus bandwidth factors and what its "size" is, per collective: the size column is
+# the bytes of the largest buffer each rank holds (all-reduce: the buffer; all-gather: the
+# gathered output, n x what each rank sends; reduce-scatter: the input, n x what each receives)
+BUSBW_FACTOR = {
+    "all_reduce": lambda n: 2.0 * (n - 1) / n,
+    "all_gather": lambda n: (n - 1) / n,
+    "reduce_scatter": lambda n: (n - 1) / n,
+}
+COLLECTIVES = tuple(BUSBW_FACTOR)
 
 
 def parse_size(text):
@@ -701,18 +714,25 @@ class Smoke(object):
         torch = self.torch
         model = self._tiny_model()
         initial = torch.cat([p.detach().reshape(-1).to(torch.float64) for p in model.parameters()])
-        opt = torch.optim.SGD(model.parameters(), lr=0.1)
         stage = 2
+        # the optimizer a standard config names: DeepSpeed builds it. On GPUs "AdamW" is
+        # FusedAdam (the fused_adam op, pre-built in the image: a runtime has no nvcc to JIT
+        # it); on CPU the path that exists there is torch's AdamW ("torch_adam")
+        params = {"lr": 1e-3}
+        if self.device.type != "cuda":
+            params["torch_adam"] = True
         config = {
             "train_batch_size": 8 * self.world,
             "train_micro_batch_size_per_gpu": 8,
             "gradient_accumulation_steps": 1,
+            "optimizer": {"type": "AdamW", "params": params},
             "zero_optimization": {"stage": stage},
-            "zero_allow_untested_optimizer": True,
             "steps_per_print": 1000000,
             "wall_clock_breakdown": False,
         }
-        engine, _, _, _ = deepspeed.initialize(model=model, optimizer=opt, config=config)
+        engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(),
+                                               config=config)
+        used = _optimizer_name(engine)
         self.watchdog.beat()
         x, y = self._batch(0, offset=77)
         loss = torch.nn.functional.mse_loss(engine(x), y)
@@ -725,8 +745,9 @@ class Smoke(object):
             with torch.no_grad():
                 params[0].view(-1)[0] += 1e-3
         numel, checksum = self._compare_params(params, initial, "deepspeed")
-        return "deepspeed %s ZeRO stage %d: 1 step, %d params identical (checksum %.10g)" % (
-            getattr(deepspeed, "__version__", "?"), stage, numel, checksum)
+        return ("deepspeed %s ZeRO stage %d, optimizer AdamW -> %s: 1 step, %d params identical "
+                "(checksum %.10g)" % (getattr(deepspeed, "__version__", "?"), stage, used, numel,
+                                      checksum))
 
     def _agree_import(self, module):
         """Import a module on every rank; all ranks skip when one cannot (so none waits)."""
@@ -805,41 +826,93 @@ class Smoke(object):
                     pass
 
     def check_bandwidth(self):
-        torch, dist = self.torch, self.dist
+        """nccl-tests' measurement for all-reduce, all-gather and reduce-scatter over a size
+        sweep: per size, warm-up, then the mean time of ``iters`` calls (the slowest rank's),
+        algbw = size / time and busbw = algbw x the collective's factor (BUSBW_FACTOR); each
+        result is checked against its known answer after the timing."""
         sizes = self.args.sizes
         if not sizes:
             sizes = DEFAULT_GPU_SIZES if self.device.type == "cuda" else DEFAULT_CPU_SIZES
-        n = self.world
-        rows = []
-        for nbytes in sizes:
-            numel = max(1, nbytes // 4)
-            t = torch.zeros(numel, dtype=torch.float32, device=self.device)
-            for _ in range(self.args.warmup):
-                self.coll(dist.all_reduce, t)
-            self.sync()
-            self.coll(dist.barrier)
-            start = time.perf_counter()
-            for _ in range(self.args.iters):
-                self.coll(dist.all_reduce, t)
-            self.sync()
-            took = (time.perf_counter() - start) / max(1, self.args.iters)
-            slowest = torch.tensor([took], dtype=torch.float64, device=self.device)
-            self.coll(dist.all_reduce, slowest, op=dist.ReduceOp.MAX)
-            took = slowest.item()
-            # the timed buffer holds zeros: prove the last size's result is right too
-            t.fill_(2.0 if self.injected("bandwidth") else 1.0)
-            self.coll(dist.all_reduce, t)
-            self.sync()
-            if not bool((t == n).all().item()):
-                raise CheckFailed("all_reduce of %d bytes returned wrong values (%s, want %d)"
-                                  % (numel * 4, t[0].item(), n))
-            algbw = alg_bandwidth_gbps(numel * 4, took)
-            rows.append({"bytes": numel * 4, "seconds": round(took, 7),
-                         "algbw_gbps": round(algbw, 4),
-                         "busbw_gbps": round(bus_bandwidth_gbps(algbw, n), 4)})
+        rows, unsupported = [], []
+        for coll in COLLECTIVES:
+            for nbytes in sizes:
+                try:
+                    rows.append(self._time_collective(coll, nbytes))
+                except NotImplementedError as e:
+                    unsupported.append("%s (%s)" % (coll, e))
+                    break
         self.bandwidth = rows
-        return "busbw " + ", ".join("%s: %.3f GB/s" % (_human(r["bytes"]), r["busbw_gbps"])
-                                    for r in rows)
+        ar = [r for r in rows if r["collective"] == "all_reduce"]
+        return ("all_reduce busbw " + ", ".join("%s: %.3f GB/s" % (_human(r["bytes"]), r["busbw_gbps"])
+                                                for r in ar)
+                + "; %d rows (nccl-tests algbw/busbw)" % len(rows)
+                + ("; not measured: " + ", ".join(unsupported) if unsupported else ""))
+
+    def _collective(self, coll, size_elems):
+        """(the call, the buffer to refill, a check of its result) for one collective whose
+        largest per-rank buffer has ``size_elems`` float32 elements."""
+        torch, dist, n = self.torch, self.dist, self.world
+        if coll == "all_reduce":
+            t = torch.zeros(size_elems, dtype=torch.float32, device=self.device)
+            return (lambda: self.coll(dist.all_reduce, t)), t, (lambda: bool((t == n).all().item()))
+        chunk = size_elems // n
+        big = torch.zeros(chunk * n, dtype=torch.float32, device=self.device)
+        small = torch.zeros(chunk, dtype=torch.float32, device=self.device)
+        if coll == "all_gather":
+            if hasattr(dist, "all_gather_into_tensor"):
+                call = lambda: self.coll(dist.all_gather_into_tensor, big, small)  # noqa: E731
+            else:
+                parts = list(big.chunk(n))
+                call = lambda: self.coll(dist.all_gather, parts, small)  # noqa: E731
+            # each rank sends rank+1 (once refilled): the gathered buffer holds 1..n in order
+            want = torch.arange(1, n + 1, dtype=torch.float32, device=self.device)
+            check = lambda: bool((big.view(n, chunk)[:, 0] == want).all().item())  # noqa: E731
+            return call, small, check
+        if hasattr(dist, "reduce_scatter_tensor"):
+            call = lambda: self.coll(dist.reduce_scatter_tensor, small, big)  # noqa: E731
+        else:
+            call = lambda: self.coll(dist.reduce_scatter, small, list(big.chunk(n)))  # noqa: E731
+        return call, big, (lambda: bool((small == n).all().item()))
+
+    def _time_collective(self, coll, nbytes):
+        torch, dist, n = self.torch, self.dist, self.world
+        elems = max(1, nbytes // 4)
+        if coll != "all_reduce":  # each rank's share is whole: a multiple of the world size
+            elems = max(n, elems // n * n)
+        call, buf, check = self._collective(coll, elems)
+        try:
+            for _ in range(self.args.warmup):
+                call()
+        except CollectiveError as e:
+            # an older backend without the collective (gloo's reduce_scatter before torch 2.x)
+            # refuses it locally, on every rank alike: that collective is not measured
+            if "not support" in str(e).lower() or "not implemented" in str(e).lower():
+                raise NotImplementedError(_one_line(e)[:120])
+            raise
+        self.sync()
+        self.coll(dist.barrier)
+        start = time.perf_counter()
+        for _ in range(self.args.iters):
+            call()
+        self.sync()
+        took = (time.perf_counter() - start) / max(1, self.args.iters)
+        slowest = torch.tensor([took], dtype=torch.float64, device=self.device)
+        self.coll(dist.all_reduce, slowest, op=dist.ReduceOp.MAX)
+        took = slowest.item()
+        # the timed buffers hold zeros: prove the collective's result is right too
+        if coll == "all_gather":
+            buf.fill_(float(self.rank + 1))
+        else:
+            buf.fill_(2.0 if self.injected("bandwidth") and coll == "all_reduce" else 1.0)
+        call()
+        self.sync()
+        if not check():
+            raise CheckFailed("%s of %d bytes returned wrong values" % (coll, elems * 4))
+        algbw = alg_bandwidth_gbps(elems * 4, took)
+        return {"collective": coll, "bytes": elems * 4, "count": elems, "type": "float",
+                "redop": "none" if coll == "all_gather" else "sum", "seconds": round(took, 7),
+                "algbw_gbps": round(algbw, 4),
+                "busbw_gbps": round(bus_bandwidth_gbps(algbw, n, coll), 4)}
 
 
 # ----------------------------------------------------------------------------- support
@@ -963,6 +1036,15 @@ def parse_args(argv=None):
     p.add_argument("--iters", type=int, default=5)
     p.add_argument("--verbose", action="store_true", help="print tracebacks of failing checks")
     return p.parse_args(argv)
+
+
+def _optimizer_name(engine):
+    """The optimizer DeepSpeed built from the config (under ZeRO's wrapper): its module and
+    class, e.g. deepspeed.ops.adam.fused_adam.FusedAdam or torch.optim.adamw.AdamW."""
+    opt = getattr(engine, "basic_optimizer", None) or getattr(engine, "optimizer", None)
+    inner = getattr(opt, "optimizer", None)
+    opt = opt if inner is None or getattr(engine, "basic_optimizer", None) else inner
+    return "%s.%s" % (type(opt).__module__, type(opt).__name__)
 
 
 def _no_jit_shm_comm(deepspeed):

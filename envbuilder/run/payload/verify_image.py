@@ -188,6 +188,67 @@ def deepspeed_facts(ops):
     return facts
 
 
+# what NCCL's IB transport dlopens (src/misc/ibvwrap.cc: libibverbs.so, then
+# libibverbs.so.1; the RDMA connection manager librdmacm.so.1): the exact sonames, as it would
+RDMA_SONAMES = ("libibverbs.so.1", "librdmacm.so.1")
+OFI_NCCL_GLOB = "/opt/amazon/ofi-nccl/lib/libnccl-net*.so"
+NO_DEVICE = ("No IB devices found", "Failed to get IB devices list")
+
+
+def rdma_facts():
+    """Whether the RDMA user space loads (no HCA needed): each soname NCCL opens, the verbs
+    device list it returns, the verbs providers installed, and ibv_devinfo's own report."""
+    facts = {"libs": {}, "providers": sorted(os.path.basename(p) for p in
+                                             glob.glob("/usr/lib/*/libibverbs/lib*-rdmav*.so"))}
+    for so in RDMA_SONAMES:
+        rec = {}
+        try:
+            lib = ctypes.CDLL(so)
+            rec["loaded"] = True
+            if so.startswith("libibverbs"):
+                n = ctypes.c_int(0)
+                get = lib.ibv_get_device_list
+                get.restype = ctypes.c_void_p
+                get.argtypes = [ctypes.POINTER(ctypes.c_int)]
+                devs = get(ctypes.byref(n))
+                rec["devices"] = n.value
+                if devs:
+                    lib.ibv_free_device_list.argtypes = [ctypes.c_void_p]
+                    lib.ibv_free_device_list(devs)
+        except (OSError, AttributeError) as exc:
+            rec = {"loaded": False, "error": _err(exc)}
+        facts["libs"][so] = rec
+    maps = _maps_paths()
+    for so, rec in facts["libs"].items():
+        stem = so.split(".so")[0] + ".so"
+        rec["path"] = next((m for m in maps if os.path.basename(m).startswith(stem)), None)
+    import shutil
+    exe = shutil.which("ibv_devinfo")
+    if exe is None:
+        facts["ibv_devinfo"] = {"found": False}
+    else:
+        try:
+            r = subprocess.run([exe], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                               timeout=60)
+            out = r.stdout.decode("utf-8", "replace")
+            facts["ibv_devinfo"] = {"found": True, "path": exe, "exit": r.returncode,
+                                    "output": out.strip()[-600:],
+                                    "no_devices": any(t in out for t in NO_DEVICE),
+                                    "hca": re.findall(r"hca_id:\s*(\S+)", out)}
+        except (OSError, subprocess.SubprocessError) as exc:
+            facts["ibv_devinfo"] = {"found": True, "path": exe, "error": _err(exc)}
+    facts["ofi_nccl"] = sorted(glob.glob(OFI_NCCL_GLOB))
+    return facts
+
+
+def _maps_paths():
+    try:
+        with open("/proc/self/maps") as f:
+            return sorted({ln.split()[-1] for ln in f if ln.count(" ") >= 5 and "/" in ln})
+    except OSError:
+        return []
+
+
 def collect(ds_ops):
     facts = {"python": "%d.%d.%d" % sys.version_info[:3], "executable": sys.executable,
              "env": {k: os.environ.get(k) for k in ENV_NAMES}}
@@ -195,6 +256,7 @@ def collect(ds_ops):
     facts["horovod"] = horovod_facts()
     facts["deepspeed"] = deepspeed_facts(ds_ops)
     facts["libs"] = loaded_libraries()  # after every import above
+    facts["rdma"] = rdma_facts()
     return facts
 
 
