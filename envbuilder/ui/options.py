@@ -32,7 +32,7 @@ def complete_flavour(incomplete: str) -> list[str]:
     return complete("flavour", incomplete)
 
 
-CASCADE = " (cascade: the command line > the project's target > the project > the defaults; see README)"
+CASCADE = " (cascade: the command line > the project's target > the project > the defaults; see README: Which value wins)"
 
 MatrixOpt = typer.Option(None, "--matrix", metavar="DIR",
                          help="A matrix folder to use instead of the built-in one (replaces it entirely).")
