@@ -191,11 +191,17 @@ BIG_FILE = 32 << 20  # wheels in a build context: fingerprinted by size and mtim
 
 
 def _file_sha(p: Path) -> str | None:
-    h = hashlib.sha256()
     try:  # never through a link, never a FIFO or a device (it would block or never end)
         fd = os.open(p, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
     except OSError:
         return None
+    return _fd_sha(fd)
+
+
+def _fd_sha(fd: int) -> str | None:
+    """The SHA-256 of the regular file open at ``fd`` (closed here); a big one is fingerprinted
+    by size and mtime; None for anything else."""
+    h = hashlib.sha256()
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
@@ -280,21 +286,7 @@ def _file_sha_at(dir_fd: int, name: str) -> str | None:
                      dir_fd=dir_fd)
     except OSError:
         return None
-    h = hashlib.sha256()
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            return None
-        if st.st_size > BIG_FILE:
-            return f"stat:{st.st_size}:{st.st_mtime_ns}"
-        with os.fdopen(fd, "rb", closefd=False) as f:
-            for chunk in iter(lambda: f.read(1 << 20), b""):
-                h.update(chunk)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
-    return h.hexdigest()
+    return _fd_sha(fd)
 
 
 def _lstat_at(root_fd: int, rel: str) -> os.stat_result | None:

@@ -14,6 +14,7 @@ import sys
 import pytest
 
 from envbuilder.api import make_spec
+from test_project import OVERLAY_OS  # the team's own Debian 12 image (the suite's local one)
 from envbuilder.run.build import BuildFailed, BuildOptions
 from envbuilder.run.build import build_target as _build_target
 
@@ -289,19 +290,6 @@ def test_doctor_reads_a_built_image_labels(cpu_build):
     assert "Traceback" not in p.stderr
 
 
-OVERLAY_OS = """\
-schema_version: 1
-os:
-- name: debian12
-  family: debian
-  image: {image}
-  python_default: "3.11"
-  python:
-    "3.11":
-      packages: [python3.11, python3.11-venv]
-      repo: main
-  source: https://wiki.internal.example/platform/base-images#debian12
-"""
 
 
 def test_build_all_with_the_smoke_job_verifies_smokes_and_pushes(cpu_build, base_image, wheelhouse,
@@ -310,7 +298,7 @@ def test_build_all_with_the_smoke_job_verifies_smokes_and_pushes(cpu_build, base
     matrix overlay (the team's base image) applies."""
     overlay = tmp_path / "overlay"
     overlay.mkdir()
-    (overlay / "os.yaml").write_text(OVERLAY_OS.format(image=base_image))
+    (overlay / "os.yaml").write_text(OVERLAY_OS)
     repo = f"{registry.address}/team/train"
     report = tmp_path / "all.json"
     p = _cli("build", "--all", "--only", "cpu", "--torch", "2.13", "--nproc", "4",
@@ -332,7 +320,7 @@ def test_build_a_project_builds_and_pushes_each_target(cpu_build, base_image, wh
                                                        registry, tmp_path):
     root = tmp_path / "repo"
     (root / "matrix").mkdir(parents=True)
-    (root / "matrix" / "os.yaml").write_text(OVERLAY_OS.format(image=base_image))
+    (root / "matrix" / "os.yaml").write_text(OVERLAY_OS)
     (root / "envbuilder.toml").write_text(
         f'registry = "{registry.address}/team/train"\nmatrix_overlay = "matrix"\n'
         f'layouts = ["1x2"]\n'
