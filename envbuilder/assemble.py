@@ -61,14 +61,17 @@ def folder_files(spec: TargetSpec, stack: Stack, *, lock_text: str | None = None
     With ``lock_text`` the lock is checked (well formed, made for the stack's Python) and
     cross-checked against the stack (exit 3 naming the fact and the lock line), cut into
     per-layer hash-pinned files installed with ``--require-hashes``, and kept beside them."""
-    from envbuilder.lock.requirements import (check_lock_text, cross_check, read_lock,
-                                              split_by_layer, team_requirements)
     from envbuilder.render.jobs import job_name, render_jobs
     from envbuilder.render.monitoring import render_monitoring
 
     lays, nproc = smoke_layouts(spec.nproc, spec.layouts)
-    team = team_requirements(stack, requirements_file=spec.requirements_file,
-                             lines=spec.requirements, source=spec.requirements_source)
+    team: tuple[str, ...] = ()
+    if spec.requirements_file is not None or spec.requirements or lock_text is not None:
+        # the lock package is imported only when there is something to check or place
+        from envbuilder.lock.requirements import team_requirements
+
+        team = team_requirements(stack, requirements_file=spec.requirements_file,
+                                 lines=spec.requirements, source=spec.requirements_source)
     plan_kw = dict(spec.plan_options(), smoke_nproc=nproc, team_requirements=team,
                    wheelhouse=wheelhouse)
     extra: dict[str, object] = {}
@@ -76,6 +79,9 @@ def folder_files(spec: TargetSpec, stack: Stack, *, lock_text: str | None = None
     if lock_text is None:
         plan = make_plan(stack, **plan_kw)
     else:
+        from envbuilder.lock.requirements import (check_lock_text, cross_check, read_lock,
+                                                  split_by_layer)
+
         check_lock_text(lock_text, lock_source, python=stack.python)
         cross_check(stack, read_lock(lock_text), lock_source)
         digest = "sha256:" + hashlib.sha256(lock_text.encode()).hexdigest()
