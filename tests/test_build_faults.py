@@ -57,13 +57,22 @@ class OwnEngine:
         self.sock = f"unix://{root}/d.sock"
         self.pidfile = root / "d.pid"
         self.proc: subprocess.Popen | None = None
+        self.bridge = f"ebf{os.getpid() % 100000}"
 
     def start(self) -> None:
+        # a bridge of its own: never `--bridge=none`, with which dockerd deletes the host's
+        # docker0 at start (moby's removeDefaultBridgeInterface), breaking the shared engine
+        subprocess.run(["ip", "link", "del", self.bridge], capture_output=True)  # a restart
+        for cmd in (["ip", "link", "add", self.bridge, "type", "bridge"],
+                    ["ip", "addr", "add", "172.31.254.1/24", "dev", self.bridge],
+                    ["ip", "link", "set", self.bridge, "up"]):
+            subprocess.run(cmd, capture_output=True, check=True)
         log = open(self.root / "dockerd.log", "ab")
         self.proc = subprocess.Popen(
             ["dockerd", "--data-root", str(self.root / "data"), "--exec-root",
              str(self.root / "exec"), "-H", self.sock, "--pidfile", str(self.pidfile),
-             "--bridge=none", "--iptables=false", "--ip6tables=false", "--ip-masq=false"],
+             f"--bridge={self.bridge}", "--iptables=false", "--ip6tables=false",
+             "--ip-masq=false"],
             stdout=log, stderr=log, start_new_session=True)
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
@@ -99,6 +108,7 @@ class OwnEngine:
         for pid in _pids_with(str(self.root)):
             with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGKILL)
+        subprocess.run(["ip", "link", "del", self.bridge], capture_output=True)
 
 
 def _pids_with(text: str) -> list[int]:
@@ -117,7 +127,7 @@ def _pids_with(text: str) -> list[int]:
 
 @pytest.fixture
 def own_engine(tmp_path) -> Iterator[OwnEngine]:
-    if os.geteuid() != 0 or not _shared_has_base():
+    if os.geteuid() != 0 or not _shared_has_base() or shutil.which("ip") is None:
         pytest.skip(f"needs root, dockerd and {BASE} in the shared engine at {SHARED}")
     import tempfile
 
