@@ -399,5 +399,7 @@ def build_many(specs: Sequence[TargetSpec], opts: BuildOptions, *, jobs: int = 1
             r.steps[r.failed_step] = "failed"
             return r
 
-    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+    if jobs <= 1 or len(specs) <= 1:  # in this thread: Ctrl-C reaches the step that runs
+        return [one(s) for s in specs]
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
         return list(pool.map(one, specs))
