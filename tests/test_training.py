@@ -39,7 +39,9 @@ def test_locked_cpu_build_with_transformers_and_datasets(docker_client, base_ima
                                                           ca_bundle, uv_cache, tmp_path):
     """A team's transformers==4.46.3 + datasets>=3 are locked with the stack as one, built
     offline from the lock (each layer --no-deps from its own wheels) and import in the image."""
-    from envbuilder.lock.requirements import LOCK_NAME, lock_target, read_lock
+    from envbuilder.api import make_spec
+    from envbuilder.lock.requirements import LOCK_NAME, read_lock
+    from envbuilder.lock.write import lock_target
     from envbuilder.run import engine
     from envbuilder.run.build import BuildOptions, prepare_context
 
@@ -68,9 +70,10 @@ def test_locked_cpu_build_with_transformers_and_datasets(docker_client, base_ima
                        timeout=1200)
     assert p.returncode == 0, p.stderr[-2000:]
     ctx = tmp_path / "ctx"
-    opts = BuildOptions(base_image=base_image, wheelhouse=wh, ca_cert=ca_bundle, smoke=False,
-                        context=ctx, lock=out / LOCK_NAME, requirements_file=team)
-    _, plan = prepare_context(stack, opts, ctx)
+    opts = BuildOptions(wheelhouse=wh, ca_cert=ca_bundle, smoke=False, context=ctx,
+                        lock=out / LOCK_NAME)
+    spec = make_spec(CPU, base_image=base_image, requirements_file=team)
+    _, plan = prepare_context(spec, stack, opts, ctx)
     assert [la.name for la in plan.layers] == ["torch", "team"]
     torch_file = (ctx / "requirements" / "torch.txt").read_text()
     assert "torch==2.13.0+cpu" in torch_file and "datasets" not in torch_file
