@@ -262,9 +262,16 @@ def build(target: Optional[str] = TargetArg, all_: bool = AllOpt, only: Optional
         api.preflight(specs, matrix_dir=matrix)
     with Progress(not as_json) as prog:
         reports = api.build(specs, opts, jobs=jobs, matrix_dir=matrix, on_event=prog.event)
+    cause = reports[0].cause if target is not None else None
+    if cause is not None and not isinstance(cause, api.BuildFailed):
+        raise cause  # bad input or refused, for one TARGET: one line, its exit code
     data = api.build_summary(reports, single=target is not None, fmt=fmt)
     if report is not None:
         api.write_report(report, data)
+    if cause is not None:  # one TARGET's failed step: the report, then the error (with it)
+        if not as_json:
+            print_build(data)
+        raise cause
     if as_json:
         echo_json(data)
     elif target is not None:
@@ -274,8 +281,6 @@ def build(target: Optional[str] = TargetArg, all_: bool = AllOpt, only: Optional
               [[r["target"], r["tag"], *[r["steps"][s] for s in ("render", "build", "verify", "smoke", "push")],
                 (r["error"] or "")[:80]] for r in data["builds"]])
     if not data["ok"]:
-        if target is not None:
-            sys.stderr.write(f"envbuilder: error: {api.safe_text(data['error'])}\n")
         raise typer.Exit(next(r.exit_code for r in reports if not r.ok) or EXIT_FAILED)
 
 

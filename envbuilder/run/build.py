@@ -112,13 +112,16 @@ class BuildReport:
     error: str | None = None
     failed_step: str | None = None
     exit_code: int = 0  # the failure's (1 an operation failed, 2 bad input, 3 refused)
+    # the error itself, for one TARGET's caller (not in the report's data)
+    cause: Any = field(default=None, repr=False, compare=False)
 
     @property
     def ok(self) -> bool:
         return self.error is None
 
     def to_dict(self) -> dict:
-        d = asdict(self)
+        d = asdict(replace(self, cause=None))
+        d.pop("cause")
         d["ok"] = self.ok
         return d
 
@@ -391,10 +394,10 @@ def build_many(specs: Sequence[TargetSpec], opts: BuildOptions, *, jobs: int = 1
             return build_target(s, per, matrix_dir=matrix_dir, client=client,
                                 on_event=(lambda k, d: on_event(s.name, k, d)) if on_event else None)
         except BuildFailed as e:
-            e.report.exit_code = e.exit_code
+            e.report.exit_code, e.report.cause = e.exit_code, e
             return e.report
-        except EnvbuilderError as e:  # refused or bad before any step ran: resolving it
-            r = BuildReport(target=s.name, exit_code=e.exit_code)
+        except EnvbuilderError as e:  # refused or bad input, before or while building
+            r = BuildReport(target=s.name, exit_code=e.exit_code, cause=e)
             r.error, r.failed_step = str(e), getattr(e, "step", None) or "render"
             r.steps[r.failed_step] = "failed"
             return r

@@ -848,9 +848,10 @@ class Smoke(object):
                 + "; %d rows (nccl-tests algbw/busbw)" % len(rows)
                 + ("; not measured: " + ", ".join(unsupported) if unsupported else ""))
 
-    def _collective(self, coll, size_elems):
+    def _collective(self, coll, size_elems, lists=False):
         """(the call, the buffer to refill, a check of its result) for one collective whose
-        largest per-rank buffer has ``size_elems`` float32 elements."""
+        largest per-rank buffer has ``size_elems`` float32 elements; ``lists``: the list form
+        of all-gather (gloo before torch 2.1 has no _allgather_base)."""
         torch, dist, n = self.torch, self.dist, self.world
         if coll == "all_reduce":
             t = torch.zeros(size_elems, dtype=torch.float32, device=self.device)
@@ -859,7 +860,7 @@ class Smoke(object):
         big = torch.zeros(chunk * n, dtype=torch.float32, device=self.device)
         small = torch.zeros(chunk, dtype=torch.float32, device=self.device)
         if coll == "all_gather":
-            if hasattr(dist, "all_gather_into_tensor"):
+            if hasattr(dist, "all_gather_into_tensor") and not lists:
                 call = lambda: self.coll(dist.all_gather_into_tensor, big, small)  # noqa: E731
             else:
                 parts = list(big.chunk(n))
@@ -874,19 +875,22 @@ class Smoke(object):
             call = lambda: self.coll(dist.reduce_scatter, small, list(big.chunk(n)))  # noqa: E731
         return call, big, (lambda: bool((small == n).all().item()))
 
-    def _time_collective(self, coll, nbytes):
+    def _time_collective(self, coll, nbytes, lists=False):
         torch, dist, n = self.torch, self.dist, self.world
         elems = max(1, nbytes // 4)
         if coll != "all_reduce":  # each rank's share is whole: a multiple of the world size
             elems = max(n, elems // n * n)
-        call, buf, check = self._collective(coll, elems)
+        call, buf, check = self._collective(coll, elems, lists)
         try:
             for _ in range(self.args.warmup):
                 call()
         except CollectiveError as e:
-            # an older backend without the collective (gloo's reduce_scatter before torch 2.x)
-            # refuses it locally, on every rank alike: that collective is not measured
-            if "not support" in str(e).lower() or "not implemented" in str(e).lower():
+            # an older backend without the collective (gloo's reduce_scatter before torch 2.x,
+            # its _allgather_base before 2.1) refuses it locally, on every rank alike
+            text = str(e).lower()
+            if any(w in text for w in ("not support", "no support", "not implemented", "unsupported")):
+                if coll == "all_gather" and not lists:
+                    return self._time_collective(coll, nbytes, lists=True)
                 raise NotImplementedError(_one_line(e)[:120])
             raise
         self.sync()
