@@ -323,7 +323,9 @@ def bake(specs: Sequence[TargetSpec], out: str | Path | None = None, *,
     if registry is not None:
         validate.repository(registry, "--registry")
         # the job files pull the tags the bake file gives
-        specs = [spec_mod.replace(s, registry=registry) for s in specs]
+        import dataclasses
+
+        specs = [dataclasses.replace(s, registry=registry) for s in specs]
     root = Path(out) if out is not None else (
         specs[0].project.parent / "build" if specs and specs[0].project is not None else Path("build"))
     made = spec_mod.run_each(specs, "render", lambda s: (
@@ -624,12 +626,6 @@ def safe_text(value: Any) -> str:
     from envbuilder._safety import terminal_safe
 
     return terminal_safe(value)
-
-
-def _parent(p: Path) -> Path:
-    parent = p.resolve().parent
-    parent.mkdir(parents=True, exist_ok=True)
-    return parent
 
 
 def image_labels(image: str, client: DockerClient | None = None) -> Mapping[str, str]:

@@ -257,10 +257,5 @@ def run_each(items: Sequence[TargetSpec], step: str,
     return out
 
 
-def first_error(outcomes: Sequence[Outcome[Any]]) -> EnvbuilderError | None:
-    """The error to exit with: the first failure's (its exit code), else None."""
-    return next((o.error for o in outcomes if o.error is not None), None)
-
-
 __all__ = ["TargetSpec", "Overrides", "Outcome", "make_spec", "merge_pins", "pin_args",
-           "run_each", "select", "specs", "first_error", "replace"]
+           "run_each", "select", "specs"]
