@@ -1,7 +1,8 @@
 """Build and smoke benchmarks for the cpu target (ratios, not asserts), and the size of the
 CUDA images the test suite builds (`python benchmarks/build.py --sizes`: image size, /opt/venv,
 what the base and envbuilder add beyond the Python stack, and every layer), and what the RDMA
-user space adds to the runtime stage (`python benchmarks/build.py --rdma`).
+user space adds to the runtime stage (`python benchmarks/build.py --rdma`), and what BuildKit
+cache mounts for pip and apt save on a warm rebuild of a bake (`--cache-mounts`).
 
 Needs the test engine and inputs: `eval "$(bash scripts/test-services.sh)"` first.
 Prints: cold build, warm rebuild and their ratio (aim: warm < 1/10 of cold); the rebuild after
@@ -58,8 +59,8 @@ def main() -> None:
         print(f"cold build            {t_cold:8.1f} s")
         print(f"warm rebuild          {t_warm:8.1f} s   warm/cold = {t_warm / t_cold:.3f}")
 
-        build(f"{CPU}-ds0.16.9", "ds1")
-        _, t_ds = timed(lambda: build(f"{CPU}-ds0.17.6", "ds2"))
+        build(f"{CPU}-ds0.19.7", "ds1")
+        _, t_ds = timed(lambda: build(f"{CPU}-ds0.19.8", "ds2"))
         print(f"DeepSpeed-only change {t_ds:8.1f} s   (rebuilds the DeepSpeed layer only) ds/cold = {t_ds / t_cold:.3f}")
 
         naive_ctx = d / "naive"
@@ -134,11 +135,51 @@ def rdma_size() -> None:
           f"(without the OFI NCCL plugin, built in the builder stage)")
 
 
+CACHE_PROJECT = '[[targets]]\nname = "cpu-ds"\ntarget = "cpu-torch2.13-ds0.19.8-debian12"\n'
+
+
+def cache_mounts() -> None:
+    """`python benchmarks/build.py --cache-mounts`: the bake file of the DeepSpeed CPU target
+    (offline, --docker-driver) built by `docker buildx bake` with and without `--cache-mounts`;
+    each cold, then rebuilt after a change to the DeepSpeed layer's requirements file only (the
+    warm rebuild a pin bump costs: pip builds DeepSpeed's wheel again, or takes it from the cache
+    mount). Needs `docker buildx` (scripts/test-services.sh)."""
+    import subprocess
+    import sys
+
+    def run(*args: str, cwd: Path) -> float:
+        t = time.monotonic()
+        subprocess.run(list(args), cwd=cwd, check=True, capture_output=True)
+        return time.monotonic() - t
+
+    times = {}
+    for mounts in (False, True):
+        with tempfile.TemporaryDirectory() as d:
+            root = Path(d)
+            (root / "envbuilder.toml").write_text(CACHE_PROJECT)
+            run(sys.executable, "-m", "envbuilder", "bake", "--docker-driver", "--base-image", BASE,
+                "--wheelhouse", str(WHEELS), "--ca-cert", "/etc/ssl/certs/ca-certificates.crt", "--registry", f"eb-bench-{'mounts' if mounts else 'plain'}/envbuilder",
+                *(["--cache-mounts"] if mounts else []), "-o", str(root / "out"), cwd=root)
+            cold = run("docker", "buildx", "bake", "-f", "docker-bake.hcl", cwd=root / "out")
+            req = root / "out" / "cpu-ds" / "requirements" / "deepspeed.txt"
+            req.write_text(req.read_text() + f"# rebuilt {time.time()}\n")
+            warm = run("docker", "buildx", "bake", "-f", "docker-bake.hcl", cwd=root / "out")
+            times[mounts] = (cold, warm)
+            for t in ("cpu-torch2.13.0-py311-ds0.19.8-debian12",):  # the bench's own tags
+                subprocess.run(["docker", "image", "rm", f"eb-bench-{'mounts' if mounts else 'plain'}/envbuilder:{t}"],
+                               capture_output=True)
+            print(f"cache mounts {'on ' if mounts else 'off'}: cold {cold:7.1f} s, rebuild of the DeepSpeed "
+                  f"layer {warm:7.1f} s")
+    print(f"rebuild with/without cache mounts: {times[True][1] / times[False][1]:.2f}")
+
+
 if __name__ == "__main__":
     import sys
 
     if "--sizes" in sys.argv[1:]:
         sizes()
+    elif "--cache-mounts" in sys.argv[1:]:
+        cache_mounts()
     elif "--rdma" in sys.argv[1:]:
         rdma_size()
     else:

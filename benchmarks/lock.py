@@ -29,7 +29,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
 
     from envbuilder.api import resolve_target
-    from envbuilder.lock.write import lock_target
+    from envbuilder.lock.write import lock_stack
 
     stack = resolve_target(args.target)
     with tempfile.TemporaryDirectory(prefix="envbuilder-lock-bench-") as d:
@@ -37,12 +37,12 @@ def main(argv: list[str] | None = None) -> int:
         os.environ["UV_CACHE_DIR"] = str(root / "uv-cache")  # fresh: cold
         os.environ.setdefault("UV_PYTHON_DOWNLOADS", "never")
         t0 = time.perf_counter()
-        cold_report = lock_target(stack, root / "cold")
+        cold_report = lock_stack(stack, root / "cold")
         cold = time.perf_counter() - t0
         warm_times = []
         for i in range(max(1, args.warm_runs)):
             t0 = time.perf_counter()
-            r = lock_target(stack, root / f"warm{i}")
+            r = lock_stack(stack, root / f"warm{i}")
             warm_times.append(time.perf_counter() - t0)
             assert r.digest == cold_report.digest, "a warm lock differs from the cold one"
     warm = statistics.median(warm_times)

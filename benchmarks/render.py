@@ -38,7 +38,10 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 RECIPE = HERE / "hpccm_cu118.py"
-ENVBUILDER = [sys.executable, "-c", "from envbuilder.cli import main; main()"]
+# what the `envbuilder` console script runs (pyproject.toml's [project.scripts]); hpccm's
+# console script is hpccm.cli:main, as below
+ENVBUILDER = [sys.executable, "-c", "import sys; from envbuilder._entry import main; "
+              "sys.argv[0] = 'envbuilder'; main()"]
 HPCCM = [sys.executable, "-c", "import sys, hpccm.cli; sys.argv[0] = 'hpccm'; sys.exit(hpccm.cli.main())"]
 # a do-nothing command with render's parameter declarations (copied from envbuilder.cli at run
 # time, so the floor follows the real command): only typer's own cost remains

@@ -273,7 +273,7 @@ def _parent_fd(root_fd: int, rel: str, *, make: bool = False) -> int | None:
                 raise
             os.close(fd)
             fd = nxt
-    except BaseException:
+    except BaseException:  # Ctrl-C too: the folder's descriptor is closed, the error goes on
         os.close(fd)
         raise
     return fd
@@ -310,6 +310,140 @@ def _safe_rel(rel: str) -> bool:
             and not parts[0].startswith(STAGE_PREFIX))
 
 
+# -- output folders, reached without a link ---------------------------------------------------
+
+def _in_the_way(p: Path, why: str) -> InputError:
+    return InputError(f"output {_short(str(p))} {why}: envbuilder writes into no folder through "
+                      f"a link or over a file; remove it, or choose another -o")
+
+
+def _existing_folder(root: Path) -> Path:
+    """The innermost existing folder at or above ``root``: the user's folders, followed as
+    named; a link to nothing or a file on the way is refused (exit 2)."""
+    base = root
+    while not os.path.isdir(base):
+        if os.path.lexists(base):
+            raise _in_the_way(base, "is a symbolic link to nothing or not a folder"
+                              if os.path.islink(base) else "exists and is not a folder")
+        if base.parent == base:
+            break
+        base = base.parent
+    return base
+
+
+def _open_or_make(fd: int, part: str, cur: Path, made: list[Path]) -> int:
+    """A descriptor of the folder ``part`` in the folder ``fd`` (shown as ``cur``), made when
+    missing (recorded in ``made``, innermost first), never through a link (exit 2)."""
+    try:
+        return os.open(part, _DIR_FLAGS, dir_fd=fd)
+    except FileNotFoundError:
+        try:
+            os.mkdir(part, 0o755, dir_fd=fd)
+        except FileExistsError:  # a dangling link: O_NOFOLLOW saw nothing to open
+            raise _in_the_way(cur, "is a symbolic link") from None
+        made.insert(0, cur)
+        return os.open(part, _DIR_FLAGS, dir_fd=fd)
+    except OSError as e:
+        if e.errno in (errno.ELOOP, errno.ENOTDIR):  # Linux: ENOTDIR for a link too
+            try:
+                link = stat.S_ISLNK(os.stat(part, dir_fd=fd, follow_symlinks=False).st_mode)
+            except OSError:
+                link = e.errno == errno.ELOOP
+            raise _in_the_way(cur, "is a symbolic link" if link
+                              else "exists and is not a folder") from None
+        raise
+
+
+def open_folder(path: Path, root: str | Path | None, created: list[Path], *, step: str,
+                shown: str | None = None) -> int:
+    """A descriptor of the output folder ``path`` (absolute), creating what is missing: every
+    component below ``root`` (default: ``path``'s parent, so ``path`` itself is never a link)
+    is opened or made one at a time with ``O_NOFOLLOW`` from a descriptor of its parent, so a
+    symbolic link (dangling or not) or a file anywhere below the output root is refused
+    (exit 2) before anything is written, and nothing lands outside. ``root`` and its parents
+    are the user's: reached by path. ``created`` gets the folders made (innermost first)."""
+    rootp = Path(os.path.abspath(os.path.expanduser(str(root)))) if root is not None else path.parent
+    if not path.is_relative_to(rootp):
+        rootp = path.parent
+    base = _existing_folder(rootp)
+    made: list[Path] = []
+    try:
+        if base != rootp:  # the missing part of the root: envbuilder makes it
+            os.makedirs(rootp, exist_ok=True)
+            probe = rootp
+            while probe != base:
+                made.append(probe)
+                probe = probe.parent
+        fd = os.open(rootp, os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_CLOEXEC", 0))
+    except OSError as e:
+        Outputs._remove_created(made)
+        raise io_error(e, shown or path, step) from None
+    cur = rootp
+    try:
+        for part in path.relative_to(rootp).parts:
+            cur = cur / part
+            nxt = _open_or_make(fd, part, cur, made)
+            os.close(fd)
+            fd = nxt
+    except BaseException as e:  # Ctrl-C too: the descriptor closed, the folders made removed, then raised
+        os.close(fd)
+        Outputs._remove_created(made)
+        if isinstance(e, OSError):
+            raise io_error(e, shown or path, step) from None
+        raise
+    created[:0] = made
+    return fd
+
+
+def create_files(folder: str | Path, files: Mapping[str, str], *, step: str,
+                 root: str | Path | None = None) -> list[Path]:
+    """Create new files in ``folder`` (reached as ``open_folder`` does), all or none: each is
+    written and synced under a temporary name, then linked to its name, which fails when
+    anything (a file, a link even dangling) already has it: nothing is ever replaced, and a
+    full disk leaves no file, empty or half. Returns the paths made."""
+    path = Path(os.path.abspath(os.path.expanduser(str(folder))))
+    created: list[Path] = []
+    fd = open_folder(path, root, created, step=step, shown=str(folder))
+    done: list[str] = []
+    try:
+        for name, text in files.items():
+            if "/" in name or name in ("", ".", ".."):
+                raise InputError(f"refusing to write {name!r}: not a file name")
+            tmp = f".{name}.{os.getpid()}.tmp"
+            try:
+                wfd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
+                              | getattr(os, "O_CLOEXEC", 0), 0o644, dir_fd=fd)
+                try:
+                    with os.fdopen(wfd, "wb", closefd=False) as f:
+                        f.write(text.encode("utf-8"))
+                        f.flush()
+                        os.fsync(f.fileno())
+                finally:
+                    os.close(wfd)
+                try:
+                    os.link(tmp, name, src_dir_fd=fd, dst_dir_fd=fd, follow_symlinks=False)
+                except FileExistsError:
+                    raise InputError(f"{_short(str(Path(str(folder)) / name))} already exists (a "
+                                     f"file or a link): envbuilder never replaces it; move it "
+                                     f"away") from None
+                done.append(name)
+            except OSError as e:
+                raise io_error(e, Path(str(folder)) / name, step) from None
+            finally:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp, dir_fd=fd)
+    except BaseException:  # Ctrl-C too: the files already placed are removed, then raised
+        with held_signals():
+            for name in done:
+                with contextlib.suppress(OSError):
+                    os.unlink(name, dir_fd=fd)
+            Outputs._remove_created(created)
+        raise
+    finally:
+        os.close(fd)
+    return [Path(str(folder)) / n for n in done]
+
+
 # -- one folder of a transaction -------------------------------------------------------------
 
 @dataclass
@@ -336,8 +470,10 @@ class Outputs:
     Use as a context manager; leaving it without ``commit()`` (an error, Ctrl-C) removes every
     staged file and any folder it created, and leaves the old outputs as they were."""
 
-    def __init__(self, step: str = "write") -> None:
+    def __init__(self, step: str = "write", *, root: str | Path | None = None) -> None:
         self.step = step
+        # the folder the user named holds the outputs: no link below it (see open_folder)
+        self.root = root
         self._dests: dict[Path, _Dest] = {}
         self._done = False
 
@@ -350,23 +486,8 @@ class Outputs:
         path = Path(os.path.abspath(os.path.expanduser(shown)))
         if path in self._dests:
             return self._dests[path]
-        if path.exists() and not path.is_dir():
-            raise InputError(f"output {_short(shown)} exists and is not a folder: choose another -o")
         created: list[Path] = []
-        probe = path
-        while not probe.exists():
-            created.append(probe)
-            probe = probe.parent
-        try:
-            path.mkdir(parents=True, exist_ok=True)
-        except OSError as e:
-            self._remove_created(created)
-            raise io_error(e, shown, self.step) from None
-        try:
-            fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-        except OSError as e:
-            self._remove_created(created)
-            raise io_error(e, shown, self.step) from None
+        fd = open_folder(path, self.root, created, step=self.step, shown=shown)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)  # concurrent runs into one folder take turns
             for stale in path.glob(STAGE_PREFIX + "*"):  # left by a SIGKILL: we hold the lock
@@ -376,7 +497,7 @@ class Outputs:
                 stage = Path(tempfile.mkdtemp(prefix=STAGE_PREFIX, dir=path))
                 d = _Dest(path, shown, fd, stage, created)
                 self._dests[path] = d
-        except BaseException as e:
+        except BaseException as e:  # Ctrl-C too: an unrecorded folder is closed and removed, then raised
             if path not in self._dests:
                 os.close(fd)
                 self._remove_created(created)
@@ -535,20 +656,7 @@ class Outputs:
                 continue
             texts["manifest.inflight"] = _manifest_text(inflight)
             try:
-                for folder in dict.fromkeys(rel.rpartition("/")[0] for rel in final):
-                    if folder:  # made one component at a time, never through a link
-                        probe = d.path / folder  # what this commit makes is removed on failure
-                        made: list[Path] = []
-                        while probe != d.path and not os.path.lexists(probe):
-                            made.append(probe)  # innermost first
-                            probe = probe.parent
-                        d.created[:0] = made
-                        pfd = _parent_fd(d.fd, folder + "/x", make=True)
-                        if pfd is None:
-                            raise InputError(f"{_short(str(Path(d.shown) / folder))} is in the "
-                                             f"way (envbuilder needs a folder there): move it "
-                                             f"away or choose another -o")
-                        os.close(pfd)
+                self._make_folders(d, final)
                 for name, text in texts.items():
                     p = d.stage / name
                     with open(p, "wb") as f:
@@ -563,27 +671,50 @@ class Outputs:
             try:
                 for d in self._dests.values():
                     plan = plans[d.path]
-                    if plan is None:
-                        continue
-                    final, remove = plan
-                    os.replace(d.stage / "manifest.inflight", MANIFEST, dst_dir_fd=d.fd)
-                    for rel, (_, _g) in d.files.items():
-                        if rel not in d.unchanged:
-                            self._move_in(d, rel)
-                    for rel in remove:
-                        pfd = _parent_fd(d.fd, rel)
-                        if pfd is None:  # a link appeared on the way: not ours to follow
-                            continue
-                        try:
-                            with contextlib.suppress(FileNotFoundError):
-                                os.unlink(rel.rpartition("/")[2], dir_fd=pfd)
-                        finally:
-                            os.close(pfd)
-                        self._prune_dirs(d.fd, rel)
-                    os.replace(d.stage / "manifest.final", MANIFEST, dst_dir_fd=d.fd)
+                    if plan is not None:
+                        self._apply(d, plan[1])
             except OSError as e:
                 raise io_error(e, d.shown, self.step) from None
             self._done = True
+
+    @staticmethod
+    def _make_folders(d: _Dest, final: Mapping[str, _Entry]) -> None:
+        """The folders ``final``'s files go into, made one component at a time, never through
+        a link; what is made is recorded in ``d.created`` (removed on failure)."""
+        for folder in dict.fromkeys(rel.rpartition("/")[0] for rel in final):
+            if not folder:
+                continue
+            probe = d.path / folder
+            made: list[Path] = []
+            while probe != d.path and not os.path.lexists(probe):
+                made.append(probe)  # innermost first
+                probe = probe.parent
+            d.created[:0] = made
+            pfd = _parent_fd(d.fd, folder + "/x", make=True)
+            if pfd is None:
+                raise InputError(f"{_short(str(Path(d.shown) / folder))} is in the "
+                                 f"way (envbuilder needs a folder there): move it "
+                                 f"away or choose another -o")
+            os.close(pfd)
+
+    def _apply(self, d: _Dest, remove: list[str]) -> None:
+        """Move ``d``'s staged files in and ``remove`` out, between the in-flight manifest and
+        the final one (a crash in between leaves a manifest that names both)."""
+        os.replace(d.stage / "manifest.inflight", MANIFEST, dst_dir_fd=d.fd)
+        for rel in d.files:
+            if rel not in d.unchanged:
+                self._move_in(d, rel)
+        for rel in remove:
+            pfd = _parent_fd(d.fd, rel)
+            if pfd is None:  # a link appeared on the way: not ours to follow
+                continue
+            try:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(rel.rpartition("/")[2], dir_fd=pfd)
+            finally:
+                os.close(pfd)
+            self._prune_dirs(d.fd, rel)
+        os.replace(d.stage / "manifest.final", MANIFEST, dst_dir_fd=d.fd)
 
     @staticmethod
     def _move_in(d: _Dest, rel: str) -> None:
@@ -645,9 +776,10 @@ class Outputs:
 
 def write_tree(dest: str | Path, files: Mapping[str, str | bytes], *, group: str = "render",
                extra: Callable[[Path], None] | None = None, step: str = "render",
-               prune: bool = True) -> Path:
-    """Write ``files`` into ``dest`` (one transaction); ``extra(folder)`` may add more."""
-    with Outputs(step) as out:
+               prune: bool = True, root: str | Path | None = None) -> Path:
+    """Write ``files`` into ``dest`` (one transaction); ``extra(folder)`` may add more.
+    ``root``: the folder the user named, no link below it (default ``dest``'s parent)."""
+    with Outputs(step, root=root) as out:
         path = out.add(dest, files, group=group, prune=prune)
         if extra is not None:
             out.add_with(dest, extra, group=group)
@@ -656,7 +788,7 @@ def write_tree(dest: str | Path, files: Mapping[str, str | bytes], *, group: str
 
 
 def write_file_atomic(path: str | Path, content: str | bytes, *, step: str = "write",
-                      group: str | None = None) -> Path:
+                      group: str | None = None, root: str | Path | None = None) -> Path:
     """Write one file: a reader sees the old file or the new one, never half of it, and a
     file envbuilder did not write is never replaced (see the module docstring)."""
     path = Path(path)
@@ -664,7 +796,7 @@ def write_file_atomic(path: str | Path, content: str | bytes, *, step: str = "wr
         raise InputError(f"output path {_short(str(path))!r} is too long")
     if path.name in ("", ".", ".."):
         raise InputError(f"output {path} is not a file name")
-    with Outputs(step) as out:
+    with Outputs(step, root=root) as out:
         out.add(path.parent, {path.name: content}, group=group or step, prune=False)
         out.commit()
     return path

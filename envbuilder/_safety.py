@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 from typing import Any, Mapping
 
-from envbuilder.errors import EXIT_FAILED, EnvbuilderError, InputError, OperationError
+from envbuilder.errors import EnvbuilderError, InputError, OperationError
 
 MAX_ARG_CHARS = 4096  # a path may be this long; anything longer is not a real argument
 EXIT_SIGPIPE = 141  # what a shell reports for a tool killed by SIGPIPE (`| head`)
@@ -222,14 +222,47 @@ def _writable(fd: int) -> bool:
 def guard_rich() -> None:
     """Every rich Console (ours, typer's help and errors, progress) hands a broken pipe to the
     one output guard: rich's own ``on_broken_pipe`` exits 1; this one raises the
-    BrokenPipeError that the CLI turns into a quiet 141."""
-    from rich.console import Console
+    BrokenPipeError that the CLI turns into a quiet 141.
 
+    rich is not imported for this (a command that prints JSON or one line never loads it):
+    the patch is applied when ``rich.console`` is first imported, whoever imports it."""
+    module = sys.modules.get("rich.console")
+    if module is not None:
+        _guard_console(module)
+    elif not any(isinstance(f, _OnRichConsole) for f in sys.meta_path):
+        sys.meta_path.insert(0, _OnRichConsole())
+
+
+def _guard_console(module: Any) -> None:
     def on_broken_pipe(self: Any) -> None:
         self.quiet = True
         raise BrokenPipeError(errno.EPIPE, "the reader of envbuilder's output went away")
 
-    Console.on_broken_pipe = on_broken_pipe  # type: ignore[method-assign]
+    module.Console.on_broken_pipe = on_broken_pipe
+
+
+class _OnRichConsole:
+    """A meta path finder that finds nothing itself: it asks the finders after it for
+    ``rich.console`` and guards the module's Console once the module has run."""
+
+    def find_spec(self, name: str, path: Any, target: Any = None) -> Any:
+        if name != "rich.console":
+            return None
+        sys.meta_path.remove(self)  # once: the module is imported once
+        import importlib.util
+
+        spec = importlib.util.find_spec(name)
+        loader: Any = spec.loader if spec is not None else None
+        if loader is None or not hasattr(loader, "exec_module"):
+            return spec
+        run = loader.exec_module
+
+        def exec_module(module: Any) -> None:
+            run(module)
+            _guard_console(module)
+
+        loader.exec_module = exec_module  # this module's own loader (one per file)
+        return spec
 
 
 def click_saw_broken_pipe() -> bool:
@@ -303,7 +336,3 @@ def rich_text(s: Any):
     from rich.text import Text
 
     return Text(terminal_safe("" if s is None else s))
-
-
-def exit_code_for(e: BaseException) -> int:
-    return getattr(e, "exit_code", EXIT_FAILED)

@@ -45,22 +45,83 @@ def smoke_layouts(nproc: int | None, layouts: Sequence[str] = ()) -> tuple[tuple
     return lm.default_layouts(world), world
 
 
+def image_tag(spec: TargetSpec, stack: Stack) -> str:
+    """The image's version tag: the stack's, and for a project target its name after it
+    (``cu124-torch2.6.0-py311-ubuntu22.04-train``): two project targets of one stack (other
+    requirements, another lock) never share a tag. ``build`` tags and pushes it, ``bake``
+    (from stack.json's ``image_tag``) too, and the job files pull it."""
+    from envbuilder.core import validate
+
+    if not spec.from_project or spec.name == stack.tag:
+        return stack.tag
+    return validate.tag(f"{stack.tag}-{spec.name}"[:128].rstrip(".-"), "image tag")
+
+
+def host_ranks(spec: TargetSpec, lays: Sequence[tuple[int, int]], world: int) -> int:
+    """Ranks of the single-host smoke job (build, smoke/run.sh): one node's worth, the most
+    GPUs per node of the layouts given (a 4x8 project: 8); without layouts, the world size
+    (12, or ``--nproc N``). The multi-node layouts run through jobs/ or ``smoke --layout``."""
+    if spec.layouts:
+        return max(p for _, p in lays)
+    return world
+
+
 def default_image(spec: TargetSpec, stack: Stack) -> str:
     """The image the job files run: ``--image``, else the spec's registry (a project's), else
     the local name the build tags."""
     if spec.image:
         return spec.image
-    return f"{spec.registry or LOCAL_REPOSITORY}:{stack.tag}"
+    return f"{spec.registry or LOCAL_REPOSITORY}:{image_tag(spec, stack)}"
+
+
+def job_base(spec: TargetSpec) -> str | None:
+    """What job names are made of: a project target's own name (two targets of one CUDA
+    line never share a job name); None (the target string) outside a project."""
+    return spec.name if spec.from_project else None
+
+
+def _compiled_names(spec: TargetSpec) -> tuple[str, ...]:
+    """The project's ``compiled`` list as package names (components.team_compiled checks each)."""
+    if not spec.compiled:
+        return ()
+    from envbuilder.components.team_compiled import explicit_names
+
+    return explicit_names(spec.compiled, f"{spec.project or 'project'} compiled")
+
+
+def with_team_compiled(spec: TargetSpec, stack: Stack) -> Stack:
+    """``stack`` with a warning per team package that compiles against torch (what builds it,
+    TORCH_CUDA_ARCH_LIST, a prebuilt wheel preferred); exit 3 when the stack cannot build one.
+    resolve, lock, render and build all see it."""
+    if spec.requirements_file is None and not spec.requirements:
+        return stack
+    from dataclasses import replace
+
+    from envbuilder.lock.requirements import team_requirements
+    from envbuilder.components import team_compiled as rc
+    from envbuilder.render.plan import make_plan
+
+    team = team_requirements(stack, requirements_file=spec.requirements_file,
+                             lines=spec.requirements, source=spec.requirements_source)
+    split = rc.split_team(team, _compiled_names(spec))
+    if not split:
+        return stack
+    b = rc.refuse_unbuildable(stack, split)
+    plan = make_plan(stack, **spec.plan_options(), team_requirements=team, compiled=_compiled_names(spec))
+    more = rc.warnings(stack, split, b, plan.cuda_arch, spec.pip_index_url)
+    return replace(stack, warnings=stack.warnings + tuple(more))
 
 
 def folder_files(spec: TargetSpec, stack: Stack, *, lock_text: str | None = None,
-                 lock_source: str = LOCK_NAME,
-                 wheelhouse: bool = False) -> tuple[BuildPlan, dict[str, str | bytes]]:
+                 lock_source: str = LOCK_NAME, wheelhouse: bool = False,
+                 image: str | None = None) -> tuple[BuildPlan, dict[str, str | bytes]]:
     """Every file of ``spec``'s build folder: (plan, {relative path: content}).
 
     With ``lock_text`` the lock is checked (well formed, made for the stack's Python) and
     cross-checked against the stack (exit 3 naming the fact and the lock line), cut into
-    per-layer hash-pinned files installed with ``--require-hashes``, and kept beside them."""
+    per-layer hash-pinned files installed with ``--require-hashes``, and kept beside them.
+    ``image``: the reference the job files pull (``build --push`` passes ``REPO@sha256:...``);
+    default ``default_image``."""
     from envbuilder.render.jobs import job_name, render_jobs
     from envbuilder.render.monitoring import render_monitoring
 
@@ -73,7 +134,8 @@ def folder_files(spec: TargetSpec, stack: Stack, *, lock_text: str | None = None
         team = team_requirements(stack, requirements_file=spec.requirements_file,
                                  lines=spec.requirements, source=spec.requirements_source)
     plan_kw = dict(spec.plan_options(), smoke_nproc=nproc, team_requirements=team,
-                   wheelhouse=wheelhouse)
+                   wheelhouse=wheelhouse, host_nproc=host_ranks(spec, lays, nproc),
+                   compiled=_compiled_names(spec))
     extra: dict[str, object] = {}
     layer_reqs = None
     if lock_text is None:
@@ -89,13 +151,21 @@ def folder_files(spec: TargetSpec, stack: Stack, *, lock_text: str | None = None
         plan = make_plan(stack, hashes=True, labels={PREFIX + "lock-digest": digest}, **plan_kw)
         layer_reqs = split_by_layer(lock_text, plan)
         extra["lock"] = {"file": LOCK_NAME, "digest": digest}
+    if image_tag(spec, stack) != stack.tag:
+        extra["image_tag"] = image_tag(spec, stack)
+    if plan.compiled_packages:  # the team's packages built against torch (components.team_compiled)
+        extra["compiled"] = {"packages": list(plan.compiled_packages), "layer": "team-compiled",
+                             "builder_image": plan.builder_image,
+                             "nvcc": plan.labels.get(PREFIX + "builder-nvcc"),
+                             "cuda_arch_list": list(plan.cuda_arch)}
     extra["smoke"] = {"world_size": nproc, "layouts": [lm.fmt(x) for x in lays],
                       "jobs": "jobs/layouts.json"}
     files = render_files(plan, layer_requirements=layer_reqs, stack_extra=extra)
     if lock_text is not None:
         files[LOCK_NAME] = lock_text
-    files.update(render_jobs(plan, image=default_image(spec, stack), layouts=lays,
-                             gpus=stack.toolkit is not None, infiniband=spec.infiniband))
+    files.update(render_jobs(plan, image=image or default_image(spec, stack), layouts=lays,
+                             gpus=stack.toolkit is not None, infiniband=spec.infiniband,
+                             jobs=spec.jobs.with_command(spec.command), name=job_base(spec)))
     files.update(render_monitoring(target=spec.name, min_busbw_gbps=spec.min_busbw,
-                                   job_names=[job_name(spec.name, *lays[0])]))
+                                   job_names=[job_name(job_base(spec) or spec.name, *lays[0])]))
     return plan, files

@@ -17,14 +17,15 @@ from typing import Any, List, Optional
 import typer
 
 from envbuilder import SMOKE_TIMEOUT
-from envbuilder.errors import EXIT_FAILED
+from envbuilder.errors import EXIT_FAILED, EXIT_INCOMPATIBLE
 from envbuilder.ui import daily
-from envbuilder.ui.options import (CASCADE, BackendOpt, DriverOpt, DsOpt, FlavourOpt, HvdOpt,
+from envbuilder.ui import diagnose as diagnose_ui
+from envbuilder.ui.options import (CASCADE, COMPONENT_CHECKED, COMPONENT_NAMES, COMPONENTS, BackendOpt, DriverOpt, FlavourOpt,
                                    JsonOpt, MatrixOpt, NcclOpt, OsOpt, PythonOpt, ShmOpt,
                                    SmokeTimeoutOpt, TorchOpt, complete_axis, complete_target,
                                    spec_options)
 from envbuilder.ui.output import (Progress, argument_types_off, command, console, echo_json,
-                                  exit_for_failures, print_build, print_explain, print_lock, print_warnings, print_smoke, print_stack, readable_metavars, run_app, table,
+                                  exit_for_failures, print_build, print_lock, print_warnings, print_smoke, print_stack, readable_metavars, run_app, table,
                                   warn)
 
 app = typer.Typer(
@@ -76,47 +77,60 @@ def targets(matrix: Optional[str] = MatrixOpt, as_json: bool = JsonOpt,
     """List the targets (inside a project: its targets; else the built-in ones) and what each resolves to."""
     from envbuilder import api
 
-    proj = None if all_ else api.find_project()
-    specs = _specs(None, None, command="targets") if proj is not None and proj.targets else None
+    chosen = api.target_specs(None, all_=all_, command="targets", matrix_dir=matrix, or_builtin=True)
+    specs = chosen if any(s.from_project for s in chosen) else None  # the built-in ones: by name
     if github_matrix:
-        return echo_json(api.github_matrix(specs, matrix_dir=matrix))
-    data = api.list_targets(specs, matrix_dir=matrix)
+        return echo_json(api.github_matrix(specs, matrix_dir=matrix).to_dict())
+    data = api.list_targets(specs, matrix_dir=matrix).to_dict()
     if as_json:
-        return echo_json(data)
-    table("envbuilder targets", ["target", "cuda", "torch", "python", "os", "extras", "base image"],
-          [[r["name"], r["stack"]["cuda_toolkit"] or "cpu", r["stack"]["torch"], r["stack"]["python"],
-            r["stack"]["os"], " ".join(f"{k} {r['stack'][k]}" for k in ("deepspeed", "horovod")
-                                       if r["stack"][k]), r["stack"]["base_image"]]
-           if r["ok"] else [r["name"], "refused", r["error"], "", "", "", ""] for r in data["targets"]])
+        echo_json(data)
+    else:
+        table("envbuilder targets", ["target", "cuda", "torch", "python", "os", "extras", "base image"],
+              [[r["name"], r["stack"]["cuda_toolkit"] or "cpu", r["stack"]["torch"], r["stack"]["python"],
+                r["stack"]["os"], " ".join(f"{k} {r['stack'][k]}" for k in COMPONENTS
+                                           if r["stack"][k]), r["stack"]["base_image"]]
+               if r["ok"] else [r["name"], "refused", r["error"], "", "", "", ""] for r in data["targets"]])
+    if not all(r["ok"] for r in data["targets"]):  # a refused target: exit 3, as resolve does
+        raise typer.Exit(EXIT_INCOMPATIBLE)
 
 
 @app.command(help="Print the resolved stack, or why none exists (exit 3)." + CASCADE)
 @command
 @spec_options("pins", "overlay", "exclude_newer")
-def resolve(target: str = typer.Argument(..., autocompletion=complete_target, help="e.g. cu118, cu121-torch2.1-py310, cpu, or a project target's name"),
+def resolve(target: Optional[str] = typer.Argument(None, autocompletion=complete_target, help="e.g. cu118, cu121-torch2.1-py310, cpu, or a project target's name; omit inside a project: its targets"),
             over: Any = None, matrix: Optional[str] = MatrixOpt, as_json: bool = JsonOpt) -> None:
-    from envbuilder.api import resolve_spec
+    from envbuilder.api import resolve_each
 
-    (spec,) = _specs(target, over, command="resolve")
-    d = resolve_spec(spec, matrix_dir=matrix).to_dict()
-    echo_json(d) if as_json else print_stack(d)
+    outcomes = resolve_each(_specs(target, over, command="resolve"), matrix_dir=matrix)
+    if target is not None and outcomes[0].error is not None:
+        raise outcomes[0].error  # one TARGET: its one line and exit code
+    stacks = [(o, o.value.to_dict()) for o in outcomes if o.value is not None]
+    if as_json:
+        echo_json(stacks[0][1] if target is not None else {"ok": all(o.ok for o in outcomes), "resolved": [
+            {"name": o.spec.name, **d} for o, d in stacks],
+            "failed": [{"target": o.spec.name, "error": o.error.to_dict()} for o in outcomes if o.error is not None]})
+    for o, d in stacks if not as_json else ():
+        if target is None:
+            sys.stdout.write(f"{o.spec.name}:\n")
+        print_stack(d)
+    exit_for_failures(outcomes)
 
 
 @app.command()
 @command
+@spec_options(*COMPONENTS, before="os_")  # each component's pin (--NAME VERSION), into over.pins
 def check(cuda: Optional[str] = typer.Option(None, "--cuda", help="CUDA version, e.g. 11.8."),
           driver: Optional[str] = DriverOpt, torch: Optional[str] = TorchOpt,
           python: Optional[str] = PythonOpt, nccl: Optional[str] = NcclOpt,
-          deepspeed: Optional[str] = DsOpt, horovod: Optional[str] = HvdOpt,
-          os_: Optional[str] = OsOpt, flavour: Optional[str] = FlavourOpt,
+          os_: Optional[str] = OsOpt, flavour: Optional[str] = FlavourOpt, over: Any = None,
           matrix_overlay: Optional[Path] = typer.Option(None, "--matrix-overlay", metavar="DIR", help="A team's matrix folder added to the matrix (default: the project's matrix_overlay)."),
           matrix: Optional[str] = MatrixOpt, as_json: bool = JsonOpt) -> None:
     """Judge a (partial) combination; explain every violated rule (exit 3)."""
     from envbuilder.api import check_combination
 
     r = check_combination(matrix_dir=matrix, cuda=cuda, driver=driver, torch=torch,
-                          python=python, nccl=nccl, deepspeed=deepspeed, horovod=horovod, os=os_,
-                          flavour=flavour, matrix_overlay=matrix_overlay)
+                          python=python, nccl=nccl, os=os_, flavour=flavour, matrix_overlay=matrix_overlay,
+                          **{c: getattr(over.pins, c) for c in COMPONENTS}).to_dict()
     if as_json:
         return echo_json(r)
     given = ", ".join(f"{k} {v}" for k, v in r["given"].items())
@@ -136,16 +150,20 @@ def render(target: Optional[str] = TargetArg, out: Optional[Path] = OutOpt,
            all_: bool = AllOpt, only: Optional[List[str]] = OnlyOpt,
            lock: bool = typer.Option(False, "--lock", help="Lock first (uv, hashes) and install with --require-hashes."),
            quiet: bool = typer.Option(False, "-q", "--quiet", help="Print only warnings, not the files written."),
+           take_jobs: bool = typer.Option(False, "--take-jobs", help="Write envbuilder's new jobs/ files over hand-edited ones, keeping each edited file as FILE.edited."),
            over: Any = None, matrix: Optional[str] = MatrixOpt, as_json: bool = JsonOpt) -> None:
     from envbuilder.api import render as render_specs
 
     specs = _specs(target, over, all_=all_, only=only, command="render", matrix=matrix)
-    reports = render_specs(specs, out, single=target is not None, matrix_dir=matrix, lock=lock)
+    reports = [r.to_dict() for r in render_specs(specs, out, single=target is not None, matrix_dir=matrix,
+                                                 lock=lock, take_jobs=take_jobs)]
     if as_json:
         return echo_json(reports[0] if target is not None else {"rendered": reports})
     for r in reports if not quiet else ():
         d = r["stack"]
         sys.stdout.write(f"{r['target']}: {d['tag']} (base {d['base_image']}) -> {r['out']}\n")
+        if not r["jobs"]["pinned"]:
+            sys.stdout.write(f"  jobs/ pull {r['jobs']['image']} by tag: `build --push REPO --context DIR` pins them to the digest\n")
         if target is not None:
             sys.stdout.writelines(f"  {Path(r['out']) / f}\n" for f in r["files"])
     print_warnings(reports)
@@ -170,7 +188,7 @@ def lock(target: Optional[str] = TargetArg, out: Optional[Path] = OutOpt,
     outcomes = lock_specs(specs, out, single=target is not None, matrix_dir=matrix, check=check_,
                           upgrade=upgrade, conda=conda, sbom=sbom,
                           conda_channels=tuple(conda_channel or ("conda-forge",)))
-    done = [o.value for o in outcomes if o.value is not None]
+    done = [o.value.to_dict() for o in outcomes if o.value is not None]
     if as_json and (target is None or done):
         echo_json(done[0] if target is not None else {
             "ok": all(o.ok for o in outcomes), "locks": done,
@@ -187,21 +205,29 @@ def lock(target: Optional[str] = TargetArg, out: Optional[Path] = OutOpt,
 
 @app.command(help="Render the project's targets (else every built-in target) and write a docker-bake.hcl for docker buildx bake." + CASCADE)
 @command
-@spec_options("overlay", "registry")
+@spec_options("overlay", "requirements", "images", "index", "exclude_newer", "registry")
 def bake(out: Optional[Path] = OutOpt, all_: bool = AllOpt, only: Optional[List[str]] = OnlyOpt,
+         wheelhouse: Optional[Path] = typer.Option(None, "--wheelhouse", help="Put each layer's wheels from this folder in its build folder: the bake builds offline."),
+         ca_cert: Optional[Path] = typer.Option(None, "--ca-cert", help="A PEM CA bundle trusted in the builder stage only."),
+         docker_driver: bool = typer.Option(False, "--docker-driver", help="For buildx's docker driver (an engine's built-in BuildKit): no cache export, no named contexts."),
+         cache_mounts: bool = typer.Option(False, "--cache-mounts", help="BuildKit cache mounts for pip and apt in the Dockerfiles (BuildKit only)."),
          over: Any = None, matrix: Optional[str] = MatrixOpt, as_json: bool = JsonOpt) -> None:
-    from envbuilder.api import bake as bake_specs, find_project
+    from envbuilder.api import bake as bake_specs, target_specs
 
-    proj = find_project()
-    specs = _specs(None, over, all_=all_ or proj is None or not proj.targets, only=only,
-                   command="bake", matrix=matrix)
-    r = bake_specs(specs, out, registry=over.registry, matrix_dir=matrix)
+    specs = target_specs(None, all_=all_, only=tuple(only or ()), overrides=over, command="bake",
+                         matrix_dir=matrix, or_builtin=True)
+    r = bake_specs(specs, out, matrix_dir=matrix, wheelhouse=wheelhouse, ca_cert=ca_cert,
+                   docker_driver=docker_driver, cache_mounts=cache_mounts).to_dict()
     if as_json:
         return echo_json(r)
     folder = Path(r["bake_file"]).parent
     sys.stdout.write(f"{r['bake_file']}: run `docker buildx bake -f docker-bake.hcl` in {folder}\n")
     if r["bake"].get("aliases"):
         sys.stdout.write(f"  moving aliases (pushed by `envbuilder build --push` after the smoke job): {', '.join(r['bake']['aliases'])}\n")
+    for t in r["targets"]:  # locked whenever a lock exists: say which targets have none
+        said = ("installs from its requirements.lock" + (f" (copied from {t['lock_from']})" if t["lock_from"] else "")
+                if t["locked"] else f"no lock in {t['out']} (unlocked; `envbuilder lock {t['target']}` writes one in {t['lock_default']})")
+        sys.stdout.write(f"  {t['target']}: {said}\n")
     print_warnings(r["targets"])
 
 
@@ -210,11 +236,12 @@ def bake(out: Optional[Path] = OutOpt, all_: bool = AllOpt, only: Optional[List[
 def ci(github: bool = typer.Option(False, "--github", help="Write a GitHub Actions workflow."),
        out: Path = typer.Option(Path("."), "-o", "--out", help="Repository root to write .github/workflows/ into."),
        registry: Optional[str] = typer.Option(None, "--registry", help="Repository to push to, e.g. ghcr.io/org/train (default: the project's)."),
+       install: Optional[str] = typer.Option(None, "--install", help="What the workflow pip-installs as envbuilder (default: this envbuilder as CI can install it: the checkout, its git commit, or its version on the index)."),
        matrix: Optional[str] = MatrixOpt, as_json: bool = JsonOpt) -> None:
     """Write CI that locks, renders, builds, smoke-tests and pushes every target (inside a project: its targets)."""
     from envbuilder.api import write_ci
 
-    path = write_ci(out, registry=registry, github=github, matrix_dir=matrix)
+    path = write_ci(out, registry=registry, github=github, matrix_dir=matrix, install=install)
     echo_json({"workflow": str(path)}) if as_json else sys.stdout.write(f"{path}\n")
 
 
@@ -222,7 +249,7 @@ def ci(github: bool = typer.Option(False, "--github", help="Write a GitHub Actio
 
 @app.command(help="Build each image with the Docker engine, verify it against its labels, run the smoke job in it, optionally push it: one TARGET, --all, or the project's targets (keeps going past a failure)." + CASCADE)
 @command
-@spec_options("pins", "overlay", "requirements", "images", "index", "exclude_newer")
+@spec_options("pins", "overlay", "requirements", "images", "index", "exclude_newer", "nproc")
 def build(target: Optional[str] = TargetArg, all_: bool = AllOpt, only: Optional[List[str]] = OnlyOpt,
           jobs: int = typer.Option(1, "--jobs", "-j", min=1, help="With several targets: builds at once."),
           no_verify: bool = typer.Option(False, "--no-verify", help="Skip checking the image against its labels."),
@@ -235,18 +262,20 @@ def build(target: Optional[str] = TargetArg, all_: bool = AllOpt, only: Optional
           push: Optional[str] = typer.Option(None, "--push", help="Push to this repository (registry/name) and record the digest."),
           no_alias: bool = typer.Option(False, "--no-alias", help="Do not move the alias tag named after the target (e.g. cu121)."),
           no_smoke: bool = typer.Option(False, "--no-smoke", help="Skip the smoke job."),
-          nproc: Optional[int] = typer.Option(None, "--nproc", min=1, help="Ranks of the smoke job (default 12, or the project's layouts)."),
           backend: str = BackendOpt, smoke_timeout: int = SmokeTimeoutOpt, shm_size: str = ShmOpt,
           context: Optional[Path] = typer.Option(None, "--context", help="Keep the build context in this folder (one TARGET)."),
           lock_file: Optional[Path] = typer.Option(None, "--lock-file", help="Install from this requirements.lock (from envbuilder lock) with --require-hashes."),
           lock_legacy: Optional[Path] = typer.Option(None, "--lock", hidden=True, help="The old name of --lock-file."),
           report: Optional[Path] = typer.Option(None, "--report", help="Also write the JSON report here."),
-          fmt: str = typer.Option("docker", "--format", help="docker, or apptainer: also build a SIF from the image (needs apptainer)."),
+          fmt: str = typer.Option("docker", "--runtime", "--format", help="docker (the image), apptainer (a SIF from envbuilder.def: built, verified and smoke-tested with apptainer), or both."),
+          sif: Optional[Path] = typer.Option(None, "--sif", help="With --runtime apptainer|both: write the SIF here (default ./<tag>.sif)."),
+          apptainer: Optional[str] = typer.Option(None, "--apptainer", envvar="ENVBUILDER_APPTAINER", help="The apptainer command (default: apptainer or singularity on PATH; a wrapper works)."),
           metrics_file: Optional[Path] = typer.Option(None, "--metrics-file", help="Write the smoke result as Prometheus metrics here (*.prom; one TARGET)."),
           pushgateway: Optional[str] = typer.Option(None, "--pushgateway", help="Push the smoke result as Prometheus metrics to this Pushgateway URL."),
+          sign: bool = typer.Option(False, "--sign", help="After verify, the smoke job and the push passed: sign the pushed digest with cosign and attach the verify, smoke, SBOM and provenance attestations."),
+          key: Optional[str] = typer.Option(None, "--key", help="--sign's key: a cosign key file or KMS URI (default ENVBUILDER_COSIGN_KEY; its password from COSIGN_PASSWORD)."),
+          keyless: bool = typer.Option(False, "--keyless", help="--sign without a key: Sigstore's public Fulcio and Rekor (needs their network)."),
           over: Any = None, matrix: Optional[str] = MatrixOpt, as_json: bool = JsonOpt) -> None:
-    from dataclasses import replace
-
     from envbuilder import api
 
     if lock_legacy is not None and lock_file is None:
@@ -256,16 +285,17 @@ def build(target: Optional[str] = TargetArg, all_: bool = AllOpt, only: Optional
         proxies={"HTTP_PROXY": http_proxy, "HTTPS_PROXY": https_proxy, "NO_PROXY": no_proxy},
         push=push, smoke=not no_smoke, backend=backend, smoke_timeout=smoke_timeout,
         shm_size=shm_size, context=context, alias=not no_alias, lock=lock_file, lock_legacy=lock_legacy,
-        fmt=fmt, metrics_file=metrics_file, pushgateway=pushgateway, several=target is None)
-    specs = _specs(target, replace(over, nproc=nproc), all_=all_, only=only, command="build", matrix=matrix)
-    if target is not None:
-        api.preflight(specs, matrix_dir=matrix)
+        fmt=fmt, sif=sif, apptainer=apptainer, metrics_file=metrics_file, pushgateway=pushgateway, several=target is None,
+        sign=sign, key=key, keyless=keyless)
+    specs = _specs(target, over, all_=all_, only=only, command="build", matrix=matrix)
+    todo = api.preflight(specs, matrix_dir=matrix) if target is not None else specs
     with Progress(not as_json) as prog:
-        reports = api.build(specs, opts, jobs=jobs, matrix_dir=matrix, on_event=prog.event)
+        reports = api.build(todo, opts, jobs=jobs, matrix_dir=matrix, on_event=prog.event)
     cause = reports[0].cause if target is not None else None
     if cause is not None and not isinstance(cause, api.BuildFailed):
         raise cause  # bad input or refused, for one TARGET: one line, its exit code
-    data = api.build_summary(reports, single=target is not None, fmt=fmt)
+    data = api.build_summary(reports, single=target is not None, fmt=fmt,
+                             project=next((s.project for s in specs if s.project), None)).to_dict()
     if report is not None:
         api.write_report(report, data)
     if cause is not None:  # one TARGET's failed step: the report, then the error (with it)
@@ -306,17 +336,13 @@ def smoke(image: Optional[str] = typer.Argument(None, help="The image to test (o
     from envbuilder.api import safe_text
     from envbuilder.api import smoke as run_smoke
 
-    result, runs, causes, exported = run_smoke(
+    run = run_smoke(
         image, host=host, nproc=nproc, nnodes=nnodes, layout=layout, backend=backend,
         timeout=timeout, progressive=progressive, min_busbw=min_busbw, shm_size=shm_size,
         gpus=gpus, records=records, metrics_file=metrics_file, pushgateway=pushgateway,
         labels=label)
-    data = result.to_dict()
-    data.pop("log", None)
-    data["causes"] = causes
-    data["metrics"] = exported.to_dict() if exported else None
-    if progressive:
-        data["progressive"] = [{"world_size": r.world_size, "ok": r.ok, "failed": r.failed} for r in runs]
+    result, runs, causes, exported = run.result, run.runs, run.causes, run.exported
+    data = run.to_dict(progressive=progressive)
     if as_json:
         echo_json(data)
     else:
@@ -331,15 +357,20 @@ def smoke(image: Optional[str] = typer.Argument(None, help="The image to test (o
         raise typer.Exit(EXIT_FAILED)
 
 
-@app.command()
+@app.command(help=f"Check that an image is what its labels say: torch, CUDA, the one NCCL loaded, "
+                  f"cuDNN, Python, {COMPONENT_CHECKED}, the NVIDIA variables (no GPU needed; exit 1 "
+                  f"on a mismatch).")
 @command
 def verify(image: str = typer.Argument(..., help="An image built by envbuilder (its labels say what it holds)."),
+           key: Optional[str] = typer.Option(None, "--key", help="A cosign public key: check IMAGE's signature and attestations in its registry instead (no layer pulled; exit 1 when one is missing or does not match its digest)."),
            matrix: Optional[str] = MatrixOpt, as_json: bool = JsonOpt) -> None:
-    """Check that an image is what its labels say: torch, CUDA, the one NCCL loaded, cuDNN,
-    Python, Horovod's NCCL, DeepSpeed ops, the NVIDIA variables (no GPU needed; exit 1 on a
-    mismatch)."""
+    """Check that an image is what its labels say (the help above names each check)."""
     from envbuilder.api import safe_text, verify_image
 
+    if key is not None:
+        from envbuilder.ui.signing import signed_verdict
+
+        return signed_verdict(image, key, as_json)
     r = verify_image(image, matrix_dir=matrix)
     d = r.to_dict()
     if as_json:
@@ -362,12 +393,13 @@ def verify(image: str = typer.Argument(..., help="An image built by envbuilder (
 def doctor(target: Optional[str] = typer.Option(None, "--target", help="Also judge this host against a target's stack (a project target's name too)."),
            image: Optional[str] = typer.Option(None, "--image", help="Also judge this host against an envbuilder image (its labels)."),
            nproc: Optional[int] = typer.Option(None, "--nproc", min=1, help="Ranks the job will run on this host."),
+           key: Optional[str] = typer.Option(None, "--key", help="With --image: verify its smoke attestation with this cosign public key."),
            over: Any = None, matrix: Optional[str] = MatrixOpt, as_json: bool = JsonOpt) -> None:
     """Check this host: driver, GPUs, topology, /dev/shm, InfiniBand, NCCL settings, container."""
     from envbuilder.api import doctor as run_doctor
 
     spec = _specs(target, over, command="doctor")[0] if target else None
-    checks = run_doctor(spec=spec, image=image, nproc=nproc, matrix_dir=matrix)
+    checks = run_doctor(spec=spec, image=image, nproc=nproc, matrix_dir=matrix, key=key)
     failed = [c for c in checks if c.status == "fail"]
     if as_json:
         echo_json({"ok": not failed, "checks": [c.to_dict() for c in checks]})
@@ -382,26 +414,7 @@ def doctor(target: Optional[str] = typer.Option(None, "--target", help="Also jud
         raise typer.Exit(EXIT_FAILED)
 
 
-@app.command()
-@command
-def explain(logs: Optional[List[str]] = typer.Argument(None, help="Log files, or - for stdin (the default when stdin is a pipe or a file)."),
-            top: int = typer.Option(5, "--top", min=1, help="How many causes to show."),
-            as_json: bool = JsonOpt) -> None:
-    """Name the likely causes of a failed distributed job from its logs, with fixes."""
-    from envbuilder.api import explain_report
-    from envbuilder.errors import InputError
-
-    if not logs:
-        if sys.stdin is None or sys.stdin.isatty():
-            raise InputError("explain needs a LOG file, - for stdin, or a log piped in "
-                             "(envbuilder explain < job.log)")
-        logs = ["-"]
-    report = explain_report(logs, top=top)
-    causes = report.causes
-    echo_json(report.to_dict()) if as_json else print_explain(report)
-    if not causes:
-        sys.stderr.write("envbuilder: nothing in the log matched a known failure\n")
-        raise typer.Exit(EXIT_FAILED)
+diagnose_ui.register(app)  # explain (envbuilder.ui.diagnose), in its place in --help
 
 
 # -- matrix: the knowledge itself (logic in envbuilder.knowledge) ----------------------------
@@ -410,13 +423,16 @@ matrix_app = typer.Typer(help="Read the matrix (show) or check it against the pa
 app.add_typer(matrix_app, name="matrix")
 
 
-@matrix_app.command("verify")
+@matrix_app.command("verify", help=f"Check torch releases, variants, NCCL pins and Python tags, "
+                                   f"and {COMPONENT_NAMES}'s releases and requires-python, against "
+                                   f"the reachable indexes (exit 1 on a disagreement).")
 @command
 def matrix_verify(pypi: str = typer.Option("https://pypi.org/simple", "--pypi-index-url", help="PyPI or a mirror."),
                   torch_index: Optional[str] = typer.Option(None, "--torch-index", help="PyTorch's index template with {variant}."),
+                  write_overlay: Optional[str] = typer.Option(None, "--write-overlay", metavar="DIR", help="Write the new releases as a matrix overlay to review (--matrix-overlay DIR loads it)."),
                   matrix: Optional[str] = MatrixOpt, as_json: bool = JsonOpt) -> None:
-    """Check torch releases, variants, NCCL pins and Python tags, and DeepSpeed/Horovod releases and requires-python, against the reachable indexes (exit 1 on a disagreement)."""
-    from envbuilder.api import verify_matrix
+    """Check the matrix against the package indexes (the help above says what)."""
+    from envbuilder.api import verify_matrix, write_verify_overlay
 
     con = console(stderr=True)
     con.quiet = as_json
@@ -431,6 +447,8 @@ def matrix_verify(pypi: str = typer.Option("https://pypi.org/simple", "--pypi-in
             sys.stdout.write(f"{f.kind}: {f}\n")
         sys.stdout.write(f"{len(rep.agreed)} facts agree; {len(rep.of('disagree'))} disagreements, "
                          f"{len(rep.of('new'))} new, {len(rep.of('skipped'))} skipped, {len(rep.of('unverified'))} unverified\n")
+    if write_overlay:
+        sys.stderr.write(f"overlay: {', '.join(write_verify_overlay(rep, write_overlay, matrix_dir=matrix)) or 'nothing new'} in {write_overlay}\n")
     if rep.error:
         sys.stderr.write(f"envbuilder: error: {rep.error}\n")
     if not rep.ok:
@@ -439,7 +457,7 @@ def matrix_verify(pypi: str = typer.Option("https://pypi.org/simple", "--pypi-in
 
 @matrix_app.command("show")
 @command
-def matrix_show(axis: str = typer.Argument(..., autocompletion=complete_axis, help="cuda, torch, nccl, os, base_images, deepspeed, horovod or incompatibilities."),
+def matrix_show(axis: str = typer.Argument(..., autocompletion=complete_axis, help=f"cuda, torch, nccl, os, base_images, {', '.join(COMPONENTS)} or incompatibilities."),
                 torch: Optional[str] = typer.Option(None, "--torch", metavar="VERSION", help="Only rows of this torch release or line (2.6)."),
                 cuda: Optional[str] = typer.Option(None, "--cuda", metavar="VERSION", help="Only rows of this CUDA version or line (12.4; torch: its cu124 variant)."),
                 python: Optional[str] = typer.Option(None, "--python", metavar="VERSION", help="Only rows that list this Python (3.11)."),

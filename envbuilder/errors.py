@@ -3,12 +3,17 @@
 Every failure a user can meet is one of these: a class, an exit code and one sentence that names
 the input or the step and says what to do. The CLI prints ``str(err)`` on one line and exits
 with ``err.exit_code``; no traceback reaches a user.
+
+What an error carries beyond its message is declared on its class, as a dataclass declares its
+fields: ``step`` on every error (None unless an operation names it), ``violations`` and
+``alternatives`` on a refusal, ``report`` on the failures that come with one (run.build's
+``BuildFailed``, lock's ``LockCheckFailed``). Nothing is attached to an error after it is made.
 """
 
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, ClassVar
 
 EXIT_OK = 0
 EXIT_FAILED = 1  # an operation failed: build, smoke, push, a doctor check
@@ -21,10 +26,20 @@ _CREDENTIALS = re.compile(r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.-]*://)(?P<user>[^/
                           r"(?::(?P<password>[^/\s@'\"]*))?@")
 
 
+# a URL's query parameter that carries a secret (?token=, ?access_token=, a signed URL's ?sig=)
+_SECRET_QUERY = re.compile(r"(?P<key>[?&](?:token|access_token|auth_token|private_token|api_key|"
+                           r"apikey|key|secret|password|passwd|auth|sig|signature|credential|"
+                           r"x-amz-signature|x-amz-security-token|x-goog-signature)=)"
+                           r"[^&\s'\"#<>]+", re.IGNORECASE)
+
+
 def redact(text: str) -> str:
     """``text`` with the credentials of every URL in it hidden: ``https://user:token@host/x``
-    becomes ``https://user:***@host/x``, ``https://token@host/x`` becomes ``https://***@host/x``.
+    becomes ``https://user:***@host/x``, ``https://token@host/x`` becomes ``https://***@host/x``,
+    ``?token=abc`` becomes ``?token=***``.
     Every error message goes through it, and so do JSON outputs and rendered files."""
+    if "=" in text and ("?" in text or "&" in text):
+        text = _SECRET_QUERY.sub(lambda m: m.group("key") + "***", text)
     if "@" not in text:
         return text
 
@@ -40,7 +55,10 @@ class EnvbuilderError(Exception):
     """Base class: a one-line message and an exit code. The message and details never show
     a URL's credentials (``redact``)."""
 
-    exit_code: int = EXIT_FAILED
+    exit_code: ClassVar[int] = EXIT_FAILED
+    message: str
+    details: list[str]  # more lines a user can read (each reason, each difference)
+    step: str | None = None  # the step it failed in (build, smoke, push, lock); an OperationError names it
 
     def __init__(self, message: str, *, details: list[str] | None = None) -> None:
         message = redact(message)
@@ -71,14 +89,18 @@ class MatrixError(InputError):
 
 
 class IncompatibleError(EnvbuilderError):
-    """A combination that cannot work was refused. ``violations`` say why."""
+    """A combination that cannot work was refused. ``violations`` say why; ``alternatives``
+    what resolves instead (each pin dropped alone), when the resolver looked for them."""
 
     exit_code = EXIT_INCOMPATIBLE
+    violations: list[Any]
+    alternatives: list[str]
 
     def __init__(self, message: str, *, violations: list[Any] | None = None,
-                 details: list[str] | None = None) -> None:
+                 details: list[str] | None = None, alternatives: list[str] | None = None) -> None:
         super().__init__(message, details=details)
         self.violations = list(violations or [])
+        self.alternatives = list(alternatives or [])
 
     def to_dict(self) -> dict[str, Any]:
         d = super().to_dict()

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 from packaging.version import InvalidVersion, Version
 
 from envbuilder import __version__
+from envbuilder.core.matrix import COMPONENT_TITLES, COMPONENTS, OPS_KEY
 from envbuilder.errors import InputError
 
 if TYPE_CHECKING:
@@ -52,11 +53,10 @@ LABELS: tuple[Label, ...] = (
     Label(PREFIX + "driver-minor-compat", "driver_minor_compat", always=False),
     Label(PREFIX + "torch-arch", "torch_arch", always=False),
     Label(PREFIX + "nccl", "nccl", always=False),
-    Label(PREFIX + "deepspeed", "deepspeed", always=False),
-    Label(PREFIX + "horovod", "horovod", always=False),
+    *(Label(PREFIX + c, c, always=False) for c in COMPONENTS),  # each matrix component's version
     Label(PREFIX + "flavour", "flavour", always=False),  # the runtime base flavour
     Label(PREFIX + "nccl-package", "nccl_package", always=False),
-    Label(PREFIX + "deepspeed-ops", "deepspeed_ops", always=False),  # pre-built, comma-separated
+    Label(PREFIX + OPS_KEY.replace("_", "-"), OPS_KEY, always=False),  # pre-built ops, comma-separated
     Label(PREFIX + "cuda-arch-list", "cuda_arch_list", always=False),  # TORCH_CUDA_ARCH_LIST compiled for
     Label(PREFIX + "builder-nvcc", "builder_nvcc", always=False),
     Label(PREFIX + "cpu-isa", "cpu_isa", always=False),  # -march of compiled CPU code
@@ -75,8 +75,7 @@ def facts(stack: Stack, base_image: str | None = None, *, cuda_arch_list: str | 
         "title": f"envbuilder {stack.target}",
         "description": f"PyTorch {d['torch']} ({d['torch_variant']}), Python {d['python']}, "
                        f"{d['os']}"
-                       + (f", DeepSpeed {d['deepspeed']}" if d["deepspeed"] else "")
-                       + (f", Horovod {d['horovod']}" if d["horovod"] else ""),
+                       + "".join(f", {COMPONENT_TITLES[c]} {d[c]}" for c in COMPONENTS if d[c]),
         "tag": stack.tag,
         "base_image": base_image or stack.runtime_image,
         "vendor": "envbuilder",
@@ -93,11 +92,10 @@ def facts(stack: Stack, base_image: str | None = None, *, cuda_arch_list: str | 
         "driver_minor_compat": dm["minor_compat"] if dm else None,
         "torch_arch": ",".join(d["torch_arch"]) or None,
         "nccl": d["nccl"],
-        "deepspeed": d["deepspeed"],
-        "horovod": d["horovod"],
+        **{c: d[c] for c in COMPONENTS},
         "flavour": d["flavour"],
         "nccl_package": d["nccl_package"],
-        "deepspeed_ops": ",".join(d["deepspeed_ops"]) or None,
+        OPS_KEY: ",".join(d[OPS_KEY]) or None,
         "cuda_arch_list": cuda_arch_list,
         "builder_nvcc": (d["builder"] or {}).get("nvcc"),
         "cpu_isa": cpu_isa,

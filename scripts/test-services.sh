@@ -61,6 +61,10 @@ docker container prune -f >/dev/null 2>&1 || true
 docker images --format '{{.Repository}}:{{.Tag}}' 2>/dev/null \
   | grep -E '^(127\.0\.0\.1|localhost):[0-9]+/' | grep -v ':<none>$' \
   | xargs -r docker rmi >/dev/null 2>&1 || true
+# and the ones left without a tag (REPO@sha256:..., or only an id): `image prune` keeps them
+docker images --format '{{.Repository}}@{{.Digest}} {{.Tag}} {{.ID}}' 2>/dev/null \
+  | awk '$2 == "<none>" && $1 ~ /^(127\.0\.0\.1|localhost):[0-9]+\// {print ($1 ~ /@$/ ? $3 : $1)}' \
+  | xargs -r docker rmi >/dev/null 2>&1 || true
 docker image prune -f >/dev/null 2>&1 || true
 
 # --- Debian 12 and 13 base images ---------------------------------------------------------
@@ -88,7 +92,11 @@ base_image "$BASE_TAG_13" trixie debian13-rootfs.tar
 
 # --- a wheelhouse for offline image builds -------------------------------------------------
 WHEELS=$CACHE/wheelhouse
-if [ ! -f "$WHEELS/.complete" ]; then
+# .complete holds what the wheelhouse was filled for: a warm machine whose list is older gets
+# what is missing (pip download skips the files already there)
+DS_CPU="0.16.9 0.17.6 0.19.7 0.19.8"  # 0.19.6+ for torch 2.12+ (C++20 headers): the CPU DeepSpeed tests
+WHEELS_KEY="torch==2.13.0 deepspeed $DS_CPU"
+if [ "$(cat "$WHEELS/.complete" 2>/dev/null)" != "$WHEELS_KEY" ]; then
   log "filling the wheelhouse $WHEELS"
   mkdir -p "$WHEELS"
   plat=(--only-binary=:all: --python-version 3.11 --implementation cp --abi cp311
@@ -98,10 +106,10 @@ if [ ! -f "$WHEELS/.complete" ]; then
   # DeepSpeed is an sdist only; its build needs setuptools/wheel from the wheelhouse too
   python3 -m pip download -q -d "$WHEELS" "${plat[@]}" setuptools wheel \
     hjson ninja packaging psutil py-cpuinfo 'pydantic>=2' msgpack tqdm einops >&2
-  for ds in 0.16.9 0.17.6; do
+  for ds in $DS_CPU; do
     python3 -m pip download -q -d "$WHEELS" --no-deps --no-binary=:all: "deepspeed==$ds" >&2
   done
-  touch "$WHEELS/.complete"
+  echo "$WHEELS_KEY" > "$WHEELS/.complete"
 fi
 
 # --- CUDA wheelhouses: PyPI's default CUDA variant of torch and what each test image builds
@@ -162,6 +170,105 @@ else
   echo $! > "$STATE/cuda-wheels.pid"
 fi
 
+# --- Apptainer and docker buildx (issue 28) -------------------------------------------------
+# Apptainer is not packaged for Debian 12; Debian sid's 1.4.x runs here as an unprivileged user
+# in a container with SYS_ADMIN, no seccomp/AppArmor profile and /dev/fuse (a root user or a
+# chroot is refused: docs in ../shared/MACHINE.md). An image of debootstrapped sid with apptainer,
+# squashfs-tools and squashfuse is cached as a tarball under $CACHE like the other bases; the
+# `apptainer` wrapper below runs it. Debian sid's docker-buildx plugin binary (from its .deb,
+# downloaded in that image: the host's apt sources stay untouched) goes into a DOCKER_CONFIG
+# cli-plugins folder so `docker buildx` uses the engine's built-in BuildKit.
+APPTAINER_TAG=envbuilder-test/apptainer:sid
+APPTAINER_BIN=$STATE/apptainer-bin
+EB_DOCKER_CONFIG=$STATE/docker-config
+apptainer_services() {
+  local tarball=$CACHE/sid-apptainer-rootfs.tar plugin=$CACHE/docker-buildx
+  if ! docker image inspect "$APPTAINER_TAG" >/dev/null 2>&1 || [ ! -s "$plugin" ]; then
+    if [ ! -s "$tarball" ] || [ ! -s "$plugin" ]; then
+      local root cid
+      root=$(mktemp -d "$STATE/rootfs.XXXXXX")
+      log "debootstrap sid from $mirror (for apptainer)"
+      debootstrap --variant=minbase sid "$root" "$mirror" >"$STATE/debootstrap-sid.log" 2>&1 \
+        || { tail -20 "$STATE/debootstrap-sid.log" >&2; rm -rf "$root"; exit 1; }
+      rm -rf "$root"/var/cache/apt/archives/*.deb "$root"/var/lib/apt/lists/*
+      tar -C "$root" -c . | docker import - envbuilder-test/sid-minbase:tmp >/dev/null
+      rm -rf "$root"
+      log "apt-get install apptainer squashfs-tools squashfuse in the sid image"
+      mkdir -p "$STATE/buildx-deb"
+      cid=$(docker create -v "$STATE/buildx-deb:/out" envbuilder-test/sid-minbase:tmp sh -euc '
+        export DEBIAN_FRONTEND=noninteractive
+        apt-get -qq -o Acquire::Check-Valid-Until=false update
+        apt-get -qq install -y --no-install-recommends apptainer squashfs-tools squashfuse fuse3 uidmap ca-certificates >/dev/null
+        cd /out && apt-get -qq download docker-buildx && dpkg -x docker-buildx_*.deb x \
+          && cp x/usr/libexec/docker/cli-plugins/docker-buildx /out/docker-buildx && rm -rf x ./*.deb
+        useradd -m -u 1000 -s /bin/bash eb
+        echo eb:100000:65536 >/etc/subuid; echo eb:100000:65536 >/etc/subgid
+        apt-get clean; rm -rf /var/lib/apt/lists/*')
+      docker start -a "$cid" >"$STATE/apptainer-image.log" 2>&1 \
+        || { tail -20 "$STATE/apptainer-image.log" >&2; docker rm -f "$cid" >/dev/null; exit 1; }
+      docker export "$cid" >"$tarball.tmp" && mv "$tarball.tmp" "$tarball"
+      docker rm -f "$cid" >/dev/null; docker rmi envbuilder-test/sid-minbase:tmp >/dev/null
+      cp "$STATE/buildx-deb/docker-buildx" "$plugin.tmp" && mv "$plugin.tmp" "$plugin"
+      rm -rf "$STATE/buildx-deb"
+    fi
+    if ! docker image inspect "$APPTAINER_TAG" >/dev/null 2>&1; then
+      log "docker import $APPTAINER_TAG"
+      docker import "$tarball" "$APPTAINER_TAG" >/dev/null
+    fi
+  fi
+  mkdir -p "$EB_DOCKER_CONFIG/cli-plugins" "$APPTAINER_BIN"
+  install -m 0755 "$plugin" "$EB_DOCKER_CONFIG/cli-plugins/docker-buildx"
+  [ -f "$HOME/.docker/config.json" ] && [ ! -e "$EB_DOCKER_CONFIG/config.json" ] \
+    && cp "$HOME/.docker/config.json" "$EB_DOCKER_CONFIG/config.json"
+  # the wrapper: apptainer ARGS in a container of $APPTAINER_TAG as uid 1000 (eb), each existing path
+  # among ARGS and APPTAINER_BIND (or the folder of a path to be written; SRC of SRC:DEST) and the
+  # working folder bind-mounted at the same place; APPTAINER_WRAPPER_BINDS adds more (space-separated). Files it writes belong to
+  # uid 1000, so the folders it writes to must be writable by that user.
+  cat >"$APPTAINER_BIN/apptainer.tmp" <<WRAPPER
+#!/usr/bin/env bash
+# apptainer in a container (scripts/test-services.sh, issue 28): Apptainer is not packaged for Debian 12
+set -euo pipefail
+binds=(-v "\$PWD:\$PWD")
+for a in "\$@" \${APPTAINER_BIND:+\${APPTAINER_BIND//,/ }} \${APPTAINER_WRAPPER_BINDS:-}; do
+  p=\${a#--*=}; p=\${p#*://}; p=\${p%%:*}  # --opt=PATH, docker-archive://PATH, SRC:DEST[:ro]
+  case \$p in /*) ;; *) continue ;; esac
+  if [ -e "\$p" ]; then binds+=(-v "\$p:\$p")
+  elif [ -d "\$(dirname "\$p")" ]; then binds+=(-v "\$(dirname "\$p"):\$(dirname "\$p")"); fi
+done
+envs=()
+for v in \$(env | sed -n 's/^\(APPTAINERENV_[A-Za-z0-9_]*\|APPTAINER_[A-Z_]*\)=.*/\1/p'); do
+  case \$v in APPTAINER_WRAPPER_*) ;; *) envs+=(-e "\$v") ;; esac
+done
+tty=(); [ -t 0 ] && tty=(-t)
+# root only to open the container's own /dev/fuse node to its user (the host's may be 0600), then
+# apptainer runs as the unprivileged user eb (uid 1000): Apptainer refuses root in a container
+exec docker run --rm -i "\${tty[@]}" --user 0:0 --cap-add SYS_ADMIN --security-opt seccomp=unconfined \\
+  --security-opt apparmor=unconfined --security-opt systempaths=unconfined --device /dev/fuse --shm-size 2g -e HOME=/home/eb \\
+  "\${envs[@]}" "\${binds[@]}" -w "\$PWD" $APPTAINER_TAG \\
+  sh -c 'chmod 0666 /dev/fuse && exec setpriv --reuid=1000 --regid=1000 --init-groups -- apptainer "\$@"' apptainer "\$@"
+WRAPPER
+  chmod 0755 "$APPTAINER_BIN/apptainer.tmp" && mv "$APPTAINER_BIN/apptainer.tmp" "$APPTAINER_BIN/apptainer"
+}
+apptainer_services
+# --- cosign (sign): Debian sid's cosign binary, from its .deb, through a private apt state
+# (the host's apt sources and lists are not touched); cached under $CACHE/cosign ----------------
+cosign_from_sid() {
+  local dir=$CACHE/cosign sid=$CACHE/sid-apt
+  [ -x "$dir/usr/bin/cosign" ] && return 0
+  log "cosign from Debian sid's .deb (private apt state $sid)"
+  mkdir -p "$sid/lists/partial" "$sid/cache/archives/partial" "$sid/deb"
+  echo "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] $mirror sid main" > "$sid/sid.list"
+  local apt=(-o "Dir::Etc::SourceList=$sid/sid.list" -o Dir::Etc::SourceParts=/dev/null
+             -o "Dir::State::Lists=$sid/lists" -o "Dir::Cache=$sid/cache"
+             -o Acquire::Check-Valid-Until=false -o Debug::NoLocking=1 -o APT::Sandbox::User=root)
+  apt-get "${apt[@]}" -qq update >&2
+  ( cd "$sid/deb" && rm -f cosign_*.deb && apt-get "${apt[@]}" -qq download cosign >&2 )
+  rm -rf "$dir.tmp" && dpkg -x "$sid"/deb/cosign_*.deb "$dir.tmp"
+  "$dir.tmp/usr/bin/cosign" version >/dev/null 2>&1 || { log "cosign from sid does not run"; exit 1; }
+  rm -rf "$dir" && mv "$dir.tmp" "$dir"
+}
+cosign_from_sid
+
 echo "export DOCKER_HOST=unix://$SOCK"
 echo "export ENVBUILDER_TEST_BASE_IMAGE=$BASE_TAG"
 echo "export ENVBUILDER_TEST_WHEELHOUSE=$WHEELS"
@@ -169,3 +276,7 @@ echo "export ENVBUILDER_TEST_BASE_IMAGE_13=$BASE_TAG_13"
 echo "export ENVBUILDER_TEST_CACHE=$CACHE"
 echo "export ENVBUILDER_TEST_STATE=$STATE"
 echo "export ENVBUILDER_TEST_CUDA_WHEELS_PID=$(cat "$STATE/cuda-wheels.pid" 2>/dev/null || true)"
+echo "export PATH=$APPTAINER_BIN:\$PATH"
+echo "export DOCKER_CONFIG=$EB_DOCKER_CONFIG"
+echo "export ENVBUILDER_TEST_APPTAINER_IMAGE=$APPTAINER_TAG"
+echo "export PATH=$CACHE/cosign/usr/bin:\$PATH"

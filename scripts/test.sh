@@ -5,10 +5,15 @@
 #      (scripts/test-services.sh; registries are started by the tests themselves)
 #   3. runs the static checks (scripts/lint.sh: import-linter layers, ruff, mypy); a violation
 #      fails the run before any test
-#   4. runs pytest; arguments are passed on (e.g. scripts/test.sh -k resolve)
+#   4. runs pytest; arguments are passed on (e.g. scripts/test.sh -k resolve); it prints the 25
+#      slowest tests and, last, the set-up, test and total times (docs/internals.md keeps a record)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export UV_PYTHON_DOWNLOADS=never PIP_DISABLE_PIP_VERSION_CHECK=1
+# bytecode is written and kept between runs (outside the checkout): hundreds of tests start the
+# CLI in a fresh interpreter, and without it each one compiles envbuilder again
+unset PYTHONDONTWRITEBYTECODE
+export PYTHONPYCACHEPREFIX=${PYTHONPYCACHEPREFIX:-${ENVBUILDER_TEST_CACHE:-$HOME/.cache/envbuilder-test}/pycache}
 PY=${PYTHON:-python3}
 echo "[test.sh] installing this checkout (torch-envbuilder[dev,lock,conda]) and torch 2.13.0 (CPU)" >&2
 "$PY" -m pip install -q -e '.[dev,lock,conda]'
@@ -18,7 +23,11 @@ echo "[test.sh] installing this checkout (torch-envbuilder[dev,lock,conda]) and 
 bash scripts/lint.sh
 echo "[test.sh] starting the Docker engine, base image and wheelhouse" >&2
 eval "$(bash scripts/test-services.sh)"
-echo "[test.sh] set-up done after ${SECONDS} s (install, lint, engine, base images, wheelhouses)" >&2
+setup=$SECONDS
+echo "[test.sh] set-up done after ${setup} s (install, lint, engine, base images, wheelhouses)" >&2
 # fail (not skip) the engine tests if anything above did not come up
 export ENVBUILDER_REQUIRE_DOCKER=1
-exec "$PY" -m pytest -p no:cacheprovider "$@"
+rc=0
+"$PY" -m pytest -p no:cacheprovider --durations=25 "$@" || rc=$?
+echo "[test.sh] set-up ${setup} s, tests $((SECONDS - setup)) s, total ${SECONDS} s (exit $rc)" >&2
+exit $rc

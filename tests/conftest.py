@@ -175,7 +175,15 @@ def uv_cache(tmp_path_factory):
             os.environ[k] = v
 
 
+@pytest.hookimpl(tryfirst=True)  # before -m deselects: `-m "not network"` leaves them out
 def pytest_collection_modifyitems(session, config, items):
-    """The CUDA image tests run last: on a cold machine their wheelhouses (about 9 GB) download
+    """Every test that runs uv is marked ``network`` (uv resolves against PyPI): a test runs uv
+    through the ``uv_cache`` fixture, directly or through a fixture that uses it (``real_lock``,
+    ``locked``); one that runs it otherwise carries the mark itself.
+
+    The CUDA image tests run last: on a cold machine their wheelhouses (about 9 GB) download
     in the background while the rest of the suite runs (scripts/test-services.sh)."""
+    for item in items:
+        if "uv_cache" in getattr(item, "fixturenames", ()) and item.get_closest_marker("network") is None:
+            item.add_marker(pytest.mark.network)
     items.sort(key=lambda item: item.get_closest_marker("cuda") is not None)

@@ -139,3 +139,155 @@ def fill(path: Path, leave: int = 0) -> Path:
         except OSError:
             pass
     return filler
+
+
+# -- a hostile registry: a small HTTP server on 127.0.0.1 only, one thread, bounded loops -----
+
+LABELS = {"io.envbuilder.torch": "2.5.1", "io.envbuilder.version": "0.0-test",
+          "io.envbuilder.python": "3.11", "io.envbuilder.os": "ubuntu22.04",
+          "io.envbuilder.cuda": "cpu", "io.envbuilder.target": "cpu"}
+OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
+OCI_INDEX = "application/vnd.oci.image.index.v1+json"
+
+
+def digest(body: bytes) -> str:
+    return "sha256:" + hashlib.sha256(body).hexdigest()
+
+
+def image_docs(labels: dict | None = None, config: object = None) -> dict[str, bytes]:
+    """{"config", "manifest", "index"}: the bytes of a small envbuilder image (no layer)."""
+    cfg = json.dumps(config if config is not None else
+                     {"created": "2026-11-30T10:00:00Z", "architecture": "amd64", "os": "linux",
+                      "config": {"Labels": labels or LABELS}}).encode()
+    man = json.dumps({"schemaVersion": 2, "mediaType": OCI_MANIFEST,
+                      "config": {"mediaType": "application/vnd.oci.image.config.v1+json",
+                                 "digest": digest(cfg), "size": len(cfg)},
+                      "layers": []}).encode()
+    idx = json.dumps({"schemaVersion": 2, "mediaType": OCI_INDEX,
+                      "manifests": [{"mediaType": OCI_MANIFEST, "digest": digest(man),
+                                     "size": len(man),
+                                     "platform": {"os": "linux", "architecture": "amd64"}}]}).encode()
+    return {"config": cfg, "manifest": man, "index": idx}
+
+
+class HostileRegistry:
+    """A registry that plays by its own rules, bound to 127.0.0.1 on a free port.
+
+    ``routes`` maps a request path (without the query) to a function ``fn(handler)`` that
+    answers; ``requests`` records (method, path with query, headers) of everything received,
+    ``raw`` every request line. ``close()`` (or leaving the ``with``) stops it."""
+
+    def __init__(self) -> None:
+        import http.server
+        import threading
+
+        self.routes: dict[str, object] = {}
+        self.requests: list[tuple[str, str, dict[str, str]]] = []
+        self.stop = threading.Event()
+        reg = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *a):  # quiet
+                pass
+
+            def _any(self):
+                reg.requests.append((self.command, self.path, dict(self.headers.items())))
+                fn = reg.routes.get(self.path.split("?", 1)[0])
+                if fn is None:
+                    self.send_response(404)
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
+                fn(self)
+
+            do_GET = do_HEAD = do_CONNECT = _any
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.port = self.server.server_address[1]
+        self.host = f"127.0.0.1:{self.port}"
+        self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.1},
+                                       daemon=True)
+        self.thread.start()
+
+    def url(self, path: str) -> str:
+        return f"http://{self.host}{path}"
+
+    def close(self) -> None:
+        self.stop.set()
+        self.server.shutdown()
+        self.server.server_close()
+
+    def __enter__(self) -> HostileRegistry:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # answers
+    @staticmethod
+    def send(body: bytes = b"", status: int = 200, ctype: str = OCI_MANIFEST,
+             headers: dict | None = None):
+        def fn(h) -> None:
+            h.send_response(status)
+            h.send_header("Content-Type", ctype)
+            h.send_header("Content-Length", str(len(body)))
+            for k, v in (headers or {}).items():
+                h.send_header(k, v)
+            h.end_headers()
+            h.wfile.write(body)
+        return fn
+
+    def serve_image(self, repo: str = "ml/x", tag: str = "v1", *, index: bool = False,
+                    docs: dict[str, bytes] | None = None, child: bytes | None = None) -> dict:
+        """Routes of one image; ``child``: bytes served at the index entry's digest instead
+        of the manifest it names."""
+        d = docs or image_docs()
+        self.routes[f"/v2/{repo}/blobs/{digest(d['config'])}"] = self.send(
+            d["config"], ctype="application/octet-stream")
+        self.routes[f"/v2/{repo}/manifests/{digest(d['manifest'])}"] = self.send(
+            child if child is not None else d["manifest"])
+        self.routes[f"/v2/{repo}/manifests/{tag}"] = (
+            self.send(d["index"], ctype=OCI_INDEX) if index else self.send(d["manifest"]))
+        if index:
+            self.routes[f"/v2/{repo}/manifests/{digest(d['index'])}"] = self.send(
+                d["index"], ctype=OCI_INDEX)
+        return d
+
+    def drip(self, head: bytes, every: float = 0.5, most: int = 240):
+        """Answer ``head`` then one byte every ``every`` seconds, at most ``most`` bytes."""
+        import time
+
+        def fn(h) -> None:
+            h.wfile.write(head)
+            h.wfile.flush()
+            for _ in range(most):
+                if self.stop.wait(every):
+                    return
+                try:
+                    h.wfile.write(b" ")
+                    h.wfile.flush()
+                except OSError:
+                    return
+            time.sleep(0)
+        return fn
+
+    def raw(self, data: bytes):
+        """Answer bytes that are not HTTP (or not well-formed HTTP), then close."""
+        def fn(h) -> None:
+            h.wfile.write(data)
+            h.wfile.flush()
+            h.close_connection = True
+        return fn
+
+    def seen(self, needle: str) -> list[str]:
+        """Request lines and headers that hold ``needle``."""
+        return [f"{m} {p} {hd}" for m, p, hd in self.requests if needle in f"{p} {hd}"]
+
+
+def inspect_registry(image: str, *extra: str, timeout: float = 120, **env_extra: str):
+    """``envbuilder inspect IMAGE --from registry --json`` through the CLI."""
+    return cli("inspect", image, "--from", "registry", "--json", *extra, timeout=timeout,
+               no_proxy="", NO_PROXY="", **env_extra)

@@ -63,7 +63,7 @@ def blocks(doc: dict, kind: str) -> dict[str, dict]:
 @pytest.fixture(scope="module")
 def baked(tmp_path_factory):
     out = tmp_path_factory.mktemp("bake")
-    report = bake_all(out, registry=REGISTRY)
+    report = bake_all(out, registry=REGISTRY).to_dict()
     return out, report, Path(report["bake_file"]).read_text()
 
 
@@ -116,7 +116,7 @@ def test_bake_shares_identical_builder_stages(tmp_path):
     a = render_target("cu121", tmp_path / "a")
     b = render_target("cu121-torch2.4", tmp_path / "b")
     c = render_target("cu121-ds", tmp_path / "c")  # a devel builder: a different stage
-    assert a["stack"]["builder_image"] == b["stack"]["builder_image"] != c["stack"]["builder_image"]
+    assert a.stack["builder_image"] == b.stack["builder_image"] != c.stack["builder_image"]
     text = write_bake([("cu121", tmp_path / "a"), ("cu121-torch24", tmp_path / "b"),
                        ("cu121-ds", tmp_path / "c")], tmp_path / "docker-bake.hcl", registry=None)
     targets = blocks(parse_hcl(text), "target")
@@ -125,7 +125,7 @@ def test_bake_shares_identical_builder_stages(tmp_path):
     shared = targets[ref_a.split(":", 1)[1]]
     assert shared["target"] == "builder" and shared["context"] in ("a", "b")
     assert "contexts" not in targets["cu121-ds"]
-    assert targets["cu121"]["tags"] == [f"envbuilder:{a['stack']['tag']}"]
+    assert targets["cu121"]["tags"] == [f"envbuilder:{a.stack['tag']}"]
     assert "# alias cu121: envbuilder:cu121" in text
     # a CA certificate added to one folder splits the stage again
     (tmp_path / "b" / "ca-certificates" / "corp.crt").write_text("-----BEGIN CERTIFICATE-----\n")
@@ -172,7 +172,7 @@ def test_github_matrix(matrix, names):
 
 
 def test_workflow(tmp_path):
-    path = write_github_workflow(tmp_path, registry=REGISTRY)
+    path = write_github_workflow(tmp_path, registry=REGISTRY, install="torch-envbuilder[lock]==0.1.0")
     assert path == tmp_path / ".github" / "workflows" / "envbuilder.yml"
     text = path.read_text()
     assert "&id" not in text and "*id" not in text  # no YAML anchors
@@ -207,3 +207,111 @@ def test_workflow(tmp_path):
 def test_workflow_rejects_bad_registry(tmp_path):
     with pytest.raises(InputError):
         write_github_workflow(tmp_path, registry="ghcr.io/acme/x; rm -rf /")
+
+
+# -- docker buildx bake on the test engine (issue 28) ----------------------------------------
+
+BAKE_PROJECT = """\
+[[targets]]
+name = "cpu"
+target = "cpu-torch2.13-debian12"
+
+[[targets]]
+name = "cpu-ds"
+target = "cpu-torch2.13-ds0.19.8-debian12"  # 0.19.6+ with torch 2.12+ (C++20)
+"""
+BAKE_REPO = "envbuilder-test-bake/envbuilder"
+
+
+def _buildx() -> list[str]:
+    import os
+    import shutil
+    import subprocess
+
+    if shutil.which("docker") is None or subprocess.run(["docker", "buildx", "version"],
+                                                         capture_output=True).returncode != 0:
+        what = "docker buildx is not installed (scripts/test-services.sh puts the plugin in DOCKER_CONFIG)"
+        if os.environ.get("ENVBUILDER_REQUIRE_DOCKER") == "1":
+            pytest.fail(what)
+        pytest.skip(what)
+    return ["docker", "buildx"]
+
+
+@pytest.fixture(scope="session")
+def buildx_baked(docker_client, base_image, wheelhouse, ca_bundle, tmp_path_factory):
+    """`envbuilder bake` of a two-target project (offline: --wheelhouse, the local base; pip and
+    apt cache mounts), built by `docker buildx bake` with the engine's own BuildKit (the docker
+    driver): once a session."""
+    import subprocess
+
+    from hostile_helpers import cli
+
+    _buildx()
+    root = tmp_path_factory.mktemp("buildx")
+    (root / "envbuilder.toml").write_text(BAKE_PROJECT)
+    p = cli("bake", "--docker-driver", "--cache-mounts", "--base-image", base_image, "--wheelhouse", str(wheelhouse),
+            "--ca-cert", str(ca_bundle), "--registry", BAKE_REPO, "-o", str(root / "out"), "--json", cwd=root)
+    assert p.returncode == 0, p.stderr
+    report = json.loads(p.stdout)
+    b = subprocess.run(["docker", "buildx", "bake", "-f", "docker-bake.hcl", "--progress", "plain"],
+                       cwd=root / "out", capture_output=True, text=True, timeout=3600)
+    return root, report, b
+
+
+@pytest.mark.docker
+@pytest.mark.slow
+def test_buildx_bake_builds_both_targets_and_verify_passes(buildx_baked, docker_client):
+    from hostile_helpers import cli
+
+    root, report, b = buildx_baked
+    assert b.returncode == 0, b.stderr[-3000:]
+    doc = parse_hcl((root / "out" / "docker-bake.hcl").read_text())
+    targets = blocks(doc, "target")
+    assert set(targets) == {"cpu", "cpu-ds"}
+    assert not any("cache-to" in t or "contexts" in t for t in targets.values())  # docker driver
+    for name, t in targets.items():
+        (tag,) = t["tags"]
+        labels = docker_client.images.get(tag).labels
+        assert labels["io.envbuilder.target"] == json.loads(
+            (root / "out" / name / "stack.json").read_text())["target"]
+        assert labels == {**labels, **t["labels"]}
+        v = cli("verify", tag, "--json")
+        assert v.returncode == 0, v.stdout + v.stderr
+        assert json.loads(v.stdout)["ok"]
+    ds = docker_client.containers.run(targets["cpu-ds"]["tags"][0], ["python", "-c",
+                                      "import deepspeed; print(deepspeed.__version__)"],
+                                      remove=True, entrypoint=[]).decode()
+    assert ds.strip().splitlines()[-1] == "0.19.8"
+
+
+def test_bake_for_the_docker_driver_names_no_cache_export_or_contexts(tmp_path):
+    from envbuilder.render.bake import write_bake
+
+    a, b = tmp_path / "a", tmp_path / "b"
+    render_target("cpu", a)
+    render_target("cpu", b)
+    text = write_bake([("a", a), ("b", b)], tmp_path, registry=REGISTRY)
+    assert "cache-to" in text and "contexts" in text  # the default: a docker-container builder
+    from envbuilder.render.bake import bake_hcl, _folder_files
+
+    text = bake_hcl([("a", a, _folder_files(a)), ("b", b, _folder_files(b))], tmp_path / "x.hcl",
+                    registry=REGISTRY, docker_driver=True)
+    assert "cache-to" not in text and "cache-from" not in text and "contexts" not in text
+
+
+def test_cache_mounts_only_in_bake_dockerfiles(tmp_path):
+    from envbuilder.render.bake import APT_CACHE_MOUNT, PIP_CACHE_MOUNT, with_cache_mounts
+
+    render_target("cu121-ds", tmp_path / "r")
+    plain = (tmp_path / "r" / "Dockerfile").read_text()
+    assert "--mount=" not in plain  # render (and build, the legacy builder) stay as they were
+    text = with_cache_mounts(plain)
+    runs = [ln for ln in text.splitlines() if ln.startswith("RUN ")]
+    assert sum(PIP_CACHE_MOUNT in r for r in runs) == plain.count("FROM ") - 2  # every pip layer
+    assert all(APT_CACHE_MOUNT in r for r in runs if "apt-get" in r or "apt" in r.split()[-1])
+    assert "pip install --no-cache-dir" not in text and "# syntax" not in text
+    # nothing else changes
+    back = text.replace(PIP_CACHE_MOUNT + " ", "").replace(APT_CACHE_MOUNT + " ", "")
+    back = back.replace("unset PIP_NO_CACHE_DIR \\\n && ", "")
+    back = "\n".join(ln for ln in back.splitlines() if not ln.startswith(("# BuildKit cache", "# (docker buildx")))
+    assert back + "\n" == plain.replace("pip install --no-cache-dir ", "pip install ")

@@ -201,7 +201,7 @@ def test_smoke_errors_are_one_line(docker_client):
 def test_deepspeed_change_does_not_rebuild_the_torch_layer(cpu_build, docker_client, base_image,
                                                           wheelhouse, tmp_path):
     ids = {}
-    for ds in ("0.16.9", "0.17.6"):
+    for ds in ("0.19.7", "0.19.8"):  # DeepSpeed 0.19.6+ with torch 2.12+ (C++20 headers)
         r = build_target(f"{CPU}-ds{ds}", base_image, _opts(base_image, wheelhouse, ca_cert=None, smoke=False,
                                                 context=tmp_path / ds), client=docker_client)
         assert r.labels["io.envbuilder.deepspeed"] == ds
@@ -213,17 +213,17 @@ def test_deepspeed_change_does_not_rebuild_the_torch_layer(cpu_build, docker_cli
     def layers(image_id):
         return docker_client.images.get(image_id).attrs["RootFS"]["Layers"]
 
-    a, b, base = layers(ids["0.16.9"]), layers(ids["0.17.6"]), layers(plain.image_id)
+    a, b, base = layers(ids["0.19.7"]), layers(ids["0.19.8"]), layers(plain.image_id)
     # the DeepSpeed layer is where the plain image and a DeepSpeed image first part ways
     i_ds = next((i for i, (x, y) in enumerate(zip(base, a)) if x != y), len(base))
     assert i_ds >= 3  # base OS, Python + user, torch venv come before it
     assert a[:i_ds] == b[:i_ds] == base[:i_ds]  # torch's layer is the same bits in all three
     assert len(a) == len(b) == len(base) + 1  # DeepSpeed adds one layer, the last
     assert [i for i, (x, y) in enumerate(zip(a, b)) if x != y] == [i_ds]  # only DeepSpeed changed
-    out = _run(docker_client, ids["0.17.6"],
+    out = _run(docker_client, ids["0.19.8"],
                "python -c 'import deepspeed, torch; print(\"VERSIONS\", deepspeed.__version__, torch.__version__)'")
     line = next(ln for ln in out.splitlines() if ln.startswith("VERSIONS"))  # deepspeed logs too
-    assert line.split()[1] == "0.17.6" and line.split()[2].startswith("2.13.0")
+    assert line.split()[1] == "0.19.8" and line.split()[2].startswith("2.13.0")
 
 
 def test_ctrl_c_during_push_exits_1_and_records_nothing(cpu_build, base_image, wheelhouse,

@@ -7,7 +7,10 @@ NCCL, DeepSpeed's compiled ops and their -march) and runs the 12-rank DDP job on
 - cu124-torch2.6-ds0.16-debian13: DeepSpeed's fused_adam and cpu_adam (pre-built by default)
   compiled by Debian 13's non-free nvcc 12.4 with GCC 13 for x86-64-v3; verify loads each, and
   fails when one is removed; the RDMA user space (--fabric ib, the default) loads and
-  ibv_devinfo reports no devices; the smoke job runs a ZeRO step
+  ibv_devinfo reports no devices; the smoke job runs a ZeRO step. The same image holds a team's
+  CUDA extension (tests/data/team_ext_cuda, the project's `compiled` list): its kernel compiled
+  by that nvcc in the team-compiled layer, verified, imported, and verify fails naming it when
+  its shared object is removed (issue 30; no second CUDA torch: the layer builds on this one's)
 - cu117-torch2.0-hvd0.28-debian12: Horovod 0.28.1 compiled by Debian 12's nvcc 11.8 with GCC 11
   against torch's nvidia-nccl-cu11 wheel; the smoke job runs a Horovod all-reduce
 - images made wrong on purpose fail verification with both values named.
@@ -27,12 +30,14 @@ import json
 import os
 import time
 import re
+import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from team_ext import ext_sdist
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow, pytest.mark.cuda]
 
@@ -46,13 +51,18 @@ class Case:
     wheels: str  # the wheelhouse wh-<name> under ENVBUILDER_TEST_CACHE
     base: str  # "12" or "13": the local Debian base image
     ds_ops: str | None = None
+    cuda_ext: bool = False  # the team's CUDA extension (tests/data/team_ext_cuda), compiled
 
+
+CUDA_EXT = "eb-team-ext-cuda"
+CUDA_EXT_SRC = ROOT / "tests" / "data" / "team_ext_cuda"
 
 CASES = {
     "cu124": Case("cu124-torch2.6-debian12", "cu124-py311", "12"),
     "cu130": Case("cu130-torch2.11-debian12", "cu130-py311", "12"),
-    # no --ds-ops: a CUDA target's DeepSpeed pre-builds fused_adam and cpu_adam by default
-    "cu124-ds": Case("cu124-torch2.6-ds0.16-debian13", "cu124-py313", "13"),
+    # no --ds-ops: a CUDA target's DeepSpeed pre-builds fused_adam and cpu_adam by default;
+    # the builder's nvcc also compiles the team's CUDA extension
+    "cu124-ds": Case("cu124-torch2.6-ds0.16-debian13", "cu124-py313", "13", cuda_ext=True),
     "cu117-hvd": Case("cu117-torch2.0-hvd0.28-debian12", "cu117-py311", "12"),
 }
 
@@ -135,10 +145,16 @@ def _build(name: str, docker_client, tmp_path_factory) -> Built:
         docker_client.images.get(base)
     except Exception:  # noqa: BLE001
         pytest.fail(f"base image {base} is missing (scripts/test-services.sh imports it)")
-    opts = BuildOptions(wheelhouse=_wheels(case.wheels),
+    wheels = _wheels(case.wheels)
+    team: dict = {}
+    if case.cuda_ext:
+        wheels = _with_sdist(wheels, tmp_path_factory.mktemp(f"{name}-wheels"),
+                             ext_sdist(CUDA_EXT_SRC, CUDA_EXT, "0.1.0", tmp_path_factory.mktemp("sdist")))
+        team = {"requirements": (f"{CUDA_EXT}==0.1.0",), "compiled": (CUDA_EXT,)}
+    opts = BuildOptions(wheelhouse=wheels,
                         ca_cert=Path("/etc/ssl/certs/ca-certificates.crt"), smoke_timeout=300)
     pins = Pins(ds_ops=case.ds_ops)
-    spec = make_spec(case.target, pins=pins, base_image=base)
+    spec = make_spec(case.target, pins=pins, base_image=base, **team)
     probe = tmp_path_factory.mktemp(f"{name}-probe") / "ctx"
     prepare_context(spec, resolve_target(case.target, pins=pins), opts, probe)
     tag = f"{CACHE_REPO}:{name}-{_context_digest(probe)}"
@@ -164,6 +180,17 @@ def _build(name: str, docker_client, tmp_path_factory) -> Built:
     docker_client.images.prune(filters={"dangling": True})
     _BUILT[name] = built
     return built
+
+
+def _with_sdist(wheels: Path, dest: Path, sdist: Path) -> Path:
+    """A wheelhouse of ``wheels``' files (hard links: the same filesystem) plus ``sdist``."""
+    for f in [*wheels.iterdir(), sdist]:
+        if f.is_file() and (f.suffix == ".whl" or f.name.endswith(".tar.gz")):
+            try:
+                os.link(f.resolve(), dest / f.name)
+            except OSError:
+                shutil.copy(f, dest / f.name)
+    return dest
 
 
 def _verify_and_smoke(image: str) -> dict:
@@ -305,6 +332,50 @@ def test_deepspeed_ops_compiled_for_the_image(docker_client, tmp_path_factory, t
         assert r.returncode == 1, r.stderr
         d = json.loads(r.stdout)
         assert d["failed"] == ["ds_op_fused_adam"], d["failed"]
+    finally:
+        docker_client.images.remove(tag, force=True)
+
+
+def test_team_cuda_extension_compiled_by_the_builders_nvcc(docker_client, tmp_path_factory, tmp_path):
+    """Issue 30: a team's CUDA extension (the project's ``compiled`` list) compiled by a real
+    nvcc (Debian 13's 12.4, the builder that compiles DeepSpeed's ops) in the team-compiled
+    layer, without build isolation, for the target's arch list; the runtime stage has no nvcc;
+    verify imports it and checks it links against the image's torch, and without its shared
+    object verify exits 1 naming it."""
+    b = _build("cu124-ds", docker_client, tmp_path_factory)
+    v = _verify(b)
+    assert v["ok"], json.dumps(v["checks"], indent=1)
+    c = _checks(v)[f"compiled_{CUDA_EXT}"]
+    assert c["ok"] and "link against the image's torch" in c["detail"], c
+    ext = v["facts"]["compiled"][CUDA_EXT]["extensions"]
+    assert len(ext) == 1 and ext[0]["file"].endswith(".so"), ext
+    assert {"libc10.so", "libtorch.so"} <= set(ext[0]["torch_libs"])
+    assert not ext[0]["undefined"] and not ext[0]["not_found"], ext
+    labels = docker_client.images.get(b.image).labels
+    assert labels["io.envbuilder.compiled"] == CUDA_EXT
+    assert labels["io.envbuilder.builder-nvcc"].startswith("12.4"), labels.get("io.envbuilder.builder-nvcc")
+    # device code nvcc built into the extension (the fatbin names the kernel); no GPU here, so
+    # the CPU path runs; the runtime stage has no nvcc: the extension came built
+    probe = ("import glob, shutil, torch, eb_team_ext_cuda; "
+             "so = glob.glob(eb_team_ext_cuda.__path__[0] + '/_C*.so')[0]; data = open(so, 'rb').read(); "
+             "print('OK', b'add_one_kernel' in data, b'.nv_fatbin' in data, shutil.which('nvcc'), "
+             "eb_team_ext_cuda.add_one(torch.ones(2)).tolist())")
+    out = docker_client.containers.run(b.image, ["python", "-c", probe], remove=True).decode()
+    assert "OK True True None [2.0, 2.0]" in out, out
+    # without its shared object, verify fails naming the package
+    site = "/opt/venv/lib/python3.13/site-packages/eb_team_ext_cuda"
+    ctx = tmp_path / "no-ext"
+    ctx.mkdir()
+    (ctx / "Dockerfile").write_text(f"FROM {b.image}\nUSER root\nRUN rm {site}/_C*.so\nUSER 1000\n")
+    tag = "envbuilder-test/team-ext-cuda-no-so:cu124"
+    docker_client.images.build(path=str(ctx), tag=tag, rm=True)
+    try:
+        r = _cli("verify", tag, "--json")
+        assert r.returncode == 1, r.stderr
+        d = json.loads(r.stdout)
+        assert d["failed"] == [f"compiled_{CUDA_EXT}"], d["failed"]
+        detail = _checks(d)[f"compiled_{CUDA_EXT}"]["detail"]
+        assert CUDA_EXT in detail and ("missing" in detail or "import" in detail), detail
     finally:
         docker_client.images.remove(tag, force=True)
 

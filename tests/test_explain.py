@@ -32,10 +32,14 @@ CORPUS = Path(__file__).parent / "explain_corpus"
 # were written against it, so it is a regression check, not an accuracy figure).
 TOP1_THRESHOLD = 0.95
 TOP3_THRESHOLD = 0.98
-# Issue 22's targets on the held-out split (by source repository): measured 0.944 / 0.953 on 107
-# cases from 104 repositories (benchmarks/explain_accuracy.py prints per-family figures).
-HELDOUT_TOP1 = 0.90
+# The held-out split (by source repository, frozen since issue 33): 0.944 / 0.953 on 107 cases
+# from 104 repositories before issue 33, 0.963 / 0.981 after (nearest cases searched without
+# any held-out case); issue 33 requires it to stay >= 0.94.
+HELDOUT_TOP1 = 0.94
 HELDOUT_TOP3 = 0.95
+# Batch 2026-12-01 (issue 33): 0.170 before any change, >= 0.85 required after (a development
+# figure: the changes were made while reading it).
+BATCH_TOP1 = 0.85
 
 UNHANDLED = ("RuntimeError: NCCL error in: ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:825,"
              " unhandled system error, NCCL version 2.7.8")
@@ -66,11 +70,36 @@ def load_heldout() -> tuple[set[str], int]:
     return {c["file"] for c in load_cases() if repository(c["source"]) in repos}, int(data["minimum"])
 
 
+_MEASURING: dict[tuple[str, bool], object] = {}
+_SPLITS: list[set[str]] = []
+
+
+def measuring_index(case: dict) -> object:
+    """The nearest-case index a corpus case is measured with (as benchmarks/
+    explain_accuracy.py does): never its own repository's cases, and for a held-out case no
+    held-out case at all."""
+    from envbuilder.diagnose.retrieval import default_index
+
+    if not _SPLITS:
+        data = yaml.safe_load((CORPUS / "heldout.yaml").read_text())
+        _SPLITS.append({r.lower() for r in data["repositories"] or ()})
+        _SPLITS.append({repository(c["source"]) for c in load_cases()
+                        if str(c.get("batch", "")).endswith("-unseen")})
+    held, unseen = _SPLITS
+    repo = repository(case["source"])
+    strict = repo in held
+    blind = str(case.get("batch", "")).endswith("-unseen")
+    if (repo, blind) not in _MEASURING:
+        _MEASURING[(repo, blind)] = default_index().without(
+            lambda k: k.repository == repo or (strict and k.repository in held) or (blind and k.repository in unseen))
+    return _MEASURING[(repo, blind)]
+
+
 def accuracy(cases: list[dict]) -> tuple[float, float, str]:
     top1 = top3 = 0
     misses = []
     for case in cases:
-        got = categories(explain_files([str(CORPUS / case["file"])]))
+        got = categories(explain_files([str(CORPUS / case["file"])], cases=measuring_index(case)))
         top1 += got[:1] == [case["category"]]
         top3 += case["category"] in got[:3]
         if got[:1] != [case["category"]]:
@@ -104,7 +133,8 @@ def test_corpus_accuracy() -> None:
     """The development split (the cases the signatures were written against): a regression
     check, not an accuracy figure."""
     heldout, _ = load_heldout()
-    top1, top3, report = accuracy([c for c in load_cases() if c["file"] not in heldout])
+    top1, top3, report = accuracy([c for c in load_cases()
+                                   if c["file"] not in heldout and not c.get("batch")])
     assert top1 >= TOP1_THRESHOLD, report
     assert top3 >= TOP3_THRESHOLD, report
 
@@ -118,6 +148,40 @@ def test_heldout_accuracy() -> None:
     top1, top3, report = accuracy([c for c in load_cases() if c["file"] in heldout])
     assert top1 >= HELDOUT_TOP1, report
     assert top3 >= HELDOUT_TOP3, report
+
+
+def test_batch_accuracy() -> None:
+    """Issue 33's batch (cases with `batch:`), measured with nearest cases from other
+    repositories only."""
+    batch = [c for c in load_cases() if c.get("batch") == "2026-12-01"]
+    assert len(batch) >= 40
+    assert len({repository(c["source"]) for c in batch}) >= 40
+    top1, _, report = accuracy(batch)
+    assert top1 >= BATCH_TOP1, report
+
+
+def test_unseen_batch_accuracy() -> None:
+    """Batch 2026-12-01-unseen: gathered after issue 33's changes, measured once (0.867, both
+    misses "nothing matched"), never tuned on; nearest cases searched without any of it."""
+    batch = [c for c in load_cases() if c.get("batch") == "2026-12-01-unseen"]
+    assert len(batch) >= 15
+    top1, _, report = accuracy(batch)
+    assert top1 >= 0.80, report
+
+
+def test_second_unseen_batch_of_forty_from_new_repositories():
+    """Batch 2026-12-02-unseen (issue 33's done-when): 40 real logs from 40 repositories that
+    had no case in the corpus, measured once before any change (1.000 on 2026-12-02, commit
+    5363da1; docs/explain.md says how they were chosen and why that figure flatters), never
+    tuned on; nearest cases searched without any unseen case."""
+    batch = [c for c in load_cases() if c.get("batch") == "2026-12-02-unseen"]
+    assert len(batch) >= 40
+    repos = {repository(c["source"]) for c in batch}
+    assert len(repos) >= 40
+    earlier = {repository(c["source"]) for c in load_cases() if c.get("batch") != "2026-12-02-unseen"}
+    assert not repos & earlier, repos & earlier
+    top1, _, report = accuracy(batch)
+    assert top1 >= 0.85, report
 
 
 # ----------------------------------------------------------------------------- engine
@@ -224,7 +288,8 @@ def test_unrelated_log_matches_nothing() -> None:
 def test_to_dict_shape() -> None:
     cause = explain_lines(["x", "RuntimeError: CUDA error: invalid device ordinal"], name="r0.log")[0]
     d = cause.to_dict()
-    assert list(d) == ["category", "title", "confidence", "evidence", "check", "fix", "source", "reasons"]
+    assert list(d) == ["category", "title", "confidence", "evidence", "check", "fix", "source", "reasons",
+                       "basis", "similar_cases"]
     assert d["category"] == "invalid_device_ordinal"
     assert d["evidence"] == [{"file": "r0.log", "line": 2,
                               "text": "RuntimeError: CUDA error: invalid device ordinal"}]
@@ -256,6 +321,49 @@ def test_packaged_signatures_cover_every_category() -> None:
     for cat in CATEGORIES:
         assert any(cat in s.adds for s in sigs.signatures), cat
         assert sigs.categories[cat]["source"].startswith("https://")
+
+
+def test_packaged_patterns_compile_with_re2() -> None:
+    """The packaged signatures' RE2 patterns are compiled on first use: each must compile."""
+    re2 = pytest.importorskip("re2")
+    sigs = load_signatures()
+    linear = [s for s in sigs.signatures if s.linear]
+    assert len(linear) > 100
+    for s in linear:
+        for rx in (s.regex, s.unless):
+            if rx is not None:
+                assert re2.compile(rx.pattern) is not None, s.id
+
+
+def test_the_packaged_json_twin_is_the_yaml_and_current() -> None:
+    """signatures.json holds exactly what signatures.yaml says (regenerate it with
+    python -m envbuilder.diagnose.signature_data)."""
+    from envbuilder.diagnose import signature_data
+
+    text = signature_data.SOURCE.read_text(encoding="utf-8")
+    assert signature_data.twin(text) == yaml.safe_load(text), \
+        "stale: run python -m envbuilder.diagnose.signature_data"
+    assert signature_data.main(["--check"]) == 0
+
+
+def test_a_stale_or_damaged_twin_is_not_used(tmp_path: Path, monkeypatch) -> None:
+    """An edited YAML (a checkout) or a damaged JSON: the YAML is read, so what explain uses
+    is always the YAML's content."""
+    from envbuilder.diagnose import signature_data
+
+    text = signature_data.SOURCE.read_text(encoding="utf-8")
+    twin = tmp_path / "signatures.json"
+    monkeypatch.setattr(signature_data, "TWIN", twin)
+    twin.write_text(signature_data.make(text))
+    assert signature_data.twin(text) is not None
+    assert signature_data.twin(text + "\n# edited\n") is None
+    for damaged in ("", "not json", "[]", '{"format": "other"}'):
+        twin.write_text(damaged)
+        assert signature_data.twin(text) is None
+    twin.unlink()
+    assert signature_data.twin(text) is None
+    # and the packaged signatures still load, from the YAML
+    assert set(load_signatures().categories) == set(CATEGORIES)
 
 
 def write(tmp_path: Path, text: str) -> Path:
@@ -485,6 +593,25 @@ def test_heldout_split_is_by_repository():
     dev_repos = {repository(c["source"]) for c in cases if c["file"] not in held}
     assert not held_repos & dev_repos
     assert len(held_repos) >= 30
+
+
+def test_heldout_split_is_frozen():
+    """Issue 33: a case measured once never moves; the held-out cases of 2026-12-01 stay."""
+    data = yaml.safe_load((CORPUS / "heldout.yaml").read_text())
+    held, _ = load_heldout()
+    assert len(data["frozen"]) >= 107 and set(data["frozen"]) <= held, set(data["frozen"]) - held
+
+
+def test_issue33_families_have_three_real_cases_each_found():
+    """Each family issue 33 names has at least three real cases (both batches) and explain
+    names their family first on at least three of them (measured without the own repository)."""
+    cases = [c for c in load_cases() if str(c.get("batch", "")).startswith("2026-12-01")]
+    for family in ("gpu_access", "launcher", "xid", "ucx_libfabric", "link_symbol", "arch_wrapped"):
+        members = [c for c in cases if c.get("family") == family]
+        assert len(members) >= 3, family
+        found = [c for c in members
+                 if categories(explain_files([str(CORPUS / c["file"])], cases=measuring_index(c)))[:1] == [c["category"]]]
+        assert len(found) >= 3, (family, [c["file"] for c in members if c not in found])
 
 
 def test_new_patterns_are_re2_compatible():

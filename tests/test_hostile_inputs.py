@@ -281,7 +281,10 @@ def test_hostile_locks_fail_lock_check(tmp_path, real_lock, uv_cache):
 def test_user_text_through_rich_is_escaped(matrix_copy):
     inc = matrix_copy / "incompatibilities.yaml"
     hostile = r'[/oops] [bold red]not bold[/bold red] \e]0;pwned\a \e[31mred\e[0m'
-    inc.write_text(inc.read_text() + f'''  - id: hostile-warning
+    # the entries go at the head of the list (the file holds other top-level keys after it)
+    head, sep, rest = inc.read_text().partition("\nincompatibilities:\n")
+    assert sep, "incompatibilities.yaml has no incompatibilities: list"
+    inc.write_text(head + sep + f'''  - id: hostile-warning
     when: {{cuda: ">=11"}}
     severity: warning
     reason: "{hostile}"
@@ -292,7 +295,7 @@ def test_user_text_through_rich_is_escaped(matrix_copy):
     reason: "{hostile}"
     fix: "[/]"
     source: https://example.org/y
-''')
+''' + rest)
     for args in (["resolve", "cu118"], ["targets"], ["check", "--cuda", "11.8"],
                  ["resolve", "cu124"]):
         p = cli(*args, "--matrix", str(matrix_copy), TERM="xterm-256color")
@@ -898,3 +901,591 @@ def test_lock_check_through_a_link_is_2(tmp_path):
     (out / "requirements.lock").symlink_to("/etc/passwd")
     assert_clean_failure(cli("lock", "cpu", "-o", str(out), "--check"), 2, "symbolic link")
     assert_clean_failure(cli("render", "cpu", "-o", str(out)), 2, "symbolic link")
+
+
+# ==============================================================================================
+# Issue 34: the new surfaces (inspect against a hostile registry, output links, init's file,
+# diff's reads, titles, read-back shapes, team lines). One section per mechanism; each case
+# fails on c7f5d41.
+# ==============================================================================================
+
+from hostile_helpers import HostileRegistry, digest, image_docs, inspect_registry  # noqa: E402
+
+
+def _basic(reg: HostileRegistry, inner):
+    """Ask for Basic credentials until the request carries them, then answer with ``inner``."""
+    def fn(h) -> None:
+        if not h.headers.get("Authorization"):
+            reg.send(b"{}", 401, "application/json",
+                     {"WWW-Authenticate": 'Basic realm="hostile"'})(h)
+        else:
+            inner(h)
+    return fn
+
+
+CREDS = {"ENVBUILDER_REGISTRY_USER": "alice", "ENVBUILDER_REGISTRY_PASSWORD": "s3cret-pw"}
+SECRET_B64 = "YWxpY2U6czNjcmV0LXB3"  # base64 of alice:s3cret-pw
+
+
+# -- H1. one HTTP client: credentials bound to their origin, true loopback, http(s) only --------
+
+def test_cross_origin_redirect_gets_no_credentials():
+    with HostileRegistry() as a, HostileRegistry() as b:
+        d = b.serve_image()
+        a.serve_image(docs=d)
+        loc = b.url(f"/v2/ml/x/manifests/{digest(d['manifest'])}")
+        a.routes["/v2/ml/x/manifests/v1"] = _basic(a, a.send(b"", 307, headers={"Location": loc}))
+        p = inspect_registry(f"{a.host}/ml/x:v1", **CREDS)
+        assert p.returncode == 0, p.stderr
+        assert b.requests, "the redirect was not followed"
+        assert b.seen("Authorization") == [] and b.seen(SECRET_B64) == []
+        assert json.loads(p.stdout)["provenance"]["manifest_digest"] == digest(d["manifest"])
+
+
+def test_a_file_realm_is_refused_and_its_token_never_sent(tmp_path):
+    secret = tmp_path / "secret.json"
+    secret.write_text('{"token": "stolen-local-token"}')
+    with HostileRegistry() as a:
+        a.serve_image()
+        a.routes["/v2/ml/x/manifests/v1"] = a.send(
+            b"{}", 401, "application/json",
+            {"WWW-Authenticate": f'Bearer realm="file://{secret}#",service="x"'})
+        p = inspect_registry(f"{a.host}/ml/x:v1")
+        assert_clean_failure(p, 1, "token realm", "not an http(s) URL")
+        assert a.seen("stolen-local-token") == []
+
+
+def test_a_realm_on_another_origin_gets_no_credentials_unless_allowed():
+    with HostileRegistry() as a, HostileRegistry() as t:
+        a.serve_image()
+        tok = a.routes["/v2/ml/x/manifests/v1"]
+
+        def need_token(h) -> None:
+            if h.headers.get("Authorization") == "Bearer tok-123":
+                tok(h)
+            else:
+                a.send(b"{}", 401, "application/json",
+                       {"WWW-Authenticate": f'Bearer realm="{t.url("/token")}",service="a"'})(h)
+        a.routes["/v2/ml/x/manifests/v1"] = need_token
+        t.routes["/token"] = t.send(b'{"token": "tok-123"}', ctype="application/json")
+        p = inspect_registry(f"{a.host}/ml/x:v1", **CREDS)
+        assert_clean_failure(p, 1, "another origin", "ENVBUILDER_REGISTRY_AUTH_ORIGINS")
+        assert t.seen(SECRET_B64) == [] and t.requests == []
+        p = inspect_registry(f"{a.host}/ml/x:v1", ENVBUILDER_REGISTRY_AUTH_ORIGINS=f"http://{t.host}",
+                             **CREDS)
+        assert p.returncode == 0, p.stderr
+        assert len(t.seen(SECRET_B64)) == 1
+        # anonymous: the token service is asked without credentials, wherever it is
+        t.requests.clear()
+        assert inspect_registry(f"{a.host}/ml/x:v1").returncode == 0
+        assert t.requests and t.seen("Authorization") == []
+
+
+def test_a_name_that_starts_with_127_is_not_loopback():
+    """``127.0.0.1.example.com`` is a host name: HTTPS, never plain HTTP with Basic in clear
+    (a proxy on 127.0.0.1 sees what would go over the wire)."""
+    with HostileRegistry() as proxy:
+        def plain(h) -> None:  # a registry behind the proxy asking for Basic
+            if h.headers.get("Authorization"):
+                proxy.send(b"{}", 404, "application/json")(h)
+            else:
+                proxy.send(b"{}", 401, "application/json",
+                           {"WWW-Authenticate": 'Basic realm="x"'})(h)
+        proxy.routes["http://127.0.0.1.example.com:5000/v2/ml/x/manifests/v1"] = plain
+        proxy.routes["127.0.0.1.example.com:5000"] = proxy.send(b"", 502)
+        url = f"http://{proxy.host}"
+        p = cli("inspect", "127.0.0.1.example.com:5000/ml/x:v1", "--from", "registry", "--json",
+                http_proxy=url, https_proxy=url, HTTP_PROXY=url, HTTPS_PROXY=url, no_proxy="",
+                NO_PROXY="", **CREDS)
+        assert_clean_failure(p, 1, "cannot reach the registry 127.0.0.1.example.com:5000")
+        assert proxy.seen(SECRET_B64) == []
+        assert not [r for r in proxy.requests if r[0] == "GET"]  # only a CONNECT, if anything
+    from envbuilder.run.registry import is_loopback, parse_reference
+
+    assert not parse_reference("127.0.0.1.example.com:5000/x:y").local
+    assert parse_reference("127.0.0.2:5000/x:y").local and parse_reference("[::1]:5000/x:y").local
+    assert not is_loopback("127.example") and is_loopback("localhost") and is_loopback("::1")
+
+
+# -- H2. content addressing: every manifest and blob hashed against its digest ---------------
+
+def test_a_wrong_digest_child_of_an_index_is_1():
+    with HostileRegistry() as a:
+        d = a.serve_image(index=True, child=b'{"schemaVersion": 2, "config": {"digest": "x"}}')
+        p = inspect_registry(f"{a.host}/ml/x:v1")
+        line = assert_clean_failure(p, 1, digest(d["manifest"]))
+        assert digest(b'{"schemaVersion": 2, "config": {"digest": "x"}}') in line
+        # the same index with its real child: reported as the child's digest, the index's too
+        a.serve_image(index=True, docs=d)
+        p = inspect_registry(f"{a.host}/ml/x:v1")
+        assert p.returncode == 0, p.stderr
+        prov = json.loads(p.stdout)["provenance"]
+        assert prov["manifest_digest"] == digest(d["manifest"])
+        assert prov["index_digest"] == digest(d["index"])
+
+
+def test_a_by_digest_reference_served_other_bytes_is_1():
+    with HostileRegistry() as a:
+        d = a.serve_image()
+        other = image_docs({**json.loads(image_docs()["config"])["config"]["Labels"],
+                            "io.envbuilder.torch": "9.9.9"})
+        want = digest(d["manifest"])
+        a.routes[f"/v2/ml/x/manifests/{want}"] = a.send(other["manifest"])
+        a.routes[f"/v2/ml/x/blobs/{digest(other['config'])}"] = a.send(other["config"])
+        p = inspect_registry(f"{a.host}/ml/x@{want}")
+        line = assert_clean_failure(p, 1, want, digest(other["manifest"]))
+        assert "9.9.9" not in p.stdout and "9.9.9" not in line
+        # by tag: the digest the registry reports must be the bytes' digest
+        a.routes["/v2/ml/x/manifests/v1"] = a.send(other["manifest"],
+                                                   headers={"Docker-Content-Digest": want})
+        assert_clean_failure(inspect_registry(f"{a.host}/ml/x:v1"), 1, want)
+
+
+# -- H3. deadlines and transport failures: one line, exit 1 ----------------------------------
+
+@pytest.mark.parametrize("where", ["body", "headers", "second-request"])
+def test_a_dripping_registry_ends_within_its_deadline(where):
+    """Headers or body dripped a byte every 0.5 s; "second-request": the index is answered at
+    once on a kept-alive connection, then its child drips (each request its own deadline)."""
+    with HostileRegistry() as a:
+        head = (b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n"
+                if where != "headers" else b"HTTP/1.1 200 OK\r\nX-Slow: ")
+        route = "/v2/ml/x/manifests/v1"
+        if where == "second-request":
+            d = a.serve_image(index=True)
+            route = f"/v2/ml/x/manifests/{digest(d['manifest'])}"
+        a.routes[route] = a.drip(head, every=0.5, most=400)
+        # the subprocess timeout is the test's bound: without a deadline it never ends
+        p = inspect_registry(f"{a.host}/ml/x:v1", timeout=90, ENVBUILDER_REGISTRY_TIMEOUT="3")
+        assert_clean_failure(p, 1, "deadline", "ENVBUILDER_REGISTRY_TIMEOUT")
+        assert json.loads(p.stdout)["exit_code"] == 1
+
+
+def test_the_commands_deadline_spans_its_requests():
+    """ENVBUILDER_REGISTRY_DEADLINE bounds all of a command's requests together: each request
+    here has 60 s of its own, the command 3 s; the index answers at once, its child drips."""
+    import time
+
+    with HostileRegistry() as a:
+        d = a.serve_image(index=True)
+        a.routes[f"/v2/ml/x/manifests/{digest(d['manifest'])}"] = a.drip(
+            b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n",
+            every=0.5, most=400)
+        t0 = time.monotonic()
+        p = inspect_registry(f"{a.host}/ml/x:v1", timeout=90, ENVBUILDER_REGISTRY_TIMEOUT="60",
+                             ENVBUILDER_REGISTRY_DEADLINE="3")
+        took = time.monotonic() - t0
+        assert_clean_failure(p, 1, "the command's deadline", "ENVBUILDER_REGISTRY_DEADLINE")
+        assert took < 30, took
+    assert_clean_failure(inspect_registry("127.0.0.1:5000/ml/x:v1",
+                                          ENVBUILDER_REGISTRY_DEADLINE="-1"), 2,
+                         "ENVBUILDER_REGISTRY_DEADLINE")
+
+
+@pytest.mark.parametrize("answer", [
+    b"HELLO THERE\r\n\r\n",  # not a status line
+    b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nab",  # cut short
+    b"HTTP/1.1 401 Unauthorized\r\nContent-Length: 0\r\nWWW-Authenticate: Bearer realm=\"http://127.0.0.1:1/t oken\"\r\n\r\n",
+    b"HTTP/1.1 401 Unauthorized\r\nContent-Length: 0\r\nWWW-Authenticate: Bearer realm=\"http://127.0.0.1:1/t\roken\"\r\n\r\n",
+    b"HTTP/1.1 307 Temporary Redirect\r\nContent-Length: 0\r\nLocation: gopher://127.0.0.1/x\r\n\r\n",
+    b"HTTP/1.1 307 Temporary Redirect\r\nContent-Length: 0\r\nLocation: http://example.com/x\r\n\r\n",
+    b"HTTP/1.1 200 OK\r\nContent-Length: 99999999999\r\n\r\n{}",
+], ids=["bad-status-line", "short-body", "realm-space", "realm-cr", "gopher-redirect",
+        "plain-http-redirect", "huge-length"])
+def test_transport_failures_are_one_line_and_exit_1(answer):
+    with HostileRegistry() as a:
+        a.routes["/v2/ml/x/manifests/v1"] = a.raw(answer)
+        p = inspect_registry(f"{a.host}/ml/x:v1")
+        assert_clean_failure(p, 1)
+        assert json.loads(p.stdout)["exit_code"] == 1
+
+
+def test_bad_registry_references_are_2():
+    for image in ("127.0.0.1:99999/ml/x:v1", "[zz::1]:5000/ml/x:v1"):
+        assert_clean_failure(inspect_registry(image), 2)
+    assert_clean_failure(inspect_registry("127.0.0.1:5000/ml/x:v1",
+                                          ENVBUILDER_REGISTRY_TIMEOUT="soon"), 2,
+                         "ENVBUILDER_REGISTRY_TIMEOUT")
+
+
+# -- H4. typed reading of what registries answer ---------------------------------------------
+
+def _manifest_with(config_entry) -> bytes:
+    return json.dumps({"schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
+                       "config": config_entry, "layers": []}).encode()
+
+
+@pytest.mark.parametrize("case", ["manifests-not-list", "entry-not-object", "platform-string",
+                                  "entry-digest-path", "config-list", "labels-list",
+                                  "label-number", "created-number", "token-number",
+                                  "token-crlf", "json-list"])
+def test_malformed_registry_json_is_one_line(case):
+    with HostileRegistry() as a:
+        docs = image_docs()
+        route = "/v2/ml/x/manifests/v1"
+        if case in ("manifests-not-list", "entry-not-object", "platform-string", "entry-digest-path"):
+            entry = {"manifests-not-list": {"manifests": "x"},
+                     "entry-not-object": {"manifests": ["x"]},
+                     "platform-string": {"manifests": [{"platform": "linux/amd64",
+                                                        "digest": digest(docs["manifest"])}]},
+                     "entry-digest-path": {"manifests": [{"platform": {"os": "linux",
+                                                                       "architecture": "amd64"},
+                                                          "digest": "../../../etc/passwd"}]},
+                     }[case]
+            a.routes[route] = a.send(json.dumps({"schemaVersion": 2, **entry}).encode(),
+                                     ctype="application/vnd.oci.image.index.v1+json")
+        elif case in ("config-list", "labels-list", "label-number", "created-number"):
+            cfg = {"config-list": [1, 2],
+                   "labels-list": {"config": {"Labels": ["a"]}},
+                   "label-number": {"config": {"Labels": {"io.envbuilder.torch": 2,
+                                                          "io.envbuilder.version": "1"}}},
+                   "created-number": {"created": 5, "config": {"Labels": {}}}}[case]
+            docs = image_docs(config=cfg)
+            a.serve_image(docs=docs)
+        elif case in ("token-number", "token-crlf"):
+            a.serve_image()
+            a.routes[route] = a.send(b"{}", 401, "application/json",
+                                     {"WWW-Authenticate": f'Bearer realm="{a.url("/t")}"'})
+            a.routes["/t"] = a.send(b'{"token": 5}' if case == "token-number"
+                                    else b'{"token": "a\\r\\nX-Evil: 1"}', ctype="application/json")
+        else:
+            a.routes[route] = a.send(b"[1, 2]")
+        p = inspect_registry(f"{a.host}/ml/x:v1")
+        assert_clean_failure(p, 1, "registry")
+        assert not a.seen("etc/passwd")
+
+
+# -- H6. init's file from data: every value validated, written by a TOML writer ---------------
+
+T4_XML = ROOT / "tests" / "fixtures" / "hosts" / "aws-t4-old-driver" / "nvidia-smi-q-x.xml"
+
+
+def _fake_smi(tmp_path: Path, xml: str) -> str:
+    """PATH with an nvidia-smi that prints ``xml`` for ``-q -x`` (a recorded T4 host's report,
+    edited): the real parser reads it."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir(exist_ok=True)
+    (bindir / "report.xml").write_text(xml)
+    exe = bindir / "nvidia-smi"
+    exe.write_text(f'#!/bin/sh\nif [ "$1" = "-q" ] && [ "$2" = "-x" ]; then cat "{bindir}/report.xml"; '
+                   'exit 0; fi\necho "unsupported: $*" >&2\nexit 2\n')
+    exe.chmod(0o755)
+    return f"{bindir}{os.pathsep}{os.environ['PATH']}"
+
+
+def test_init_refuses_an_injected_driver_string(tmp_path):
+    evil = "515.105.01&#10;extra_index_urls = [&quot;http://evil.example/simple&quot;]"
+    xml = T4_XML.read_text().replace("<driver_version>515.105.01</driver_version>",
+                                     f"<driver_version>{evil}</driver_version>")
+    path = _fake_smi(tmp_path, xml)
+    proj = tmp_path / "p"
+    proj.mkdir()
+    p = cli("init", "--driver", "550.54.15", cwd=proj, PATH=path)
+    assert_clean_failure(p, 2, "not a driver version")
+    assert list(proj.iterdir()) == []
+    # the recorded report itself still works
+    _fake_smi(tmp_path, T4_XML.read_text())
+    p = cli("init", "--driver", "550.54.15", "--json", cwd=proj, PATH=path)
+    assert p.returncode == 0, p.stderr
+    text = (proj / "envbuilder.toml").read_text()
+    assert "evil" not in text and tomllib.loads(text)["targets"][0]["driver"] == "550.54.15"
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--name", "a\nextra_index_urls = ['http://evil']"], "--name"),
+    (["--name", "x\x1b[31mred"], "--name"),
+    (["--name", 'a"b'], "--name"),
+    (["--name", ""], "--name"),
+    (["--torch", "abc"], "--torch"),
+    (["--torch", "2.1\nx = 1"], "--torch"),
+    (["--driver", ""], "--driver"),
+    (["--driver", "550.54.15\n[evil]"], "--driver"),
+    (["--registry", "ghcr.io/acme/ml\nx = 1"], "--registry"),
+])
+def test_init_odd_values_are_2_with_nothing_written(tmp_path, args, needle):
+    argv = ["init", *args]
+    if "--driver" not in args:
+        argv += ["--driver", "550.54.15"]
+    p = cli(*argv, "--gpus-per-node", "4", cwd=tmp_path)
+    assert_clean_failure(p, 2, needle)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_init_empty_driver_without_gpus_per_node_is_2(tmp_path):
+    bindir = tmp_path / "bin"  # a host without nvidia-smi
+    bindir.mkdir()
+    (tmp_path / "p").mkdir()
+    p = cli("init", "--driver", "", cwd=tmp_path / "p", PATH=f"{bindir}{os.pathsep}/usr/bin:/bin")
+    assert_clean_failure(p, 2, "--driver")
+    assert list((tmp_path / "p").iterdir()) == []
+
+
+def test_init_file_reads_back_as_exactly_its_values(tmp_path):
+    p = cli("init", "--driver", "550.54.15", "--gpus-per-node", "4", "--nodes", "2",
+            "--registry", "ghcr.io/acme/ml", "--with", "deepspeed", "--name", "big.model_1",
+            "--json", cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    d = json.loads(p.stdout)
+    got = tomllib.loads((tmp_path / "envbuilder.toml").read_text())
+    assert got == {"requirements": "requirements.txt", "registry": "ghcr.io/acme/ml",
+                   "layouts": ["2x4"], "targets": [{"name": "big.model_1", "target": d["target"],
+                                                    "driver": "550.54.15", "with": ["deepspeed"]}]}
+    assert (tmp_path / "requirements.txt").read_text().startswith("# The team's own")
+
+
+# -- H7. terminal output: every string from input or a registry reaches rich as text ----------
+
+def test_registry_labels_in_titles_are_shown_as_text():
+    from hostile_helpers import LABELS
+
+    with HostileRegistry() as a:
+        a.serve_image(docs=image_docs({**LABELS, "io.envbuilder.target": "[/]\x1b]0;pwned\x07",
+                                       "org.opencontainers.image.version": "[bold red]v[/]"}))
+        p = cli("inspect", f"{a.host}/ml/x:v1", "--from", "registry", COLUMNS="250",
+                no_proxy="", NO_PROXY="")
+        assert p.returncode == 0, p.stderr
+        assert "[/]" in p.stdout and "[bold red]v[/]" in p.stdout
+        assert "\x1b" not in p.stdout and "\x07" not in p.stdout
+        assert "\\x1b]0;pwned\\x07" in p.stdout
+
+
+def test_diff_arguments_in_titles_are_shown_as_text(tmp_path):
+    odd = "[/][red]x\x1b[2J"
+    assert cli("render", "cpu", "-o", odd, cwd=tmp_path).returncode == 0
+    p = cli("diff", odd, "cu121", COLUMNS="250", cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert "[/][red]x" in p.stdout and "\x1b" not in p.stdout and "\\x1b[2J" in p.stdout
+
+
+# -- H8. diff reads through the capped reader, inside the folder, never through a link --------
+
+@pytest.fixture(scope="module")
+def cpu_folder(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("diffcpu") / "x"
+    p = cli("render", "cpu", "-o", str(out))
+    assert p.returncode == 0, p.stderr
+    return out
+
+
+def _copy_folder(src: Path, dst: Path) -> Path:
+    shutil.copytree(src, dst, symlinks=True)
+    return dst
+
+
+def _address_space_limit(gib: float):
+    def limit() -> None:
+        import resource
+
+        n = int(gib * (1 << 30))
+        resource.setrlimit(resource.RLIMIT_AS, (n, n))
+    return limit
+
+
+def test_a_3_gib_dockerfile_under_diff_costs_one_fstat(tmp_path, cpu_folder):
+    x = _copy_folder(cpu_folder, tmp_path / "x")
+    with open(x / "Dockerfile", "r+b") as f:  # sparse: 3 GiB of size, no disk
+        f.truncate(3 << 30)
+    p = subprocess.run([*CLI, "diff", str(x), "cpu"], capture_output=True, text=True, timeout=120,
+                       env=env(), preexec_fn=_address_space_limit(1.5))
+    assert_clean_failure(p, 2, "Dockerfile", "larger than")
+
+
+def test_a_3_gib_copied_file_under_diff_costs_one_fstat(tmp_path, cpu_folder):
+    x = _copy_folder(cpu_folder, tmp_path / "x")
+    y = _copy_folder(cpu_folder, tmp_path / "y")
+    big = next(p for p in sorted((x / "smoke").iterdir()) if p.is_file())
+    with open(big, "r+b") as f:
+        f.truncate(3 << 30)
+    p = subprocess.run([*CLI, "diff", str(x), str(y), "--json"], capture_output=True, text=True,
+                       timeout=120, env=env(), preexec_fn=_address_space_limit(1.5))
+    assert p.returncode == 0, p.stderr[-2000:]
+    rb = {s["stage"]: s["rebuilds"] for s in json.loads(p.stdout)["rebuild"]}
+    assert rb["runtime"] is True and rb["builder"] is False  # the big file counts as changed
+
+
+def test_diff_containment_is_by_path_not_by_prefix(tmp_path, cpu_folder):
+    """``COPY ../x-evil/secret`` in build folder x: x-evil starts with x, but is outside it."""
+    x = _copy_folder(cpu_folder, tmp_path / "x")
+    y = _copy_folder(cpu_folder, tmp_path / "y")
+    (tmp_path / "x-evil").mkdir()
+    (tmp_path / "x-evil" / "secret").write_text("secret\n")
+    for f in (x, y):
+        with open(f / "Dockerfile", "a") as fh:
+            fh.write("COPY ../x-evil/secret /s\n")
+    p = cli("diff", str(x), str(y), "--json")
+    assert p.returncode == 0, p.stderr
+    rb = {s["stage"]: s["rebuilds"] for s in json.loads(p.stdout)["rebuild"]}
+    assert rb["runtime"] is False  # read on neither side: the same
+
+
+def test_diff_reads_no_file_of_a_build_folder_through_a_link(tmp_path, cpu_folder):
+    x = _copy_folder(cpu_folder, tmp_path / "x")
+    y = _copy_folder(cpu_folder, tmp_path / "y")
+    (tmp_path / "elsewhere").mkdir()
+    target = next(p for p in sorted((x / "smoke").iterdir()) if p.is_file())
+    (tmp_path / "elsewhere" / target.name).write_bytes(target.read_bytes())
+    target.unlink()
+    target.symlink_to(tmp_path / "elsewhere" / target.name)  # same bytes, through a link
+    p = cli("diff", str(x), str(y), "--json")
+    assert p.returncode == 0, p.stderr
+    rb = {s["stage"]: s["rebuilds"] for s in json.loads(p.stdout)["rebuild"]}
+    assert rb["runtime"] is True  # not read through the link: missing on that side
+    lock = tmp_path / "real.lock"
+    lock.write_text("six==1.16.0 \\\n    --hash=sha256:" + "a" * 64 + "\n")
+    (x / "requirements.lock").symlink_to(lock)
+    assert_clean_failure(cli("diff", str(x), str(y)), 2, "requirements.lock", "symbolic link")
+
+
+@pytest.mark.parametrize("doc, key", [
+    ("[1, 2]", "top level"), ('{"torch": 5}', "torch"), ('{"image": "x"}', "image"),
+    ('{"image": {"runtime": 5}}', "image"), ('{"driver_min": [1]}', "driver_min"),
+    ('{"deepspeed_ops": "fused_adam"}', "deepspeed_ops"), ("{", "not JSON"),
+])
+def test_malformed_stack_json_is_one_line(tmp_path, cpu_folder, doc, key):
+    x = _copy_folder(cpu_folder, tmp_path / "x")
+    (x / "stack.json").write_text(doc)
+    assert_clean_failure(cli("diff", str(x), "cpu"), 2, "stack.json", key)
+
+
+# -- H9. flight-recorder dumps: bounded on what they load to, fields typed --------------------
+
+FR = ROOT / "tests" / "fixtures" / "flight_recorder"
+
+
+def test_a_small_pickle_that_unpickles_huge_is_refused_unloaded(tmp_path):
+    n = 6_000_000  # 6 MB of one-byte EMPTY_DICT opcodes: gigabytes of dicts once loaded
+    data = (b"\x80\x04}(\x8c\x07entries](" + b"}" * n + b"e\x8c\tpg_config}u.")
+    dump = tmp_path / "nccl_trace_rank_0"
+    dump.write_bytes(data)
+    p = subprocess.run([*CLI, "explain", str(dump)], capture_output=True, text=True, timeout=300,
+                       env=env(), preexec_fn=_address_space_limit(1.5))
+    assert_clean_failure(p, 2, "once loaded")
+
+
+@pytest.mark.parametrize("edit, field", [
+    (lambda d: d["entries"][0].update(state=["completed"]), "entries[0].state"),
+    (lambda d: d["entries"][0].update(collective_seq_id="1"), "entries[0].collective_seq_id"),
+    (lambda d: d["entries"][0].update(process_group="pg"), "entries[0].process_group"),
+    (lambda d: next(iter(d["pg_config"].values())).update(ranks=["a", "b"]), "ranks"),
+    (lambda d: next(iter(d["pg_config"].values())).update(ranks={"0": 1}), "ranks"),
+    (lambda d: d.update(pg_config=[1]), "pg_config"),
+])
+def test_flight_recorder_fields_of_another_type_are_one_line(tmp_path, edit, field):
+    d = json.loads((FR / "fr_rank0.json").read_text())
+    edit(d)
+    (tmp_path / "fr_rank0.json").write_text(json.dumps(d))
+    shutil.copy(FR / "fr_rank1.json", tmp_path / "fr_rank1.json")
+    p = cli("explain", str(tmp_path / "fr_rank0.json"), str(tmp_path / "fr_rank1.json"))
+    assert_clean_failure(p, 2, "fr_rank0.json", field)
+
+
+# -- H10. team lines through pip's own grammar -------------------------------------------------
+
+def _pip_refuses(tmp_path: Path, line: str) -> bool:
+    """Whether the real pip's requirements-file reader refuses ``line`` (a parse error, not a
+    missing distribution: nothing is downloaded, no index is asked)."""
+    f = tmp_path / "pip-oracle.txt"
+    f.write_text(line + "\n")
+    p = subprocess.run([sys.executable, "-m", "pip", "download", "--no-index", "--no-deps",
+                        "--no-cache-dir", "-d", str(tmp_path / "dl"), "-r", str(f)],
+                       capture_output=True, text=True, timeout=120)
+    out = p.stdout + p.stderr
+    return "Invalid requirement" in out or "InvalidMarker" in out or "no such option" in out
+
+
+@pytest.mark.parametrize("line, why", [
+    ('six; python_version == " --hash=sha256:abc"', "as an option"),
+    ('six; python_version == "3 -i http://evil.example/simple"', "as an option"),
+    ('six; python_version == "3 #x"', ""),
+])
+def test_team_lines_pip_would_refuse_are_refused_naming_the_line(tmp_path, line, why):
+    assert _pip_refuses(tmp_path, line)  # the oracle: pip itself
+    req = tmp_path / "team.txt"
+    req.write_text("numpy\n" + line + "\n")
+    p = cli("render", "cpu", "-o", str(tmp_path / "o"), "--requirements", str(req))
+    assert_clean_failure(p, 2, "team.txt:2", why)
+    assert not (tmp_path / "o").exists()
+
+
+def test_team_lines_pip_accepts_are_accepted(tmp_path):
+    line = "six==1.16.0\t# pinned for the loader"
+    assert not _pip_refuses(tmp_path, line)
+    req = tmp_path / "team.txt"
+    req.write_text(line + "\n")
+    p = cli("render", "cpu", "-o", str(tmp_path / "o"), "--requirements", str(req))
+    assert p.returncode == 0, p.stderr
+    assert "six==1.16.0" in (tmp_path / "o" / "requirements" / "team.txt").read_text()
+
+
+def test_team_lines_with_environment_variables_are_refused(tmp_path):
+    req = tmp_path / "team.txt"
+    req.write_text('six; python_version == "${PYVER}"\n')
+    assert_clean_failure(cli("render", "cpu", "-o", str(tmp_path / "o"), "--requirements", str(req)),
+                         2, "team.txt:1", "${PYVER}")
+
+
+# -- H11. the smaller ones (issue 34, item 9); init's, -o's and team lines' are above/in outputs --
+
+@pytest.mark.parametrize("shell, where", [("zsh", ".zfunc/_envbuilder"),
+                                          ("fish", ".config/fish/completions/envbuilder.fish")])
+def test_install_completion_installs_the_shell_named(tmp_path, shell, where):
+    home = tmp_path / "home"
+    home.mkdir()
+    p = cli("--install-completion", shell, HOME=str(home), SHELL="/bin/bash")
+    assert p.returncode == 0, p.stderr
+    assert (home / where).is_file()
+    assert not (home / ".bashrc").exists() and not (home / ".bash_completions").exists()
+
+
+def test_install_completion_of_an_unknown_shell_is_2_and_touches_nothing(tmp_path):
+    home = tmp_path / "home"
+    home.mkdir()
+    p = cli("--install-completion", "nosuchshell", HOME=str(home), SHELL="/bin/bash")
+    assert_clean_failure(p, 2, "nosuchshell", "bash")
+    assert list(home.iterdir()) == []
+
+
+@pytest.mark.parametrize("where", ["top", "target"])
+def test_a_bad_project_registry_is_named_by_its_key(tmp_path, where):
+    body = ('registry = "Bad Registry"\n' if where == "top" else "") + \
+        '[[targets]]\nname = "x"\ntarget = "cpu"\n' + \
+        ('registry = "Bad Registry"\n' if where == "target" else "")
+    (tmp_path / "envbuilder.toml").write_text(body)
+    first = assert_clean_failure(cli("render", cwd=tmp_path), 2, "registry", "not a repository")
+    assert "--image" not in first
+    assert ("targets.x.registry" in first) == (where == "target")
+
+
+def test_exclude_newer_year_1_is_2(tmp_path):
+    assert_clean_failure(cli("render", "cpu", "-o", str(tmp_path / "o"), "--exclude-newer",
+                             "0001-01-01"), 2, "--exclude-newer")
+    assert not (tmp_path / "o").exists()
+
+
+def test_an_index_urls_token_query_reaches_no_rendered_file(tmp_path):
+    url = "https://pypi.example.com/simple?token=s3cr3t-t0ken"
+    p = cli("render", "cpu", "-o", str(tmp_path / "o"), "--pip-index-url", url, "--json")
+    assert p.returncode == 0, p.stderr
+    assert "s3cr3t-t0ken" not in p.stdout
+    for f in (tmp_path / "o").rglob("*"):
+        if f.is_file():
+            assert b"s3cr3t-t0ken" not in f.read_bytes(), f
+    assert "ARG PIP_INDEX_URL\n" in (tmp_path / "o" / "Dockerfile").read_text()
+    from envbuilder.errors import redact
+
+    assert redact(f"cannot reach {url}&sig=abc") == \
+        "cannot reach https://pypi.example.com/simple?token=***&sig=***"
+
+
+def test_package_indexes_go_through_the_one_client_too():
+    """matrix verify's index pages: a redirect to file:// (or a page over the size cap) is a
+    failure of that index, never a local read."""
+    with HostileRegistry() as idx:
+        idx.routes["/simple/torch/"] = idx.send(b"", 302, headers={"Location": "file:///etc/passwd"})
+        idx.routes["/simple/numpy/"] = idx.send(b"", 302, headers={"Location": "file:///etc/passwd"})
+        p = cli("matrix", "verify", "--pypi-index-url", idx.url("/simple"),
+                "--torch-index", idx.url("/whl/{variant}"), no_proxy="", NO_PROXY="")
+        assert p.returncode == 1, p.stderr
+        assert "root:" not in p.stdout + p.stderr
+        assert f"cannot reach the package index {idx.url('/simple')}" in p.stderr
+        assert "not an http(s) URL" in p.stdout + p.stderr

@@ -222,7 +222,7 @@ def test_driver_575_runs_torch_2_14_through_cuda_12_cli():
     p = cli("check", "--driver", "575.57.08", "--torch", "2.14")
     assert p.returncode == 0, p.stderr
     assert "cu126" in p.stdout and "runs natively" in p.stdout
-    r = check_combination(driver="575.57.08", torch="2.14")
+    r = check_combination(driver="575.57.08", torch="2.14").to_dict()
     modes = {d["variant"]: d["mode"] for d in r["driver"]}
     assert modes["cu126"] == "native"
     assert modes["cu130"] == "forward-compat"  # 13.x needs >= 580 even with minor-version compat
@@ -230,11 +230,11 @@ def test_driver_575_runs_torch_2_14_through_cuda_12_cli():
 
 
 def test_driver_within_minor_compat_is_named():
-    r = check_combination(driver="580.95.05", torch="2.14")
+    r = check_combination(driver="580.95.05", torch="2.14").to_dict()
     modes = {d["variant"]: d["mode"] for d in r["driver"]}
     assert modes["cu130"] == "native" and modes["cu132"] == "minor-compat"
     # 13.0 GA's driver is not enough natively: torch 2.14's wheel pins cuda-toolkit 13.0.3
-    r = check_combination(driver="580.65.06", torch="2.14")
+    r = check_combination(driver="580.65.06", torch="2.14").to_dict()
     fit = next(d for d in r["driver"] if d["variant"] == "cu130")
     assert fit["mode"] == "minor-compat" and fit["toolkit"] == "13.0.3"
 
@@ -306,10 +306,13 @@ def test_deepspeed_refuses_a_minor_mismatch_on_cuda_13():
 
 # -- class 10: platforms -----------------------------------------------------------------------
 
-def test_arm64_has_the_pypi_cuda_builds_only():
+def test_arm64_has_the_recorded_cuda_builds_only():
     st = resolve_target("cu132", pins=Pins(platform="linux/arm64"))
     assert st.request.platform == "linux/arm64" and st.variant == "cu132"
-    p = cli("resolve", "cu126", "--platform", "linux/arm64")
+    # 2.9's aarch64 builds of every CUDA variant are on PyTorch's index (the 2.9 release blog)
+    st = resolve_target("cu126", pins=Pins(platform="linux/arm64"))
+    assert str(st.torch.version) == "2.9.1" and st.torch_index.endswith("/whl/cu126")
+    p = cli("resolve", "cu118", "--platform", "linux/arm64")
     assert p.returncode == 3, p.stderr
     assert cli("resolve", "cu132", "--platform", "sparc").returncode == 2
 
@@ -328,12 +331,14 @@ def test_exclude_newer_and_platform_as_project_keys(tmp_path):
         '[[targets]]\nname = "old"\ntarget = "cu126"\nwith = ["deepspeed"]\n'
         'exclude_newer = "2025-06-01"\n\n'
         '[[targets]]\nname = "gh200"\ntarget = "cu132"\nplatform = "linux/arm64"\n')
+    from envbuilder.api import make_spec, resolve_spec
+
     p = load_project(tmp_path / "envbuilder.toml")
-    old, gh = p.targets
-    st = resolve_target(old.target, pins=old.pins)
+    # the project's keys reach the resolver through the one cascade (core.spec.make_spec)
+    st = resolve_spec(make_spec("old", project=p))
     assert str(st.deepspeed.version) != "0.19.8" and st.torch.version < Version("2.8")
-    assert resolve_target(gh.target, pins=gh.pins).platform == "linux/arm64"
+    assert resolve_spec(make_spec("gh200", project=p)).platform == "linux/arm64"
     (tmp_path / "envbuilder.toml").write_text(
         '[[targets]]\nname = "x"\ntarget = "cu126"\nexclude_newer = "June 2025"\n')
     with pytest.raises(InputError):
-        resolve_target("cu126", pins=load_project(tmp_path / "envbuilder.toml").targets[0].pins)
+        resolve_spec(make_spec("x", project=load_project(tmp_path / "envbuilder.toml")))

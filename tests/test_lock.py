@@ -15,9 +15,9 @@ from envbuilder.api import resolve_target
 from envbuilder.errors import (IncompatibleError, InputError, MissingExtraError,
                                OperationError)
 from envbuilder.lock.requirements import (LOCK_NAME, cross_check, lock_digest, lock_inputs,
-                                          parse_exclude_newer, read_header,
-                                          read_lock, split_by_layer)
-from envbuilder.lock.write import lock_target
+                                          parse_exclude_newer, read_lock,
+                                          read_lockfile, split_by_layer)
+from envbuilder.lock.write import lock_stack
 from envbuilder.render.plan import make_plan
 from envbuilder.render.templating import render_files
 
@@ -32,7 +32,7 @@ def stack():
 @pytest.fixture(scope="module")
 def locked(uv_cache, stack, tmp_path_factory):
     out = tmp_path_factory.mktemp("lock")
-    report = lock_target(stack, out)
+    report = lock_stack(stack, out)
     return out, report
 
 
@@ -85,27 +85,31 @@ def test_lock_digest_is_the_file_sha256_and_locking_is_deterministic(locked, sta
     digest = lock_digest(path)
     assert digest == "sha256:" + hashlib.sha256(path.read_bytes()).hexdigest()
     assert lock_digest(path) == digest
-    again = lock_target(stack, tmp_path / "again")  # warm cache: same bytes, same digest
+    again = lock_stack(stack, tmp_path / "again")  # warm cache: same bytes, same digest
     assert again.digest == digest
 
 
 def test_check_passes_on_a_fresh_lock(locked, stack):
-    r = lock_target(stack, locked[0], check=True)
+    r = lock_stack(stack, locked[0], check=True)
     assert r.checked and r.status == "checked" and r.problems == []
     assert r.inputs_digest and r.inputs_digest in (locked[0] / LOCK_NAME).read_text()
 
 
 def test_the_header_records_the_inputs_and_their_digest(locked, stack):
     text = (locked[0] / LOCK_NAME).read_text()
-    record, idig, pdig = read_header(text)
-    assert record is not None and idig and pdig
-    assert record["format"] == "3" and record["target"] == TARGET
+    lf = read_lockfile(text, LOCK_NAME, stack)
+    record = lf.record
+    assert record is not None and lf.inputs_digest and lf.packages_digest
+    assert lf.record_intact and lf.body_intact
+    # the format version is its own header line, not an input (lock.model)
+    assert lf.format == 4 and "# lock format: 4\n" in text and "format" not in record
+    assert record["target"] == TARGET
     assert record["python"] == "3.10" and record["platform"] == "x86_64-manylinux_2_28"
     assert record["torch"] == "2.1.2 (cu121)" and record["nccl"] == "2.18.1 (nvidia-nccl-cu12)"
     assert record["requirement"] == ["torch==2.1.2", "numpy<2", "nvidia-nccl-cu12==2.18.1"]
     assert record["requirements file"] == "none" and record["exclude newer"] == "none"
     assert record["index"] == "https://pypi.org/simple" and record["extra index"] == []
-    assert record == lock_inputs(stack).record and idig == lock_inputs(stack).digest
+    assert record == lock_inputs(stack).record and lf.inputs_digest == lock_inputs(stack).digest
     assert "uv version" not in json.dumps(record) and "envbuilder version" not in json.dumps(record)
 
 
@@ -132,7 +136,7 @@ def _with_packages_digest(text: str) -> str:
 def _check_fails(stack, d: Path) -> OperationError:
     before = (d / LOCK_NAME).read_bytes()
     with pytest.raises(OperationError) as e:
-        lock_target(stack, d, check=True, uv="/nonexistent/uv")  # never runs uv
+        lock_stack(stack, d, check=True, uv="/nonexistent/uv")  # never runs uv
     assert e.value.exit_code == 1 and "\n" not in str(e.value)
     assert e.value.report.checked is True and e.value.report.problems
     assert (d / LOCK_NAME).read_bytes() == before  # --check never rewrites the lock
@@ -229,12 +233,12 @@ def test_plain_lock_keeps_a_current_lock_and_upgrade_resolves_again(locked, stac
     d = _copy(locked, tmp_path)
     path = d / LOCK_NAME
     before, mtime = path.read_bytes(), path.stat().st_mtime_ns
-    r = lock_target(stack, d, uv="/nonexistent/uv")  # inputs unchanged: uv is not needed
+    r = lock_stack(stack, d, uv="/nonexistent/uv")  # inputs unchanged: uv is not needed
     assert r.status == "unchanged" and r.changed == [] and r.packages["torch"] == "2.1.2"
     assert path.read_bytes() == before and path.stat().st_mtime_ns == mtime
     with pytest.raises(InputError, match="/nonexistent/uv"):
-        lock_target(stack, d, upgrade=True, uv="/nonexistent/uv")  # --upgrade runs uv
-    r = lock_target(stack, d, upgrade=True)
+        lock_stack(stack, d, upgrade=True, uv="/nonexistent/uv")  # --upgrade runs uv
+    r = lock_stack(stack, d, upgrade=True)
     assert r.status == "resolved" and r.changed == []
     assert path.read_bytes() == before  # same inputs, same index: the same bytes
     _only_lock_left(d)
@@ -242,7 +246,7 @@ def test_plain_lock_keeps_a_current_lock_and_upgrade_resolves_again(locked, stac
 
 def test_plain_lock_resolves_again_when_an_input_changed(locked, stack, tmp_path):
     d = _copy(locked, tmp_path)
-    r = lock_target(stack, d, exclude_newer="2024-06-01")
+    r = lock_stack(stack, d, exclude_newer="2024-06-01")
     assert r.status == "resolved"
     assert r.changed == ["exclude newer none -> 2024-06-01T00:00:00Z"]
     text = (d / LOCK_NAME).read_text()
@@ -252,7 +256,7 @@ def test_plain_lock_resolves_again_when_an_input_changed(locked, stack, tmp_path
     from packaging.version import Version
 
     assert Version(r.packages["fsspec"]) < Version("2024.6.0")
-    assert lock_target(stack, d, exclude_newer="2024-06-01T00:00:00+00:00",
+    assert lock_stack(stack, d, exclude_newer="2024-06-01T00:00:00+00:00",
                        check=True).problems == []
     err = _check_fails(stack, d)  # without --exclude-newer now: an input changed
     assert "exclude newer 2024-06-01T00:00:00Z -> none" in str(err)
@@ -262,7 +266,7 @@ def test_uv_environment_cannot_change_a_lock_behind_its_inputs(locked, stack, tm
                                                                monkeypatch):
     monkeypatch.setenv("UV_EXCLUDE_NEWER", "2024-01-01T00:00:00Z")
     monkeypatch.setenv("UV_EXTRA_INDEX_URL", "http://127.0.0.1:9/simple")
-    r = lock_target(stack, tmp_path / "env")
+    r = lock_stack(stack, tmp_path / "env")
     assert r.digest == locked[1].digest
 
 
@@ -281,7 +285,7 @@ def test_exclude_newer_dates(value, normal):
                                    "20240601", "2024-06-01; rm -rf /", "2024-06-01\n"[:-1] + "x"])
 def test_exclude_newer_garbage_is_bad_input(stack, tmp_path, value):
     with pytest.raises(InputError) as e:
-        lock_target(stack, tmp_path / "o", exclude_newer=value)
+        lock_stack(stack, tmp_path / "o", exclude_newer=value)
     assert e.value.exit_code == 2 and "--exclude-newer" in str(e.value)
     assert not (tmp_path / "o").exists()
 
@@ -362,7 +366,7 @@ def test_check_passes_offline_and_fails_naming_a_changed_input(uv_cache, stack, 
 
 def test_check_without_a_lock_is_a_usage_error(stack, tmp_path):
     with pytest.raises(InputError) as e:
-        lock_target(stack, tmp_path, check=True)
+        lock_stack(stack, tmp_path, check=True)
     assert e.value.exit_code == 2 and "envbuilder lock" in str(e.value)
 
 
@@ -374,7 +378,7 @@ def test_unreachable_pytorch_index_is_one_line_exit_1(uv_cache, tmp_path, monkey
     assert st.torch_index.startswith("https://download.pytorch.org/")
     out = tmp_path / "out"
     with pytest.raises(OperationError) as e:
-        lock_target(st, out)
+        lock_stack(st, out)
     msg = str(e.value)
     assert e.value.exit_code == 1 and "\n" not in msg
     assert st.torch_index in msg and "--pip-index-url" in msg and "wheelhouse" in msg
@@ -386,7 +390,7 @@ def test_unreachable_index_keeps_an_existing_lock(uv_cache, locked, tmp_path, mo
     d = _copy(locked, tmp_path)
     before = (d / LOCK_NAME).read_bytes()
     with pytest.raises(OperationError):
-        lock_target(resolve_target(TARGET), d, index_url="http://127.0.0.1:9/simple")
+        lock_stack(resolve_target(TARGET), d, index_url="http://127.0.0.1:9/simple")
     assert (d / LOCK_NAME).read_bytes() == before
     _only_lock_left(d)
 
@@ -396,7 +400,7 @@ def test_requirements_pinning_another_torch_is_refused(stack, tmp_path):
     req.write_text("# extras\nnumpy<2\ntorch==2.0.0\n")
     out = tmp_path / "out"
     with pytest.raises(IncompatibleError) as e:
-        lock_target(stack, out, requirements_file=req)
+        lock_stack(stack, out, requirements_file=req)
     assert e.value.exit_code == 3
     assert "torch==2.0.0" in str(e.value) and "2.1.2" in str(e.value)
     assert not out.exists()
@@ -411,17 +415,18 @@ def test_joint_resolution_frees_torchs_small_dependencies(uv_cache, tmp_path):
     st = resolve_target("cu124-torch2.6-debian12")
     team = tmp_path / "team.txt"
     team.write_text("numpy<2\ntransformers==4.46.3\ndatasets>=3\n")
-    r = lock_target(st, tmp_path / "a", requirements_file=team)
+    r = lock_stack(st, tmp_path / "a", requirements_file=team)
     pkgs = r.packages
     assert pkgs["torch"] == "2.6.0" and pkgs["nvidia-nccl-cu12"] == "2.21.5"
     assert pkgs["numpy"].startswith("1.") and pkgs["transformers"] == "4.46.3"
     assert int(pkgs["datasets"].split(".")[0]) >= 3
     # the NCCL wheel is one of the stack's own pins, beside torch
-    assert "nvidia-nccl-cu12==2.21.5" in read_header(Path(r.path).read_text())[0]["requirement"]
-    plain = lock_target(st, tmp_path / "b")
+    record = read_lockfile(Path(r.path).read_text(), r.path, st).record
+    assert record is not None and "nvidia-nccl-cu12==2.21.5" in record["requirement"]
+    plain = lock_stack(st, tmp_path / "b")
     other = tmp_path / "other.txt"
     other.write_text("einops\n")
-    lock_target(st, tmp_path / "c", requirements_file=other)
+    lock_stack(st, tmp_path / "c", requirements_file=other)
 
     def layers(d: Path) -> dict[str, str]:
         text = (d / LOCK_NAME).read_text()
@@ -436,7 +441,7 @@ def test_joint_resolution_frees_torchs_small_dependencies(uv_cache, tmp_path):
     bad = tmp_path / "bad.txt"
     bad.write_text("torch==2.5.1\n")
     with pytest.raises(IncompatibleError) as e:
-        lock_target(st, tmp_path / "d", requirements_file=bad)
+        lock_stack(st, tmp_path / "d", requirements_file=bad)
     assert e.value.exit_code == 3 and "torch==2.5.1" in str(e.value) and "2.6.0" in str(e.value)
 
 
@@ -444,7 +449,7 @@ def test_requirements_with_another_nccl_major_is_refused(stack, tmp_path):
     req = tmp_path / "extra.txt"
     req.write_text("nvidia-nccl-cu11\n")
     with pytest.raises(IncompatibleError, match="nvidia-nccl-cu12"):
-        lock_target(stack, tmp_path / "out", requirements_file=req)
+        lock_stack(stack, tmp_path / "out", requirements_file=req)
 
 
 @pytest.mark.parametrize("line, what", [
@@ -458,7 +463,7 @@ def test_malformed_requirements_lines(stack, tmp_path, line, what):
     req.write_text(f"numpy\n\n{line}\n")
     out = tmp_path / "out"
     with pytest.raises(InputError) as e:
-        lock_target(stack, out, requirements_file=req)
+        lock_stack(stack, out, requirements_file=req)
     assert e.value.exit_code == 2
     assert f"{req}:3" in str(e.value) and what in str(e.value)
     assert "\n" not in str(e.value)
@@ -470,7 +475,7 @@ def test_uv_resolution_conflict_is_exit_3(uv_cache, stack, tmp_path):
     req.write_text("networkx>=999\n")
     out = tmp_path / "out"
     with pytest.raises(IncompatibleError) as e:
-        lock_target(stack, out, requirements_file=req)
+        lock_stack(stack, out, requirements_file=req)
     assert "networkx" in str(e.value) and e.value.exit_code == 3
     assert not out.exists()
 
@@ -481,7 +486,7 @@ def test_missing_uv_is_a_missing_extra(stack, tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "uv", None)
     monkeypatch.setattr(lock.shutil, "which", lambda name: None)
     with pytest.raises(MissingExtraError, match=r"envbuilder\[lock\]"):
-        lock_target(stack, tmp_path / "out")
+        lock_stack(stack, tmp_path / "out")
     assert not (tmp_path / "out").exists()
 
 
@@ -534,7 +539,7 @@ def test_cross_check_two_nccl_majors(stack):
 
 def test_split_by_layer_real_deepspeed_lock(uv_cache, tmp_path):
     st = resolve_target("cu121-torch2.1-py310-ds0.14")
-    r = lock_target(st, tmp_path / "ds")
+    r = lock_stack(st, tmp_path / "ds")
     text = Path(r.path).read_text()
     plan = make_plan(st, hashes=True)
     parts = split_by_layer(text, plan)
@@ -581,12 +586,14 @@ def test_split_by_layer_horovod_and_extras(stack):
         _entry("rich", "13.0"),
         _entry("markdown-it-py", "3.0", ["rich"]),
     ])
+    from envbuilder.components import deepspeed, horovod
     from envbuilder.render.plan import PipLayer
 
     plan = make_plan(stack, hashes=True)
     plan = replace(plan, layers=(plan.layers[0],
-                                 PipLayer("horovod", ("horovod==0.28.1",), None),
-                                 PipLayer("deepspeed", ("deepspeed==0.14.5",), None)))
+                                 PipLayer("horovod", ("horovod==0.28.1",), None, build_deps=horovod.BUILD_DEPS),
+                                 PipLayer("deepspeed", ("deepspeed==0.14.5",), None,
+                                          build_deps=deepspeed.BUILD_DEPS)))
     parts = split_by_layer(text, plan)
     assert list(parts) == ["torch", "horovod.build", "horovod", "deepspeed.build", "deepspeed"]
     names = {k: [p.name for p in read_lock(v)] for k, v in parts.items()}
@@ -644,7 +651,7 @@ def test_render_installs_from_a_lock_in_the_output_folder(locked, stack, tmp_pat
     out.mkdir()
     shutil.copy(locked[0] / "requirements.lock", out / "requirements.lock")
     r = render_target(TARGET, out)
-    assert r["locked"]
+    assert r.locked
     dockerfile = (out / "Dockerfile").read_text()
     assert "--require-hashes" in dockerfile
     torch_layer = (out / "requirements" / "torch.txt").read_text()

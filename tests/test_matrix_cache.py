@@ -33,6 +33,9 @@ def cache(tmp_path, monkeypatch) -> Path:
     home = tmp_path / "xdg"
     monkeypatch.setenv("XDG_CACHE_HOME", str(home))
     monkeypatch.delenv("ENVBUILDER_NO_CACHE", raising=False)
+    # these tests are about the folder: the process's own memo of loaded matrices is off
+    monkeypatch.setattr(matrix_mod, "_LOADED", {})
+    monkeypatch.setattr(matrix_mod, "_keep", lambda key, m: m)
     return home / "envbuilder"
 
 
@@ -72,6 +75,22 @@ def test_cached_matrix_equals_loaded(cache, matrix_copy):
     assert hit is not None and hit == first
     second = load_matrix(matrix_copy)
     assert second == first and second.path == matrix_copy
+
+
+def test_one_process_loads_the_same_files_once(tmp_path, monkeypatch, matrix_copy):
+    """render --all and a project's targets share one Matrix; an edit is a new one."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    monkeypatch.delenv("ENVBUILDER_NO_CACHE", raising=False)
+    monkeypatch.setattr(matrix_mod, "_LOADED", {})
+    first = load_matrix(matrix_copy)
+    assert load_matrix(matrix_copy) is first
+    assert load_matrix(matrix_copy.parent / "matrix") is first  # the same folder, spelt again
+    f = matrix_copy / "targets.yaml"
+    f.write_text(f.read_text() + "\n# edited\n")
+    edited = load_matrix(matrix_copy)
+    assert edited is not first and edited.digest != first.digest
+    monkeypatch.setenv("ENVBUILDER_NO_CACHE", "1")  # off: every call loads the files
+    assert load_matrix(matrix_copy) is not load_matrix(matrix_copy)
 
 
 def test_cache_entry_keeps_the_callers_path(cache, matrix_copy, tmp_path):

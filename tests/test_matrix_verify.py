@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 from envbuilder.core.matrix import load_matrix
-from envbuilder.knowledge.indexcheck import VerifyReport, linux_x86_64_files, verify_components
+from envbuilder.knowledge.indexcheck import MatrixReport, linux_x86_64_files, verify_components
 from envbuilder.knowledge.show import AXES, show_axis
 
 from core_helpers import MATRICES, copy_matrix
@@ -199,7 +199,7 @@ def test_verify_reads_yanked_and_requires_python_from_an_html_index():
     srv = _serve({"/simple/horovod/": "<html><body>" + "\n".join(links) + "</body></html>"})
     try:
         index = f"http://127.0.0.1:{srv.server_address[1]}/simple"
-        rep = VerifyReport("m", "d")
+        rep = MatrixReport("m", "d")
         verify_components(m, rep, pypi=index, names=("horovod",))
     finally:
         srv.shutdown()
@@ -257,7 +257,7 @@ def test_verify_toolkits_names_a_floor_table3_contradicts(tmp_path: Path):
     m = load_matrix(MATRICES)
     srv = _serve({"/notes": TABLE3.replace("595.58.03", "595.99.99")})
     try:
-        rep = VerifyReport(str(m.path), m.digest)
+        rep = MatrixReport(str(m.path), m.digest)
         verify_toolkits(m, rep, notes_url=f"http://127.0.0.1:{srv.server_port}/notes",
                         pypi="http://127.0.0.1:9/simple")
     finally:

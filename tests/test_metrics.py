@@ -154,7 +154,7 @@ def test_layout_label(per_node, layout):
     r = smoke.SmokeResult(ok=True, world_size=12, nproc_per_node=6, nnodes=2, backend="gloo",
                           checks={}, failed=[], bandwidth=[], summary={"ranks_per_node": per_node},
                           ranks=[], log="", exit_code=0, seconds=1.0, where="host")
-    assert mx.layout_of(r) == layout
+    assert mx.layout_label(r) == layout
 
 
 # ----------------------------------------------------------------------------- inputs
@@ -218,7 +218,7 @@ def write_records(folder: Path, world: int = 4, fail_rank: int | None = None) ->
 def test_result_from_a_records_folder_and_from_a_log(tmp_path):
     summary = write_records(tmp_path / "out")
     r = mx.result_from_records(str(tmp_path / "out"))
-    assert r.ok and r.world_size == 4 and len(r.ranks) == 4 and mx.layout_of(r) == "2x2"
+    assert r.ok and r.world_size == 4 and len(r.ranks) == 4 and mx.layout_label(r) == "2x2"
     log = tmp_path / "master-0.log"
     log.write_text("some torchrun noise\n%s %s\n" % (ddp_smoke.SUMMARY_MARKER, json.dumps(summary)))
     r2 = mx.result_from_records(str(log))
@@ -450,7 +450,7 @@ def test_slurm_scripts_write_the_textfile():
     script = files["jobs/slurm-pyxis-2x6.sbatch"]
     assert '--records "$out" --metrics-file "$metrics_dir/envbuilder_smoke-smoke-cpu-2x6.prom"' in script
     assert "ENVBUILDER_PUSHGATEWAY" in script and 'exit "$rc"' in script
-    for kind in ("pytorchjob", "indexed-job"):
+    for kind in ("trainjob", "jobset", "indexed-job"):
         text = files[f"jobs/{kind}-2x6.yaml"]
         assert "envbuilder smoke --records - --pushgateway" in text
         assert '"envbuilder.io/layout": "2x6"' in text

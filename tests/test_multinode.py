@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from envbuilder.errors import InputError
-from envbuilder.run.multinode import layout_of, run_smoke_multinode
+from envbuilder.run.multinode import node_counts, run_smoke_multinode
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
@@ -51,9 +51,9 @@ def test_uneven_layout_as_asked(smoke_image, docker_client):
 
 def test_layout_that_does_not_match_the_nodes_is_refused():
     with pytest.raises(InputError):
-        layout_of(3, None, (7, 5))
-    assert layout_of(2, None, (7, 5)) == [7, 5]
-    assert layout_of(3, 4, None) == [4, 4, 4]
+        node_counts(3, None, (7, 5))
+    assert node_counts(2, None, (7, 5)) == [7, 5]
+    assert node_counts(3, 4, None) == [4, 4, 4]
 
 
 def test_interface_setting_naming_no_interface_fails_fast_and_is_explained(smoke_image, docker_client):

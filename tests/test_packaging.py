@@ -34,6 +34,11 @@ def test_wheel_carries_the_data_and_renders_from_it(tmp_path):
         assert here <= names, sorted(here - names)[:5]
     assert "envbuilder/data/signatures.yaml" in names
     assert "envbuilder/data/project.schema.json" in names  # editors validate envbuilder.toml
+    # the templates compiled ahead of time ship as modules of the package
+    compiled = {f"envbuilder/render/_precompiled/{p.relative_to(ROOT / 'envbuilder/render/_precompiled').as_posix()}"
+                for p in (ROOT / "envbuilder/render/_precompiled").rglob("*") if p.is_file()
+                and "__pycache__" not in p.parts}
+    assert compiled and compiled <= names, sorted(compiled - names)[:5]
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True)
     py = venv / "bin" / "python"
@@ -44,6 +49,11 @@ def test_wheel_carries_the_data_and_renders_from_it(tmp_path):
                             "print(r.matrices_dir())"], capture_output=True, text=True,
                            env=env, cwd=tmp_path, check=True).stdout.strip()
     assert where.startswith(str(venv)), where
+    # the installed package renders from its compiled templates (nothing is compiled)
+    loaded = subprocess.run([str(py), "-c", "from envbuilder.render import templating; "
+                             "print(templating._env().get_template('Dockerfile.j2').filename)"],
+                            capture_output=True, text=True, env=env, cwd=tmp_path, check=True)
+    assert "/envbuilder/render/_precompiled/build/tmpl_" in loaded.stdout, loaded.stdout
     out = tmp_path / "out"
     r = subprocess.run([str(venv / "bin" / "envbuilder"), "render", "cu118", "-o", str(out)],
                        capture_output=True, text=True, env=env, cwd=tmp_path)

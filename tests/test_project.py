@@ -105,9 +105,9 @@ def test_unknown_keys_name_the_key_and_the_file(tmp_path):
 def test_schema_ships_with_the_package_and_matches_the_loader():
     s = schema()
     assert s["additionalProperties"] is False
-    assert set(s["properties"]) == {"requirements", "registry", "layouts", "matrix_overlay",
-                                    "targets", "pip_index_url", "extra_index_urls",
-                                    "exclude_newer"}
+    assert {"requirements", "registry", "layouts", "matrix_overlay", "targets", "pip_index_url",
+            "extra_index_urls", "exclude_newer", "explain_cases", "jobs", "compiled",
+            "signing_key"} <= set(s["properties"])  # and every option's key (test_options.py)
     # a target's own table may set what a lock needs, so a lock is reproducible from the file
     assert {"requirements", "pip_index_url", "extra_index_urls", "exclude_newer", "registry",
             "layouts"} <= set(s["properties"]["targets"]["items"]["properties"])
@@ -129,13 +129,13 @@ def test_render_without_a_target_renders_the_project_targets(tmp_path):
         # the team layer is the last one, copied after torch
         assert docker.index("COPY --from=layer-torch") < docker.index("COPY --from=layer-team")
         assert "layer-team" in (out / "envbuilder.def").read_text() or \
-            "# layer: team" in (out / "envbuilder.def").read_text()
+            "stage builder, layer team" in (out / "envbuilder.def").read_text()
         stack = json.loads((out / "stack.json").read_text())
         assert [la["name"] for la in stack["layers"]][-1] == "team"
     assert not (root / "src" / "deep" / "build").exists()
     # the project's job layouts replace the default ones
-    jobs = sorted(x.name for x in (root / "build/train/jobs").glob("pytorchjob-*"))
-    assert jobs == ["pytorchjob-1x12.yaml", "pytorchjob-2x6.yaml"]
+    jobs = sorted(x.name for x in (root / "build/train/jobs").glob("trainjob-*"))
+    assert jobs == ["trainjob-1x12.yaml", "trainjob-2x6.yaml"]
     eval_stack = json.loads((root / "build/eval/stack.json").read_text())
     assert eval_stack["python"] == "3.11"
     # the overlay's base image is used, and marked as the overlay's in stack.json
@@ -309,10 +309,10 @@ def test_project_layouts_must_run_the_smoke_job_ranks(tmp_path):
     assert_clean_failure(p, 2, "--nproc")
     p = cli("render", "train", cwd=root)  # the project's layouts set the world size: 8
     assert p.returncode == 0, p.stderr
-    assert sorted(x.name for x in (root / "build/train/jobs").glob("pytorchjob-*")) == [
-        "pytorchjob-1x8.yaml", "pytorchjob-2x4.yaml"]
+    assert sorted(x.name for x in (root / "build/train/jobs").glob("trainjob-*")) == [
+        "trainjob-1x8.yaml", "trainjob-2x4.yaml"]
     assert json.loads((root / "build/train/stack.json").read_text())["smoke"]["world_size"] == 8
     p = cli("render", "train", "--layout", "2x6", cwd=root)  # --layout wins over the project's
     assert p.returncode == 0, p.stderr
-    assert sorted(x.name for x in (root / "build/train/jobs").glob("pytorchjob-*")) == [
-        "pytorchjob-2x6.yaml"]
+    assert sorted(x.name for x in (root / "build/train/jobs").glob("trainjob-*")) == [
+        "trainjob-2x6.yaml"]

@@ -46,7 +46,7 @@ def all_out(tmp_path_factory) -> Path:
     """`render --all` of the built-in targets, once for this module."""
     out = tmp_path_factory.mktemp("render-all") / "build"
     reports = render_all(out, matrix_dir=FROZEN)
-    assert [r["target"] for r in reports] == [t.name for t in builtin().targets]
+    assert [r.target for r in reports] == [t.name for t in builtin().targets]
     return out
 
 
@@ -173,6 +173,9 @@ def _apptainer_view(text: str) -> dict:
             env[m.group(1)] = m.group(2)
     labels = dict(line.split(" ", 1) for line in section(runtime, "%labels"))
     r_post = section(runtime, "%post")
+    # the one intended difference: Apptainer stages in the builder's root file system, not /tmp
+    # (it binds a /tmp of its own during %post)
+    post = [c.replace("/opt/envbuilder-build", "/tmp/envbuilder") for c in post]
     return {"builder": builder["headers"]["From"], "runtime": runtime["headers"]["From"],
             "pip": [c for c in post if PIP_RE.search(c)], "env": env, "labels": labels,
             "builder_apt": [c for c in post if ("apt" in c or " -m venv " in c) and not c.startswith("export")],
@@ -249,7 +252,7 @@ def test_layer_order_torch_then_horovod_then_deepspeed():
     words = [w for w, _ in stages[-1]["instructions"]]
     assert words.index("RUN") < words.index("COPY")
     deff = files["envbuilder.def"]
-    assert deff.index("# layer: torch") < deff.index("# layer: horovod") < deff.index("# layer: deepspeed")
+    assert deff.index("stage builder, layer torch") < deff.index("stage builder, layer horovod") < deff.index("stage builder, layer deepspeed")
     reqs = [r.split("=")[0].split("<")[0] for r in files["requirements.in"].splitlines()[2:]]
     assert [r for r in reqs if r != "numpy"] == ["torch", "horovod", "deepspeed"]
     assert files["requirements.in"].splitlines()[2] == "torch==2.0.1"

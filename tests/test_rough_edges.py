@@ -106,7 +106,7 @@ def test_render_quiet(tmp_path):
     p = cli("render", "cu121", "-o", str(tmp_path / "a"), "--quiet")
     assert p.returncode == 0 and p.stdout == "" and (tmp_path / "a" / "Dockerfile").is_file()
     p = cli("render", "cu121", "--driver", "525.60.13", "-o", str(tmp_path / "b"), "-q")
-    assert p.returncode == 0 and p.stdout.startswith("warning: driver_cuda")  # warnings stay
+    assert p.returncode == 0 and p.stderr.startswith("warning: driver_cuda")  # warnings stay (stderr)
 
 
 def _apptainer_ref(folder: Path, lay: str) -> str:
@@ -119,18 +119,21 @@ def test_job_files_pull_from_the_projects_registry(tmp_path):
         'registry = "registry.example.com/ml"\nlayouts = ["2x8"]\n\n[[targets]]\nname = "train"\ntarget = "cu121"\n')
     assert cli("render", "-q", cwd=tmp_path).returncode == 0
     out = tmp_path / "build" / "train"
-    tag = json.loads((out / "stack.json").read_text())["tag"]
-    assert _apptainer_ref(out, "2x8") == f"registry.example.com/ml:{tag}"
+    stack = json.loads((out / "stack.json").read_text())
+    tag = stack["tag"]
+    # a project target's own tag: the stack's with its name (two targets of a stack never collide)
+    ptag = stack["image_tag"]
+    assert ptag == f"{tag}-train"
+    assert _apptainer_ref(out, "2x8") == f"registry.example.com/ml:{ptag}"
     pyxis = (out / "jobs" / "slurm-pyxis-2x8.sbatch").read_text()
-    assert f"registry.example.com#ml:{tag}" in pyxis  # pyxis/enroot's registry#image form
-    (job,) = [d for d in yaml.safe_load_all((out / "jobs" / "pytorchjob-2x8.yaml").read_text())]
-    c = job["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0]
-    assert c["image"] == f"registry.example.com/ml:{tag}"
+    assert f"registry.example.com#ml:{ptag}" in pyxis  # pyxis/enroot's registry#image form
+    (job,) = [d for d in yaml.safe_load_all((out / "jobs" / "trainjob-2x8.yaml").read_text())]
+    assert job["spec"]["trainer"]["image"] == f"registry.example.com/ml:{ptag}"
     # bake --registry R tags the images R:<tag>, and its job files pull those
     p = cli("bake", "--registry", "ghcr.io/acme/other", cwd=tmp_path)
     assert p.returncode == 0, p.stderr
-    assert f'"ghcr.io/acme/other:{tag}"' in (tmp_path / "build" / "docker-bake.hcl").read_text()
-    assert _apptainer_ref(out, "2x8") == f"ghcr.io/acme/other:{tag}"
+    assert f'"ghcr.io/acme/other:{ptag}"' in (tmp_path / "build" / "docker-bake.hcl").read_text()
+    assert _apptainer_ref(out, "2x8") == f"ghcr.io/acme/other:{ptag}"
     # outside a project: --registry, else the local name
     assert cli("render", "cu121", "-o", str(tmp_path / "r"), "--registry", "ghcr.io/acme/train", "-q").returncode == 0
     assert _apptainer_ref(tmp_path / "r", "2x6") == f"ghcr.io/acme/train:{tag}"

@@ -14,7 +14,7 @@ import pytest
 from packaging.specifiers import SpecifierSet
 
 from core_helpers import (
-    builtin, component, copy_matrix, edit, newest_toolkit, nccl, os_, toolkit, torch,
+    builtin, component, copy_matrix, edit, live, newest_toolkit, nccl, os_, toolkit, torch,
 )
 from envbuilder.api import check_combination, resolve_target
 from envbuilder.errors import IncompatibleError
@@ -171,6 +171,17 @@ CASES: list[Case] = [
      lambda m: (base(m, cuda=newest_toolkit(m, "12.4"), torch=torch(m, "2.6.0"), nccl=None,
                      horovod=component(m, "horovod", "0.28.1")), {}, None),
      ("horovod-0.28-torch-2.1-cxx17", "0.28.1", "2.6.0")),
+    # advisory: a known-bad release warns; while the search may steer around it, it is an error
+    ("torch2.2.1-no-advisory", "advisory", ACCEPT,
+     lambda m: (base(live(), torch=torch(live(), "2.2.1"), nccl=None), {"avoid": frozenset({"torch"})}, live()), ()),
+    ("torch2.2.0-avoided", "advisory", REFUSE,
+     lambda m: (base(live(), torch=torch(live(), "2.2.0"), nccl=None), {"avoid": frozenset({"torch"})}, live()),
+     ("torch-2.2.0-v100-regression", "2.2.1", "https://github.com/pytorch/pytorch/issues/119295")),
+    ("torch2.2.0-pinned-warns", "advisory", WARN,
+     lambda m: (base(live(), torch=torch(live(), "2.2.0"), nccl=None), {}, live()), ("2.2.1", "V100")),
+    ("nccl2.19.3-medium-only-warns", "advisory", WARN,
+     lambda m: (base(live(), nccl=nccl(live(), "2.19.3")), {"avoid": frozenset({"nccl"})}, live()),
+     ("nccl-2.18.5-usb-netdev", "2.20.3")),
     ("hvd0.28.0-gcc12-is-a-warning", "known_incompatibility", WARN,
      lambda m: (base(m, cuda=toolkit(m, "11.8.0"), torch=torch(m, "2.0.1"), nccl=nccl(m, "2.14.3"),
                      horovod=component(m, "horovod", "0.28.0")), {}, None),
@@ -220,7 +231,8 @@ def test_rule(case):
 
 
 def test_every_rule_is_covered_both_ways():
-    names = {r.name for r in all_rules(builtin())}
+    # the frozen matrix has no advisories: the live one adds their rule
+    names = {r.name for r in all_rules(builtin())} | {r.name for r in all_rules(live())}
     assert {r.name for r in RULES} <= names
     accepted = {c[1] for c in CASES if c[2] == ACCEPT}
     refused = {c[1] for c in CASES if c[2] == REFUSE}
@@ -314,7 +326,7 @@ def test_check_combination(rule, bad, good):
         check_combination(**bad)
     assert ei.value.exit_code == 3
     assert rule in {v.rule for v in ei.value.violations}
-    r = check_combination(**good)
+    r = check_combination(**good).to_dict()
     assert r["ok"] is True
     for k in good:
         if k != "driver":
@@ -322,10 +334,11 @@ def test_check_combination(rule, bad, good):
 
 
 def test_check_driver_warning_is_not_a_refusal():
-    r = check_combination(cuda="12.1", driver="528.02")
+    r = check_combination(cuda="12.1", driver="528.02").to_dict()
     assert r["ok"] is True
-    assert [w["rule"] for w in r["warnings"]] == ["driver_cuda"]
-    assert r["warnings"][0]["severity"] == "warning"
+    # and its branch is past end of life (older than every branch in NVIDIA's support table)
+    assert [w["rule"] for w in r["warnings"]] == ["driver_cuda", "driver_lifecycle"]
+    assert all(w["severity"] == "warning" for w in r["warnings"])
     assert "530.30.02" in r["warnings"][0]["message"]
 
 

@@ -122,12 +122,12 @@ def test_same_warnings_on_every_path(tmp_path):
     root = _project(tmp_path / "w", 'registry = "r.example/x"\n[[targets]]\nname = "old"\n'
                     'target = "cu121"\ndriver = "525.85.12"\n')
     one = cli("resolve", "old", cwd=root)
-    warned = [ln for ln in one.stdout.splitlines() if ln.startswith("warning:")]
-    assert one.returncode == 0 and warned, one.stdout  # the driver's minor-version compatibility
+    warned = [ln for ln in one.stderr.splitlines() if ln.startswith("warning:")]
+    assert one.returncode == 0 and warned, one.stderr  # the driver's minor-version compatibility
     for cmd in (["render"], ["bake"], ["render", "old"]):
         many = cli(*cmd, cwd=root)
         assert many.returncode == 0, many.stderr
-        assert [ln for ln in many.stdout.splitlines() if ln.startswith("warning:")] == warned, cmd
+        assert [ln for ln in many.stderr.splitlines() if ln.startswith("warning:")] == warned, cmd
 
 
 def test_check_honours_the_overlay(tmp_path):
@@ -146,8 +146,8 @@ toolkits:
             cwd=tmp_path)
     # the overlay's floor (999.1.1) is what the driver is judged against: above CUDA 12's
     # minor-version minimum it still runs, with the warning that names the overlay's floor
-    assert p.returncode == 0 and ">= 999.1.1" in p.stdout, (p.stdout, p.stderr)
-    assert ">= 999.1.1" not in plain.stdout
+    assert p.returncode == 0 and ">= 999.1.1" in p.stderr, (p.stdout, p.stderr)  # warnings: stderr
+    assert ">= 999.1.1" not in plain.stderr
     below = cli("check", "--cuda", "12.1", "--driver", "470.82.01", "--matrix-overlay", str(overlay),
                 cwd=tmp_path)
     assert below.returncode == 3, below.stdout
@@ -182,7 +182,8 @@ def test_bake_tags_unique_when_targets_differ_only_by_flavour(project):
 
     tags = {n: t["tags"] for n, t in blocks(parse_hcl(text), "target").items() if "tags" in t}
     assert tags["train"] != tags["train-rt"]
-    assert tags["train-rt"][0].endswith("-cuda-runtime")  # the same versions, another base
+    # the same versions, another base: a project target's tag carries its name (assemble.image_tag)
+    assert tags["train-rt"][0].endswith("-train-rt") and tags["train"][0].endswith("-train")
     assert all(t.startswith("registry.example.com/team/") for ts in tags.values() for t in ts)
     assert json.loads(p.stdout)["bake"]["aliases"]
 

@@ -41,7 +41,7 @@ def test_locked_cpu_build_with_transformers_and_datasets(docker_client, base_ima
     offline from the lock (each layer --no-deps from its own wheels) and import in the image."""
     from envbuilder.api import make_spec
     from envbuilder.lock.requirements import LOCK_NAME, read_lock
-    from envbuilder.lock.write import lock_target
+    from envbuilder.lock.write import lock_stack
     from envbuilder.run import engine
     from envbuilder.run.build import BuildOptions, prepare_context
 
@@ -52,7 +52,7 @@ def test_locked_cpu_build_with_transformers_and_datasets(docker_client, base_ima
     team = tmp_path / "team.txt"
     team.write_text("transformers==4.46.3\ndatasets>=3\n")
     out = tmp_path / "lock"
-    rep = lock_target(stack, out, requirements_file=team, index_url=index,
+    rep = lock_stack(stack, out, requirements_file=team, index_url=index,
                       extra_index_urls=("https://pypi.org/simple",))
     assert rep.packages["torch"] == "2.13.0+cpu" and rep.packages["transformers"] == "4.46.3"
     assert int(rep.packages["datasets"].split(".")[0]) >= 3
@@ -191,7 +191,7 @@ def test_cuda_deepspeed_prebuilds_the_standard_zero_ops_by_default(tmp_path):
     assert "DS_BUILD_FUSED_ADAM=1" in docker and "DS_BUILD_CPU_ADAM=1" in docker
     assert 'io.envbuilder.deepspeed-ops="fused_adam,cpu_adam"' in docker
     # CPU targets keep DeepSpeed's ops to what their CPU accelerator builds itself
-    assert resolve_target("cpu-torch2.13-debian12-ds0.16").ds_ops == ()
+    assert resolve_target("cpu-torch2.13-debian12-ds0.19").ds_ops == ()
 
 
 def test_ds_ops_none_needs_a_runtime_with_nvcc(tmp_path):

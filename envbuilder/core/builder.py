@@ -52,9 +52,14 @@ class NoBuilder(Exception):
         self.source = source
 
 
-def compiled(a: Mapping[str, Any], m: Matrix, ds_ops: tuple[str, ...]) -> tuple[bool, bool]:
-    """(something compiles, something needs nvcc) for an assignment and the requested ops."""
+def compiled(a: Mapping[str, Any], m: Matrix, ds_ops: tuple[str, ...],
+             extensions: bool = False) -> tuple[bool, bool]:
+    """(something compiles, something needs nvcc) for an assignment and the requested ops;
+    ``extensions``: a team's own packages compile against torch (a CUDA torch makes them CUDA
+    extensions)."""
     gpu = a.get("cuda") is not None
+    if extensions:
+        return True, gpu
     hvd = a.get("horovod") is not None
     ds = a.get("deepspeed") is not None and bool(ds_ops)
     ops = m.toolchains.deepspeed_ops
@@ -68,10 +73,12 @@ def devel_image_exists(m: Matrix, t: Toolkit, os_name: str) -> bool:
     return imgs is not None and "devel" in imgs.flavours and not imgs.removed
 
 
-def builder_for(a: Mapping[str, Any], m: Matrix, ds_ops: tuple[str, ...]) -> Builder | None:
+def builder_for(a: Mapping[str, Any], m: Matrix, ds_ops: tuple[str, ...],
+                extensions: tuple[str, ...] = ()) -> Builder | None:
     """The builder for an assignment (cuda, os, flavour, horovod, deepspeed), None when nothing
-    compiles; raises NoBuilder when no builder can compile it."""
-    compiles, nvcc_needed = compiled(a, m, ds_ops)
+    compiles; raises NoBuilder when no builder can compile it. ``extensions`` names a team's
+    packages that compile against torch (render.compiled)."""
+    compiles, nvcc_needed = compiled(a, m, ds_ops, bool(extensions))
     if not compiles:
         return None
     o: OsInfo = a["os"]
@@ -89,7 +96,7 @@ def builder_for(a: Mapping[str, Any], m: Matrix, ds_ops: tuple[str, ...]) -> Bui
         source: tuple[str, ...] = imgs.source if imgs else ()
     elif flavour != "os":
         raise NoBuilder(f"{m.base_repository} has no CUDA {t.version} devel image for {o.name} to "
-                        f"compile {_what(a, ds_ops)}", "use --flavour os, or another OS",
+                        f"compile {_what(a, ds_ops, extensions)}", "use --flavour os, or another OS",
                         _images_source(m, t))
     else:
         same_major = [k for k in tc.toolkits_for_os(o.name) if k.cuda.major == t.version.major]
@@ -98,7 +105,7 @@ def builder_for(a: Mapping[str, Any], m: Matrix, ds_ops: tuple[str, ...]) -> Bui
                              for k in tc.toolkits_for_os(o.name)) or "none"
             raise NoBuilder(
                 f"no CUDA {t.version.major}.x compiler can be installed on {o.name} to compile "
-                f"{_what(a, ds_ops)} for torch's CUDA {t.minor} (nvcc must have torch's CUDA major: "
+                f"{_what(a, ds_ops, extensions)} for torch's CUDA {t.minor} (nvcc must have torch's CUDA major: "
                 f"torch.utils.cpp_extension refuses another); toolkits for {o.name}: {have}",
                 f"use an OS with nvidia/cuda devel images (ubuntu22.04, ubuntu24.04), or a CUDA "
                 f"{'/'.join(k.minor for k in tc.toolkits_for_os(o.name))} target",
@@ -148,13 +155,20 @@ def _images_source(m: Matrix, t: Toolkit) -> tuple[str, ...]:
     return imgs.source if imgs is not None else t.source
 
 
-def _what(a: Mapping[str, Any], ds_ops: tuple[str, ...]) -> str:
+def compiled_parts(a: Mapping[str, Any], ds_ops: tuple[str, ...]) -> list[str]:
+    """What of the matrix's components compiles in an assignment, in words (``Horovod 0.28.1``,
+    ``DeepSpeed ops fused_adam``): the builder's refusals and a build's missing builder say it."""
     parts = []
     if a.get("horovod") is not None:
         parts.append(f"Horovod {a['horovod'].version}")
     if a.get("deepspeed") is not None and ds_ops:
         parts.append(f"DeepSpeed ops {','.join(ds_ops)}")
-    return " and ".join(parts) or "extensions"
+    return parts
+
+
+def _what(a: Mapping[str, Any], ds_ops: tuple[str, ...], extensions: tuple[str, ...] = ()) -> str:
+    parts = [f"the team's compiled packages ({', '.join(extensions)})"] if extensions else []
+    return " and ".join(parts + compiled_parts(a, ds_ops)) or "extensions"
 
 
 def _host_gcc(m: Matrix, o: OsInfo, nvcc: Version,

@@ -6,6 +6,10 @@ cluster job files spell them (``2x8`` is two nodes of eight ranks, one GPU per r
   CPU-only runs, and the caps keep a typo such as ``2x80000`` from rendering a job nobody meant).
 * ``parse_layouts(["1x8,2x8", "4x4"])``: every layout given (repeated options and/or commas),
   each once, all of one world size (one smoke job, laid out several ways).
+* ``Layout``: the one type for every layout question (smoke's ``--layout``, the multi-node
+  runner, the metrics' ``layout`` label, render's layouts): ranks on each node, in node order;
+  ``Layout.parse("2x8")`` and ``Layout.parse("7,5")``, ``str()`` gives ``2x8`` for an even
+  layout (``8,8`` is ``2x8``) and ``7,5`` for an uneven one.
 * ``default_layouts(world)``: ``1xWORLD`` plus, for each common node size (8 and 4 GPUs), the
   layout with the most ranks per node that fits it: 12 -> 1x12, 2x6 (8-GPU nodes), 3x4 (4-GPU
   nodes); 16 -> 1x16, 2x8, 4x4; 8 -> 1x8, 2x4.
@@ -14,6 +18,7 @@ cluster job files spell them (``2x8`` is two nodes of eight ranks, one GPU per r
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import Iterable
 
 from envbuilder.errors import InputError
@@ -25,6 +30,63 @@ EXAMPLE = "2x8 (2 nodes x 8 ranks each)"
 
 _LAYOUT = re.compile(r"([0-9]{1,6})[xX]([0-9]{1,6})")
 _UNEVEN = re.compile(r"\s*[0-9]{1,6}(\s*,\s*[0-9]{1,6})+\s*")  # smoke's "7,5": ranks per node
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Ranks on each node, in node order: even (every node the same, ``2x8``) or uneven
+    (``7,5``: a smoke job in containers only; job files run even layouts)."""
+
+    counts: tuple[int, ...]
+
+    def __post_init__(self) -> None:
+        if not 1 <= len(self.counts) <= MAX_NODES:
+            raise InputError(f"a layout needs 1..{MAX_NODES} nodes, not {len(self.counts)}")
+        if any(not 1 <= c <= MAX_PER_NODE for c in self.counts):
+            raise InputError(f"a layout needs 1..{MAX_PER_NODE} ranks on every node: "
+                             f"{','.join(map(str, self.counts))}")
+
+    @classmethod
+    def even(cls, nnodes: int, per_node: int, what: str = "--layout") -> Layout:
+        check(nnodes, per_node, what)
+        return cls((per_node,) * nnodes)
+
+    @classmethod
+    def parse(cls, text: str, what: str = "--layout") -> Layout:
+        """``2x8`` (NNODES x NPROC_PER_NODE) or ``7,5`` (ranks on each node); anything else is
+        an InputError naming the input and both forms."""
+        s = str(text).strip()
+        if _LAYOUT.fullmatch(s):
+            return cls.even(*parse_layout(s, what), what=what)
+        if _UNEVEN.fullmatch(s) or s.isdigit():
+            counts = tuple(int(x) for x in s.split(","))
+            if any(c < 1 for c in counts):
+                raise InputError(f"{what} {text!r}: every node needs at least one rank")
+            return cls(counts)
+        raise InputError(f"{what} {text!r} is neither NNODESxNPROC_PER_NODE (e.g. 2x2) "
+                         f"nor ranks per node (e.g. 7,5)")
+
+    @property
+    def nnodes(self) -> int:
+        return len(self.counts)
+
+    @property
+    def world(self) -> int:
+        return sum(self.counts)
+
+    @property
+    def is_even(self) -> bool:
+        return len(set(self.counts)) == 1
+
+    @property
+    def pair(self) -> tuple[int, int]:
+        """(nodes, ranks per node) of an even layout; an uneven one has none (InputError)."""
+        if not self.is_even:
+            raise InputError(f"layout {self} is uneven: it has no NNODESxNPROC_PER_NODE form")
+        return self.nnodes, self.counts[0]
+
+    def __str__(self) -> str:
+        return fmt(self.pair) if self.is_even else ",".join(map(str, self.counts))
 
 
 def parse_layout(text: str, what: str = "--layout") -> tuple[int, int]:
@@ -56,6 +118,12 @@ def parse_layouts(texts: Iterable[str], what: str = "--layout") -> tuple[tuple[i
     out: list[tuple[int, int]] = []
     for text in texts:
         if _UNEVEN.fullmatch(str(text)):
+            counts = Layout.parse(str(text), what)
+            if counts.is_even:  # 8,8,8,8: four nodes of eight ranks, an even layout
+                if counts.pair in out:
+                    raise InputError(f"{what} {counts} is given twice")
+                out.append(counts.pair)
+                continue
             raise InputError(
                 f"{what} {text!r} is ranks per node (an uneven split): the job files run even "
                 f"layouts only (PyTorchJob, indexed Jobs and srun start the same number of ranks "
@@ -105,5 +173,5 @@ def default_layouts(world: int) -> tuple[tuple[int, int], ...]:
     return tuple(out)
 
 
-__all__ = ["parse_layout", "parse_layouts", "default_layouts", "world_of", "fmt", "check",
+__all__ = ["Layout", "parse_layout", "parse_layouts", "default_layouts", "world_of", "fmt", "check",
            "MAX_NODES", "MAX_PER_NODE", "NODE_SIZES"]

@@ -11,17 +11,24 @@ import hashlib
 from dataclasses import dataclass, field, replace
 from functools import cached_property, lru_cache
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping, cast
 
 import yaml
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import Version
 
 from envbuilder.core import schema
+# the matrix's components (core.options declares them, with their option rows)
+from envbuilder.core.options import COMPONENT_PLAN_ORDER as COMPONENT_PLAN_ORDER
+from envbuilder.core.options import COMPONENT_TAGS as COMPONENT_TAGS
+from envbuilder.core.options import COMPONENT_TITLES as COMPONENT_TITLES
+from envbuilder.core.options import COMPONENTS as COMPONENTS
+from envbuilder.core.options import OPS_COMPONENT as OPS_COMPONENT
+from envbuilder.core.options import OPS_KEY as OPS_KEY
 from envbuilder.errors import MatrixError
 from envbuilder.core.resources import matrices_dir
 
-AXES = ("cuda", "torch", "python", "nccl", "deepspeed", "horovod", "os")
+AXES = ("cuda", "torch", "python", "nccl", *COMPONENTS, "os")
 
 
 def _sources(value: Any) -> tuple[str, ...]:
@@ -56,6 +63,40 @@ class MinorCompat:
     major: int
     driver_min: str
     source: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class DriverBranch:
+    """An NVIDIA data center driver branch and its end of life (cuda.yaml driver_branches)."""
+
+    branch: int
+    designation: str  # long-term support | production | new feature
+    eol: str  # YYYY-MM: supported through that month
+    max_cuda_major: int | None
+    source: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Advisory:
+    """A known-bad release (incompatibilities.yaml advisories): affected range, fix, URL."""
+
+    id: str
+    component: str  # torch | nccl | cuda | cublas | driver | one of COMPONENTS
+    affected: SpecifierSet
+    fixed: str | None
+    severity: str  # critical | high | medium | low
+    symptom: str
+    source: tuple[str, ...]
+    gpus: str | None = None
+
+    def covers(self, version: str | Version) -> bool:
+        """The version is in the affected range (prereleases included)."""
+        return self.affected.contains(str(version), prereleases=True)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"id": self.id, "component": self.component, "affected": str(self.affected),
+                "fixed": self.fixed, "severity": self.severity, "symptom": self.symptom,
+                "gpus": self.gpus, "source": list(self.source)}
 
 
 @dataclass(frozen=True)
@@ -101,6 +142,7 @@ class OsPython:
     version: str
     packages: tuple[str, ...]
     repo: str
+    devel: tuple[str, ...] = ()  # the builder's Python headers, when not python{X.Y}-dev
 
     @property
     def ppa(self) -> str | None:
@@ -118,6 +160,11 @@ class OsInfo:
     source: tuple[str, ...]
 
     @property
+    def package_manager(self) -> str:
+        """apt (Debian, Ubuntu) or dnf (Rocky Linux)."""
+        return "dnf" if self.family == "rockylinux" else "apt"
+
+    @property
     def sort_key(self) -> tuple[Any, ...]:
         # ubuntu24.04 > ubuntu22.04; debian sorts beside ubuntu by version
         num = self.name[len(self.family):]
@@ -132,6 +179,9 @@ class TorchVariant:
     arch: tuple[str, ...]
     cuda_toolkit: Version | None = None  # the wheel's Requires-Dist cuda-toolkit==X.Y.Z pin
     platforms: tuple[str, ...] = ("linux/amd64",)  # the platforms this variant has wheels for
+    # platforms whose wheels of this variant are on PyTorch's index only: PyPI's files for them
+    # are another build (torch 2.8-2.10 on aarch64: CPU-only on PyPI, CUDA on download.pytorch.org)
+    index_only: tuple[str, ...] = ()
 
     @property
     def cuda(self) -> str | None:
@@ -150,11 +200,22 @@ class TorchRelease:
     pypi_default: str | None
     source: tuple[str, ...]
     released: str | None = None  # upload date on PyPI, ISO
+    python_ft: tuple[str, ...] = ()  # free-threaded CPythons with wheels ("3.14t": cp314t)
+
+
+def free_threaded(python: str) -> bool:
+    """'3.14t' is the free-threaded CPython 3.14 (wheel tag cp314t), a Python value of its own."""
+    return python.endswith("t")
+
+
+def python_key(python: str) -> tuple[Version, bool]:
+    """Sort key of a Python value: 3.14 < 3.14t < 3.15."""
+    return (Version(python.rstrip("t")), free_threaded(python))
 
 
 @dataclass(frozen=True)
 class ComponentRelease:
-    component: str  # "deepspeed" | "horovod"
+    component: str  # one of COMPONENTS
     version: Version
     line: str
     requires: Mapping[str, SpecifierSet]
@@ -172,6 +233,20 @@ class Component:
     # refuses a minor mismatch for any other major); None: no such check
     minor_mismatch_majors: tuple[int, ...] | None = None
     minor_mismatch_source: tuple[str, ...] = ()
+    legacy: str | None = None  # why the component is legacy (its file's legacy:)
+    legacy_source: tuple[str, ...] = ()
+
+    @property
+    def tag(self) -> str:
+        """The part that names its version in targets and image tags (ds0.16, hvd0.28)."""
+        return COMPONENT_TAGS[self.name]
+
+    @property
+    def title(self) -> str:
+        """Its name in sentences and image descriptions."""
+        return COMPONENT_TITLES[self.name]
+
+
 
 
 @dataclass(frozen=True)
@@ -275,6 +350,11 @@ class Toolchains:
     cpu_isas: Mapping[str, CpuIsa]
     build_tools: tuple[BuildTool, ...]
 
+    @property
+    def op_modules(self) -> dict[str, str]:
+        """Each pre-built op's extension module (the ones that have one), as verify checks it."""
+        return {n: o.module for n, o in self.deepspeed_ops.items() if o.module}
+
     def flavour(self, name: str) -> Flavour:
         for f in self.flavours:
             if f.name == name:
@@ -322,6 +402,8 @@ class Matrix:
     extra: Mapping[str, Any] = field(default_factory=dict)
     overlay_path: Path | None = None  # a team's overlay folder on top of ``path``
     overlay: tuple[Mapping[str, Any], ...] = ()  # what it added or replaced (_apply_overlay)
+    driver_branches: tuple[DriverBranch, ...] = ()  # newest branch first
+    advisories: tuple[Advisory, ...] = ()
 
     # -- lookups ---------------------------------------------------------------------------
     def toolkits_for(self, cuda_minor: str) -> list[Toolkit]:
@@ -365,13 +447,21 @@ class Matrix:
         return out
 
     def component(self, name: str) -> Component:
-        return self.deepspeed if name == "deepspeed" else self.horovod
+        if name not in COMPONENTS:
+            raise KeyError(name)
+        return cast(Component, getattr(self, name))
 
     @cached_property
     def pythons(self) -> list[str]:
+        # the GIL Pythons (the resolver's candidates); free-threaded ones only when pinned
         vs = {p for t in self.torch for p in t.python}
-        vs |= {p for o in self.os.values() for p in o.python}
+        vs |= {p for o in self.os.values() for p in o.python if not free_threaded(p)}
         return sorted(vs, key=Version, reverse=True)
+
+    @cached_property
+    def pythons_ft(self) -> list[str]:
+        """The free-threaded Pythons some torch release has wheels for ('3.14t')."""
+        return sorted({p for t in self.torch for p in t.python_ft}, key=python_key, reverse=True)
 
     def alias(self, name: str) -> TargetAlias | None:
         for t in self.targets:
@@ -490,11 +580,6 @@ def _parse(path: Path, text: str) -> Any:
         raise MatrixError(f"matrix file {path} is nested too deeply") from None
 
 
-def _read(path: Path) -> Any:
-    text = _read_text(path)
-    return _parse(path, text), text
-
-
 def _check_sizes(path: Path, data: Any, key: str = "") -> None:
     """No single value longer than MAX_STRING_CHARS (it would reach a rendered file)."""
     todo = [(key, data)]
@@ -539,8 +624,9 @@ OVERLAY_KEYS: dict[tuple[str, str], tuple[str, ...]] = {
     ("cuda.yaml", "toolkits"): ("version",), ("cuda.yaml", "minor_compat"): ("major",),
     ("base_images.yaml", "images"): ("cuda", "os"), ("nccl.yaml", "releases"): ("version",),
     ("os.yaml", "os"): ("name",), ("torch.yaml", "releases"): ("line",),
-    ("deepspeed.yaml", "releases"): ("line",), ("horovod.yaml", "releases"): ("line",),
+    **{(f"{c}.yaml", "releases"): ("line",) for c in COMPONENTS},
     ("incompatibilities.yaml", "incompatibilities"): ("id",), ("targets.yaml", "targets"): ("name",),
+    ("incompatibilities.yaml", "advisories"): ("id",), ("cuda.yaml", "driver_branches"): ("branch",),
     ("toolchains.yaml", "flavours"): ("name",), ("toolchains.yaml", "nvcc_host_gcc"): ("cuda",),
     ("toolchains.yaml", "builder_toolkits"): ("os", "cuda"),
     ("toolchains.yaml", "host_compilers"): ("os",), ("toolchains.yaml", "deepspeed_ops"): ("name",),
@@ -573,27 +659,15 @@ def load_matrix(path: str | Path | None = None, overlay: str | Path | None = Non
         texts[name] = text
         digest.update(name.encode() + b"\0" + text.encode() + b"\0")
     over_root = Path(overlay) if overlay is not None else None
-    over_texts: dict[str, str] = {}
-    if over_root is not None:
-        if not over_root.is_dir():
-            raise MatrixError(f"matrix overlay {str(over_root)[:200]} is not a folder: pass "
-                              f"--matrix-overlay DIR with some of {', '.join(sorted(schema.FILES))}")
-        for f in sorted(over_root.iterdir()):
-            if f.suffix in (".yaml", ".yml") and f.name not in schema.FILES:
-                raise MatrixError(f"matrix overlay file {f}: not a matrix file name (one of "
-                                  f"{', '.join(sorted(schema.FILES))})")
-        for name in sorted(schema.FILES):
-            if (over_root / name).exists():
-                over_texts[name] = _read_text(over_root / name)
-                digest.update(b"overlay\0" + name.encode() + b"\0" +
-                              over_texts[name].encode() + b"\0")
-        if not over_texts:
-            raise MatrixError(f"matrix overlay {over_root} holds none of "
-                              f"{', '.join(sorted(schema.FILES))}")
+    over_texts = _read_overlay(over_root, digest) if over_root is not None else {}
     hexdigest = "sha256:" + digest.hexdigest()
+    key = (hexdigest, root, over_root)
+    seen = None if matrix_cache.disabled() else _LOADED.get(key)
+    if seen is not None:  # the same files, already loaded by this process (render --all)
+        return seen
     cached = matrix_cache.load(hexdigest)
     if cached is not None:
-        return replace(cached, path=root, overlay_path=over_root)
+        return _keep(key, replace(cached, path=root, overlay_path=over_root))
     raw: dict[str, Any] = {}
     for name in sorted(schema.FILES):
         data = _parse(root / name, texts[name])
@@ -607,6 +681,44 @@ def load_matrix(path: str | Path | None = None, overlay: str | Path | None = Non
     if over_root is not None:
         m = replace(m, overlay_path=over_root, overlay=tuple(entries))
     matrix_cache.store(m, raw, entries)
+    return _keep(key, m)
+
+
+def _read_overlay(over_root: Path, digest: Any) -> dict[str, str]:
+    """The overlay folder's matrix files (name -> text), added to ``digest``."""
+    if not over_root.is_dir():
+        raise MatrixError(f"matrix overlay {str(over_root)[:200]} is not a folder: pass "
+                          f"--matrix-overlay DIR with some of {', '.join(sorted(schema.FILES))}")
+    for f in sorted(over_root.iterdir()):
+        if f.suffix in (".yaml", ".yml") and f.name not in schema.FILES:
+            raise MatrixError(f"matrix overlay file {f}: not a matrix file name (one of "
+                              f"{', '.join(sorted(schema.FILES))})")
+    over_texts: dict[str, str] = {}
+    for name in sorted(schema.FILES):
+        if (over_root / name).exists():
+            over_texts[name] = _read_text(over_root / name)
+            digest.update(b"overlay\0" + name.encode() + b"\0" +
+                          over_texts[name].encode() + b"\0")
+    if not over_texts:
+        raise MatrixError(f"matrix overlay {over_root} holds none of "
+                          f"{', '.join(sorted(schema.FILES))}")
+    return over_texts
+
+
+# the matrices this process loaded, by (digest, folder, overlay folder): a Matrix is frozen, so
+# every target of `render --all` or a project shares one (and its version-indexed lookups);
+# the files are still read and digested on every call, so an edited file is a new entry
+_LOADED: dict[tuple[str, Path, Path | None], Matrix] = {}
+
+
+def _keep(key: tuple[str, Path, Path | None], m: Matrix) -> Matrix:
+    from envbuilder.core import matrix_cache
+
+    if matrix_cache.disabled():  # ENVBUILDER_NO_CACHE=1: every call loads the files anew
+        return m
+    if len(_LOADED) >= 16:  # a long-lived program that loads many matrices keeps the last few
+        _LOADED.pop(next(iter(_LOADED)))
+    _LOADED[key] = m
     return m
 
 
@@ -705,7 +817,8 @@ def _build(root: Path, raw: dict[str, Any], digest: str) -> Matrix:
         if not o["name"].startswith(o["family"]):
             raise MatrixError(f"matrix file {root / 'os.yaml'}, key os/{o['name']}: the name "
                               f"must start with its family {o['family']!r}")
-        py = {k: OsPython(k, tuple(v["packages"]), v["repo"]) for k, v in o["python"].items()}
+        py = {k: OsPython(k, tuple(v["packages"]), v["repo"], tuple(v.get("devel", ())))
+              for k, v in o["python"].items()}
         if o["python_default"] not in py:
             raise MatrixError(f"matrix file {root / 'os.yaml'}, key os/{o['name']}/python_default:"
                               f" {o['python_default']} is not among its python entries")
@@ -719,7 +832,8 @@ def _build(root: Path, raw: dict[str, Any], digest: str) -> Matrix:
             name: TorchVariant(name, Version(v["nccl"]) if v.get("nccl") else None,
                                v.get("nccl_package"), tuple(v.get("arch", ())),
                                Version(v["cuda_toolkit"]) if v.get("cuda_toolkit") else None,
-                               tuple(v.get("platforms", ("linux/amd64",))))
+                               tuple(v.get("platforms", ("linux/amd64",))),
+                               tuple(v.get("index_only", ())))
             for name, v in r["variants"].items()}
         for ver in r["versions"]:
             v = Version(ver)
@@ -728,7 +842,7 @@ def _build(root: Path, raw: dict[str, Any], digest: str) -> Matrix:
                                   f" {ver} is not in line {r['line']}")
             releases.append(TorchRelease(v, r["line"], tuple(r["python"]), variants,
                                          r.get("pypi_default"), _sources(r["source"]),
-                                         _released(r, ver)))
+                                         _released(r, ver), tuple(r.get("python_ft", ()))))
     releases.sort(key=lambda t: t.version, reverse=True)
     _dupes(root / "torch.yaml", "releases", (t.version for t in releases))
 
@@ -745,10 +859,13 @@ def _build(root: Path, raw: dict[str, Any], digest: str) -> Matrix:
         rels.sort(key=lambda c: c.version, reverse=True)
         _dupes(root / fname, "releases", (c.version for c in rels))
         mm = data.get("cuda_minor_mismatch")
+        lg = data.get("legacy")
         return Component(name, bool(data.get("needs_nvcc", False)),
                          dict(data.get("build_env", {})), tuple(rels),
                          None if mm is None else tuple(int(x) for x in mm["majors"]),
-                         () if mm is None else _sources(mm["source"]))
+                         () if mm is None else _sources(mm["source"]),
+                         None if lg is None else f"{lg['reason']} (since {lg['since']})",
+                         () if lg is None else _sources(lg["source"]))
 
     incompat = []
     for i, x in enumerate(raw["incompatibilities.yaml"]["incompatibilities"]):
@@ -768,7 +885,22 @@ def _build(root: Path, raw: dict[str, Any], digest: str) -> Matrix:
     index = tdata.get("index", "https://download.pytorch.org/whl/{variant}")
     _check_index(root / "torch.yaml", index)
 
+    branches = tuple(sorted(
+        (DriverBranch(int(b["branch"]), b["designation"], b["eol"], b.get("max_cuda_major"),
+                      _sources(b["source"])) for b in cuda.get("driver_branches", [])),
+        key=lambda b: b.branch, reverse=True))
+    _dupes(root / "cuda.yaml", "driver_branches", (b.branch for b in branches))
+    advisories = []
+    for i, x in enumerate(raw["incompatibilities.yaml"].get("advisories", [])):
+        advisories.append(Advisory(
+            x["id"], x["component"], _spec(root / "incompatibilities.yaml", f"advisories/{i}/affected",
+                                           x["affected"]),
+            None if x.get("fixed") is None else str(x["fixed"]), x["severity"], x["symptom"],
+            _sources(x["source"]), x.get("gpus")))
+    _dupes(root / "incompatibilities.yaml", "advisories", (x.id for x in advisories))
+
     return Matrix(
+        driver_branches=branches, advisories=tuple(advisories),
         toolchains=_toolchains(root / "toolchains.yaml", raw["toolchains.yaml"], oses),
         path=root, digest=digest, toolkits=toolkits, minor_compat=compat,
         base_repository=bi.get("repository", "nvidia/cuda"), base_images=base_images,

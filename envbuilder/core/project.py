@@ -16,16 +16,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
+from envbuilder.core import jobs as jobs_mod
+from envbuilder.core import options as options_mod
 from envbuilder.core.resources import data_path
 from envbuilder.core.target import Pins
+from envbuilder.core.where import MAX_BYTES, PROJECT_FILE, PYPROJECT
 from envbuilder.errors import InputError
 
-PROJECT_FILE = "envbuilder.toml"
-PYPROJECT = "pyproject.toml"
 SCHEMA_NAME = "project.schema.json"
-MAX_BYTES = 1 << 20
-_PIN_KEYS = ("torch", "python", "deepspeed", "horovod", "nccl", "os", "driver", "flavour", "ds_ops",
-             "exclude_newer", "platform", "fabric")
 
 
 @dataclass(frozen=True)
@@ -33,7 +31,8 @@ class ProjectTarget:
     name: str  # the project's name for it (its folder build/<name>)
     target: str  # the envbuilder target string
     pins: Pins = field(default_factory=Pins)
-    # the target's own keys besides its pins, as TargetSpec fields (they win over the project's)
+    # the target's own keys, as fields of Pins and TargetSpec (the cascade's third layer: they
+    # win over the project's); "_where" names each option's key for its errors
     settings: Mapping[str, Any] = field(default_factory=dict)
 
 
@@ -49,25 +48,29 @@ class Project:
     pip_index_url: str | None = None
     extra_index_urls: tuple[str, ...] = ()
     exclude_newer: str | None = None
+    explain_cases: Path | None = None  # the team's explain cases folder (explain --learn)
+    signing_key: Path | None = None  # the cosign public key: render writes the admission policy
+    jobs: jobs_mod.JobsConfig = field(default_factory=jobs_mod.JobsConfig)  # [jobs]
+    compiled: tuple[str, ...] = ()  # requirements that compile against torch (render.compiled)
+    # every option the top level sets (core.options), as fields of Pins and TargetSpec
+    values: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def root(self) -> Path:
         return self.path.parent
 
     @property
+    def explain_cases_dir(self) -> Path:
+        """Where the team's learned explain cases live (default .envbuilder/explain-cases)."""
+        return self.explain_cases or self.root / ".envbuilder" / "explain-cases"
+
+    @property
     def defaults(self) -> dict[str, Any]:
-        """The project's top-level keys as TargetSpec fields (the cascade's second layer):
-        only the keys the file sets."""
-        out: dict[str, Any] = {}
-        if self.has_requirements:
-            out["requirements_file"] = self.requirements_file
-            out["requirements"] = self.requirements
-        for key in ("registry", "matrix_overlay", "pip_index_url", "exclude_newer"):
-            if getattr(self, key) is not None:
-                out[key] = getattr(self, key)
-        for key in ("layouts", "extra_index_urls"):
-            if getattr(self, key):
-                out[key] = getattr(self, key)
+        """The project's top-level keys as fields (the cascade's second layer): only the keys
+        the file sets."""
+        out = dict(self.values)
+        if self.jobs != jobs_mod.JobsConfig():
+            out["jobs"] = self.jobs
         return out
 
     @property
@@ -90,7 +93,8 @@ class Project:
                 "requirements": (str(self.requirements_file) if self.requirements_file
                                  else list(self.requirements)),
                 "registry": self.registry, "layouts": list(self.layouts),
-                "matrix_overlay": str(self.matrix_overlay) if self.matrix_overlay else None}
+                "matrix_overlay": str(self.matrix_overlay) if self.matrix_overlay else None,
+                "jobs": self.jobs.to_dict()}
 
 
 def schema() -> dict[str, Any]:
@@ -178,53 +182,65 @@ def parse_project(path: Path, data: dict[str, Any]) -> Project:
 
             bad = re.findall(r"'([^']+)'", err.message.rsplit("(", 1)[-1])
             shown = ", ".join(f"{key + '.' if err.path else prefix}{b}" for b in bad) or key
-            raise InputError(f"project file {path}: unknown key {shown} (known keys: see "
+            hint = _did_you_mean(bad[0], err.path) if bad else ""
+            raise InputError(f"project file {path}: unknown key {shown}{hint} (known keys: see "
                              f"envbuilder/data/{SCHEMA_NAME})")
         msg = err.message if len(err.message) <= 300 else err.message[:300] + "..."
         raise InputError(f"project file {path}, key {key}: {msg}")
     root = path.parent
+    at = "tool.envbuilder." if path.name == PYPROJECT else ""
+    pjobs = jobs_mod.parse(data.get("jobs"), f"project file {path}, key {at}jobs.")
     targets: list[ProjectTarget] = []
     seen: set[str] = set()
     for t in data.get("targets", ()):
         if t["name"] in seen:
             raise InputError(f"project file {path}: target name {t['name']!r} is listed twice")
         seen.add(t["name"])
-        pins = Pins(**{k: t.get(k) for k in _PIN_KEYS},
-                    with_=tuple(t.get("with", ())), without=tuple(t.get("without", ())))
-        targets.append(ProjectTarget(t["name"], t["target"], pins,
-                                     _settings(path, t, f"targets.{t['name']}")))
-    req = data.get("requirements")
-    req_file = _requirements_file(path, req, "requirements")
-    overlay = root / data["matrix_overlay"] if "matrix_overlay" in data else None
-    if overlay is not None and not overlay.is_dir():
-        raise InputError(f"project file {path}, key matrix_overlay: {overlay} is not a folder")
-    return Project(path=path, targets=tuple(targets), requirements_file=req_file,
-                   requirements=tuple(req) if isinstance(req, list) else (),
-                   registry=data.get("registry"), layouts=tuple(data.get("layouts", ())),
-                   matrix_overlay=overlay, pip_index_url=data.get("pip_index_url"),
-                   extra_index_urls=tuple(data.get("extra_index_urls", ())),
-                   exclude_newer=data.get("exclude_newer"))
+        _check_registry(path, t, f"{at}targets.{t['name']}.registry")
+        settings = options_mod.project_values(t, path, f"{at}targets.{t['name']}.")
+        pins = Pins(**{n: settings[n] for n in options_mod.PIN_NAMES if n in settings})
+        if "jobs" in t:  # the target's own jobs table over the project's, key by key
+            settings["jobs"] = pjobs.merged(jobs_mod.parse(
+                t["jobs"], f"project file {path}, key {at}targets.{t['name']}.jobs."))
+        targets.append(ProjectTarget(t["name"], t["target"], pins, settings))
+    _check_registry(path, data, f"{at}registry")
+    values = options_mod.project_values(data, path, at)
+    return Project(path=path, targets=tuple(targets),
+                   requirements_file=values.get("requirements_file"),
+                   requirements=values.get("requirements", ()),
+                   registry=values.get("registry"), layouts=values.get("layouts", ()),
+                   matrix_overlay=values.get("matrix_overlay"),
+                   pip_index_url=values.get("pip_index_url"),
+                   extra_index_urls=values.get("extra_index_urls", ()),
+                   exclude_newer=values.get("exclude_newer"), jobs=pjobs,
+                   explain_cases=root / data["explain_cases"] if "explain_cases" in data else None,
+                   signing_key=root / data["signing_key"] if "signing_key" in data else None,
+                   compiled=values.get("compiled", ()), values=values)
 
 
-def _requirements_file(path: Path, req: Any, key: str) -> Path | None:
-    req_file = path.parent / req if isinstance(req, str) else None
-    if req_file is not None and not req_file.is_file():
-        raise InputError(f"project file {path}, key {key}: {req_file} is not a file")
-    return req_file
+def _did_you_mean(bad: str, path: Any) -> str:
+    """' (did you mean flavour?)': the known key nearest an unknown one, at its place in the
+    schema (the top level, a target's table, [jobs], [jobs.slurm] ...), or ''."""
+    import difflib
+
+    s = schema()
+    node: Any = s
+    try:
+        for part in path:
+            node = node["items"] if isinstance(part, int) else node["properties"][part]
+            if "$ref" in node:
+                node = s["$defs"][node["$ref"].rsplit("/", 1)[-1]]
+        known = list(node["properties"])
+    except (KeyError, TypeError):  # a path the schema does not spell out: no suggestion
+        return ""
+    close = difflib.get_close_matches(bad, known, n=1, cutoff=0.6)
+    return f" (did you mean {close[0]}?)" if close else ""
 
 
-def _settings(path: Path, t: dict[str, Any], where: str) -> dict[str, Any]:
-    """A target table's keys besides its pins, as TargetSpec fields."""
-    out: dict[str, Any] = {}
-    if "requirements" in t:
-        req = t["requirements"]
-        out["requirements_file"] = _requirements_file(path, req, f"{where}.requirements")
-        out["requirements"] = tuple(req) if isinstance(req, list) else ()
-        out["requirements_source"] = f"{path} {where}.requirements"
-    for key in ("registry", "pip_index_url", "exclude_newer"):
-        if key in t:
-            out[key] = t[key]
-    for key in ("layouts", "extra_index_urls"):
-        if key in t:
-            out[key] = tuple(t[key])
-    return out
+def _check_registry(path: Path, table: dict[str, Any], key: str) -> None:
+    """A project's ``registry`` (or a target's) is a repository: named by its key, not as the
+    --image it would become."""
+    if isinstance(table.get("registry"), str):
+        from envbuilder.core import validate
+
+        validate.repository(table["registry"], f"project file {path}, key {key}:")

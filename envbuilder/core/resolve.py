@@ -1,7 +1,7 @@
 """The resolver: from a Request to a consistent Stack, or a refusal that says why.
 
 Axes are assigned in a fixed order of preference (CUDA toolkit, torch, base flavour, OS,
-Python, NCCL, Horovod, DeepSpeed), each trying its candidates newest first; every rule is applied as soon
+Python, NCCL, then the matrix's components in plan order), each trying its candidates newest first; every rule is applied as soon
 as the axes it reads are assigned, and the first complete assignment that breaks no rule is
 the answer. When none exists, a second search finds the assignment that breaks the fewest
 rules, whose violations are the reasons given, and each pin is dropped in turn to say what
@@ -11,7 +11,7 @@ would work instead.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Mapping, cast
+from typing import Any, Callable, Iterator, Mapping, cast
 
 from packaging.version import Version
 
@@ -19,6 +19,10 @@ from envbuilder import __version__
 from envbuilder.errors import IncompatibleError
 from envbuilder.core.builder import Builder, builder_for, compiled
 from envbuilder.core.matrix import (
+    COMPONENT_PLAN_ORDER,
+    COMPONENT_TAGS,
+    OPS_COMPONENT,
+    OPS_KEY,
     ComponentRelease,
     Flavour,
     Matrix,
@@ -27,14 +31,15 @@ from envbuilder.core.matrix import (
     Toolkit,
     TorchRelease,
     TorchVariant,
+    free_threaded,
     minor,
 )
-from envbuilder.core.rules import (Context, Rule, Violation, all_rules, breakages_covering,
+from envbuilder.core.rules import (Context, Rule, Violation, all_rules, breakages_covering, driver_mode,
                                    floor_toolkit, runs_natively, variant_of)
 from envbuilder.core.target import (COMPONENTS, ds_ops_of, Pin, Pins, Request, check_pins_known, request,
                                     unknown_pins)
 
-AXIS_ORDER = ("cuda", "torch", "flavour", "os", "python", "nccl", "horovod", "deepspeed")
+AXIS_ORDER = ("cuda", "torch", "flavour", "os", "python", "nccl", *COMPONENT_PLAN_ORDER)
 PYPI = "https://pypi.org/simple"
 _NODE_LIMIT = 500_000
 
@@ -101,13 +106,17 @@ class Stack:
     def nccl(self) -> NcclRelease | None:
         return self.assignment.get("nccl")
 
-    @property
-    def deepspeed(self) -> ComponentRelease | None:
-        return cast("ComponentRelease | None", self.assignment.get("deepspeed"))
+    def component(self, name: str) -> ComponentRelease | None:
+        """A component's resolved release (core.matrix.COMPONENTS), None when not in the stack."""
+        if name not in COMPONENTS:
+            raise KeyError(name)
+        return cast("ComponentRelease | None", self.assignment.get(name))
 
-    @property
-    def horovod(self) -> ComponentRelease | None:
-        return cast("ComponentRelease | None", self.assignment.get("horovod"))
+    def __getattr__(self, name: str) -> ComponentRelease | None:
+        # stack.<component>: each of the matrix's components by its name, as stack.json names it
+        if name in COMPONENTS:
+            return cast("ComponentRelease | None", self.__dict__["assignment"].get(name))
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     @property
     def flavour(self) -> str:
@@ -120,15 +129,16 @@ class Stack:
 
     @property
     def ds_ops(self) -> tuple[str, ...]:
-        """The DeepSpeed ops pre-built: --ds-ops, or by default on CUDA FusedAdam + CPU Adam."""
-        if self.deepspeed is None:
+        """The ops pre-built: --ds-ops, or by default on CUDA FusedAdam + CPU Adam."""
+        if self.component(OPS_COMPONENT) is None:
             return ()
-        return ds_ops_of(self.request, self.matrix.toolchains.deepspeed_ops)
+        return ds_ops_of(self.request, self.matrix)
 
     @property
     def ds_jit(self) -> bool:
-        """DeepSpeed on CUDA with its ops left to JIT (--ds-ops none): the runtime needs nvcc."""
-        return (self.deepspeed is not None and self.toolkit is not None
+        """The ops' component on CUDA with its ops left to JIT (--ds-ops none): the runtime
+        needs nvcc."""
+        return (self.component(OPS_COMPONENT) is not None and self.toolkit is not None
                 and self.request.ds_ops == ())
 
     @property
@@ -138,7 +148,7 @@ class Stack:
 
     @property
     def compiles(self) -> bool:
-        """Something is built from source in the image (Horovod, DeepSpeed ops)."""
+        """Something is built from source in the image (a compiled component, pre-built ops)."""
         return compiled(self.assignment, self.matrix, self.ds_ops)[0]
 
     @property
@@ -171,8 +181,9 @@ class Stack:
 
     @property
     def torch_index(self) -> str:
-        """PyPI when plain `pip install torch` is this variant, else PyTorch's own index."""
-        if self.torch.pypi_default == self.variant:
+        """PyPI when plain `pip install torch` is this variant (on this platform), else
+        PyTorch's own index."""
+        if self.torch.pypi_default == self.variant and self.platform not in self.torch_variant.index_only:
             return PYPI
         return self.matrix.torch_index.format(variant=self.variant)
 
@@ -187,6 +198,8 @@ class Stack:
         out: dict[str, Any] = {"version": t.driver_min, "toolkit": str(t.version),
                                "minor_compat": floor.driver_min if floor else None,
                                "source": (t.source + (floor.source if floor else ()))[0]}
+        if self.request.driver is not None:  # how the stated driver runs it, in one word
+            out["runs"] = driver_mode(self.matrix, t, self.request.driver)
         pin = self.torch_variant.cuda_toolkit
         if pin is not None and pin > t.version and not any(k.version == pin for k in self.matrix.toolkits):
             out["wheel_toolkit"] = str(pin)
@@ -201,12 +214,13 @@ class Stack:
 
     @property
     def tag(self) -> str:
-        """An image tag naming the versions: cu121-torch2.5.1-py311[-ds0.16.9][-hvd0.28.1]."""
+        """An image tag naming the versions: cu121-torch2.5.1-py311[-<tag><version> per
+        component]-<os>."""
         parts = [self.variant, f"torch{self.torch.version}", "py" + self.python.replace(".", "")]
-        if self.deepspeed:
-            parts.append(f"ds{self.deepspeed.version}")
-        if self.horovod:
-            parts.append(f"hvd{self.horovod.version}")
+        for c in COMPONENTS:
+            rel = self.component(c)
+            if rel:
+                parts.append(f"{COMPONENT_TAGS[c]}{rel.version}")
         parts.append(self.os.name)
         return "-".join(parts)
 
@@ -232,8 +246,9 @@ class Stack:
             return key.get("line") == self.torch.line
         if f == "cuda.yaml" and e["key"] == "toolkits":
             return self.toolkit is not None and key.get("version") == str(self.toolkit.version)
-        for comp, rel in (("deepspeed.yaml", self.deepspeed), ("horovod.yaml", self.horovod)):
-            if f == comp:
+        for comp in COMPONENTS:
+            rel = self.component(comp)
+            if f == f"{comp}.yaml":
                 return rel is not None and key.get("line") == rel.line
         return False
 
@@ -250,14 +265,13 @@ class Stack:
             "python": self.python,
             "nccl": None if self.nccl is None else str(self.nccl.version),
             "nccl_package": tv.nccl_package,
-            "deepspeed": None if self.deepspeed is None else str(self.deepspeed.version),
-            "horovod": None if self.horovod is None else str(self.horovod.version),
+            **{c: None if (rel := self.component(c)) is None else str(rel.version) for c in COMPONENTS},
             "os": self.os.name,
             "flavour": self.flavour,
             "base_image": self.runtime_image,
             "builder_image": self.builder_image,
             "builder": None if self.builder is None else self.builder.to_dict(),
-            "deepspeed_ops": list(self.ds_ops),
+            OPS_KEY: list(self.ds_ops),
             "fabric": self.fabric,
             "tag": self.tag,
             "choices": {k: c.to_dict() for k, c in self.choices.items()},
@@ -270,7 +284,10 @@ class Stack:
 # -- the search -----------------------------------------------------------------------------
 
 def _os_order(m: Matrix, cpu: bool) -> list[OsInfo]:
-    oses = sorted(m.os.values(), key=lambda o: o.sort_key, reverse=True)
+    # an RHEL-family OS (Rocky Linux) is a value to pin (--os rockylinux9, cu128-rockylinux9),
+    # never chosen for a target that names no OS
+    oses = sorted((o for o in m.os.values() if o.package_manager == "apt"),
+                  key=lambda o: o.sort_key, reverse=True)
     if cpu:  # CPU images default to Debian (PRODUCT.md), then the newest Ubuntu
         oses.sort(key=lambda o: o.family != "debian")
     return oses
@@ -306,46 +323,77 @@ def _cuda_order(req: Request, m: Matrix) -> list[Any]:
     return tks + [None]
 
 
-def _domain(axis: str, a: dict[str, Any], req: Request, m: Matrix) -> list[Any]:
-    if axis == "cuda":
-        if req.cpu:
+def _cuda_domain(a: dict[str, Any], req: Request, m: Matrix) -> list[Any]:
+    if req.cpu:
+        return [None]
+    if req.cuda:  # the patches with nvidia/cuda images first (a newer patch without any
+        # would otherwise win with the plain OS flavour)
+        tks = m.toolkits_for(req.cuda)
+        return sorted(tks, key=lambda k: m.base_images_for(k.version) is None)
+    return _cuda_order(req, m)
+
+
+def _torch_domain(a: dict[str, Any], req: Request, m: Matrix) -> list[Any]:
+    ts = [t for t in m.torch if (req.torch is None or req.torch.matches(t.version))
+          and not _after(t.released, req.exclude_newer)]
+    if "cuda" in a and req.platform != "linux/amd64":
+        # on another platform, releases with wheels of the variant first (stable: the
+        # first that breaks no rule is unchanged; a refusal then names the release
+        # nearest to working, e.g. the newest cu128 build that lacks only the platform)
+        v = variant_of(a["cuda"])
+        ts.sort(key=lambda t: (v not in t.variants, req.platform not in (
+            t.variants[v].platforms if v in t.variants else ())))
+    return ts
+
+
+def _os_domain(a: dict[str, Any], req: Request, m: Matrix) -> list[Any]:
+    if req.os:
+        return [m.os[req.os]]
+    return _os_order(m, a.get("cuda", 0) is None)
+
+
+def _flavour_domain(a: dict[str, Any], req: Request, m: Matrix) -> list[Any]:
+    if req.flavour:
+        return [req.flavour]
+    if "cuda" in a and a["cuda"] is None:
+        return ["os"]  # a CPU image starts from its OS image
+    return [f.name for f in m.toolchains.flavours]
+
+
+def _python_domain(a: dict[str, Any], req: Request, m: Matrix) -> list[Any]:
+    if req.python:
+        return [req.python.text]
+    o: OsInfo | None = a.get("os")
+    if o is None:
+        return m.pythons
+    # the newest Python the OS ships itself, then PPA ones (deadsnakes) newest first
+    return sorted((p for p in o.python if not free_threaded(p)),
+                  key=lambda p: (o.python[p].ppa is None, Version(p)), reverse=True)
+
+
+def _nccl_domain(a: dict[str, Any], req: Request, m: Matrix) -> list[Any]:
+    if "torch" in a and "cuda" in a:
+        if a["cuda"] is None:
             return [None]
-        if req.cuda:  # the patches with nvidia/cuda images first (a newer patch without any
-            # would otherwise win with the plain OS flavour)
-            tks = m.toolkits_for(req.cuda)
-            return sorted(tks, key=lambda k: m.base_images_for(k.version) is None)
-        return _cuda_order(req, m)
-    if axis == "torch":
-        return [t for t in m.torch if (req.torch is None or req.torch.matches(t.version))
-                and not _after(t.released, req.exclude_newer)]
-    if axis == "os":
-        if req.os:
-            return [m.os[req.os]]
-        return _os_order(m, a.get("cuda", 0) is None)
-    if axis == "flavour":
-        if req.flavour:
-            return [req.flavour]
-        if "cuda" in a and a["cuda"] is None:
-            return ["os"]  # a CPU image starts from its OS image
-        return [f.name for f in m.toolchains.flavours]
-    if axis == "python":
-        if req.python:
-            return [req.python.text]
-        o: OsInfo | None = a.get("os")
-        if o is None:
-            return m.pythons
-        # the newest Python the OS ships itself, then PPA ones (deadsnakes) newest first
-        return sorted(o.python, key=lambda p: (o.python[p].ppa is None, Version(p)), reverse=True)
-    if axis == "nccl":
-        if "torch" in a and "cuda" in a:
-            if a["cuda"] is None:
-                return [None]
-            var = a["torch"].variants.get(variant_of(a["cuda"]))
-            if var is None or var.nccl is None:
-                return [None]
-            return [m.nccl_release(var.nccl) or NcclRelease(var.nccl, (), a["torch"].source)]
-        pin = req.nccl
-        return [n for n in m.nccl if pin is None or Pin.parse(pin.text, "nccl").matches(n.version)]
+        var = a["torch"].variants.get(variant_of(a["cuda"]))
+        if var is None or var.nccl is None:
+            return [None]
+        return [m.nccl_release(var.nccl) or NcclRelease(var.nccl, (), a["torch"].source)]
+    pin = req.nccl
+    return [n for n in m.nccl if pin is None or Pin.parse(pin.text, "nccl").matches(n.version)]
+
+
+# each axis's values, in the order the search tries them (given what is assigned so far)
+_DOMAINS: dict[str, Callable[[dict[str, Any], Request, Matrix], list[Any]]] = {
+    "cuda": _cuda_domain, "torch": _torch_domain, "os": _os_domain, "flavour": _flavour_domain,
+    "python": _python_domain, "nccl": _nccl_domain,
+}
+
+
+def _domain(axis: str, a: dict[str, Any], req: Request, m: Matrix) -> list[Any]:
+    d = _DOMAINS.get(axis)
+    if d is not None:
+        return d(a, req, m)
     if axis in COMPONENTS:
         if not req.wants(axis):
             return [None]
@@ -422,18 +470,37 @@ class _Search:
         return best[0], best[1] or []
 
 
-def _search(req: Request, m: Matrix, active: tuple[str, ...]) -> _Search:
+def _search(req: Request, m: Matrix, active: tuple[str, ...], *, avoid: bool = False) -> _Search:
     base = {c: None for c in COMPONENTS if c not in active}
     ctx = Context(m, driver=req.driver, nccl_pin=req.nccl.text if req.nccl else None,
-                  ds_ops=ds_ops_of(req, m.toolchains.deepspeed_ops), platform=req.platform)
+                  ds_ops=ds_ops_of(req, m), platform=req.platform,
+                  avoid=_avoidable(req, m) if avoid else frozenset())
     return _Search(req, m, ctx, active, base, all_rules(m))
 
 
+def _avoidable(req: Request, m: Matrix) -> frozenset[str]:
+    """The components whose advised-against releases the search may steer around: every one
+    the request does not pin to an exact version (a pinned bad release is kept, with a
+    warning). The toolkit patch is steered around only when the CUDA pin is a minor."""
+    if not m.advisories:
+        return frozenset()
+    pins = {"torch": req.torch, "nccl": req.nccl, **{c: getattr(req, c) for c in COMPONENTS}}
+    out = {c for c, p in pins.items() if p is None or not p.exact}
+    if not req.cpu:
+        out.add("cuda")
+    return frozenset(out)
+
+
 def resolve(req: Request, m: Matrix) -> Stack:
-    """Resolve every axis; raise IncompatibleError (exit 3) with the reasons when none works."""
+    """Resolve every axis; raise IncompatibleError (exit 3) with the reasons when none works.
+    A stack without advised-against releases (critical/high advisories) is preferred; when
+    none exists, the stack is resolved as if there were none and carries their warnings."""
     _pins_known_or_refused(req, m)
-    s = _search(req, m, AXIS_ORDER)
-    a = s.first()
+    s = _search(req, m, AXIS_ORDER, avoid=True)
+    a = s.first() if s.ctx.avoid else None
+    if a is None:
+        s = _search(req, m, AXIS_ORDER)
+        a = s.first()
     if a is None:
         raise _refusal(req, m, s)
     return _stack(req, m, s, a)
@@ -455,6 +522,8 @@ def _pins_known_or_refused(req: Request, m: Matrix) -> None:
     range covers it, and is bad input (exit 2) when nothing in the matrix knows it."""
     pins = req.pins()
     for axis, pin in unknown_pins(req, m).items():
+        if axis == "python" and free_threaded(pin.text):
+            continue  # no breakage names a free-threaded Python: check_pins_known says it
         included = frozenset(c for c in COMPONENTS if req.wants(c))
         vs = breakages_covering(axis, pin.text, pins, m, included)
         if vs:
@@ -489,22 +558,20 @@ def _refusal(req: Request, m: Matrix, s: _Search, *, suggest: bool = True) -> In
         return IncompatibleError(f"{what}: no combination in the matrix satisfies the pins "
                                  f"{req.pins()}", violations=[])
     details = [f"- {v}" for v in vs]
-    if suggest:
-        alts = alternatives(req, m)
-        if alts:
-            details.append("What would work instead:")
-            details += [f"- {a}" for a in alts]
+    alts = alternatives(req, m) if suggest else []  # each pin dropped alone: one search each
+    if alts:
+        details.append("What would work instead:")
+        details += [f"- {a}" for a in alts]
     head = vs[0].message
     more = f" (and {len(vs) - 1} more reason{'s' if len(vs) > 2 else ''})" if len(vs) > 1 else ""
-    err = IncompatibleError(f"{what} cannot work: {head}{more}", violations=vs, details=details)
-    err.alternatives = alternatives(req, m) if suggest else []  # type: ignore[attr-defined]
-    return err
+    return IncompatibleError(f"{what} cannot work: {head}{more}", violations=vs, details=details,
+                             alternatives=alts)
 
 
 def alternatives(req: Request, m: Matrix) -> list[str]:
     """For each pin, what resolves when that pin alone is dropped."""
     out: list[str] = []
-    for axis in ("horovod", "deepspeed", "nccl", "python", "os", "torch", "cuda"):
+    for axis in (*COMPONENT_PLAN_ORDER, "nccl", "python", "os", "torch", "cuda"):
         if axis not in req.pins():
             continue
         relaxed = req.without_pin(axis)
@@ -565,13 +632,6 @@ def _cuda_alternatives(req: Request, m: Matrix) -> list[tuple[str, Stack, str]]:
     return out
 
 
-def _with_cuda(req: Request, st: Stack) -> str:
-    from dataclasses import replace
-    if st.toolkit is None:
-        return replace(req, cpu=True).canonical()
-    return replace(req, cuda=st.cuda).canonical()
-
-
 def _stack(req: Request, m: Matrix, s: _Search, a: dict[str, Any]) -> Stack:
     pins = req.pins()
     choices: dict[str, Choice] = {}
@@ -591,7 +651,14 @@ def _stack(req: Request, m: Matrix, s: _Search, a: dict[str, Any]) -> Stack:
                 skipped.append((_show(cand), names))
         choices[axis] = Choice(axis, _show(value), _reason(axis, value, pins, req),
                                _source(axis, value, a, m), tuple(skipped))
-    return Stack(req, m, a, choices, tuple(_warnings(s, a)))
+    warnings = _warnings(s, a)
+    for comp in COMPONENTS:  # a legacy component (legacy: in its file): resolvable, and said so
+        c = m.component(comp)
+        if a.get(comp) is not None and c.legacy:
+            warnings.append(Violation(f"{comp}_legacy", f"{comp} is legacy: {c.legacy}",
+                                      c.legacy_source, "drop it (--without " + comp + ") for new images",
+                                      severity="warning"))
+    return Stack(req, m, a, choices, tuple(warnings))
 
 
 def _show(value: Any) -> str | None:

@@ -21,7 +21,7 @@ from typing import Any, Callable, Mapping
 from packaging.version import Version
 
 from envbuilder.core.builder import NoBuilder, builder_for, compiled
-from envbuilder.core.matrix import ComponentRelease, Matrix, OsInfo, Toolkit, TorchRelease
+from envbuilder.core.matrix import ComponentRelease, Matrix, OsInfo, Toolkit, TorchRelease, python_key
 from envbuilder.core.target import Pin
 
 Assignment = Mapping[str, Any]
@@ -58,6 +58,9 @@ class Context:
     nccl_pin: str | None = None
     ds_ops: tuple[str, ...] = ()  # DeepSpeed ops pre-built at install time (--ds-ops)
     platform: str = "linux/amd64"  # the image's platform (--platform)
+    # components whose advised-against releases (critical/high advisories) the search steers
+    # around: those the request does not pin to an exact version
+    avoid: frozenset[str] = frozenset()
 
 
 CheckFn = Callable[[Assignment, Context], list[Violation]]
@@ -96,7 +99,11 @@ def needs_devel(a: Assignment, m: Matrix, ds_ops: tuple[str, ...] = ()) -> bool:
 def _driver_cuda(a: Assignment, ctx: Context) -> list[Violation]:
     """The host driver must be new enough for the image's CUDA toolkit (minor-version
     compatibility works with every base flavour; forward compatibility needs the cuda-compat
-    package of the nvidia/cuda bases)."""
+    package of the nvidia/cuda bases); a driver branch past its end of life is a warning."""
+    return _driver_floor(a, ctx) + _driver_lifecycle(ctx)
+
+
+def _driver_floor(a: Assignment, ctx: Context) -> list[Violation]:
     t: Toolkit | None = a["cuda"]
     if t is None or ctx.driver is None:
         return []
@@ -153,6 +160,24 @@ rule("driver_cuda", "cuda", "torch", unless=("flavour",))(_driver_cuda)
 rule("driver_cuda", "cuda", "torch", "flavour")(_driver_cuda)
 
 
+def _driver_lifecycle(ctx: Context) -> list[Violation]:
+    """The host driver's branch should be one NVIDIA still supports (cuda.yaml driver_branches):
+    a warning from driver_cuda, for CPU targets too."""
+    if ctx.driver is None:
+        return []
+    from envbuilder.core.advisories import branch_status, driver_eol_warning
+
+    msg = driver_eol_warning(ctx.driver, ctx.matrix)
+    if msg is None:
+        return []
+    st = branch_status(ctx.driver, ctx.matrix) or {}
+    oldest = st.get("oldest_supported")
+    # its own name: "runs natively" (init, resolve any) means no driver_cuda finding
+    return [Violation("driver_lifecycle", msg.split(" [source:")[0], tuple(st.get("source", ())),
+                      f"move the cluster to a supported branch (R{oldest} or newer)" if oldest
+                      else "move the cluster to a supported driver branch", severity="warning")]
+
+
 def wheel_toolkit(m: Matrix, torch: TorchRelease, cuda: Toolkit | None) -> Toolkit | None:
     """The toolkit patch torch's wheel pins (Requires-Dist cuda-toolkit==X.Y.Z), when the
     variant records one and the matrix lists that patch."""
@@ -178,6 +203,18 @@ def runs_natively(t: Toolkit, driver: str) -> bool:
     return Version(driver) >= Version(t.driver_min)
 
 
+def driver_mode(m: Matrix, t: Toolkit, driver: str) -> str:
+    """How a driver runs a toolkit patch: ``native`` (at least its own floor), ``minor-compat``
+    (at least its major's minor-version-compatibility floor) or ``forward-compat`` (only with
+    the cuda-compat package of an nvidia/cuda base, datacenter GPUs). The one answer check,
+    resolve, resolve any and init give."""
+    drv = Version(driver)
+    if drv >= Version(t.driver_min):
+        return "native"
+    floor = m.minor_compat.get(t.version.major)
+    return "minor-compat" if floor is not None and drv >= Version(floor.driver_min) else "forward-compat"
+
+
 def _driver_runs(m: Matrix, t: Toolkit, drv: Version) -> bool:
     floor = m.minor_compat.get(t.version.major)
     need = Version(floor.driver_min) if floor else Version(t.driver_min)
@@ -197,8 +234,9 @@ def _torch_variant(a: Assignment, ctx: Context) -> list[Violation]:
     others = [r.line for r in ctx.matrix.torch if v in r.variants]
     alt = (f"torch {', '.join(dict.fromkeys(others))} for {v}" if others
            else f"a CUDA variant torch {t.version} has: {', '.join(have)}")
+    none = "" if others else f"; no torch release in the matrix has {v} wheels"
     return [Violation("torch_cuda_variant",
-                      f"torch {t.version} has no {v} wheels (it has {', '.join(have)})",
+                      f"torch {t.version} has no {v} wheels (it has {', '.join(have)}){none}",
                       t.source, f"use {alt}")]
 
 
@@ -213,12 +251,17 @@ def _torch_platform(a: Assignment, ctx: Context) -> list[Violation]:
     have = [n for n, v in t.variants.items() if ctx.platform in v.platforms]
     others = [r.line for r in ctx.matrix.torch for n, v in r.variants.items()
               if n == var.name and ctx.platform in v.platforms]
+    elsewhere = {n: r.line for r in reversed(ctx.matrix.torch) for n, v in r.variants.items()
+                 if ctx.platform in v.platforms}  # variant -> newest line with the platform
     fix = (f"use {', '.join(have)} for torch {t.version} on {ctx.platform}" if have else
            f"use torch {', '.join(dict.fromkeys(others))} for {var.name} on {ctx.platform}" if others
-           else "use --platform linux/amd64")
+           else f"use a variant with {ctx.platform} wheels ("
+           + ", ".join(f"{n}: torch {ln}" for n, ln in sorted(elsewhere.items())) + ") or --platform linux/amd64"
+           if elsewhere else "use --platform linux/amd64")
+    none = "" if others else f"; no torch release in the matrix has {var.name} wheels for {ctx.platform}"
     return [Violation("torch_platform",
                       f"torch {t.version} has no {var.name} wheels for {ctx.platform} (it has them for "
-                      f"{', '.join(var.platforms)})", t.source, fix)]
+                      f"{', '.join(var.platforms)}){none}", t.source, fix)]
 
 
 @rule("torch_python", "torch", "python")
@@ -226,6 +269,17 @@ def _torch_python(a: Assignment, ctx: Context) -> list[Violation]:
     """PyTorch must publish wheels for the Python version."""
     t: TorchRelease = a["torch"]
     py = a["python"]
+    if py.endswith("t"):  # free-threaded: its own wheels (cp314t)
+        if py in t.python_ft:
+            return []
+        tag = "cp" + py.replace(".", "")
+        others = [r.line for r in ctx.matrix.torch if py in r.python_ft]
+        return [Violation("torch_python",
+                          f"torch {t.version} has no {tag} (free-threaded Python {py}) wheels"
+                          + (f" (it has {', '.join(t.python_ft)})" if t.python_ft else ""),
+                          t.source + ("https://pypi.org/simple/torch/",),
+                          f"use torch {', '.join(dict.fromkeys(others))} for Python {py}"
+                          if others else f"use Python {py[:-1]} (with the GIL)")]
     if py in t.python:
         return []
     return [Violation("torch_python",
@@ -243,7 +297,7 @@ def _os_python(a: Assignment, ctx: Context) -> list[Violation]:
     if py in o.python:
         return []
     return [Violation("os_python",
-                      f"{o.name} cannot install Python {py} with apt (it has {', '.join(sorted(o.python, key=Version))})",
+                      f"{o.name} cannot install Python {py} with apt (it has {', '.join(sorted(o.python, key=python_key))})",
                       o.source, f"use Python {o.python_default} on {o.name}, or another OS")]
 
 
@@ -479,6 +533,39 @@ def _incompat_rule(x: Any) -> Rule:
     return Rule("known_incompatibility", tuple(x.when), f"known breakage {x.id}", check)
 
 
+def _advisory_rule(adv: Any) -> Rule:
+    """A known-bad release: a warning on the stack that holds it (an error, so the search
+    moves on to the fixed release, while the component is in ``ctx.avoid``)."""
+    from envbuilder.core.advisories import AVOIDED, describe
+
+    axis = "cuda" if adv.component == "driver" else adv.component
+    made: dict[tuple[str, bool], Violation] = {}
+
+    def check(a: Assignment, ctx: Context) -> list[Violation]:
+        if adv.component == "driver":
+            if ctx.driver is None or not adv.covers(ctx.driver):
+                return []
+            v = ctx.driver
+        else:
+            value = a[axis]
+            if value is None or getattr(value, "version", None) is None:
+                return []
+            v = str(value.version)
+            if not adv.covers(v):
+                return []
+        avoid = adv.component in ctx.avoid and adv.severity in AVOIDED
+        found = made.get((v, avoid))
+        if found is None:
+            fix = (f"use {adv.component} {adv.fixed} or later" if adv.fixed
+                   else f"watch {adv.source[0]} for a fix")
+            found = made[(v, avoid)] = Violation(
+                "advisory", f"{adv.component} {v} is advised against ({adv.severity}): "
+                f"{describe(adv)} [{adv.id}: {adv.source[0]}]", adv.source, fix,
+                severity="error" if avoid else "warning")
+        return [found]
+    return Rule("advisory", (axis,), f"advisory {adv.id}", check)
+
+
 def _first_sentence(text: str) -> str:
     import re
 
@@ -561,7 +648,9 @@ def all_rules(matrix: Matrix) -> list[Rule]:
     Matrix: render --all resolves every target against the same one)."""
     if _LAST_RULES and _LAST_RULES[0] is matrix:
         return list(_LAST_RULES[1])
-    rules = RULES + [_incompat_rule(x) for x in matrix.incompatibilities]
+    rules = RULES + [_incompat_rule(x) for x in matrix.incompatibilities] + [
+        _advisory_rule(x) for x in matrix.advisories if x.component in (
+            "torch", "nccl", "cuda", "deepspeed", "horovod", "driver")]
     _LAST_RULES[:] = [matrix, rules]
     return list(rules)
 

@@ -10,6 +10,8 @@ import re
 from dataclasses import dataclass
 from typing import Any, Sequence
 
+from envbuilder.core.options import COMPONENT_PLAN_ORDER, COMPONENTS
+
 _VERSION = {"type": "string", "pattern": r"^[0-9]+(\.[0-9]+)*$"}
 _SPEC = {"type": "string", "pattern": r"^[<>=!~,.0-9* ]+$"}
 _URL = {"type": "string", "pattern": r"^https?://\S+$"}
@@ -42,6 +44,13 @@ CUDA = _file(
     {"minor_compat": {"type": "array", "items": _obj(
         ["major", "driver_min", "source"],
         {"major": {"type": "integer"}, "driver_min": _VERSION, "source": _SOURCE, "note": _NOTE})},
+     # NVIDIA's data center driver branches: designation and end of life (YYYY-MM)
+     "driver_branches": {"type": "array", "items": _obj(
+         ["branch", "designation", "eol", "source"],
+         {"branch": {"type": "integer"},
+          "designation": {"enum": ["long-term support", "production", "new feature"]},
+          "eol": {"type": "string", "pattern": r"^[0-9]{4}-[0-9]{2}$"},
+          "max_cuda_major": {"type": "integer"}, "source": _SOURCE, "note": _NOTE})},
      "note": _NOTE},
 )
 
@@ -70,16 +79,19 @@ NCCL = _file(
 OS = _file(
     "os",
     _obj(["name", "family", "image", "python_default", "python", "source"],
-         {"name": _NAME, "family": {"enum": ["ubuntu", "debian"]},
+         {"name": _NAME, "family": {"enum": ["ubuntu", "debian", "rockylinux"]},
           "image": {"type": "string", "pattern": r"^[a-z0-9./_-]+:[A-Za-z0-9._-]+$"},
           "codename": {"type": "string", "pattern": r"^[a-z]+$"},
           "python_default": _VERSION,
           "python": {"type": "object", "minProperties": 1,
-                     "patternProperties": {r"^3\.[0-9]+$": _obj(
+                     "patternProperties": {r"^3\.[0-9]+t?$": _obj(
                          ["packages", "repo"],
                          {"packages": {"type": "array", "minItems": 1,
                                        "items": {"type": "string", "pattern": r"^[a-z0-9.+-]+$"}},
                           "repo": {"type": "string", "pattern": r"^[a-z0-9:/._-]+$"},
+                          # the builder's Python headers when not pythonX.Y-dev (dnf: -devel)
+                          "devel": {"type": "array", "minItems": 1,
+                                    "items": {"type": "string", "pattern": r"^[a-z0-9.+-]+$"}},
                           "source": _SOURCE, "note": _NOTE})},
                      "additionalProperties": False},
           "eol": {"type": "string"}, "source": _SOURCE, "note": _NOTE}),
@@ -92,6 +104,7 @@ _VARIANT = _obj([], {
     "arch": {"type": "array", "items": {"type": "string", "pattern": r"^(sm|compute)_[0-9]+[a-z]?$"}},
     "cuda_toolkit": _VERSION,
     "platforms": {"type": "array", "items": _PLATFORM, "minItems": 1},
+    "index_only": {"type": "array", "items": _PLATFORM, "minItems": 1},
     "note": _NOTE, "source": _SOURCE,
 })
 
@@ -100,6 +113,8 @@ TORCH = _file(
     _obj(["line", "versions", "python", "variants", "source"],
          {"line": _VERSION, "versions": {"type": "array", "items": _VERSION, "minItems": 1},
           "python": {"type": "array", "items": _VERSION, "minItems": 1},
+          # free-threaded CPythons with Linux wheels (cp314t): a value of its own, "3.14t"
+          "python_ft": {"type": "array", "items": {"type": "string", "pattern": r"^3\.[0-9]+t$"}},
           "pypi_default": {"type": "string", "pattern": r"^(cpu|cu[0-9]+)$"},
           "variants": {"type": "object", "minProperties": 1,
                        "patternProperties": {r"^(cpu|cu[0-9]+)$": _VARIANT},
@@ -115,6 +130,10 @@ COMPONENT = _file(
           "requires": _obj([], {"torch": _SPEC, "python": _SPEC, "cuda": _SPEC, "nccl": _SPEC}),
           "released": _RELEASED, "source": _SOURCE, "note": _NOTE}),
     {"needs_nvcc": {"type": "boolean"},
+     # a component with no release for years: still resolvable, marked and warned about
+     "legacy": _obj(["since", "reason", "source"], {
+         "since": {"type": "string", "pattern": r"^[0-9]{4}-[0-9]{2}(-[0-9]{2})?$"},
+         "reason": {"type": "string"}, "source": _SOURCE, "note": _NOTE}),
      "cuda_minor_mismatch": _obj(["majors", "source"], {
          "majors": {"type": "array", "items": {"type": "integer"}}, "source": _SOURCE,
          "note": _NOTE}),
@@ -123,7 +142,7 @@ COMPONENT = _file(
      "note": _NOTE, "source": _SOURCE},
 )
 
-_AXES = ["cuda", "torch", "python", "nccl", "deepspeed", "horovod", "os"]
+_AXES = ["cuda", "torch", "python", "nccl", *COMPONENTS, "os"]
 
 INCOMPATIBILITIES = _file(
     "incompatibilities",
@@ -135,6 +154,17 @@ INCOMPATIBILITIES = _file(
           "reason": {"type": "string"}, "fix": {"type": "string"},
           "severity": {"enum": ["error", "warning"]},
           "source": _SOURCE, "note": _NOTE}),
+    # known-bad releases (core/advisories.py): not refusals, warnings and a preference
+    {"advisories": {"type": "array", "items": _obj(
+        ["id", "component", "affected", "severity", "symptom", "source"],
+        {"id": {"type": "string", "pattern": r"^[a-z0-9][a-z0-9.-]*$"},
+         "component": {"enum": ["torch", "nccl", "cuda", "cublas", "driver", *COMPONENTS]},
+         "affected": _SPEC,
+         "fixed": {"oneOf": [_VERSION, {"type": "null"}]},
+         "severity": {"enum": ["critical", "high", "medium", "low"]},
+         "symptom": {"type": "string", "pattern": r"\S"},
+         "gpus": {"type": "string"},
+         "source": _SOURCE, "note": _NOTE})}},
 )
 
 TARGETS = _file(
@@ -191,7 +221,7 @@ TOOLCHAINS = _obj(
           "source": _SOURCE, "note": _NOTE})},
      "build_tools": {"type": "array", "items": _obj(
          ["component", "versions", "env", "reason", "source"],
-         {"component": {"enum": ["horovod", "deepspeed"]}, "versions": _SPEC, "env": _ENV,
+         {"component": {"enum": [*COMPONENT_PLAN_ORDER]}, "versions": _SPEC, "env": _ENV,
           "hide_modules": {"type": "array", "items": {"type": "string", "pattern": r"^[a-z_][a-z0-9_]*$"}},
           "reason": {"type": "string"}, "source": _SOURCE, "note": _NOTE})},
      },
@@ -204,8 +234,7 @@ FILES: dict[str, dict[str, Any]] = {
     "nccl.yaml": NCCL,
     "os.yaml": OS,
     "torch.yaml": TORCH,
-    "deepspeed.yaml": COMPONENT,
-    "horovod.yaml": COMPONENT,
+    **{f"{c}.yaml": COMPONENT for c in COMPONENTS},
     "incompatibilities.yaml": INCOMPATIBILITIES,
     "targets.yaml": TARGETS,
 }

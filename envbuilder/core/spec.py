@@ -18,18 +18,19 @@ keeps going past a failure and returns one ``Outcome`` per target that names it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import MISSING, dataclass, field, fields, replace
+import re
 from pathlib import Path
 from typing import Any, Callable, Generic, Sequence, TypeVar
 
-from envbuilder.core.project import Project, ProjectTarget
+from envbuilder.core import options as options_mod
+from envbuilder.core.jobs import JobsConfig
+from envbuilder.core.project import Project
 from envbuilder.core.target import Pins
 from envbuilder.errors import EnvbuilderError, InputError
 
 T = TypeVar("T")
 
-_PIN_FIELDS = ("torch", "python", "deepspeed", "horovod", "nccl", "os", "driver", "flavour",
-               "ds_ops", "platform", "fabric")
 
 
 @dataclass(frozen=True)
@@ -47,6 +48,7 @@ class TargetSpec:
     requirements_file: Path | None = None
     requirements: tuple[str, ...] = ()
     requirements_source: str = "requirements"
+    compiled: tuple[str, ...] = ()  # of those, the ones that compile against torch (render.compiled)
     # how to build it
     base_image: str | None = None
     builder_image: str | None = None
@@ -62,6 +64,8 @@ class TargetSpec:
     image: str | None = None  # the image the job files run
     infiniband: bool = False
     min_busbw: float | None = None
+    jobs: JobsConfig = field(default_factory=JobsConfig)  # the project's [jobs] (core.jobs)
+    command: str | None = None  # --command: the job files' training command
     # where it came from: the project file, and the pins the command line added
     project: Path | None = None
     from_project: bool = False  # ``name`` is one of the project's targets
@@ -91,30 +95,21 @@ class TargetSpec:
 
 
 def pin_args(pins: Pins) -> list[str]:
-    """``pins`` as the command-line options that state them."""
-    out: list[str] = []
-    for name in _PIN_FIELDS:
-        value = getattr(pins, name)
-        if value:
-            out += [f"--{name.replace('_', '-')}", str(value)]
-    for flag, items in (("--with", pins.with_), ("--without", pins.without)):
-        for item in items:
-            out += [flag, item]
-    return out
+    """``pins`` as the command-line options that state them (core.options.pin_flags)."""
+    return options_mod.pin_flags(vars(pins))
 
 
 def merge_pins(base: Pins, over: Pins) -> Pins:
     """``over``'s pins win per axis; components are merged (``--without`` drops a ``with``)."""
-    kw: dict[str, Any] = {}
-    for name in _PIN_FIELDS:
-        v = getattr(over, name)
-        kw[name] = v if v is not None else getattr(base, name)
-    kw["exclude_newer"] = over.exclude_newer or base.exclude_newer
-    comps = dict(base.components())
-    comps.update(over.components())
-    kw["with_"] = tuple(c for c, on in comps.items() if on)
-    kw["without"] = tuple(c for c, on in comps.items() if not on)
-    return Pins(**kw)
+    values, _ = options_mod.cascade([_pin_layer(base), _pin_layer(over)], {})
+    kw: dict[str, Any] = {n: values.get(n) for n in options_mod.PIN_NAMES}
+    return Pins(**kw,
+                exclude_newer=over.exclude_newer or base.exclude_newer)
+
+
+def _pin_layer(pins: Pins) -> dict[str, Any]:
+    """The pins given (not None, not empty) as a layer of the cascade."""
+    return {n: getattr(pins, n) for n in options_mod.PIN_NAMES if getattr(pins, n) not in (None, ())}
 
 
 @dataclass(frozen=True)
@@ -126,6 +121,7 @@ class Overrides:
     requirements_file: Path | None = None
     requirements: tuple[str, ...] = ()  # lines (a library caller's; the CLI takes a file)
     requirements_source: str | None = None
+    compiled: tuple[str, ...] = ()
     base_image: str | None = None
     builder_image: str | None = None
     cuda_arch: tuple[str, ...] = ()
@@ -139,6 +135,7 @@ class Overrides:
     image: str | None = None
     infiniband: bool = False
     min_busbw: float | None = None
+    command: str | None = None
 
     def given(self) -> dict[str, Any]:
         """The values given (0 is a value: only None, False and () mean "not given")."""
@@ -150,39 +147,58 @@ class Overrides:
         return out
 
 
-def _project_layer(project: Project, t: ProjectTarget | None) -> dict[str, Any]:
-    """The project's keys (its defaults, then the target's own table) as spec fields."""
-    out: dict[str, Any] = {"project": project.path}
-    for src in (project.defaults, t.settings if t is not None else {}):
-        out.update(src)
-    if "requirements_file" in out or "requirements" in out:
-        out.setdefault("requirements_file", None)
-        out.setdefault("requirements", ())
-        out.setdefault("requirements_source", f"{project.path} requirements")
-    return out
+_SPEC_DEFAULTS = {f.name: f.default for f in fields(TargetSpec) if f.default is not MISSING}
 
 
 def make_spec(name: str, *, project: Project | None = None,
               overrides: Overrides | None = None) -> TargetSpec:
     """The spec of one target ``name`` (a target string, an alias or a project target's name)
-    through the cascade."""
+    through the cascade (core.options.cascade), every value then checked once."""
     o = overrides or Overrides()
     t = project.target(name) if project is not None else None
-    kw: dict[str, Any] = {"name": name, "target": t.target if t is not None else name}
-    pins = t.pins if t is not None else Pins()
+    if project is not None and t is None:
+        _check_project_name(name, project)
+    layers: list[dict[str, Any]] = []
     if project is not None:
-        kw.update(_project_layer(project, t))
-    given = o.given()
-    if "requirements_file" in given or "requirements" in given:  # replace the project's
-        kw.update(requirements_file=None, requirements=(), requirements_source="requirements")
-    kw.update(given)
-    pins = merge_pins(pins, o.pins)
+        layers += [{"project": project.path}, project.defaults]
+    if t is not None:
+        layers.append(dict(t.settings))
+    layers.append({**_pin_layer(o.pins), **o.given()})
+    values, where = options_mod.cascade(layers, _SPEC_DEFAULTS)
+    options_mod.check_values(values, where)
+    pins = Pins(**{n: values.pop(n, None) for n in options_mod.PIN_NAMES if n in values})
+    values = {k: v for k, v in values.items() if k in _SPEC_DEFAULTS or k in ("jobs",)}
     # one date for the resolver's candidates and uv's files: the cascade's (a pin otherwise)
-    kw["exclude_newer"] = kw.get("exclude_newer") or pins.exclude_newer
-    kw["pins"] = replace(pins, exclude_newer=kw["exclude_newer"])
-    kw["cli_pins"] = o.pins
-    kw["from_project"] = t is not None
-    return TargetSpec(**kw)
+    values["exclude_newer"] = values.get("exclude_newer") or o.pins.exclude_newer
+    return TargetSpec(name=name, target=t.target if t is not None else name,
+                      pins=replace(pins, exclude_newer=values["exclude_newer"]), cli_pins=o.pins,
+                      from_project=t is not None, **values)
+
+
+def settings(project: Project | None, overrides: Overrides | None = None) -> dict[str, Any]:
+    """The cascade without a target (defaults < the project's top level < the command line):
+    what a command that acts on no one target reads (check's matrix overlay, ci's registry)."""
+    o = overrides or Overrides()
+    layers = [project.defaults] if project is not None else []
+    layers.append({**_pin_layer(o.pins), **o.given()})
+    values, where = options_mod.cascade(layers, _SPEC_DEFAULTS)
+    options_mod.check_values(values, where)
+    return {**_SPEC_DEFAULTS, **values}
+
+
+_BASE = re.compile(r"(cpu|any|cu[0-9]{2,3})(-.*)?")
+
+
+def _check_project_name(name: str, project: Project) -> None:
+    """A name that is no target string but close to a project target's name is a typo of it:
+    ``resolve trian-ds`` -> did you mean train-ds (exit 2)."""
+    import difflib
+
+    names = [t.name for t in project.targets]
+    close = difflib.get_close_matches(name, names, n=1, cutoff=0.6)
+    if close and _BASE.fullmatch(name) is None:
+        raise InputError(f"{name!r} is not a target of {project.path} (did you mean {close[0]}?) "
+                         f"nor a target string such as cu121 or cpu; its targets: {', '.join(names)}")
 
 
 def select(target: str | None, *, all_: bool = False, only: Sequence[str] = (),
@@ -205,8 +221,9 @@ def select(target: str | None, *, all_: bool = False, only: Sequence[str] = (),
                              f"give a TARGET")
         names, where = [t.name for t in project.targets], f"targets of {project.path}"
     else:
-        raise InputError(f"{command} needs a TARGET (e.g. cu121), --all, or a project file "
-                         f"(envbuilder.toml) in this folder or above")
+        also = "" if command == "resolve" else ", --all,"  # resolve takes one TARGET or the project's
+        raise InputError(f"{command} needs a TARGET (e.g. cu121){also} or a project file "
+                         f"(envbuilder.toml) in this folder or above (see: envbuilder {command} --help)")
     if only:
         picked = [n for n in names if any(o in n for o in only)]
         if not picked:
@@ -253,9 +270,9 @@ def run_each(items: Sequence[TargetSpec], step: str,
         try:
             out.append(Outcome(s, fn(s), None, step))
         except EnvbuilderError as e:
-            out.append(Outcome(s, None, e, getattr(e, "step", None) or step))
+            out.append(Outcome(s, None, e, e.step or step))
     return out
 
 
 __all__ = ["TargetSpec", "Overrides", "Outcome", "make_spec", "merge_pins", "pin_args",
-           "run_each", "select", "specs"]
+           "run_each", "select", "settings", "specs"]

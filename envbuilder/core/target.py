@@ -12,15 +12,17 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 from packaging.version import Version
 
 from envbuilder.core import validate
 from envbuilder.errors import InputError
-from envbuilder.core.matrix import Matrix
+from envbuilder.core.options import COMPONENT_TAGS, COMPONENT_TITLES, OPS_COMPONENT
+from envbuilder.core.options import COMPONENTS as COMPONENTS  # what generic code iterates over
 
-COMPONENTS = ("deepspeed", "horovod")
+if TYPE_CHECKING:  # annotations only: parsing a project's pins does not load the matrix
+    from envbuilder.core.matrix import Matrix
 
 
 @lru_cache(maxsize=1024)
@@ -62,14 +64,14 @@ FABRICS = ("ib", "efa", "none")
 DEFAULT_DS_OPS = ("fused_adam", "cpu_adam")
 
 
-def ds_ops_of(req: Request, known: Any) -> tuple[str, ...]:
+def ds_ops_of(req: Request, matrix: Matrix) -> tuple[str, ...]:
     """The DeepSpeed ops a request pre-builds: the ones asked for (--ds-ops; none = JIT), else
     on a CUDA target that wants DeepSpeed DEFAULT_DS_OPS (those the matrix knows)."""
     if req.ds_ops is not None:
         return req.ds_ops
-    if req.cpu or not req.wants("deepspeed"):
+    if req.cpu or not req.wants(OPS_COMPONENT):
         return ()
-    return tuple(o for o in DEFAULT_DS_OPS if o in known)
+    return tuple(o for o in DEFAULT_DS_OPS if o in matrix.toolchains.deepspeed_ops)
 
 
 @dataclass(frozen=True)
@@ -101,7 +103,7 @@ class Request:
             out["cuda"] = "cpu"
         elif self.cuda:
             out["cuda"] = self.cuda
-        for axis in ("torch", "python", "nccl", "deepspeed", "horovod"):
+        for axis in ("torch", "python", "nccl", *COMPONENTS):
             pin = getattr(self, axis)
             if pin is not None:
                 out[axis] = pin.text
@@ -129,10 +131,9 @@ class Request:
             parts.append(f"torch{self.torch}")
         if self.python:
             parts.append("py" + self.python.text.replace(".", ""))
-        if self.deepspeed:
-            parts.append(f"ds{self.deepspeed}")
-        if self.horovod:
-            parts.append(f"hvd{self.horovod}")
+        for c in COMPONENTS:
+            if getattr(self, c):
+                parts.append(f"{COMPONENT_TAGS[c]}{getattr(self, c)}")
         if self.nccl:
             parts.append(f"nccl{self.nccl}")
         if self.os:
@@ -144,8 +145,7 @@ _BASE_RE = re.compile(r"cu([0-9]{2,3})")
 _PART_RES: list[tuple[str, re.Pattern[str]]] = [
     ("torch", re.compile(r"torch([0-9][0-9.]*)")),
     ("python", re.compile(r"py(3)\.?([0-9]{1,2})")),
-    ("deepspeed", re.compile(r"ds([0-9][0-9.]*)")),
-    ("horovod", re.compile(r"hvd([0-9][0-9.]*)")),
+    *((c, re.compile(COMPONENT_TAGS[c] + r"([0-9][0-9.]*)")) for c in COMPONENTS),
     ("nccl", re.compile(r"nccl([0-9][0-9.]*)")),
 ]
 _NAME_RE = re.compile(r"[a-z0-9][a-z0-9.-]{0,99}")
@@ -273,101 +273,131 @@ def _parse_part(part: str, text: str, matrix: Matrix) -> tuple[str, Pin | str]:
             return axis, Pin.parse(m.group(1), f"target {text!r}: {axis} version")
     if part in matrix.os:
         return "os", part
-    choices = ["torch2.1", "py310", "ds0.14", "hvd0.28", "nccl2.18", *matrix.os]
+    tags = [COMPONENT_TAGS[c] for c in COMPONENTS]
+    choices = ["torch2.1", "py310", *(f"{t}0.{n}" for t, n in zip(tags, (14, 28))), "nccl2.18", *matrix.os]
     raise InputError(f"target {text!r}: unknown part {part!r}{validate.suggest(part, choices)}; "
-                     f"parts are torchX.Y[.Z], pyXY, dsX.Y, hvdX.Y, ncclX.Y or an OS "
+                     f"parts are torchX.Y[.Z], pyXY, {''.join(t + 'X.Y, ' for t in tags)}ncclX.Y or an OS "
                      f"({', '.join(sorted(matrix.os))})")
 
 
-def apply_options(req: Request, matrix: Matrix, *, torch: str | None = None,
-                  python: str | None = None, deepspeed: str | None = None,
-                  horovod: str | None = None, nccl: str | None = None, os: str | None = None,
-                  driver: str | None = None, cuda: str | None = None,
-                  with_: Mapping[str, bool] | None = None, flavour: str | None = None,
-                  ds_ops: str | None = None, exclude_newer: str | None = None,
-                  platform: str | None = None, fabric: str | None = None) -> Request:
-    """Merge command-line pins into a request; a conflict with the target is an input error."""
-    updates: dict[str, Any] = {}
+def _put(req: Request, updates: dict[str, Any], axis: str, value: Any) -> None:
+    current = getattr(req, axis)
+    if current is not None and str(current) != str(value):
+        raise InputError(f"--{axis} {value} conflicts with {current} in target {req.target!r}: "
+                         f"give the version once")
+    updates[axis] = value
 
-    def put(axis: str, value: Any) -> None:
-        current = getattr(req, axis)
-        if current is not None and str(current) != str(value):
-            raise InputError(f"--{axis} {value} conflicts with {current} in target {req.target!r}: "
-                             f"give the version once")
-        updates[axis] = value
 
-    if flavour is not None:
-        names = [f.name for f in matrix.toolchains.flavours]
-        if flavour not in names:
-            raise InputError(f"--flavour {flavour!r} is not a base flavour"
-                             f"{validate.suggest(flavour, names)}; known: {', '.join(names)}")
-        updates["flavour"] = flavour
-    if fabric is not None:
-        if fabric not in FABRICS:
-            raise InputError(f"--fabric {fabric[:40]!r} is not a fabric{validate.suggest(fabric, FABRICS)}; "
-                             f"known: {', '.join(FABRICS)}")
-        updates["fabric"] = fabric
-    if ds_ops is not None and ds_ops.strip() == "none":
-        updates["ds_ops"] = ()  # JIT: the runtime must carry nvcc (render.plan refuses otherwise)
-    elif ds_ops is not None:
-        ops = tuple(dict.fromkeys(o.strip() for o in ds_ops.split(",") if o.strip()))
-        known = matrix.toolchains.deepspeed_ops
-        for op in ops:
-            if op not in known:
-                raise InputError(f"--ds-ops: {op[:40]!r} is not a DeepSpeed op envbuilder can pre-build"
-                                 f"{validate.suggest(op, known)}; known: {', '.join(known)}")
-        if ops and "deepspeed" in req.without:
-            raise InputError("--ds-ops conflicts with --without deepspeed")
-        updates["ds_ops"] = ops
-        if ops:  # pre-built ops imply DeepSpeed
-            updates["with_"] = req.with_ | {"deepspeed"}
-    if cuda is not None:
-        if cuda == "cpu":
-            updates["cpu"] = True
+def _flavour(req: Request, m: Matrix, v: str, up: dict[str, Any]) -> None:
+    names = [f.name for f in m.toolchains.flavours]
+    if v not in names:
+        raise InputError(f"--flavour {v!r} is not a base flavour"
+                         f"{validate.suggest(v, names)}; known: {', '.join(names)}")
+    up["flavour"] = v
+
+
+def _fabric(req: Request, m: Matrix, v: str, up: dict[str, Any]) -> None:
+    if v not in FABRICS:
+        raise InputError(f"--fabric {v[:40]!r} is not a fabric{validate.suggest(v, FABRICS)}; "
+                         f"known: {', '.join(FABRICS)}")
+    up["fabric"] = v
+
+
+def _ds_ops(req: Request, m: Matrix, v: str, up: dict[str, Any]) -> None:
+    if v.strip() == "none":
+        up["ds_ops"] = ()  # JIT: the runtime must carry nvcc (render.plan refuses otherwise)
+        return
+    ops = tuple(dict.fromkeys(o.strip() for o in v.split(",") if o.strip()))
+    known = m.toolchains.deepspeed_ops
+    for op in ops:
+        if op not in known:
+            raise InputError(f"--ds-ops: {op[:40]!r} is not a DeepSpeed op envbuilder can pre-build"
+                             f"{validate.suggest(op, known)}; known: {', '.join(known)}")
+    if ops and OPS_COMPONENT in req.without:
+        raise InputError(f"--ds-ops conflicts with --without {OPS_COMPONENT}")
+    up["ds_ops"] = ops
+    if ops:  # pre-built ops imply their component
+        up["with_"] = req.with_ | {OPS_COMPONENT}
+
+
+def _cuda(req: Request, m: Matrix, v: str, up: dict[str, Any]) -> None:
+    if v == "cpu":
+        up["cpu"] = True
+        return
+    ver = validate.version(v, "--cuda")
+    c = f"{ver.major}.{ver.minor}" if len(ver.release) >= 2 else None
+    if c is None or c not in m.cuda_minors:
+        raise InputError(f"--cuda {v} is not in the matrix{_nearest_cuda(c or v, m)}; known: "
+                         f"{', '.join(m.cuda_minors)}")
+    _put(req, up, "cuda", c)
+
+
+def _version_pin(axis: str) -> Any:
+    def apply(req: Request, m: Matrix, v: str, up: dict[str, Any]) -> None:
+        _put(req, up, axis, Pin.parse(v, f"--{axis}"))
+
+    return apply
+
+
+def _python(req: Request, m: Matrix, v: str, up: dict[str, Any]) -> None:
+    if validate.free_threaded_python(v):
+        _put(req, up, "python", Pin(v, exact=False))  # "3.14t": matched by name (rules, unknown_pins)
+        return
+    ver = validate.version(v, "--python")
+    if len(ver.release) < 2:
+        raise InputError(f"--python {v!r} is not a Python version: give major.minor, e.g. 3.11")
+    _put(req, up, "python", Pin(f"{ver.major}.{ver.minor}", exact=False))
+
+
+def _os(req: Request, m: Matrix, v: str, up: dict[str, Any]) -> None:
+    if v not in m.os:
+        raise InputError(f"--os {v!r} is not in the matrix{validate.suggest(v, m.os)}; "
+                         f"known: {', '.join(sorted(m.os))}")
+    _put(req, up, "os", v)
+
+
+def _components(req: Request, m: Matrix, v: Mapping[str, bool], up: dict[str, Any]) -> None:
+    w, wo = set(up.get("with_", req.with_)), set(req.without)
+    for comp, on in v.items():
+        if comp not in COMPONENTS:
+            raise InputError(f"--with/--without {comp!r} is not a component"
+                             f"{validate.suggest(comp, COMPONENTS)}; use {' or '.join(COMPONENTS)}")
+        if on:
+            w.add(comp)
+            wo.discard(comp)
         else:
-            v = validate.version(cuda, "--cuda")
-            c = f"{v.major}.{v.minor}" if len(v.release) >= 2 else None
-            if c is None or c not in matrix.cuda_minors:
-                raise InputError(f"--cuda {cuda} is not in the matrix"
-                                 f"{_nearest_cuda(c or cuda, matrix)}; known: "
-                                 f"{', '.join(matrix.cuda_minors)}")
-            put("cuda", c)
-    for axis, value in (("torch", torch), ("deepspeed", deepspeed), ("horovod", horovod),
-                        ("nccl", nccl)):
-        if value is not None:
-            put(axis, Pin.parse(value, f"--{axis}"))
-    if python is not None:
-        v = validate.version(python, "--python")
-        if len(v.release) < 2:
-            raise InputError(f"--python {python!r} is not a Python version: give major.minor, e.g. 3.11")
-        put("python", Pin(f"{v.major}.{v.minor}", exact=False))
-    if os is not None:
-        if os not in matrix.os:
-            raise InputError(f"--os {os!r} is not in the matrix{validate.suggest(os, matrix.os)}; "
-                             f"known: {', '.join(sorted(matrix.os))}")
-        put("os", os)
-    if driver is not None:
-        updates["driver"] = validate.driver_version(driver)
-    if exclude_newer is not None:
-        updates["exclude_newer"] = validate.exclude_newer(exclude_newer)
-    if platform is not None:
-        updates["platform"] = validate.platform(platform)
-    if with_:
-        w, wo = set(updates.get("with_", req.with_)), set(req.without)
-        for comp, on in with_.items():
-            if comp not in COMPONENTS:
-                raise InputError(f"--with/--without {comp!r} is not a component"
-                                 f"{validate.suggest(comp, COMPONENTS)}; use deepspeed or horovod")
-            if on:
-                w.add(comp)
-                wo.discard(comp)
-            else:
-                if getattr(req, comp) is not None or comp in updates:
-                    raise InputError(f"--without {comp} conflicts with the {comp} pin in "
-                                     f"target {req.target!r}")
-                wo.add(comp)
-                w.discard(comp)
-        updates["with_"], updates["without"] = frozenset(w), frozenset(wo)
+            if getattr(req, comp) is not None or comp in up:
+                raise InputError(f"--without {comp} conflicts with the {comp} pin in "
+                                 f"target {req.target!r}")
+            wo.add(comp)
+            w.discard(comp)
+    up["with_"], up["without"] = frozenset(w), frozenset(wo)
+
+
+# each pin option's check and merge into a request (core.options: the pin options), in the
+# order they are judged (the first bad one is the error)
+_APPLY: dict[str, Any] = {
+    "flavour": _flavour, "fabric": _fabric, "ds_ops": _ds_ops, "cuda": _cuda,
+    "torch": _version_pin("torch"), **{c: _version_pin(c) for c in COMPONENTS},
+    "nccl": _version_pin("nccl"), "python": _python,
+    "os": _os, "driver": lambda req, m, v, up: up.update(driver=validate.driver_version(v)),
+    "exclude_newer": lambda req, m, v, up: up.update(exclude_newer=validate.exclude_newer(v)),
+    "platform": lambda req, m, v, up: up.update(platform=validate.platform(v)),
+    "components": _components,
+}
+
+
+def apply_options(req: Request, matrix: Matrix, **values: Any) -> Request:
+    """Merge pin options (core.options' pins by name, ``cuda``, and ``components``: the merged
+    --with/--without) into a request; a conflict with the target is an input error."""
+    unknown = set(values) - set(_APPLY)
+    if unknown:
+        raise TypeError(f"apply_options: no pin option {', '.join(sorted(unknown))}")
+    updates: dict[str, Any] = {}
+    for name, apply in _APPLY.items():
+        value = values.get(name)
+        if value is not None and (name != "components" or value):
+            apply(req, matrix, value, updates)
     return replace(req, **updates)
 
 
@@ -389,8 +419,12 @@ def known_values(axis: str, matrix: Matrix) -> list[Version]:
 def unknown_pins(req: Request, matrix: Matrix) -> dict[str, Pin]:
     """The pins that match no version the matrix lists, by axis."""
     out: dict[str, Pin] = {}
-    for axis in ("torch", "python", "deepspeed", "horovod", "nccl"):
+    for axis in ("torch", "python", *COMPONENTS, "nccl"):
         pin = getattr(req, axis)
+        if axis == "python" and pin is not None and pin.text.endswith("t"):
+            if pin.text not in matrix.pythons_ft:
+                out[axis] = pin
+            continue
         if pin is not None and not any(pin.matches(v) for v in known_values(axis, matrix)):
             out[axis] = pin
     return out
@@ -398,10 +432,14 @@ def unknown_pins(req: Request, matrix: Matrix) -> dict[str, Pin]:
 
 def check_pins_known(req: Request, matrix: Matrix) -> None:
     """A pin the matrix has never heard of is bad input (exit 2), not an incompatibility."""
-    names = {"torch": "torch", "python": "Python", "deepspeed": "DeepSpeed",
-             "horovod": "Horovod", "nccl": "NCCL"}
+    names = {"torch": "torch", "python": "Python", **COMPONENT_TITLES, "nccl": "NCCL"}
     for axis, pin in unknown_pins(req, matrix).items():
         label = names[axis]
+        if axis == "python" and pin.text.endswith("t"):
+            ft = ", ".join(matrix.pythons_ft) or "none"
+            raise InputError(f"free-threaded Python {pin.text} has no torch wheels in the matrix "
+                             f"(free-threaded Pythons with torch wheels: {ft}); use one of them, "
+                             f"or Python {pin.text[:-1]}")
         known = known_values(axis, matrix)
         lines = list(dict.fromkeys(f"{v.major}.{v.minor}" for v in known))
         near = validate.suggest(pin.text, lines)
@@ -429,25 +467,14 @@ class Pins:
     fabric: str | None = None  # the RDMA user space of CUDA images: ib (default), efa, none
 
     def components(self) -> dict[str, bool]:
-        out: dict[str, bool] = {}
-        for raw, on in ((self.with_, True), (self.without, False)):
-            for item in raw:
-                for name in item.split(","):
-                    name = name.strip()
-                    if name:
-                        if name in out and out[name] != on:
-                            raise InputError(f"--with {name} and --without {name} contradict each other")
-                        out[name] = on
-        return out
+        from envbuilder.core.options import with_without
+
+        return with_without(self.with_, self.without)
 
 
 def request(target: str, matrix: Matrix, pins: Pins | None = None) -> Request:
     """The request a target name and the pin options make together."""
     pins = pins or Pins()
     req = parse_target(target, matrix)
-    return apply_options(req, matrix, torch=pins.torch, python=pins.python,
-                         deepspeed=pins.deepspeed, horovod=pins.horovod, nccl=pins.nccl,
-                         os=pins.os, driver=pins.driver, with_=pins.components(),
-                         flavour=pins.flavour, ds_ops=pins.ds_ops,
-                         exclude_newer=pins.exclude_newer, platform=pins.platform,
-                         fabric=pins.fabric)
+    given = {k: v for k, v in vars(pins).items() if k not in ("with_", "without")}
+    return apply_options(req, matrix, components=pins.components(), **given)

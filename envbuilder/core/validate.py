@@ -38,6 +38,14 @@ def version(value: str, what: str) -> Version:
         raise InputError(f"{what} {value!r} is not a version") from None
 
 
+_FT_PYTHON_RE = re.compile(r"^3\.[0-9]{1,2}t$")
+
+
+def free_threaded_python(value: str) -> bool:
+    """``3.14t``: the free-threaded CPython (wheel tag cp314t), a Python value of its own."""
+    return isinstance(value, str) and bool(_FT_PYTHON_RE.fullmatch(value))
+
+
 _DATE_RE = re.compile(r"^[0-9]{4}-[0-9]{2}-[0-9]{2}$")
 _TIME_RE = re.compile(r"^[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt ][0-9]{2}:[0-9]{2}(:[0-9]{2}(\.[0-9]{1,6})?)?"
                       r"([Zz]|[+-][0-9]{2}:[0-9]{2})?$")
@@ -73,7 +81,11 @@ def exclude_newer(value: str | None) -> str | None:
             raise ValueError(v)
     except (ValueError, OverflowError):
         raise bad from None
-    return t.strftime("%Y-%m-%dT%H:%M:%S") + (f".{t.microsecond:06d}" if t.microsecond else "") + "Z"
+    if t.year < 1970:  # strftime writes year 1 as "1", and no package index is that old
+        raise InputError(f"--exclude-newer {shown!r} is before 1970, older than any package "
+                         f"index: give a date since, e.g. 2024-06-01")
+    return (f"{t.year:04d}-{t.month:02d}-{t.day:02d}T{t.hour:02d}:{t.minute:02d}:{t.second:02d}"
+            + (f".{t.microsecond:06d}" if t.microsecond else "") + "Z")
 
 
 PLATFORMS = ("linux/amd64", "linux/arm64")
@@ -203,13 +215,16 @@ def url(value: str, what: str) -> str:
 
 
 def has_credentials(value: str) -> bool:
-    """Whether the URL ``value`` carries credentials (``https://user:token@host/...``)."""
+    """Whether the URL ``value`` carries credentials: ``https://user:token@host/...``, or a
+    query (``?token=...``, a signed URL's ``?sig=``: an index URL has a query for nothing
+    else), so it is passed as a build argument, never written into a file."""
     from urllib.parse import urlsplit
 
     try:
-        return "@" in urlsplit(value).netloc
+        u = urlsplit(value)
+        return "@" in u.netloc or bool(u.query)
     except ValueError:
-        return "@" in value
+        return "@" in value or "?" in value
 
 
 def env_pair(name: str, value: str, what: str = "environment") -> tuple[str, str]:

@@ -446,6 +446,31 @@ def _check_driver(c: _Ctx) -> Check:
                  fix_install)
 
 
+def _check_driver_support(c: _Ctx) -> Check | None:
+    """The host driver's branch past its end of life, or an advisory (a known-bad driver
+    release, incompatibilities.yaml advisories) for it: a warning; None when neither."""
+    if not c.inv.driver:
+        return None
+    from envbuilder.core.advisories import advisories_for, branch_status, describe, driver_eol_warning
+    from envbuilder.core.matrix import load_matrix
+
+    try:
+        m = load_matrix()
+    except Exception:  # noqa: BLE001 - doctor reports the host; a broken matrix is matrix verify's
+        return None
+    eol = driver_eol_warning(c.inv.driver, m)
+    advs = advisories_for({"driver": c.inv.driver}, m)
+    if eol is None and not advs:
+        return None
+    parts = ([eol] if eol else []) + [f"advisory {a.id}: {describe(a)} [source: {a.source[0]}]" for a in advs]
+    st = branch_status(c.inv.driver, m) or {}
+    oldest = st.get("oldest_supported")
+    fix = (f"move to a supported driver branch (R{oldest} or newer)" if eol and oldest else
+           f"use a driver release without the advisory ({advs[0].fixed} or later)" if advs and advs[0].fixed
+           else "watch the advisory's source for a fixed driver, or use another driver release")
+    return Check("driver-support", WARN, c.inv.driver, "; ".join(parts), fix)
+
+
 def _check_gpus(c: _Ctx) -> Check:
     gpus = c.inv.gpus
     if not gpus:
@@ -955,6 +980,9 @@ def run_doctor(*, probe: Probe | None = None, stack: StackFacts | None = None,
               _check_mig(c), _check_compute_mode(c), _check_topology(c), _check_fabric(c),
               _check_shm(c), _check_ib(c), _check_memlock(c), _check_ifname(c),
               _check_nccl_env(c), _check_container(c)]
+    support = _check_driver_support(c)  # only when there is something to say (EOL, advisory)
+    if support is not None:
+        checks.insert(1, support)
     if stack is not None or nproc is not None:
         if stack is not None:
             checks.append(_check_stack_driver(c))

@@ -30,12 +30,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-import yaml
-
 from envbuilder.errors import InputError
 from envbuilder.core import schema
 from envbuilder.core.resources import data_path
 from envbuilder.diagnose.facts import FactCollector, Facts, infer
+from envbuilder.diagnose.normalise import Joiner, strip_ansi
 
 __all__ = [
     "CATEGORIES",
@@ -55,6 +54,7 @@ CATEGORIES: tuple[str, ...] = (
     "deepspeed_op_build", "nccl_timeout", "p2p_topology", "rendezvous", "fabric_manager",
     "arch_mismatch", "oom", "invalid_device_ordinal", "gpu_visibility", "duplicate_gpu",
     "mpi_mismatch", "container_build", "horovod_build", "lib_shadowing", "container_runtime",
+    "gpu_device_access", "gpu_xid",
 )
 
 DEFAULT_SIGNATURES = data_path("signatures.yaml")
@@ -102,6 +102,13 @@ class Cause:
     fix: str
     source: str
     reasons: tuple[str, ...] = ()  # what the facts say, in words (from facts.infer)
+    similar: tuple[Any, ...] = ()  # retrieval.Neighbour: the nearest known cases of this family
+    basis: str = "signatures"  # "signatures" (and facts), or "similar cases" (retrieval alone)
+
+    @property
+    def team_match(self) -> bool:
+        """The nearest known case of this cause is one of the team's own (explain --learn)."""
+        return bool(self.similar) and self.similar[0].case.team
 
     def to_dict(self) -> dict:
         """JSON-ready form: evidence as ``{"file", "line", "text"}`` objects."""
@@ -115,6 +122,8 @@ class Cause:
             "fix": self.fix,
             "source": self.source,
             "reasons": list(self.reasons),
+            "basis": self.basis,
+            "similar_cases": [n.to_dict() for n in self.similar],
         }
 
 
@@ -174,34 +183,52 @@ class SignatureSet:
 # ----------------------------------------------------------------------------- loading
 
 
-def load_signatures(path: str | os.PathLike | None = None) -> SignatureSet:
+def load_signatures(path: str | os.PathLike | None = None, *, trusted: bool = False) -> SignatureSet:
     """Load and validate a signatures file (default: the packaged one).
 
     Raises ``InputError`` naming the file and the offending key when the file is missing,
-    is not YAML, or does not follow the schema.
+    is not YAML, or does not follow the schema. ``trusted`` (the packaged file, which the test
+    suite validates: test_packaged_signatures_follow_the_schema) skips the JSON-Schema pass and
+    the second compilation with Python's ``re`` of patterns RE2 accepts, which are most of
+    explain's start-up; the semantic checks (unknown categories, ids, ``requires``) still run.
     """
     file = Path(path) if path is not None else DEFAULT_SIGNATURES
     name = str(file)
     try:
         from envbuilder.core.readfile import read_text_capped
 
-        raw = yaml.safe_load(read_text_capped(file, "signatures file", limit=4 << 20))
+        text = read_text_capped(file, "signatures file", limit=4 << 20)
     except FileNotFoundError:
         raise InputError(f"signatures file {name} does not exist") from None
     except IsADirectoryError:
         raise InputError(f"signatures file {name} is a directory") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise InputError(f"cannot read signatures file {name}: {exc}") from None
-    except yaml.YAMLError as exc:
-        raise InputError(f"{name}: not valid YAML: {exc}") from None
+    raw = None
+    if path is None:  # the packaged file: its JSON twin, when it was made from this very text
+        from envbuilder.diagnose.signature_data import twin
+
+        raw = twin(text)
+    if raw is None:
+        raw = _parse_yaml(text, name)
     if not isinstance(raw, dict):
         raise InputError(f"{name}: top level must be a mapping with 'categories' and 'signatures'")
-    _check_schema(raw, name)
+    if not trusted:
+        _check_schema(raw, name)
     settings = _parse_settings(raw.get("settings") or {}, name)
     categories = _parse_categories(raw["categories"], name)
-    signatures = _parse_signatures(raw["signatures"], categories, name)
+    signatures = _parse_signatures(raw["signatures"], categories, name, trusted)
     return SignatureSet(name, categories, signatures, settings, _build_prefilter(signatures),
                         _build_matcher(signatures))
+
+
+def _parse_yaml(text: str, name: str) -> Any:
+    import yaml
+
+    try:
+        return yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # noqa: S506 - a safe loader
+    except yaml.YAMLError as exc:
+        raise InputError(f"{name}: not valid YAML: {exc}") from None
 
 
 def _build_matcher(signatures: Sequence[Signature]) -> Any:
@@ -260,7 +287,7 @@ def _parse_weights(raw: dict[str, Any], key: str, categories: dict, file: str) -
     return out
 
 
-def _parse_signatures(raw: Any, categories: dict, file: str) -> tuple[Signature, ...]:
+def _parse_signatures(raw: Any, categories: dict, file: str, trusted: bool = False) -> tuple[Signature, ...]:
     out: list[Signature] = []
     seen: set[str] = set()
     for i, item in enumerate(raw):
@@ -269,7 +296,7 @@ def _parse_signatures(raw: Any, categories: dict, file: str) -> tuple[Signature,
         if sig_id in seen:
             raise _bad(file, f"{where}.id", "duplicate id")
         seen.add(sig_id)
-        out.append(_parse_signature(item, sig_id, where, categories, file))
+        out.append(_parse_signature(item, sig_id, where, categories, file, trusted))
     for sig in out:
         for req in sig.requires:
             if req not in seen:
@@ -277,16 +304,17 @@ def _parse_signatures(raw: Any, categories: dict, file: str) -> tuple[Signature,
     return tuple(out)
 
 
-def _parse_signature(item: dict, sig_id: str, where: str, categories: dict, file: str) -> Signature:
+def _parse_signature(item: dict, sig_id: str, where: str, categories: dict, file: str,
+                     trusted: bool = False) -> Signature:
     pattern = item.get("pattern")
     if not isinstance(pattern, str) or not pattern:
         raise _bad(file, f"{where}.pattern", "must be a non-empty string")
-    regex, linear = _compile(pattern, file, f"{where}.pattern")
+    regex, linear = _compile(pattern, file, f"{where}.pattern", trusted)
     unless = None
     if "unless" in item:
         if not isinstance(item["unless"], str) or not item["unless"]:
             raise _bad(file, f"{where}.unless", "must be a non-empty string")
-        unless, ulinear = _compile(item["unless"], file, f"{where}.unless")
+        unless, ulinear = _compile(item["unless"], file, f"{where}.unless", trusted)
         linear = linear and ulinear
     adds = _parse_weights(item["adds"], f"{where}.adds", categories, file)
     scale = _parse_weights(item["scale"], f"{where}.scale", categories, file) if "scale" in item else {}
@@ -297,15 +325,24 @@ def _parse_signature(item: dict, sig_id: str, where: str, categories: dict, file
     unknown = set(item) - {"id", "pattern", "adds", "scale", "requires", "evidence", "unless"}
     if unknown:
         raise _bad(file, f"{where}.{sorted(unknown)[0]}", "unknown key")
-    return Signature(sig_id, regex, adds, tuple(requires), scale, show, _required_keywords(pattern),
-                     unless, linear)
+    # the literal keywords serve the prefilter, which only runs without an RE2 set: an RE2
+    # pattern needs none (parsing every pattern again was a tenth of explain's start-up)
+    keywords = () if linear and _re2 is not None else _required_keywords(pattern)
+    return Signature(sig_id, regex, adds, tuple(requires), scale, show, keywords, unless, linear)
 
 
 _NOT_RE2 = re.compile(r"\(\?<?[=!]|\\[1-9]|\(\?P=")  # lookaround, backreferences
 
 
-def _compile(pattern: str, file: str, key: str) -> tuple[Any, bool]:
-    """(compiled, linear): RE2 when it can take the pattern, else Python's re."""
+def _compile(pattern: str, file: str, key: str, trusted: bool = False) -> tuple[Any, bool]:
+    """(compiled, linear): RE2 when it can take the pattern, else Python's re. A pattern is
+    also compiled with Python's re (it validates the syntax for every engine) unless the file
+    is trusted and RE2 took it."""
+    if trusted and _re2 is not None and not _NOT_RE2.search(pattern):
+        # compiled when a line first needs it (the RE2 set finds the lines; most signatures
+        # never match a given log); test_packaged_patterns_compile_with_re2 holds that RE2
+        # takes every packaged pattern this way
+        return _LazyRE2("(?i)" + pattern), True
     try:
         compiled = re.compile(pattern, re.IGNORECASE)  # validates the syntax for every engine
     except re.error as exc:
@@ -316,6 +353,18 @@ def _compile(pattern: str, file: str, key: str) -> tuple[Any, bool]:
         except Exception:  # noqa: BLE001 - an RE2 gap: keep Python's, on shortened lines
             pass
     return compiled, False
+
+
+class _LazyRE2:
+    """An RE2 pattern compiled at its first search; then its own search is the compiled one's."""
+
+    def __init__(self, pattern: str) -> None:
+        self.pattern = pattern
+
+    def search(self, *args: Any) -> Any:
+        compiled = _re2.compile(self.pattern)
+        self.search = compiled.search  # type: ignore[method-assign]
+        return compiled.search(*args)
 
 
 try:
@@ -476,24 +525,43 @@ def _open_source(path: str) -> IO[bytes]:
 class _Analysis:
     """Accumulates signature hits over one or more sources, then ranks causes."""
 
-    def __init__(self, sigs: SignatureSet) -> None:
+    def __init__(self, sigs: SignatureSet, cases: Any = None) -> None:
+        from envbuilder.diagnose.retrieval import LogTerms
+
         self.sigs = sigs
+        self.cases = cases  # a retrieval.CaseIndex, or None: no nearest-case search
+        self.terms = LogTerms()
         self.hits: dict[str, int] = {}
         self.evidence: dict[str, list[Evidence]] = {}
         self._max_ev = int(sigs.setting("max_evidence_per_signature"))
         self._slow = any(not s.linear for s in sigs.signatures)
+        # the RE2 set's own Match on bytes (the Python wrapper only type-checks and encodes)
+        m = sigs.matcher
+        self._set_match: Any = getattr(getattr(m, "_set", None), "Match", None) or getattr(m, "Match", None)
         self.collector = FactCollector()
         self.reasons: dict[str, str] = {}
 
     def feed(self, lines: Iterable[str], name: str) -> None:
-        """Match every line against the signatures (one prefilter search per line)."""
+        """Match every line against the signatures (one prefilter search per line); a
+        message wrapped over two lines is matched re-joined too (normalise.Joiner)."""
         max_chars = int(self.sigs.setting("max_line_chars"))
         prefilter = self.sigs.prefilter.search if self.sigs.prefilter is not None else None
         seen: dict[str, tuple[Signature, ...]] = {}  # repeated lines are matched once
         collect = self.collector.feed
+        terms = self.terms
+        remember = terms.feed if self.cases is not None else None
+        tail = terms.tail.append
+        head_full = False
+        joiner = Joiner()
+        push = joiner.push
+        hits = self.hits
+        full: set[str] = set()  # signatures whose evidence is kept in full: only counted
+        prev_found: tuple[Signature, ...] = ()
         for line_no, line in enumerate(lines, start=1):
             if len(line) > max_chars:
                 line = line[:max_chars]
+            if "\x1b" in line:
+                line = strip_ansi(line)
             collect(line, name, line_no)
             found = seen.get(line)
             if found is None:
@@ -501,15 +569,42 @@ class _Analysis:
                 if len(seen) >= _LINE_CACHE:
                     seen.clear()
                 seen[line] = found
+                if remember is not None:
+                    if head_full:  # past the head a line costs one append (retrieval.LogTerms)
+                        tail((line, name, line_no))
+                    else:
+                        remember(line, name, line_no)
+                        head_full = terms.head_full()
             for sig in found:
-                self._record(sig, name, line_no, line)
+                if sig.id in full:
+                    hits[sig.id] += 1
+                elif not self._record(sig, name, line_no, line):
+                    full.add(sig.id)
+            first = line[:1]
+            if first.islower() or first == " " or first == "\t":  # only these continue a line
+                joined = push(line)
+                if joined is not None:
+                    self._joined(joined, prefilter, prev_found + found, name, line_no)
+            else:
+                joiner.restart(line)
+            prev_found = found
+
+    def _joined(self, text: str, prefilter, alone: tuple[Signature, ...], name: str,
+                line_no: int) -> None:
+        """The signatures the re-joined text matches that neither line matched alone."""
+        for sig in self._match(text, prefilter):
+            if sig not in alone:
+                self._record(sig, name, line_no - 1, text)
 
     def _match(self, line: str, prefilter) -> tuple[Signature, ...]:
         sigs = self.sigs.signatures
         matcher = self.sigs.matcher
         if matcher is not None:
             if not self._slow:  # only the signatures RE2 named, in file order
-                return tuple(sigs[i] for i in sorted(matcher.Match(line) or ())
+                found = self._set_match(line.encode("utf-8", "surrogatepass"))
+                if not found:
+                    return ()
+                return tuple(sigs[i] for i in sorted(found)
                              if sigs[i].unless is None or sigs[i].matches(line))
             hit = set(matcher.Match(line) or ())
             lowered = line.lower()
@@ -521,12 +616,15 @@ class _Analysis:
             return ()
         return tuple(sig for sig in sigs if sig.may_match(lowered) and sig.matches(line))
 
-    def _record(self, sig: Signature, name: str, line_no: int, line: str) -> None:
+    def _record(self, sig: Signature, name: str, line_no: int, line: str) -> bool:
+        """Count a hit and keep its line as evidence; False once no more evidence is kept."""
         self.hits[sig.id] = self.hits.get(sig.id, 0) + 1
         kept = self.evidence.setdefault(sig.id, [])
         if sig.evidence and len(kept) < self._max_ev:
             text = line.strip()[:_EVIDENCE_TEXT_CHARS]
             kept.append(Evidence(name, line_no, text))
+            return True
+        return False
 
     def _active(self, sig: Signature) -> bool:
         if sig.id not in self.hits:
@@ -567,13 +665,18 @@ class _Analysis:
         return scores, contributors
 
     def causes(self) -> list[Cause]:
-        """Ranked causes with calibrated-ish confidences."""
+        """Ranked causes with calibrated-ish confidences, and the nearest known cases."""
         scores, contributors = self.scores()
         confidences = _confidences(scores, self.sigs.setting("confidence_exponent"),
                                    self.sigs.setting("confidence_prior"))
         floor = self.sigs.setting("min_confidence")
         ranked = sorted(confidences.items(), key=lambda kv: (-kv[1], -scores[kv[0]], kv[0]))
-        return [self._cause(cat, conf, contributors[cat]) for cat, conf in ranked if conf >= floor]
+        found = [self._cause(cat, conf, contributors[cat]) for cat, conf in ranked if conf >= floor]
+        if self.cases is None:
+            return found
+        from envbuilder.diagnose import nearest
+
+        return nearest.merge(found, self.cases, self.terms, self.collector.facts, self.sigs.categories)
 
     def _cause(self, cat: str, confidence: float, contrib: list[tuple[float, str]]) -> Cause:
         info = self.sigs.categories[cat]
@@ -606,46 +709,35 @@ def _confidences(scores: dict[str, float], exponent: float, prior: float) -> dic
 
 
 def explain_lines(lines: Iterable[str], *, name: str = "<stdin>",
-                  signatures: SignatureSet | None = None) -> list[Cause]:
-    """Rank the likely causes of the failure shown by ``lines`` (most likely first)."""
+                  signatures: SignatureSet | None = None, cases: Any = "default") -> list[Cause]:
+    """Rank the likely causes of the failure shown by ``lines`` (most likely first).
+    ``cases``: the known-case index (retrieval.CaseIndex; "default": the packaged corpus;
+    None: signatures and facts only)."""
     sigs = signatures if signatures is not None else _default_signatures()
-    analysis = _Analysis(sigs)
+    analysis = _Analysis(sigs, _case_index(cases))
     analysis.feed((line.rstrip("\r\n") for line in lines), name)
     return analysis.causes()
 
 
 def explain_files(paths: Sequence[str], *, signatures: SignatureSet | None = None,
-                  stdin: IO[bytes] | None = None) -> list[Cause]:
+                  stdin: IO[bytes] | None = None, cases: Any = "default") -> list[Cause]:
     """Rank the likely causes over several logs read together (``"-"`` is stdin).
 
     All files are validated before any is analysed, so a bad path fails fast.
     """
-    return analyse_files(paths, signatures=signatures, stdin=stdin).causes
+    return analyse_files(paths, signatures=signatures, stdin=stdin, cases=cases).causes
 
 
 def analyse_files(paths: Sequence[str], *, signatures: SignatureSet | None = None,
-                  stdin: IO[bytes] | None = None) -> Report:
+                  stdin: IO[bytes] | None = None, cases: Any = "default") -> Report:
     """The facts read from several logs (and PyTorch flight-recorder dumps) and the causes
     ranked over them. A dump (pickled or JSON, named by its rank) is recognised by its
     content; see envbuilder/diagnose/flightrecorder.py."""
     from envbuilder.diagnose import flightrecorder
 
-    if isinstance(paths, (str, bytes)):
-        raise InputError("explain_files takes a list of paths, not a single string")
-    if not paths:
-        raise InputError("no log file given (use '-' for stdin)")
-    dumps: list[str] = []
-    for path in paths:
-        if path != "-" and Path(path).is_dir():
-            raise InputError(f"{path} is a directory, not a log file")
-        if path != "-" and not Path(path).exists():
-            raise InputError(f"log file {path} does not exist")
-        if path != "-":
-            with _open_source(path) as fh:
-                if flightrecorder.is_dump(fh.read(_SNIFF_BYTES)):
-                    dumps.append(path)
+    dumps = _checked_paths(paths)
     sigs = signatures if signatures is not None else _default_signatures()
-    analysis = _Analysis(sigs)
+    analysis = _Analysis(sigs, _case_index(cases))
     loaded = {}
     for path in dumps:  # every dump is read (and refused) before any log is analysed
         rank, dump = flightrecorder.load_dump(path)
@@ -660,13 +752,7 @@ def analyse_files(paths: Sequence[str], *, signatures: SignatureSet | None = Non
         if path in dumps:
             continue
         if path == "-":
-            stream = stdin if stdin is not None else getattr(sys.stdin, "buffer", None)
-            if stream is None:
-                raise InputError("explain -: stdin is closed; pipe a log in or name a file")
-            try:
-                analysis.feed(_iter_stream_lines(stream, "<stdin>", max_chars), "<stdin>")
-            except (OSError, ValueError) as exc:
-                raise InputError(f"explain -: cannot read stdin: {exc}") from None
+            _feed_stdin(analysis, stdin, max_chars)
             continue
         with _open_source(path) as fh:
             try:
@@ -676,11 +762,53 @@ def analyse_files(paths: Sequence[str], *, signatures: SignatureSet | None = Non
     return Report(analysis.causes(), analysis.collector.facts)
 
 
+def _checked_paths(paths: Sequence[str]) -> list[str]:
+    """Every path checked before any is analysed (a bad one fails fast, exit 2); returns the
+    ones that are flight-recorder dumps (recognised by their content)."""
+    from envbuilder.diagnose import flightrecorder
+
+    if isinstance(paths, (str, bytes)):
+        raise InputError("explain_files takes a list of paths, not a single string")
+    if not paths:
+        raise InputError("no log file given (use '-' for stdin)")
+    dumps: list[str] = []
+    for path in paths:
+        if path == "-":
+            continue
+        if Path(path).is_dir():
+            raise InputError(f"{path} is a directory, not a log file")
+        if not Path(path).exists():
+            raise InputError(f"log file {path} does not exist")
+        with _open_source(path) as fh:
+            if flightrecorder.is_dump(fh.read(_SNIFF_BYTES)):
+                dumps.append(path)
+    return dumps
+
+
+def _feed_stdin(analysis: _Analysis, stdin: IO[bytes] | None, max_chars: int) -> None:
+    stream = stdin if stdin is not None else getattr(sys.stdin, "buffer", None)
+    if stream is None:
+        raise InputError("explain -: stdin is closed; pipe a log in or name a file")
+    try:
+        analysis.feed(_iter_stream_lines(stream, "<stdin>", max_chars), "<stdin>")
+    except (OSError, ValueError) as exc:
+        raise InputError(f"explain -: cannot read stdin: {exc}") from None
+
+
 _DEFAULT_CACHE: list[SignatureSet] = []
+
+
+def _case_index(cases: Any) -> Any:
+    """The known-case index to search: the packaged corpus for "default", else as given."""
+    if isinstance(cases, str) and cases == "default":
+        from envbuilder.diagnose.retrieval import default_index
+
+        return default_index()
+    return cases
 
 
 def _default_signatures() -> SignatureSet:
     """The packaged signatures, loaded and compiled once per process."""
     if not _DEFAULT_CACHE:
-        _DEFAULT_CACHE.append(load_signatures())
+        _DEFAULT_CACHE.append(load_signatures(trusted=True))
     return _DEFAULT_CACHE[0]

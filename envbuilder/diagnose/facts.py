@@ -19,6 +19,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from envbuilder.diagnose.normalise import lazy
+
 __all__ = ["FactCollector", "Facts", "FlightRecord", "Inference", "RasMismatch", "Where", "infer"]
 
 Where = tuple[str, int, str]  # (file, line number, text)
@@ -31,7 +33,7 @@ _TEXT = 300
 # ----------------------------------------------------------------------------- patterns
 
 _VERSION_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
-    (name, re.compile(p, re.IGNORECASE)) for name, p in (
+    (name, lazy(p, re.IGNORECASE)) for name, p in (
         ("nccl", r"\bNCCL version:? ?v?(\d+\.\d+\.\d+)"),
         ("nccl", r"\bnccl[- _]?(?:version|ver)\b[ .:=]*\(?(\d+\.\d+\.\d+)"),
         ("cuda_runtime", r"\bNCCL version \d+\.\d+\.\d+\+cuda(\d+\.\d+)"),
@@ -70,74 +72,90 @@ _CONTAINER_KEYS = ("docker", "--gpus", "--runtime", "nvidia-container", "cdi", "
                    "singularity", "enroot", "pyxis", "podman")
 _SEEN_LINES = 4096
 _COMPILER_KEYS = ("c++", "g++", "gcc", "nvcc", "compiler")
+# a team package that builds against torch, built the wrong way (issue 30): in pip's isolated
+# build environment (no torch there), or by a builder without nvcc
+_BUILD_KEYS = ("pip-build-env", "installing build dependencies",
+               "no module named", "nvcc", "cuda_home", "layer-team", "envbuilder/team", "requirements/team")
 
-_NCCL_PREFIX = re.compile(r"^\s*(?:\[[^\]]*\]\s*:?\s*)?([\w.\-]+):(\d+):(\d+) \[(\d+)\] NCCL (INFO|WARN)")
-_USING_NETWORK = re.compile(r"Using network (\w[\w ]*?)\s*$|Using network (\S+)")
-_NET_SOCKET = re.compile(r"NET/Socket ?: ?Using \[\d+\]([\w.\-]+):")
-_NET_IB = re.compile(r"NET/IB ?: ?Using \[\d+\]([\w.\-]+):\d+/(IB|RoCE)")
-_BOOTSTRAP = re.compile(r"Bootstrap ?: ?Using \[?\d*\]?([\w.\-]+):")
-_CHANNEL = re.compile(r"Channel \d+(?:/\d+)? ?: .* via (P2P/\w+|SHM(?:/\w+)*|NET/\w+|P2P|CollNet\w*|NVLS)")
-_IFNAME = re.compile(r"NCCL_SOCKET_IFNAME\s*(?:set by environment to|set to|=)\s*\"?([\w.^,\-]+)")
-_INIT_COMPLETE = re.compile(r"comm 0x[0-9a-f]+ rank (\d+) nranks (\d+) .*Init COMPLETE|Init COMPLETE")
-_NRANKS = re.compile(r"\bnranks[ =:]+(\d+)|\bworld[_ ]size[ =:]+(\d+)", re.IGNORECASE)
-_WATCHDOG = re.compile(r"\[Rank (\d+)\] .*?(?:Watchdog caught collective operation timeout|Timeout at NCCL work)"
+_NCCL_PREFIX = lazy(r"^\s*(?:\[[^\]]*\]\s*:?\s*)?([\w.\-]+):(\d+):(\d+) \[(\d+)\] NCCL (INFO|WARN)")
+_USING_NETWORK = lazy(r"Using network (\w[\w ]*?)\s*$|Using network (\S+)")
+_NET_SOCKET = lazy(r"NET/Socket ?: ?Using \[\d+\]([\w.\-]+):")
+_NET_IB = lazy(r"NET/IB ?: ?Using \[\d+\]([\w.\-]+):\d+/(IB|RoCE)")
+_BOOTSTRAP = lazy(r"Bootstrap ?: ?Using \[?\d*\]?([\w.\-]+):")
+_CHANNEL = lazy(r"Channel \d+(?:/\d+)? ?: .* via (P2P/\w+|SHM(?:/\w+)*|NET/\w+|P2P|CollNet\w*|NVLS)")
+_IFNAME = lazy(r"NCCL_SOCKET_IFNAME\s*(?:set by environment to|set to|=)\s*\"?([\w.^,\-]+)")
+_INIT_COMPLETE = lazy(r"comm 0x[0-9a-f]+ rank (\d+) nranks (\d+) .*Init COMPLETE|Init COMPLETE")
+_NRANKS = lazy(r"\bnranks[ =:]+(\d+)|\bworld[_ ]size[ =:]+(\d+)", re.IGNORECASE)
+_WATCHDOG = lazy(r"\[Rank (\d+)\] .*?(?:Watchdog caught collective operation timeout|Timeout at NCCL work)"
                        r".*?(?:SeqNum=(\d+), OpType=(\w+)|NCCL work: (\d+))")
-_LAST_WORK = re.compile(r"\[Rank (\d+)\].*last enqueued (?:NCCL )?work: (-?\d+), last completed (?:NCCL )?work: (-?\d+)")
-_RAS_MISMATCH = re.compile(r"Communicator ranks have different (\w+) operation counts")
-_RAS_GROUP = re.compile(r"(\d+) ranks? (?:has|have) launched up to operation (\d+)")
-_RAS_RANK = re.compile(r"Rank (\d+) -- GPU \d+ managed by process \d+ on node (\S+)")
-_RANK_PREFIX = re.compile(r"^\s*\[(?:default)?rank(\d+)\]:", re.IGNORECASE)
-_TORCHRUN_RANK = re.compile(r"^\s*rank\s*:\s*(\d+) \(local_rank")
-_TORCHRUN_HOST = re.compile(r"^\s*host\s*:\s*([\w.\-]+)")
-_FRAME = re.compile(r'File "([^"]+)", line (\d+), in (\S+)')
-_EXCEPTION = re.compile(r"^\s*(?:\[(?:default)?rank\d+\]:\s*)?((?:[A-Za-z_][\w]*\.)*[A-Z]\w*(?:Error|Exception|Exit|Interrupt|Failure))"
+_LAST_WORK = lazy(r"\[Rank (\d+)\].*last enqueued (?:NCCL )?work: (-?\d+), last completed (?:NCCL )?work: (-?\d+)")
+_RAS_MISMATCH = lazy(r"Communicator ranks have different (\w+) operation counts")
+_RAS_GROUP = lazy(r"(\d+) ranks? (?:has|have) launched up to operation (\d+)")
+_RAS_RANK = lazy(r"Rank (\d+) -- GPU \d+ managed by process \d+ on node (\S+)")
+_RANK_PREFIX = lazy(r"^\s*\[(?:default)?rank(\d+)\]:", re.IGNORECASE)
+_TORCHRUN_RANK = lazy(r"^\s*rank\s*:\s*(\d+) \(local_rank")
+_TORCHRUN_HOST = lazy(r"^\s*host\s*:\s*([\w.\-]+)")
+_FRAME = lazy(r'File "([^"]+)", line (\d+), in (\S+)')
+_EXCEPTION = lazy(r"^\s*(?:\[(?:default)?rank\d+\]:\s*)?((?:[A-Za-z_][\w]*\.)*[A-Z]\w*(?:Error|Exception|Exit|Interrupt|Failure))"
                         r"(?::\s?(.*))?$")
-_LD_PATH = re.compile(r"LD_LIBRARY_PATH[=:\s]+\"?([^\s\"]+)")
-_LIB_LOADED = re.compile(r"((?:/[\w.+\-]+)+/(libcudnn\w*|libcublas\w*|libnccl)\.so[.\d]*)")
-_IB_DISABLED = re.compile(r"NCCL_IB_DISABLE\s*(?:set by environment to|=|:)\s*\"?1")
+_LD_PATH = lazy(r"LD_LIBRARY_PATH[=:\s]+\"?([^\s\"]+)")
+_LIB_LOADED = lazy(r"((?:/[\w.+\-]+)+/(libcudnn\w*|libcublas\w*|libnccl)\.so[.\d]*)")
+_IB_DISABLED = lazy(r"NCCL_IB_DISABLE\s*(?:set by environment to|=|:)\s*\"?1")
 
 # IB/RDMA configured: the job (or the machine) meant to use RDMA.
-_IB_CONFIG = re.compile(
+_IB_CONFIG = lazy(
     r"NCCL_IB_HCA\s*(?:set|=)|NCCL_NET\s*=\s*\"?IB|NCCL_IB_GID_INDEX\s*(?:set|=)|\bmlx[45]_\d+\b|"
     r"hca_id:|/dev/infiniband|\bInfiniBand\b|\bRoCE\b|NCCL_NET_PLUGIN|FI_PROVIDER\s*=\s*\"?efa|"
     r"FI_EFA_\w+|aws-ofi-nccl|NET/OFI|\bEFA\b|--fabric[ =]ib|nccl_rdma_sharp_plugin|P2P plugin IBext|"
     r"NCCL RDMA Plugin|/opt/hpcx", re.IGNORECASE)
 # IB/RDMA tried and not available (each is a benign INFO line on a machine without RDMA).
-_IB_FAILED = re.compile(
+_IB_FAILED = lazy(
     r"NET/IB ?: ?No device found|Failed to open libibverbs|libibverbs\.so[.\d]*: cannot open|"
     r"libibverbs: Warning: couldn't (?:load driver|open config)|NET/OFI .*(?:could not|couldn.t) find any optimal provider|"
     r"NET/OFI .*(?:No|Unable to find|Failed to get) .*provider|"
     r"NET/OFI (?:Unable|Failed) to (?:initialize|open|create)|OFI plugin initNet\(\) failed|"
     r"ibv_(?:get_device_list|open_device)\w* failed|No IB devices? found|Failed to initialize any NET plugin",
     re.IGNORECASE)
-_SOCKET_CHOSEN = re.compile(r"Using network Socket|NET/Socket ?: ?Using|via NET/Socket|"
+_SOCKET_CHOSEN = lazy(r"Using network Socket|NET/Socket ?: ?Using|via NET/Socket|"
                             r"fall(?:s|ing)? back to\W{0,3}(?:NET/)?Socket", re.IGNORECASE)
-_RDMA_CHOSEN = re.compile(r"Using network (IB|AWS Libfabric|OFI)|NET/IB ?: ?Using \[|via NET/(IB|OFI|AWS)|"
+_RDMA_CHOSEN = lazy(r"Using network (IB|AWS Libfabric|OFI)|NET/IB ?: ?Using \[|via NET/(IB|OFI|AWS)|"
                           r"NET/OFI Selected [Pp]rovider", re.IGNORECASE)
-_IOMMU = re.compile(r"\biommu\b|intel_iommu|amd_iommu|VT-d|ACSCtl|\bACS\b|DMAR", re.IGNORECASE)
-_CONTAINER = re.compile(
+_IOMMU = lazy(r"\biommu\b|intel_iommu|amd_iommu|VT-d|ACSCtl|\bACS\b|DMAR", re.IGNORECASE)
+_CONTAINER = lazy(
     r"\bdocker (?:run|exec|compose)\b|docker: Error response|/\.dockerenv|--gpus\b|--runtime[= ]nvidia|"
     r"nvidia-container|\bCDI\b|\bkubectl\b|\bpod/|apptainer|singularity|enroot|pyxis|podman", re.IGNORECASE)
-_ERRORISH = re.compile(r"Traceback \(most recent call last\)|\bError\b|NCCL WARN|\bFAILED\b|Segmentation fault|"
+_ERRORISH = lazy(r"Traceback \(most recent call last\)|\bError\b|NCCL WARN|\bFAILED\b|Segmentation fault|"
                        r"exitcode\s*:\s*-?[1-9]|Killed|core dumped", re.IGNORECASE)
-_COMPILER = re.compile(r"error: command '?(?:c\+\+|g\+\+|gcc|x86_64-linux-gnu-g\+\+)'? failed|"
+_COMPILER = lazy(r"error: command '?(?:c\+\+|g\+\+|gcc|x86_64-linux-gnu-g\+\+)'? failed|"
                        r"(?:c\+\+|g\+\+|gcc|nvcc|ninja): (?:command )?not found|"
                        r"No such file or directory: '(?:c\+\+|g\+\+|gcc|\S*nvcc)'|"
                        r"(?:Could not find|cannot find|No) (?:a )?(?:C\+\+ )?compiler|"
                        r"FileNotFoundError: .*\bnvcc\b|which: no nvcc", re.IGNORECASE)
-_SHADOW_ERROR = re.compile(r"CUDNN_STATUS_\w+|cuDNN (?:error|version)|CUBLAS_STATUS_(?:NOT_INITIALIZED|"
+# pip prints these only for an isolated build (--no-build-isolation installs nothing, makes no env)
+_ISOLATED = lazy(r"pip-build-env-|Installing build dependencies", re.IGNORECASE)
+_NO_TORCH = lazy(r"No module named '?torch(?:'|\s|$)", re.IGNORECASE)
+_NVCC_MISSING = lazy(r"error: command '[^'\s]{0,256}nvcc' failed|nvcc: (?:command )?not found|"
+                           r"No such file or directory: '[^'\s]{0,256}nvcc'|CUDA_HOME environment variable is not set|"
+                           r"which: no nvcc", re.IGNORECASE)
+_TEAM_LAYER = lazy(r"layer-team(?:-compiled)?\b|(?:/tmp/envbuilder|requirements)/team(?:-compiled)?\.txt",
+                         re.IGNORECASE)
+_SHADOW_ERROR = lazy(r"CUDNN_STATUS_\w+|cuDNN (?:error|version)|CUBLAS_STATUS_(?:NOT_INITIALIZED|"
                            r"INVALID_VALUE|NOT_SUPPORTED|EXECUTION_FAILED|INTERNAL_ERROR)|"
                            r"(?:libcudnn|libcublas)\w*\.so[.\d]*: (?:undefined symbol|cannot open)|"
                            r"Could not load library libcudnn|Invalid handle\. Cannot load symbol cudnn|"
                            r"undefined symbol: \w*(?:cudnn|cublas)\w*", re.IGNORECASE)
 
+_XID = lazy(r"\bXid\s*(?:\((?:PCI:)?([0-9a-fA-F:.]+)\))?:?\s*(\d{1,3})\b", re.IGNORECASE)
+_FALLEN = lazy(r"fall(?:en)? off (?:of )?the bus", re.IGNORECASE)
+_MAX_XIDS = 16
 _QUICK_WORDS = ("nccl", "version", "cuda", "driver", "torch", "cudnn", "deepspeed", "horovod", "rank", 'file "',
                 "error", "exception", "exit", "interrupt", "failure", "docker", "ld_library", "libcu", "ibverbs",
                 "mlx", "hca", "infiniband", "roce", "ofi", "efa", "iommu", "acs", "dmar", "host", "compiler", "c++",
                 "g++", "gcc", "nvcc", "ninja", "container", "cdi", "kubectl", "pod/", "apptainer", "singularity",
-                "enroot", "pyxis", "podman", "traceback", "killed", "fault", "fabric", "world")
+                "enroot", "pyxis", "podman", "traceback", "killed", "fault", "fabric", "world", "xid",
+                "fallen off", *_BUILD_KEYS)
 # A line none of these words (in any case) occurs in holds no fact: it is skipped at once.
-_QUICK = re.compile("|".join(re.escape(w) for w in _QUICK_WORDS), re.IGNORECASE)
+_QUICK = lazy("|".join(re.escape(w) for w in _QUICK_WORDS), re.IGNORECASE)
 
 _EXCEPTION_KEYS = ("error", "exception", "exit", "interrupt", "failure")
 _SOCKET_KEYS = ("net/socket", "using network socket", "back to")
@@ -147,7 +165,7 @@ _SHADOW_KEYS = ("cudnn", "cublas")
 _CHECK_WORDS = ("nccl", 'file "', "nccl_ib_disable", "ld_library_path", "using network", "using", " via ", "ifname",
                 "init complete", "[rank", "work", "last enqueued", "operation", " managed by process ", "rank",
                 "nranks", "world", "host")
-_GATE_KEYS = frozenset({*_IB_CONFIG_KEYS, *_IB_FAILED_KEYS, *_RDMA_KEYS, *_CONTAINER_KEYS, *_COMPILER_KEYS,
+_GATE_KEYS = frozenset({*_IB_CONFIG_KEYS, *_IB_FAILED_KEYS, *_RDMA_KEYS, *_CONTAINER_KEYS, *_COMPILER_KEYS, *_BUILD_KEYS,
                         "nccl_ib_disable", *_SOCKET_KEYS, *_IOMMU_KEYS, *_SHADOW_KEYS, "ld_library_path"})
 _KEYWORDS: tuple[str, ...] = tuple(sorted({*_QUICK_WORDS, *_VERSION_KEYS, *_EXCEPTION_KEYS, *_GATE_KEYS,
                                            *_CHECK_WORDS}))
@@ -159,6 +177,7 @@ _BUCKET_KEYS = {"ib_config": frozenset(_IB_CONFIG_KEYS), "ib_failed": frozenset(
                 "socket_chosen": frozenset(_SOCKET_KEYS), "iommu": frozenset(_IOMMU_KEYS)}
 _CONTAINER_SET = frozenset(_CONTAINER_KEYS)
 _COMPILER_SET = frozenset(_COMPILER_KEYS)
+_BUILD_SET = frozenset(_BUILD_KEYS)
 _SHADOW_SET = frozenset(_SHADOW_KEYS)
 
 
@@ -177,7 +196,8 @@ def _keyword_finder() -> Any:
         for word in _KEYWORDS:
             matcher.Add(_re2.escape(word))
         matcher.Compile()
-        match, words = matcher.Match, _KEYWORDS
+        # the wrapper's Match only type-checks and encodes: call the set itself with bytes
+        match, words = getattr(getattr(matcher, "_set", None), "Match", matcher.Match), _KEYWORDS
 
         def find(lowered: str) -> frozenset[str]:
             hits = match(lowered.encode("utf-8", "surrogatepass"))
@@ -280,6 +300,7 @@ class Facts:
     libraries: list[str] = field(default_factory=list)  # cuDNN/cuBLAS/NCCL paths seen loaded
     flight: list[FlightRecord] = field(default_factory=list)
     ras: list[RasMismatch] = field(default_factory=list)
+    xids: list[tuple[int, str, Where]] = field(default_factory=list)  # (code, PCI address, where)
     # evidence kept for the inferences
     ib_config: list[Where] = field(default_factory=list)
     ib_failed: list[Where] = field(default_factory=list)
@@ -291,6 +312,10 @@ class Facts:
     iommu: list[Where] = field(default_factory=list)
     container_where: list[Where] = field(default_factory=list)
     compiler_missing: list[Where] = field(default_factory=list)
+    isolated_build: list[Where] = field(default_factory=list)  # pip's isolated build environment
+    no_torch: list[Where] = field(default_factory=list)  # No module named 'torch'
+    nvcc_missing: list[Where] = field(default_factory=list)
+    team_layer: list[Where] = field(default_factory=list)  # envbuilder's team layers building
     shadow_errors: list[Where] = field(default_factory=list)
     ld_where: list[Where] = field(default_factory=list)
     errors_after_setup: int = 0
@@ -318,10 +343,17 @@ class Facts:
         seq, op = max(self.last_collective.values())
         arrived = sorted(r for r, (s, _) in self.last_collective.items() if s >= seq)
         behind = {r for r, (s, _) in self.last_collective.items() if s < seq}
-        world = self.world()
-        if world and len(self.last_collective) > 1 and world <= 4096:
-            behind |= set(range(world)) - set(self.last_collective)
+        # a rank the log shows (an Init COMPLETE, a prefix) that never reported is behind; a rank
+        # the log never mentions is not named: its output may simply not be in this log
+        behind |= self.ranks - set(self.last_collective)
         return seq, op, arrived, sorted(behind)
+
+    def unseen_ranks(self) -> int:
+        """How many ranks of the world never appear in the log (not named as behind)."""
+        world = self.world()
+        if not world or world > 1 << 20:
+            return 0
+        return max(0, world - len((self.ranks | set(self.last_collective)) & set(range(world))))
 
     def summary(self) -> str:
         """One line: 'NCCL 2.21.5 over Socket on eth0; 12 ranks on 2 hosts; rank 7 never
@@ -357,11 +389,17 @@ class Facts:
         elif stuck is not None:
             seq, op, _, missing = stuck
             name = f"{op} #{seq}"
+            unseen = self.unseen_ranks() if self.last_collective and not self.flight else 0
+            tail = f" ({unseen} other rank{'s' if unseen != 1 else ''} not in the log)" if unseen else ""
             if missing:
                 who = ", ".join(str(r) for r in missing[:8]) + (" ..." if len(missing) > 8 else "")
-                parts.append(f"rank{'s' if len(missing) > 1 else ''} {who} never reached {name}")
+                parts.append(f"rank{'s' if len(missing) > 1 else ''} {who} never reached {name}{tail}")
             else:
-                parts.append(f"stuck in {name}")
+                parts.append(f"stuck in {name}{tail}")
+        if self.xids:
+            codes = sorted({c for c, _, _ in self.xids})
+            named = ", ".join(f"Xid {c} ({xid_info(c).get('name', 'unknown code')})" for c in codes[:3])
+            parts.append(named)
         if self.exceptions:
             kind, msg = self.exceptions[-1]
             parts.append(f"{kind}: {msg[:80]}" if msg else kind)
@@ -389,6 +427,7 @@ class Facts:
                                                  "arrived": stuck[2], "missing": stuck[3]},
             "flight_recorder": [f.to_dict() for f in self.flight],
             "nccl_ras": [r.to_dict() for r in self.ras],
+            "xids": [{"code": c, "pci": p, "name": xid_info(c).get("name")} for c, p, _ in self.xids],
             "frames": [{"file": f, "line": n, "function": fn} for f, n, fn in self.frames],
             "exceptions": [{"type": t, "message": m} for t, m in self.exceptions],
             "container": list(self.container),
@@ -424,6 +463,21 @@ class FactCollector:
         if "nccl" in words:
             self._nccl(line, words, file, line_no)
         self._ranks(line, words, file, line_no)
+        if ("xid" in words or "fallen off" in words) and len(f.xids) < _MAX_XIDS:
+            self._xid(line, file, line_no)
+        if 'file "' in words or not words.isdisjoint(_EXCEPTION_SET):
+            self._trace(line, words)
+        if f.setup_done and not f.errors_after_setup and "NCCL INFO" not in line and _ERRORISH.search(line):
+            f.errors_after_setup += 1  # whether any error followed the set-up is all that is used
+        if words.isdisjoint(_GATE_KEYS):  # none of the keywords below: skip them all
+            return
+        w = _where(file, line_no, line)
+        self._transports(line, words, w)
+        self._environment(line, words, w)
+
+    def _trace(self, line: str, words: frozenset[str]) -> None:
+        """A Python traceback's frames and the exception it ends with."""
+        f = self.facts
         if 'file "' in words:
             m = _FRAME.search(line)
             if m:
@@ -436,11 +490,10 @@ class FactCollector:
                 if item not in f.exceptions:
                     f.exceptions.append(item)
                     del f.exceptions[:-_MAX_EXCEPTIONS]
-        if f.setup_done and not f.errors_after_setup and "NCCL INFO" not in line and _ERRORISH.search(line):
-            f.errors_after_setup += 1  # whether any error followed the set-up is all that is used
-        if words.isdisjoint(_GATE_KEYS):  # none of the keywords below: skip them all
-            return
-        w = _where(file, line_no, line)
+
+    def _transports(self, line: str, words: frozenset[str], w: Where) -> None:
+        """Where InfiniBand was configured, failed or disabled, RDMA or sockets chosen, the IOMMU."""
+        f = self.facts
         for bucket, rx, keys in ((f.ib_config, _IB_CONFIG, _BUCKET_KEYS["ib_config"]),
                                  (f.ib_failed, _IB_FAILED, _BUCKET_KEYS["ib_failed"]),
                                  (f.ib_disabled, _IB_DISABLED, _BUCKET_KEYS["ib_disabled"]),
@@ -450,6 +503,10 @@ class FactCollector:
             # a full bucket needs no more lines: in a huge log the checks stop costing
             if len(bucket) < _MAX_WHERE and not words.isdisjoint(keys) and rx.search(line):
                 _add(bucket, w)
+
+    def _environment(self, line: str, words: frozenset[str], w: Where) -> None:
+        """The container, a missing compiler, shadowing libraries and LD_LIBRARY_PATH."""
+        f = self.facts
         if not words.isdisjoint(_CONTAINER_SET):
             m = _CONTAINER.search(line)
             if m:
@@ -460,6 +517,8 @@ class FactCollector:
         if len(f.compiler_missing) < _MAX_WHERE and not words.isdisjoint(_COMPILER_SET) \
                 and _COMPILER.search(line):
             _add(f.compiler_missing, w)
+        if not words.isdisjoint(_BUILD_SET):
+            self._team_build(line, w)
         if not words.isdisjoint(_SHADOW_SET):
             if len(f.shadow_errors) < _MAX_WHERE and _SHADOW_ERROR.search(line):
                 _add(f.shadow_errors, w)
@@ -473,6 +532,25 @@ class FactCollector:
                     if part and part not in f.ld_library_path and len(f.ld_library_path) < 16:
                         f.ld_library_path.append(part)
                 _add(f.ld_where, w)
+
+    def _team_build(self, line: str, w: Where) -> None:
+        """A team package's build: pip's isolated build env, no torch in it, no nvcc, the layer."""
+        f = self.facts
+        for bucket, rx in ((f.isolated_build, _ISOLATED), (f.no_torch, _NO_TORCH),
+                           (f.nvcc_missing, _NVCC_MISSING), (f.team_layer, _TEAM_LAYER)):
+            if len(bucket) < _MAX_WHERE and rx.search(line):
+                _add(bucket, w)
+
+    def _xid(self, line: str, file: str, line_no: int) -> None:
+        """``NVRM: Xid (PCI:0000:3b:00): 79, ...`` (and the multi-line 'fallen off the bus'
+        message newer drivers print without a number: Xid 79)."""
+        found = [(int(m.group(2)), m.group(1) or "") for m in _XID.finditer(line)]
+        if not found and _FALLEN.search(line):
+            found = [(79, "")]
+        pci = next((p for _, p in found if p), "")
+        for code, _ in found:  # "Xid (PCI:..): 45, ... caused by previous Xid 149": both
+            if len(self.facts.xids) < _MAX_XIDS and all(c != code or p != pci for c, p, _ in self.facts.xids):
+                self.facts.xids.append((code, pci, _where(file, line_no, line)))
 
     def _versions(self, line: str, file: str, line_no: int) -> None:
         f = self.facts
@@ -592,6 +670,28 @@ def _single_host_p2p(f: Facts) -> bool:
     return bool(t) and not any(x.startswith("NET/") for x in t) and len(f.hosts) <= 1
 
 
+def _team_build_inferences(f: Facts) -> list[Inference]:
+    """A package that builds against torch (flash-attn and its kind), built without torch or nvcc."""
+    out: list[Inference] = []
+    if f.no_torch and f.isolated_build:
+        out.append(Inference(
+            "container_build", 3.0,
+            "build isolation: a package whose build imports torch (flash-attn and its kind) was built in "
+            "pip's isolated build environment, which has no torch; name it in the project's `compiled` "
+            "list (envbuilder knows flash-attn, apex, xformers ...) and render again: envbuilder builds it "
+            "after torch with --no-build-isolation in layer-team-compiled",
+            tuple(f.no_torch[:2] + f.isolated_build[:1])))
+    if f.nvcc_missing and f.team_layer:
+        out.append(Inference(
+            "container_build", 3.0,
+            "no compiler: a team package compiles CUDA code and its builder has no nvcc (CUDA_HOME); name "
+            "it in the project's `compiled` list: envbuilder builds it in a builder with an nvcc of torch's "
+            "CUDA (a devel image, Debian's non-free nvcc or NVIDIA's CUDA wheels) and refuses a stack "
+            "without one before building",
+            tuple(f.nvcc_missing[:2] + f.team_layer[:1])))
+    return out
+
+
 def infer(f: Facts) -> list[Inference]:
     """Causes supported by the facts (and by the absence of facts)."""
     out: list[Inference] = []
@@ -640,6 +740,7 @@ def infer(f: Facts) -> list[Inference]:
     if f.compiler_missing:
         out.append(Inference("deepspeed_op_build", 3.0, "a JIT build found no compiler (c++/nvcc)",
                              tuple(f.compiler_missing[:3])))
+    out += _team_build_inferences(f)
     # -- a cuDNN/cuBLAS from another path than the one torch ships
     outside = [p for p in f.libraries if "site-packages" not in p and "dist-packages" not in p
                and ("cudnn" in p or "cublas" in p)]
@@ -648,4 +749,37 @@ def infer(f: Facts) -> list[Inference]:
         out.append(Inference("lib_shadowing", 5.0,
                              "cuDNN/cuBLAS errors with another copy on the library path",
                              tuple(f.shadow_errors[:2] + f.ld_where[:1])))
+    # -- NVIDIA Xid errors, read with NVIDIA's catalogue (envbuilder/data/xid.yaml)
+    if f.xids:
+        out.append(Inference("gpu_xid", 2.0, _xid_reason(f.xids), tuple(w for _, _, w in f.xids[:3])))
     return out
+
+
+def _xid_reason(xids: list[tuple[int, str, Where]]) -> str:
+    """'Xid 79 on 0000:b3:00 (GPU has fallen off the bus): <what to do>', the root first: a
+    follow-up Xid (45) is named after the one that caused it."""
+    ordered = sorted(xids, key=lambda x: (xid_info(x[0]).get("kind") == "follow-up", xids.index(x)))
+    code, pci, _ = ordered[0]
+    info = xid_info(code)
+    where = f" on {pci}" if pci else ""
+    if not info:
+        return f"Xid {code}{where}: not in NVIDIA's Xid catalogue as envbuilder knows it ({XID_SOURCE})"
+    others = sorted({c for c, _, _ in xids} - {code})
+    more = f" (also Xid {', '.join(map(str, others))})" if others else ""
+    return f"Xid {code}{where} ({info['name']}, {info['kind']}){more}: {info['action']} ({XID_SOURCE})"
+
+
+XID_SOURCE = "https://docs.nvidia.com/deploy/xid-errors/index.html"
+_XID_CATALOGUE: list[dict[int, dict[str, str]]] = []
+
+
+def xid_info(code: int) -> dict[str, str]:
+    """NVIDIA's catalogue entry for an Xid code (name, kind, action); {} when unknown."""
+    if not _XID_CATALOGUE:
+        import yaml
+
+        from envbuilder.core.resources import data_path
+
+        data = yaml.safe_load(data_path("xid.yaml").read_text(encoding="utf-8"))
+        _XID_CATALOGUE.append({int(k): v for k, v in data["xids"].items()})
+    return _XID_CATALOGUE[0].get(code, {})

@@ -11,14 +11,18 @@ torch/distributed/flight_recorder/components/loader.py reads it the same way (ra
 file name's trailing digits).
 
 A pickle can run code when loaded; dumps are read with an unpickler that refuses every class,
-so only plain containers, strings and numbers load.
+so only plain containers, strings and numbers load. A pickle can also be small and unpickle to
+something huge (each one-byte opcode makes an object): before loading, its opcodes are walked
+(``pickletools.genops``, nothing built) and the memory they would take is estimated, generously;
+a dump over ``MAX_LOADED`` is refused unloaded. JSON grows at most about twenty-fold and is capped
+on bytes. After loading, the fields analysed are checked for type (``check_dump``): a dump
+whose ``ranks``, ``state`` or ``collective_seq_id`` is of another type is one line, exit 2.
 """
 
 from __future__ import annotations
 
 import io
 import json
-import pickle
 import re
 from pathlib import Path
 from typing import Any
@@ -28,20 +32,28 @@ from envbuilder.diagnose.facts import FlightRecord
 
 __all__ = ["analyse_dumps", "is_dump", "load_dump"]
 
-MAX_DUMP_BYTES = 256 << 20
+MAX_DUMP_BYTES = 32 << 20  # a pickled dump (torch's default ring buffer: 2000 entries, a few MB)
+MAX_JSON_BYTES = 12 << 20  # a JSON dump: at most about 20 times this once loaded
+MAX_LOADED = 256 << 20  # the estimated memory a pickled dump may unpickle to
+_OP_COST = 64  # bytes an opcode's object takes at most, besides its payload (a generous bound)
 _RANK = re.compile(r"(\d+)(?:\.(?:pkl|pickle|json))?$")
 _INTS = re.compile(r"-?\d+")
 
 
-class _PlainUnpickler(pickle.Unpickler):
-    """Loads dicts, lists, tuples, strings, numbers, booleans and None; nothing else."""
+def _plain_load(data: bytes) -> Any:
+    """Unpickle ``data`` allowing dicts, lists, tuples, strings, numbers, booleans and None;
+    nothing else (pickle is imported here: explain reads a dump rarely, a log always)."""
+    import pickle
 
-    def find_class(self, module: str, name: str) -> Any:
-        raise pickle.UnpicklingError(f"refused to load {module}.{name}: a flight-recorder dump "
-                                     "holds only plain containers")
+    class _PlainUnpickler(pickle.Unpickler):
+        def find_class(self, module: str, name: str) -> Any:
+            raise pickle.UnpicklingError(f"refused to load {module}.{name}: a flight-recorder "
+                                         "dump holds only plain containers")
 
-    def persistent_load(self, pid: Any) -> Any:
-        raise pickle.UnpicklingError("refused a persistent id")
+        def persistent_load(self, pid: Any) -> Any:
+            raise pickle.UnpicklingError("refused a persistent id")
+
+    return _PlainUnpickler(io.BytesIO(data)).load()
 
 
 def is_dump(head: bytes) -> bool:
@@ -52,27 +64,91 @@ def is_dump(head: bytes) -> bool:
     return text[:1] == b"{" and b'"entries"' in text and (b'"pg_config"' in text or b'"version"' in text)
 
 
+def _pickle_cost(data: bytes, path: str) -> None:
+    """Refuse a pickle whose objects would take more than MAX_LOADED (estimated from its
+    opcodes before anything is built)."""
+    import pickletools
+
+    cost = 0
+    try:
+        for op, arg, _pos in pickletools.genops(io.BytesIO(data)):
+            cost += _OP_COST
+            if isinstance(arg, (str, bytes, bytearray)):
+                cost += len(arg)
+            elif isinstance(arg, int) and not isinstance(arg, bool) and op.name.startswith("LONG"):
+                cost += arg.bit_length() // 8
+            if cost > MAX_LOADED:
+                raise InputError(f"{path}: this flight-recorder dump would take more than "
+                                 f"{MAX_LOADED >> 20} MiB once loaded: not one torch wrote")
+            if op.name == "STOP":
+                break
+    except InputError:
+        raise
+    except (ValueError, EOFError, UnicodeDecodeError) as exc:
+        raise InputError(f"{path}: not a readable flight-recorder dump: {exc}") from None
+
+
 def load_dump(path: str) -> tuple[int, dict[str, Any]]:
     """(rank, dump) of one dump file; InputError naming the file when it is not one."""
+    from envbuilder.core.readfile import read_bytes_capped
+
     p = Path(path)
     m = _RANK.search(p.name)
     if m is None:
         raise InputError(f"{path}: a flight-recorder dump is named by its rank (e.g. nccl_trace_rank_3, "
                          "as torch writes it); rename it so the name ends with the rank")
-    if p.stat().st_size > MAX_DUMP_BYTES:
-        raise InputError(f"{path}: flight-recorder dump larger than {MAX_DUMP_BYTES >> 20} MiB")
-    data = p.read_bytes()
+    data = read_bytes_capped(p, "flight-recorder dump", limit=MAX_DUMP_BYTES)
+    from pickle import UnpicklingError
+
     try:
         if data[:1] == b"\x80":
-            dump = _PlainUnpickler(io.BytesIO(data)).load()
+            _pickle_cost(data, path)
+            dump = _plain_load(data)
         else:
+            if len(data) > MAX_JSON_BYTES:
+                raise InputError(f"{path}: JSON flight-recorder dump larger than "
+                                 f"{MAX_JSON_BYTES >> 20} MiB")
             dump = json.loads(data.decode("utf-8"))
-    except (pickle.UnpicklingError, EOFError, ValueError, UnicodeDecodeError, IndexError,
-            TypeError, AttributeError, KeyError) as exc:
+    except (UnpicklingError, EOFError, ValueError, UnicodeDecodeError, IndexError,
+            TypeError, AttributeError, KeyError, RecursionError, MemoryError) as exc:
         raise InputError(f"{path}: not a readable flight-recorder dump: {exc}") from None
+    return int(m.group(1)), check_dump(dump, path)
+
+
+def check_dump(dump: Any, path: str) -> dict[str, Any]:
+    """``dump`` when the fields analysed have their types (an ``entries`` list of objects whose
+    ``collective_seq_id`` is an int, ``state`` and ``profiling_name`` strings, ``is_p2p`` a bool,
+    ``process_group`` a list; ``pg_config`` an object of objects whose ``ranks`` is a list of
+    ints or their text); else InputError naming the file and the field."""
+    def bad(where: str, v: Any, want: str) -> InputError:
+        return InputError(f"{path}: {where} is {type(v).__name__}, not {want}: not a "
+                          f"flight-recorder dump torch wrote")
+
     if not isinstance(dump, dict) or not isinstance(dump.get("entries"), list):
         raise InputError(f"{path}: not a flight-recorder dump (no 'entries' list)")
-    return int(m.group(1)), dump
+    for i, e in enumerate(dump["entries"]):
+        if not isinstance(e, dict):
+            continue  # not analysed
+        for key, kind, want in (("collective_seq_id", int, "an int"), ("state", str, "a string"),
+                                ("profiling_name", str, "a string"), ("is_p2p", bool, "a bool"),
+                                ("process_group", (list, tuple), "a list"),
+                                ("pg_id", (int, str), "an int")):
+            v = e.get(key)
+            if v is not None and (not isinstance(v, kind) or (kind is int and isinstance(v, bool))):
+                raise bad(f"entries[{i}].{key}", v, want)
+    config = dump.get("pg_config")
+    if config is not None and not isinstance(config, dict):
+        raise bad("pg_config", config, "an object")
+    for name, body in (config or {}).items():
+        if not isinstance(body, dict):
+            continue
+        ranks = body.get("ranks")
+        if ranks is None or isinstance(ranks, str):
+            continue
+        if not isinstance(ranks, list) or not all(
+                isinstance(r, int) and not isinstance(r, bool) for r in ranks):
+            raise bad(f"pg_config[{str(name)[:40]!r}].ranks", ranks, "a list of ints")
+    return dump
 
 
 def _pg_key(entry: dict[str, Any]) -> str:

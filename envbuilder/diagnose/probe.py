@@ -159,20 +159,20 @@ class Probe:
         """
         try:
             import pynvml  # type: ignore[import-not-found]  # optional: nvidia-ml-py
-        except Exception:
+        except Exception:  # noqa: BLE001 - not installed, or a broken install: nvidia-smi answers instead
             return None
         try:
             pynvml.nvmlInit()
-        except Exception:
+        except Exception:  # noqa: BLE001 - NVMLError and its kin (no driver, no GPU): nvidia-smi answers instead
             return None
         try:
             return _nvml_inventory(pynvml)
-        except Exception:
+        except Exception:  # noqa: BLE001 - any NVML call that fails: nvidia-smi answers instead
             return None
         finally:
             try:
                 pynvml.nvmlShutdown()
-            except Exception:
+            except Exception:  # noqa: BLE001 - cleanup: the inventory is already read
                 pass
 
 
@@ -184,7 +184,7 @@ def _nvml_inventory(nv: Any) -> dict:
     def opt(fn, *a):
         try:
             return fn(*a)
-        except Exception:
+        except Exception:  # noqa: BLE001 - a query this GPU or driver does not support: the field is unknown
             return None
 
     driver = _s(nv.nvmlSystemGetDriverVersion())

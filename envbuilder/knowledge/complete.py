@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Callable
 
 from envbuilder.core.matrix import FLAVOURS, Matrix, load_matrix
+from envbuilder.core.target import COMPONENTS
 from envbuilder.knowledge.show import AXES
 
 
@@ -19,14 +20,14 @@ def _matrix() -> Matrix | None:
 
 
 def target_parts(m: Matrix) -> list[str]:
-    """The parts a target takes after its base: torchX.Y, pyX.Y, dsX.Y, hvdX.Y, OS names."""
+    """The parts a target takes after its base: torchX.Y, pyX.Y, each component's (dsX.Y...), OS names."""
     parts: list[str] = []
     for t in m.torch:
         parts.append(f"torch{t.line}")
     for t in m.torch[:1]:
         parts += [f"py{py.replace('.', '')}" for py in t.python]
-    parts += [f"ds{r.line}" for r in m.deepspeed.releases]
-    parts += [f"hvd{r.line}" for r in m.horovod.releases]
+    for c in COMPONENTS:
+        parts += [f"{m.component(c).tag}{r.line}" for r in m.component(c).releases]
     parts += list(m.os)
     return list(dict.fromkeys(parts))
 

@@ -11,9 +11,10 @@ reach, the index's own data is compared with the matrix:
   runtime pin names the variant that ``pypi_default`` says;
 * releases on the index that the matrix does not list are reported as new.
 
-For DeepSpeed and Horovod, the project's page on the simple index (PyPI or a mirror; the JSON
-form carries each file's ``requires-python`` and ``yanked``, the HTML form the same as
-``data-requires-python`` / ``data-yanked``) is compared with the matrix:
+For each component of the matrix (core.target.COMPONENTS), the project's page on the simple
+index (PyPI or a mirror; the JSON form carries each file's ``requires-python`` and ``yanked``,
+the HTML form the same as ``data-requires-python`` / ``data-yanked``) is compared with the
+matrix:
 
 * every release the matrix lists has a file there that is not yanked;
 * where the files declare a ``requires-python``, it admits the same Pythons as the matrix's
@@ -38,9 +39,7 @@ import os
 import re
 import subprocess
 import tempfile
-import urllib.error
 import urllib.parse
-import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from html.parser import HTMLParser
@@ -53,6 +52,7 @@ from packaging.version import InvalidVersion, Version
 
 from envbuilder.core import validate
 from envbuilder.core.matrix import Component, Matrix, TorchRelease
+from envbuilder.core.target import COMPONENTS
 from envbuilder.errors import InputError
 
 PYPI = "https://pypi.org/simple"
@@ -60,6 +60,7 @@ NVIDIA_NOTES = "https://docs.nvidia.com/cuda/cuda-toolkit-release-notes/index.ht
 REGISTRY = "https://hub.docker.com/v2/repositories"  # {REGISTRY}/{repository}/tags/{tag}
 PLATFORM = "x86_64-manylinux_2_28"
 HTTP_TIMEOUT_S = 20
+MAX_PAGE_BYTES = 64 << 20  # an index page (torch's simple page is a few MB)
 UV_TIMEOUT_S = 180
 _ACCEPT = ("application/vnd.pypi.simple.v1+json, "
            "application/vnd.pypi.simple.v1+html;q=0.2, text/html;q=0.01")
@@ -101,7 +102,7 @@ class Finding:
 
 
 @dataclass
-class VerifyReport:
+class MatrixReport:
     matrix_path: str
     matrix_digest: str
     findings: list[Finding] = field(default_factory=list)
@@ -239,16 +240,7 @@ def project_files(index: str, project: str) -> list[ProjectFile]:
     """Every file of ``project`` on a simple index (PEP 691 JSON or PEP 503 HTML), with its
     requires-python and yanked status; IndexUnreachable when the index does not answer."""
     url = project_url(index, project)
-    req = urllib.request.Request(url, headers={"Accept": _ACCEPT, "User-Agent": "envbuilder"})
-    try:
-        with urllib.request.urlopen(req, timeout=HTTP_TIMEOUT_S) as r:
-            ctype = r.headers.get("Content-Type", "")
-            body = r.read()
-    except urllib.error.HTTPError as e:
-        raise IndexUnreachable(f"HTTP {e.code} for {url}") from None
-    except (urllib.error.URLError, OSError, TimeoutError) as e:
-        reason = getattr(e, "reason", e)
-        raise IndexUnreachable(f"{url}: {reason}") from None
+    body, ctype = _fetch(url, _ACCEPT)
     out: list[ProjectFile] = []
     if "json" in ctype:
         try:
@@ -287,7 +279,7 @@ _NET = ("error sending request", "Failed to fetch", "dns error", "Connection ref
 
 
 @dataclass(frozen=True)
-class Pins:
+class MetadataPins:
     """What resolving one torch wheel for Linux x86_64 pinned."""
 
     packages: dict[str, Version]
@@ -315,7 +307,7 @@ def find_uv(uv: str | None = None) -> str:
 
 
 def resolve_pins(uv: str, requirement: str, python: str, index: str,
-                 extra: Sequence[str] = ()) -> Pins:
+                 extra: Sequence[str] = ()) -> MetadataPins:
     """``uv pip compile`` of one requirement for Linux x86_64: the pinned versions."""
     cmd = [uv, "pip", "compile", "-", "--no-config", "--no-header", "--no-annotate",
            "--python-version", python, "--python-platform", PLATFORM, "--index-url", index]
@@ -341,7 +333,7 @@ def resolve_pins(uv: str, requirement: str, python: str, index: str,
         m = re.match(r"^([A-Za-z0-9._-]+)==([^\s;]+)", ln.strip())
         if m:
             pkgs[m.group(1).lower().replace("_", "-")] = Version(m.group(2))
-    return Pins(pkgs)
+    return MetadataPins(pkgs)
 
 
 # -- the comparison -------------------------------------------------------------------------
@@ -362,7 +354,7 @@ class _Job:
     extra: tuple[str, ...] = ()
 
 
-def _compare_metadata(job: _Job, pins: Pins, on_pypi: bool, rep: VerifyReport) -> None:
+def _compare_metadata(job: _Job, pins: MetadataPins, on_pypi: bool, rep: MatrixReport) -> None:
     t, vname = job.release, job.variant
     entry = f"torch {t.version} {vname}"
     var = t.variants.get(vname)
@@ -404,7 +396,7 @@ def _compare_metadata(job: _Job, pins: Pins, on_pypi: bool, rep: VerifyReport) -
 
 
 def _compare_files(t: TorchRelease, vname: str, files: list[IndexFile], index: str,
-                   rep: VerifyReport, *, local: str | None) -> str | None:
+                   rep: MatrixReport, *, local: str | None) -> str | None:
     """Existence and Python tags; returns the Python to resolve metadata with (or None)."""
     entry = f"torch {t.version} {vname}"
     mine = [f for f in files if f.public == t.version and f.local == local]
@@ -423,9 +415,8 @@ def _compare_files(t: TorchRelease, vname: str, files: list[IndexFile], index: s
     return common[-1]
 
 
-# -- DeepSpeed and Horovod: releases and requires-python on the simple index ----------------
+# -- the matrix's components: releases and requires-python on the simple index -------------
 
-COMPONENTS = ("deepspeed", "horovod")
 # the interpreters a requires-python is tried on: two constraints agree when they admit the same
 _PYTHON_GRID = tuple(Version(v) for v in ["2.7.0", "2.7.18"] +
                      [f"3.{m}.{p}" for m in range(0, 30) for p in (0, 50)])
@@ -441,7 +432,7 @@ def _span(versions: Sequence[Version]) -> str:
 
 
 def compare_component(comp: Component, files: Sequence[ProjectFile], url: str,
-                      rep: VerifyReport) -> None:
+                      rep: MatrixReport) -> None:
     """Existence, yanked status and requires-python of ``comp``'s releases on one project page."""
     by_version: dict[Version, list[ProjectFile]] = {}
     for f in files:
@@ -501,10 +492,10 @@ def compare_component(comp: Component, files: Sequence[ProjectFile], url: str,
                                         f"uploaded {first[:10]}" if first else ""))
 
 
-def verify_components(m: Matrix, rep: VerifyReport, *, pypi: str = PYPI,
+def verify_components(m: Matrix, rep: MatrixReport, *, pypi: str = PYPI,
                       names: Sequence[str] = COMPONENTS,
                       progress: Progress | None = None) -> None:
-    """Check DeepSpeed's and Horovod's releases in ``m`` against their pages on ``pypi``."""
+    """Check the matrix components' releases in ``m`` against their pages on ``pypi``."""
     say = progress or (lambda _msg: None)
     for name in names:
         comp = m.component(name)
@@ -525,10 +516,10 @@ def verify_components(m: Matrix, rep: VerifyReport, *, pypi: str = PYPI,
 def verify_matrix(m: Matrix, *, pypi: str = PYPI, torch_index: str | None = None,
                   variant_indexes: bool = True, uv: str | None = None, jobs: int = 4,
                   progress: Progress | None = None, notes_url: str = NVIDIA_NOTES,
-                  registry: str = REGISTRY) -> VerifyReport:
+                  registry: str = REGISTRY) -> MatrixReport:
     """Check ``m``'s torch facts against PyPI (``pypi``: PyPI or a mirror) and, with
     ``variant_indexes``, PyTorch's index per variant (``torch_index``: a template with
-    ``{variant}``, the matrix's own by default); DeepSpeed's and Horovod's releases and
+    ``{variant}``, the matrix's own by default); each component's releases and
     requires-python against their pages on ``pypi``."""
     say = progress or (lambda _msg: None)
     validate.url(pypi, "--pypi-index-url")
@@ -537,16 +528,27 @@ def verify_matrix(m: Matrix, *, pypi: str = PYPI, torch_index: str | None = None
             raise InputError(f"--torch-index {torch_index!r} has no {{variant}} placeholder, "
                              f"e.g. https://download.pytorch.org/whl/{{variant}}")
         validate.url(torch_index.replace("{variant}", "cu121"), "--torch-index")
-    rep = VerifyReport(str(m.path), m.digest, primary=pypi)
+    rep = MatrixReport(str(m.path), m.digest, primary=pypi)
     verify_components(m, rep, pypi=pypi, progress=say)
     verify_toolkits(m, rep, notes_url=notes_url, pypi=pypi, progress=say)
     verify_nccl(m, rep, pypi=pypi, progress=say)
     verify_base_images(m, rep, registry=registry, progress=say)
     uv_bin = find_uv(uv)
-    work: list[tuple[_Job, bool]] = []
-    lowest = min(t.version for t in m.torch)
-    listed = {t.version for t in m.torch}
+    work = _pypi_torch(m, rep, pypi, say)
+    if variant_indexes:
+        work += _variant_torch(m, rep, torch_index or m.torch_index, pypi, say)
+    _check_metadata(work, rep, uv_bin, jobs, say)
+    return rep
 
+
+def _new_release(v: Version, known: set[Version], lowest: Version) -> bool:
+    """A torch release the matrix does not list yet (not older than its oldest, no pre/dev)."""
+    return v not in known and v >= lowest and not v.is_prerelease and not v.is_devrelease
+
+
+def _pypi_torch(m: Matrix, rep: MatrixReport, pypi: str, say: Progress) -> list[tuple[_Job, bool]]:
+    """torch's files on ``pypi`` against each release's PyPI default variant; releases the
+    matrix lacks are "new"; returns the metadata jobs (each on PyPI)."""
     say(f"listing torch on {pypi}")
     try:
         files = list_project(pypi)
@@ -556,46 +558,58 @@ def verify_matrix(m: Matrix, *, pypi: str = PYPI, torch_index: str | None = None
         rep.findings.append(Finding("skipped", f"index {pypi}", "index", None, None, pypi,
                                     f"cannot reach it ({e}); the PyPI default variants "
                                     f"were not checked"))
-        files = None
-    if files is not None:
-        for t in m.torch:
-            if t.pypi_default is None:
-                continue
-            py = _compare_files(t, t.pypi_default, files, pypi, rep, local=None)
-            if py:
-                work.append((_Job(t, t.pypi_default, pypi, f"torch=={t.version}", py), True))
-        for v in sorted({f.public for f in files}, reverse=True):
-            if v not in listed and v >= lowest and not v.is_prerelease and not v.is_devrelease:
-                rep.findings.append(Finding("new", f"torch {v}", "release", None, str(v), pypi))
+        return []
+    work: list[tuple[_Job, bool]] = []
+    for t in m.torch:
+        if t.pypi_default is None:
+            continue
+        py = _compare_files(t, t.pypi_default, files, pypi, rep, local=None)
+        if py:
+            work.append((_Job(t, t.pypi_default, pypi, f"torch=={t.version}", py), True))
+    listed, lowest = {t.version for t in m.torch}, min(t.version for t in m.torch)
+    for v in sorted({f.public for f in files}, reverse=True):
+        if _new_release(v, listed, lowest):
+            rep.findings.append(Finding("new", f"torch {v}", "release", None, str(v), pypi))
+    return work
 
-    if variant_indexes:
-        template = torch_index or m.torch_index
-        variants = sorted({n for t in m.torch for n in t.variants}, key=lambda n: (len(n), n))
-        for vname in variants:
-            url = template.format(variant=vname)
-            say(f"listing torch on {url}")
-            releases = [t for t in m.torch if vname in t.variants]
-            try:
-                vfiles = list_project(url)
-                rep.indexes[url] = "reachable"
-            except IndexUnreachable as e:
-                rep.indexes[url] = f"unreachable: {e}"
-                rep.findings.append(Finding(
-                    "skipped", f"index {url}", "index", None, None, url,
-                    f"cannot reach it ({e}); {len(releases)} torch release(s) with {vname} "
-                    f"not checked there"))
-                continue
-            for t in releases:
-                py = _compare_files(t, vname, vfiles, url, rep, local=vname)
-                if py and vname != "cpu":
-                    work.append((_Job(t, vname, url, f"torch=={t.version}+{vname}", py,
-                                      (pypi,)), False))
-            known = {t.version for t in releases}
-            for v in sorted({f.public for f in vfiles if f.local == vname}, reverse=True):
-                if v not in known and v >= lowest and not v.is_prerelease and not v.is_devrelease:
-                    rep.findings.append(Finding("new", f"torch {v} {vname}", "variant", None,
-                                                f"{v}+{vname}", url))
 
+def _variant_torch(m: Matrix, rep: MatrixReport, template: str, pypi: str,
+                   say: Progress) -> list[tuple[_Job, bool]]:
+    """torch's files on PyTorch's index of each variant (``template`` with ``{variant}``);
+    returns the metadata jobs (each off PyPI, with PyPI as the extra index)."""
+    work: list[tuple[_Job, bool]] = []
+    lowest = min(t.version for t in m.torch)
+    variants = sorted({n for t in m.torch for n in t.variants}, key=lambda n: (len(n), n))
+    for vname in variants:
+        url = template.format(variant=vname)
+        say(f"listing torch on {url}")
+        releases = [t for t in m.torch if vname in t.variants]
+        try:
+            vfiles = list_project(url)
+            rep.indexes[url] = "reachable"
+        except IndexUnreachable as e:
+            rep.indexes[url] = f"unreachable: {e}"
+            rep.findings.append(Finding(
+                "skipped", f"index {url}", "index", None, None, url,
+                f"cannot reach it ({e}); {len(releases)} torch release(s) with {vname} "
+                f"not checked there"))
+            continue
+        for t in releases:
+            py = _compare_files(t, vname, vfiles, url, rep, local=vname)
+            if py and vname != "cpu":
+                work.append((_Job(t, vname, url, f"torch=={t.version}+{vname}", py,
+                                  (pypi,)), False))
+        known = {t.version for t in releases}
+        for v in sorted({f.public for f in vfiles if f.local == vname}, reverse=True):
+            if _new_release(v, known, lowest):
+                rep.findings.append(Finding("new", f"torch {v} {vname}", "variant", None,
+                                            f"{v}+{vname}", url))
+    return work
+
+
+def _check_metadata(work: list[tuple[_Job, bool]], rep: MatrixReport, uv_bin: str, jobs: int,
+                    say: Progress) -> None:
+    """Each job's metadata resolved with uv (``jobs`` at once) and compared with the matrix."""
     def run(item: tuple[_Job, bool]):
         job, on_pypi = item
         try:
@@ -615,20 +629,41 @@ def verify_matrix(m: Matrix, *, pypi: str = PYPI, torch_index: str | None = None
                                             f"uv could not read the metadata: {err}"))
                 continue
             _compare_metadata(job, pins, on_pypi, rep)
-    return rep
 
 
 # -- CUDA toolkits, base images, NCCL ----------------------------------------------------------
 
 def _get(url: str, accept: str = "*/*") -> bytes:
-    req = urllib.request.Request(url, headers={"Accept": accept, "User-Agent": "envbuilder"})
+    return _fetch(url, accept)[0]
+
+
+def _fetch(url: str, accept: str) -> tuple[bytes, str]:
+    """(body, content type) of ``url`` through envbuilder's one HTTP client (envbuilder._http:
+    http(s) only, a total deadline, bounded size, redirects by hand); a file:// index through
+    the capped reader. IndexUnreachable for any failure."""
+    from envbuilder import _http
+    from envbuilder.errors import EnvbuilderError
+
+    if url.startswith("file://"):
+        from envbuilder.core.readfile import read_bytes_capped
+
+        path = urllib.parse.unquote(urllib.parse.urlsplit(url).path)
+        if path.endswith("/"):
+            path += "index.html"
+        try:
+            return read_bytes_capped(path, "index page", limit=MAX_PAGE_BYTES), "text/html"
+        except EnvbuilderError as e:
+            raise IndexUnreachable(str(e)) from None
+    client = _http.Client(f"the package index {url.split('/')[2] if '//' in url else url}",
+                          timeout=HTTP_TIMEOUT_S, total=HTTP_TIMEOUT_S, step="matrix verify")
     try:
-        with urllib.request.urlopen(req, timeout=HTTP_TIMEOUT_S) as r:
-            return bytes(r.read())
-    except urllib.error.HTTPError as e:
-        raise IndexUnreachable(f"HTTP {e.code} for {url}") from None
-    except (urllib.error.URLError, OSError, TimeoutError) as e:
-        raise IndexUnreachable(f"{url}: {getattr(e, 'reason', e)}") from None
+        r = client.request(url, {"Accept": accept}, limit=MAX_PAGE_BYTES, what="index page",
+                           plain_http=True)
+    except EnvbuilderError as e:
+        raise IndexUnreachable(str(e)) from None
+    if r.status != 200:
+        raise IndexUnreachable(f"HTTP {r.status} for {url}")
+    return r.body, r.headers.get("content-type", "")
 
 
 _TABLE3_ROW = re.compile(r"CUDA (\d+\.\d+)(?:\.(\d+))?(?: \(\d+\.\d+\.\d+\))?\s*(?:GA|Update (\d+))?"
@@ -649,7 +684,7 @@ def table3_floors(page: str) -> dict[str, str]:
     return out
 
 
-def verify_toolkits(m: Matrix, rep: VerifyReport, *, notes_url: str = NVIDIA_NOTES,
+def verify_toolkits(m: Matrix, rep: MatrixReport, *, notes_url: str = NVIDIA_NOTES,
                     pypi: str = PYPI, progress: Progress | None = None) -> None:
     """Each toolkit's driver floor against Table 3; toolkit releases on PyPI's cuda-toolkit
     that the matrix lacks."""
@@ -683,7 +718,7 @@ def verify_toolkits(m: Matrix, rep: VerifyReport, *, notes_url: str = NVIDIA_NOT
                  floor=min((t.version for t in m.toolkits if t.version.major >= 12), default=None))
 
 
-def _new_on_pypi(rep: VerifyReport, pypi: str, project: str, listed: set[Version], what: str,
+def _new_on_pypi(rep: MatrixReport, pypi: str, project: str, listed: set[Version], what: str,
                  say: Progress, floor: Version | None) -> None:
     url = project_url(pypi, project)
     say(f"listing {project} on {url}")
@@ -705,7 +740,7 @@ def _new_on_pypi(rep: VerifyReport, pypi: str, project: str, listed: set[Version
         rep.findings.append(Finding("new", f"{what} {v}", "release", None, str(v), url))
 
 
-def verify_nccl(m: Matrix, rep: VerifyReport, *, pypi: str = PYPI,
+def verify_nccl(m: Matrix, rep: MatrixReport, *, pypi: str = PYPI,
                 progress: Progress | None = None) -> None:
     """NCCL releases PyPI's nvidia-nccl-cu12/cu13 have that nccl.yaml lacks."""
     say = progress or (lambda _msg: None)
@@ -728,7 +763,7 @@ def tag_exists(registry: str, repository: str, tag: str) -> bool:
         raise
 
 
-def verify_base_images(m: Matrix, rep: VerifyReport, *, registry: str = REGISTRY,
+def verify_base_images(m: Matrix, rep: MatrixReport, *, registry: str = REGISTRY,
                        progress: Progress | None = None) -> None:
     """Every nvidia/cuda tag the matrix lists (sets not marked removed) against the registry."""
     say = progress or (lambda _msg: None)

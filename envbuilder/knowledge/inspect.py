@@ -9,17 +9,18 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from envbuilder.errors import InputError
-from envbuilder.labels import BASE_DIGEST, LOCK_DIGEST, PREFIX
+from envbuilder.core.matrix import COMPONENTS, OPS_KEY
+from envbuilder.labels import BASE_DIGEST, KEY_OF, LOCK_DIGEST, PREFIX
 
 # resolve's rows (cli._print_stack), then the image's other facts; (row, label)
 ROWS: tuple[tuple[str, str], ...] = (
     ("cuda_toolkit", PREFIX + "cuda-toolkit"), ("driver_min", PREFIX + "driver-min"),
     ("torch", PREFIX + "torch"), ("torch_variant", PREFIX + "torch-variant"),
     ("python", PREFIX + "python"), ("nccl", PREFIX + "nccl"),
-    ("deepspeed", PREFIX + "deepspeed"), ("horovod", PREFIX + "horovod"),
+    *((c, PREFIX + c) for c in COMPONENTS),
     ("os", PREFIX + "os"), ("base_image", "org.opencontainers.image.base.name"),
     ("builder_nvcc", PREFIX + "builder-nvcc"), ("flavour", PREFIX + "flavour"),
-    ("nccl_package", PREFIX + "nccl-package"), ("deepspeed_ops", PREFIX + "deepspeed-ops"),
+    ("nccl_package", PREFIX + "nccl-package"), (OPS_KEY, KEY_OF[OPS_KEY]),
     ("torch_arch", PREFIX + "torch-arch"), ("cuda_arch_list", PREFIX + "cuda-arch-list"),
     ("cpu_isa", PREFIX + "cpu-isa"),
 )

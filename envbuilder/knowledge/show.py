@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
-from envbuilder.core.matrix import Matrix
+from envbuilder.core.matrix import Matrix, python_key
+from envbuilder.core.target import COMPONENTS
 from envbuilder.errors import InputError
 
-AXES = ("cuda", "torch", "nccl", "os", "base_images", "deepspeed", "horovod", "incompatibilities")
+AXES = ("cuda", "torch", "nccl", "os", "base_images", *COMPONENTS, "incompatibilities",
+        "advisories", "drivers")
 
 
 @dataclass(frozen=True)
@@ -26,57 +29,91 @@ def _j(values) -> str:
     return ", ".join(str(v) for v in values)
 
 
+# one axis's columns and its rows, each with the sources it comes from
+_Row = tuple[tuple[str, ...], tuple[str, ...]]
+_Rows = tuple[tuple[str, ...], list[_Row]]
+
+
+def _cuda_rows(m: Matrix, axis: str) -> _Rows:
+    rows: list[_Row] = []
+    for tk in m.toolkits:
+        mc = m.minor_compat.get(tk.version.major)
+        rows.append(((str(tk.version), tk.driver_min, mc.driver_min if mc else ""), tk.source))
+    return ("toolkit", "driver_min", "minor_compat_driver"), rows
+
+
+def _torch_rows(m: Matrix, axis: str) -> _Rows:
+    rows: list[_Row] = []
+    for t in m.torch:
+        for name, v in sorted(t.variants.items(), key=lambda kv: (len(kv[0]), kv[0])):
+            rows.append(((str(t.version), _j(t.python + t.python_ft), t.pypi_default or "", name,
+                          "" if v.nccl is None else str(v.nccl), v.nccl_package or "",
+                          _j(v.arch)), t.source))
+    return ("torch", "python", "pypi_default", "variant", "nccl", "nccl_package", "arch"), rows
+
+
+def _nccl_rows(m: Matrix, axis: str) -> _Rows:
+    return ("nccl", "cuda"), [((str(n.version), _j(n.cuda)), n.source) for n in m.nccl]
+
+
+def _os_rows(m: Matrix, axis: str) -> _Rows:
+    return ("os", "image", "python_default", "python"), [
+        ((o.name, o.image, o.python_default,
+          _j(f"{p} ({o.python[p].repo})" for p in sorted(o.python, key=python_key))), o.source)
+        for o in sorted(m.os.values(), key=lambda o: o.sort_key, reverse=True)]
+
+
+def _base_image_rows(m: Matrix, axis: str) -> _Rows:
+    return ("cuda", "os", "flavours", "cudnn", "removed"), [
+        ((str(b.cuda), _j(b.os), _j(b.flavours), b.cudnn or "", str(b.removed).lower()), b.source)
+        for b in m.base_images]
+
+
+def _component_rows(m: Matrix, axis: str) -> _Rows:
+    comp = m.component(axis)
+    return (axis, "requires", "status"), [
+        ((str(c.version), _j(f"{k} {s}" for k, s in c.requires.items()),
+          "legacy" if comp.legacy else ""), c.source)
+        for c in comp.releases]
+
+
+def _incompatibility_rows(m: Matrix, axis: str) -> _Rows:
+    return ("id", "when", "severity", "fix"), [
+        ((x.id, _j(f"{k} {v}" for k, v in x.when.items()), x.severity, x.fix), x.source)
+        for x in m.incompatibilities]
+
+
+def _advisory_rows(m: Matrix, axis: str) -> _Rows:
+    return ("id", "component", "affected", "fixed", "severity", "symptom"), [
+        ((a.id, a.component, str(a.affected), a.fixed or "", a.severity,
+          a.symptom + (f" ({a.gpus})" if a.gpus else "")), a.source)
+        for a in m.advisories]
+
+
+def _driver_rows(m: Matrix, axis: str) -> _Rows:
+    return ("branch", "designation", "eol", "max_cuda_major"), [
+        ((f"R{br.branch}", br.designation, br.eol,
+          "" if br.max_cuda_major is None else str(br.max_cuda_major)), br.source)
+        for br in m.driver_branches]
+
+
+_AXIS_ROWS: dict[str, Callable[[Matrix, str], _Rows]] = {
+    "cuda": _cuda_rows, "torch": _torch_rows, "nccl": _nccl_rows, "os": _os_rows,
+    "base_images": _base_image_rows, **{c: _component_rows for c in COMPONENTS},
+    "incompatibilities": _incompatibility_rows, "advisories": _advisory_rows,
+    "drivers": _driver_rows,
+}
+
+
 def show_axis(m: Matrix, axis: str) -> AxisTable:
     """The rows of one axis (InputError naming the axes when ``axis`` is not one)."""
-    rows: list[tuple[str, ...]] = []
-    srcs: list[tuple[str, ...]] = []
-    cols: tuple[str, ...]
-    if axis == "cuda":
-        cols = ("toolkit", "driver_min", "minor_compat_driver")
-        for tk in m.toolkits:
-            mc = m.minor_compat.get(tk.version.major)
-            rows.append((str(tk.version), tk.driver_min, mc.driver_min if mc else ""))
-            srcs.append(tk.source)
-    elif axis == "torch":
-        cols = ("torch", "python", "pypi_default", "variant", "nccl", "nccl_package", "arch")
-        for t in m.torch:
-            for name, v in sorted(t.variants.items(), key=lambda kv: (len(kv[0]), kv[0])):
-                rows.append((str(t.version), _j(t.python), t.pypi_default or "", name,
-                             "" if v.nccl is None else str(v.nccl), v.nccl_package or "",
-                             _j(v.arch)))
-                srcs.append(t.source)
-    elif axis == "nccl":
-        cols = ("nccl", "cuda")
-        for n in m.nccl:
-            rows.append((str(n.version), _j(n.cuda)))
-            srcs.append(n.source)
-    elif axis == "os":
-        cols = ("os", "image", "python_default", "python")
-        for o in sorted(m.os.values(), key=lambda o: o.sort_key, reverse=True):
-            rows.append((o.name, o.image, o.python_default, _j(
-                f"{p} ({o.python[p].repo})" for p in sorted(o.python, key=lambda p: tuple(map(int, p.split("."))))))
-            )
-            srcs.append(o.source)
-    elif axis == "base_images":
-        cols = ("cuda", "os", "flavours", "cudnn", "removed")
-        for b in m.base_images:
-            rows.append((str(b.cuda), _j(b.os), _j(b.flavours), b.cudnn or "", str(b.removed).lower()))
-            srcs.append(b.source)
-    elif axis in ("deepspeed", "horovod"):
-        cols = (axis, "requires")
-        for c in m.component(axis).releases:
-            rows.append((str(c.version), _j(f"{k} {s}" for k, s in c.requires.items())))
-            srcs.append(c.source)
-    elif axis == "incompatibilities":
-        cols = ("id", "when", "severity", "fix")
-        for x in m.incompatibilities:
-            rows.append((x.id, _j(f"{k} {v}" for k, v in x.when.items()), x.severity, x.fix))
-            srcs.append(x.source)
-    else:
+    rows_of = _AXIS_ROWS.get(axis)
+    if rows_of is None:
         from envbuilder.core import validate
         raise InputError(f"matrix axis {axis!r} is unknown{validate.suggest(axis, AXES)}; "
                          f"axes: {', '.join(AXES)}")
-    return AxisTable(axis, cols, tuple(rows), tuple(srcs))
+    cols, rows = rows_of(m, axis)
+    return AxisTable(axis, cols, tuple(r for r, _ in rows), tuple(tuple(s) for _, s in rows))
 
 
 # -- filters: `matrix show torch --torch 2.6 --cuda 12.4` ------------------------------------
@@ -87,9 +124,10 @@ FILTER_COLUMNS: dict[str, dict[str, str]] = {
     "nccl": {"nccl": "nccl", "cuda": "cuda"},
     "os": {"os": "os", "python": "python"},
     "base_images": {"cuda": "cuda", "os": "os"},
-    "deepspeed": {"deepspeed": "deepspeed"},
-    "horovod": {"horovod": "horovod"},
+    **{c: {c: c} for c in COMPONENTS},
     "incompatibilities": {},
+    "advisories": {},
+    "drivers": {},
 }
 
 

@@ -36,7 +36,7 @@ from typing import Mapping, Sequence
 import yaml
 
 from envbuilder.errors import IncompatibleError, InputError, MissingExtraError, OperationError
-from envbuilder.lock.requirements import LOCK_NAME, read_lock
+from envbuilder.lock.entries import LOCK_NAME, read_lock
 from envbuilder.lock.uv import PLATFORM
 from envbuilder.lock.uv import compile as uv_compile
 from envbuilder.core.resolve import PYPI, Stack
@@ -98,7 +98,7 @@ def environment_yml(stack: Stack, lock_path: str | Path | None = None, *,
     if lock_path is not None:
         pins = [f"{p.name}=={p.version}" for p in read_lock(_lock_text(lock_path))]
     else:
-        from envbuilder.lock.requirements import input_requirements
+        from envbuilder.lock.inputs import input_requirements
 
         pins = input_requirements(stack)
     pip: list[str] = []
@@ -186,7 +186,7 @@ def solve_rattler(specs: Sequence[str], channels: Sequence[str], *, platform: st
 _CHANNEL_RE = re.compile(r"^[A-Za-z0-9/.~][A-Za-z0-9_.:/@+~%-]{0,511}$")
 
 
-def _check_channel(c: str) -> str:
+def check_channel(c: str) -> str:
     """A channel name (conda-forge), URL or local folder: one line, no spaces or quotes."""
     if not isinstance(c, str) or _CHANNEL_RE.fullmatch(c) is None:
         shown = c if len(c) <= 80 else c[:80] + "..."
@@ -316,7 +316,7 @@ def conda_outputs(stack, out_dir: str | Path, *, lock_path: str | Path, work: Pa
         raise InputError(f"no {LOCK_NAME} at {lock_path}: run envbuilder lock first")
     out = Path(out_dir)
     for c in channels:
-        _check_channel(c)
+        check_channel(c)
     env_text = environment_yml(stack, lock_path, channels=channels)
     specs = conda_specs(stack)
     if solver == "auto":
@@ -355,7 +355,7 @@ def conda_outputs(stack, out_dir: str | Path, *, lock_path: str | Path, work: Pa
     body.pop("version")
     try:
         LockfileV1.model_validate(body)  # conda-lock's own model: refuse what it refuses
-    except Exception as e:
+    except Exception as e:  # noqa: BLE001 - pydantic's ValidationError, or any error of conda-lock's model: a refusal
         raise OperationError(f"the {CONDA_LOCK_NAME} envbuilder made is not valid for "
                              f"conda-lock: {str(e).splitlines()[0]}", step="lock",
                              details=str(e).splitlines()) from None

@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING
 from urllib.parse import quote
 
 from envbuilder import __version__
-from envbuilder.lock.requirements import lock_digest, read_lock
+from envbuilder.core.target import COMPONENTS
+from envbuilder.lock.entries import lock_digest, read_lock
 
 if TYPE_CHECKING:
     from envbuilder.core.resolve import Stack
@@ -58,8 +59,8 @@ def sbom(lock_path: str | Path, stack: Stack) -> dict:
     d = stack.to_dict()
     image_ref = f"envbuilder:{stack.tag}"
     props = [{"name": f"envbuilder:{k}", "value": str(d[k])}
-             for k in ("target", "torch", "torch_variant", "python", "cuda", "nccl",
-                       "deepspeed", "horovod", "os") if d.get(k)]
+             for k in ("target", "torch", "torch_variant", "python", "cuda", "nccl", *COMPONENTS, "os")
+             if d.get(k)]
     props += [{"name": "envbuilder:matrix-digest", "value": stack.matrix.digest},
               {"name": "envbuilder:lock-digest", "value": digest}]
     return {

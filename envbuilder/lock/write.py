@@ -10,10 +10,48 @@ from typing import Sequence
 
 from envbuilder.core.resolve import Stack
 from envbuilder.errors import InputError
-from envbuilder.lock.requirements import (LOCK_NAME, MAX_LOCK_BYTES, LockReport, _default_command,
-                                          _recorded_command, _resolve, check_lock, cross_check,
-                                          lock_drift, lock_inputs, read_lock, versions_on_disk)
+from envbuilder.lock.checks import cross_check
+from envbuilder.lock.entries import LOCK_NAME, MAX_LOCK_BYTES, read_lock
+from envbuilder.lock.inputs import LockInputs, lock_inputs
+from envbuilder.lock.requirements import (LockReport, check_lock, default_command, lock_drift,
+                                          read_lockfile, resolve, versions_on_disk)
 from envbuilder.lock.pkgdiff import package_diff
+
+
+def _check_flags(stack: Stack, out: Path, *, check: bool, upgrade: bool, conda: bool, sbom: bool,
+                 conda_channels: Sequence[str], command: str | None) -> None:
+    """The flags that cannot go together, and what --check needs, before any work (exit 2)."""
+    if check and upgrade:
+        raise InputError("lock --check verifies the lock offline and --upgrade resolves it "
+                         "again: give one of them")
+    if check:
+        if conda or sbom:
+            raise InputError("lock --check verifies requirements.lock only: drop --conda/--sbom "
+                             "(run lock without --check to rewrite them)")
+        if not (out / LOCK_NAME).is_file():
+            raise InputError(f"no {LOCK_NAME} in {out} to check: run "
+                             f"{default_command(stack, out, command)} first")
+    if conda:
+        from envbuilder.lock.conda import check_channel
+
+        for c in conda_channels:
+            check_channel(c)
+
+
+def _lock_to_keep(stack: Stack, dest: Path, inputs: LockInputs,
+                  command: str | None) -> tuple[str | None, list[str]]:
+    """(the lock on disk when it is kept as it is, else None; why it is not kept): a lock
+    whose inputs match and which is consistent is kept (uv is not run)."""
+    if not dest.is_file():
+        return None, []
+    from envbuilder._fs import read_text_capped
+
+    try:
+        disk = read_text_capped(dest, "lock", limit=MAX_LOCK_BYTES, follow_links=False)
+    except InputError as e:
+        return None, [str(e)]
+    changed = lock_drift(stack, disk, str(dest), inputs, command)
+    return (None if changed else disk), changed
 
 
 def write_locks(stack, out_dir: str | Path, *, requirements_file: str | Path | None = None,
@@ -21,7 +59,8 @@ def write_locks(stack, out_dir: str | Path, *, requirements_file: str | Path | N
                 uv: str | None = None, check: bool = False, upgrade: bool = False,
                 exclude_newer: str | None = None, conda: bool = False,
                 conda_channels: Sequence[str] = ("conda-forge",), sbom: bool = False,
-                team: Sequence[str] = (), command: str | None = None) -> dict:
+                team: Sequence[str] = (), command: str | None = None,
+                compiled: Sequence[str] = ()) -> dict:
     """``envbuilder lock``: requirements.lock, and with ``conda`` environment.yml +
     conda-lock.yml, with ``sbom`` sbom.cdx.json, all written together or not at all (a failing
     conda solve leaves the old requirements.lock in place). Returns {"lock": LockReport,
@@ -35,43 +74,21 @@ def write_locks(stack, out_dir: str | Path, *, requirements_file: str | Path | N
     * ``upgrade``: uv resolves again whatever is there (newer releases come in)."""
     out = Path(out_dir)
     dest = out / LOCK_NAME
-    if check and upgrade:
-        raise InputError("lock --check verifies the lock offline and --upgrade resolves it "
-                         "again: give one of them")
-    if check:
-        if conda or sbom:
-            raise InputError("lock --check verifies requirements.lock only: drop --conda/--sbom "
-                             "(run lock without --check to rewrite them)")
-        if not dest.is_file():
-            raise InputError(f"no {LOCK_NAME} in {out} to check: run "
-                             f"{_default_command(stack, out, command)} first")
-    if conda:
-        from envbuilder.lock.conda import _check_channel
-
-        for c in conda_channels:
-            _check_channel(c)
+    _check_flags(stack, out, check=check, upgrade=upgrade, conda=conda, sbom=sbom,
+                 conda_channels=conda_channels, command=command)
     inputs = lock_inputs(stack, requirements_file=requirements_file, index_url=index_url,
                          extra_index_urls=extra_index_urls, exclude_newer=exclude_newer,
-                         team=team)
+                         team=team, compiled=compiled)
     if check:
         return {"lock": check_lock(stack, dest, inputs, command), "conda": None, "sbom": None}
-    from envbuilder._fs import Outputs, read_text_capped
+    from envbuilder._fs import Outputs
 
-    kept: str | None = None
-    changed: list[str] = []
     before = versions_on_disk(dest)
-    if not upgrade and dest.is_file():
-        try:
-            disk = read_text_capped(dest, "lock", limit=MAX_LOCK_BYTES, follow_links=False)
-        except InputError as e:
-            changed = [str(e)]
-        else:
-            changed = lock_drift(stack, disk, str(dest), inputs, command)
-            kept = None if changed else disk
+    kept, changed = (None, []) if upgrade else _lock_to_keep(stack, dest, inputs, command)
     if kept is not None:
-        text, pkgs, shown = kept, read_lock(kept), _recorded_command(kept)
+        text, pkgs, shown = kept, read_lock(kept), read_lockfile(kept, str(dest), stack).command
     else:
-        text, pkgs, shown = _resolve(stack, inputs, uv=uv, command=command)
+        text, pkgs, shown = resolve(stack, inputs, uv=uv, command=command)
         cross_check(stack, pkgs, "uv's resolution")
     versions = {p.name: p.version for p in pkgs}
     result: dict = {"conda": None, "sbom": None}
@@ -113,11 +130,11 @@ def write_locks(stack, out_dir: str | Path, *, requirements_file: str | Path | N
 
 
 
-def lock_target(stack: Stack, out_dir: str | Path, *, requirements_file: str | Path | None = None,
+def lock_stack(stack: Stack, out_dir: str | Path, *, requirements_file: str | Path | None = None,
                 index_url: str | None = None, extra_index_urls: Sequence[str] = (),
                 uv: str | None = None, check: bool = False, upgrade: bool = False,
-                exclude_newer: str | None = None) -> LockReport:
+                exclude_newer: str | None = None, compiled: Sequence[str] = ()) -> LockReport:
     """Write (or, with ``check``, verify offline) ``out_dir/requirements.lock`` for ``stack``."""
     return write_locks(stack, out_dir, requirements_file=requirements_file, index_url=index_url,
                        extra_index_urls=extra_index_urls, uv=uv, check=check, upgrade=upgrade,
-                       exclude_newer=exclude_newer)["lock"]
+                       exclude_newer=exclude_newer, compiled=compiled)["lock"]

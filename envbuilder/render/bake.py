@@ -83,6 +83,43 @@ def _builder_key(files: Mapping[str, str | bytes], dockerfile: str, builder_imag
     return h.hexdigest()[:12]
 
 
+PIP_CACHE_MOUNT = "--mount=type=cache,target=/root/.cache/pip,sharing=locked"
+APT_CACHE_MOUNT = "--mount=type=cache,target=/var/cache/apt,sharing=locked"
+
+
+def with_cache_mounts(dockerfile: str) -> str:
+    """The Dockerfile with BuildKit cache mounts (``bake --cache-mounts``): pip's cache on each
+    RUN that runs pip (its ``--no-cache-dir`` and PIP_NO_CACHE_DIR dropped there, so a rebuilt
+    layer reuses the wheels pip downloaded or built before), apt's package cache on each RUN that
+    runs apt-get. The caches live in the builder, never in a layer. Only BuildKit builds this
+    file (the legacy builder refuses ``RUN --mount``); plain ``render`` output stays as it was."""
+    lines = dockerfile.splitlines(keepends=True)
+    out: list[str] = []
+    i = 0
+    while i < len(lines):
+        if not lines[i].startswith("RUN "):
+            out.append(lines[i])
+            i += 1
+            continue
+        j = i
+        while lines[j].rstrip("\n").endswith("\\") and j + 1 < len(lines):
+            j += 1
+        body = "".join(lines[i:j + 1])[len("RUN "):]
+        mounts = []
+        if "pip install" in body:
+            mounts.append(PIP_CACHE_MOUNT)
+            body = "unset PIP_NO_CACHE_DIR \\\n && " + body.replace("pip install --no-cache-dir ", "pip install ")
+        if "apt-get " in body:
+            mounts.append(APT_CACHE_MOUNT)
+        out.append("RUN " + "".join(m + " " for m in mounts) + body)
+        i = j + 1
+    text = "".join(out)
+    head, _, rest = text.partition("\nARG BUILDER_IMAGE=")
+    note = ("\n# BuildKit cache mounts for pip and apt (envbuilder bake --cache-mounts): build it with "
+            "BuildKit\n# (docker buildx bake); the legacy builder refuses RUN --mount.")
+    return head + note + "\nARG BUILDER_IMAGE=" + rest if rest else text
+
+
 def _folder_files(folder: Path) -> dict[str, str | bytes]:
     """A rendered folder's files that the bake file reads (stack.json, Dockerfile, CA files)."""
     out: dict[str, str | bytes] = {}
@@ -149,7 +186,9 @@ def _image(name: str, folder: Path, files: Mapping[str, str | bytes], share: boo
     builder, runtime = img["builder"], img["runtime"]
     validate.image_ref(builder, "builder image")
     validate.image_ref(runtime, "runtime image")
-    return {"name": name, "folder": folder, "tag": validate.tag(stack["tag"], "stack tag"),
+    # a project target's own tag (assemble.image_tag) when it has one: its job files pull it
+    tag = stack.get("image_tag") or stack["tag"]
+    return {"name": name, "folder": folder, "tag": validate.tag(tag, "stack tag"),
             "flavour": stack.get("flavour") or "",
             "alias": validate.tag(stack.get("torch_variant") or name, "alias"),
             "labels": img["labels"], "builder": builder, "runtime": runtime,
@@ -172,21 +211,24 @@ def _unique_tags(images: list[dict]) -> None:
             i["tag"] = validate.tag(f"{i['tag']}-{extra}", "tag")
 
 
-def _tags_and_caches(images: list[dict], registry: str | None, alias_tags: bool) -> None:
-    """Each image's version tag (to push), its moving alias (listed apart) and its caches."""
-    repo = registry or LOCAL_REPOSITORY
+def _tags_and_caches(images: list[dict], registry: str | None, alias_tags: bool,
+                     registries: Mapping[str, str | None] | None = None) -> None:
+    """Each image's version tag (to push), its moving alias (listed apart) and its caches,
+    under its own registry (``registries``, by target) else ``registry``."""
     # the moving alias is the CUDA line (cu121, cpu); when several targets share a line only the
     # one named after it carries the alias, else they would overwrite each other's tag
     by_alias: dict[str, list[str]] = {}
     for i in images:
         by_alias.setdefault(i["alias"], []).append(i["name"])
     for i in images:
+        reg = (registries or {}).get(i["name"], registry)
+        repo = reg or LOCAL_REPOSITORY
         owners = by_alias[i["alias"]]
         own = alias_tags and (len(owners) == 1 or i["name"] == i["alias"])
         i["tags"] = [f"{repo}:{i['tag']}"]
         i["moving"] = f"{repo}:{i['alias']}" if own else None
-        if registry is not None:
-            ref = f"{registry}:buildcache-{i['name']}"
+        if reg is not None:
+            ref = f"{reg}:buildcache-{i['name']}"
             i["cache"] = ([f"type=registry,ref={ref}"], [f"type=registry,ref={ref},mode=max"])
         else:
             i["cache"] = ([f"type=local,src=.buildx-cache/{i['name']}"],
@@ -209,17 +251,26 @@ def _shared_builders(images: list[dict]) -> dict[str, dict]:
 
 def bake_hcl(targets: Sequence[tuple[str, Path, Mapping[str, str | bytes]]], path: Path, *,
              registry: str | None = None, alias_tags: bool = True,
-             share_builders: bool = True) -> str:
+             share_builders: bool = True, docker_driver: bool = False,
+             registries: Mapping[str, str | None] | None = None) -> str:
     """The docker-bake.hcl text for rendered targets ``[(name, folder, files)]`` (the files in
     memory: bake renders and writes them in one transaction with this file).
 
+    ``registries``: each target's own repository (a spec's, by name), else ``registry``.
     ``registry``: a repository such as ``ghcr.io/acme/envbuilder`` (no tag); images are tagged
     ``<registry>:<version tag>`` (unique per target). The moving aliases (``<registry>:cu121``)
     are listed apart, in comments: ``envbuilder build --push`` moves them after the smoke job
     passed; ``bake --push`` pushes only version tags. Each target caches to and from the
-    registry (``<registry>:buildcache-<name>``), or a local folder without one."""
-    if registry is not None:
-        validate.repository(registry, "--registry")
+    registry (``<registry>:buildcache-<name>``), or a local folder without one.
+
+    ``docker_driver``: for buildx's ``docker`` driver, i.e. a Docker engine's built-in BuildKit
+    (Debian 12's dockerd 20.10 has v0.8): it exports no cache ("Cache export is not supported
+    for the docker driver") and its Dockerfile frontend has no named contexts ("unsupported
+    frontend capability moby.buildkit.frontend.contexts"), so the file names neither; identical
+    builder stages are still built once (BuildKit dedupes equal steps by cache key)."""
+    for r in (registry, *(registries or {}).values()):
+        if r is not None:
+            validate.repository(r, "--registry")
     base = Path(path).parent
     if not targets:
         raise InputError("no targets to bake")
@@ -229,9 +280,9 @@ def bake_hcl(targets: Sequence[tuple[str, Path, Mapping[str, str | bytes]]], pat
         if name in seen:
             raise InputError(f"target {name} is given twice")
         seen.add(name)
-        images.append(_image(name, folder, files, share_builders))
+        images.append(_image(name, folder, files, share_builders and not docker_driver))
     _unique_tags(images)
-    _tags_and_caches(images, registry, alias_tags)
+    _tags_and_caches(images, registry, alias_tags, registries)
     shared = _shared_builders(images)
 
     aliases = [f"# alias {i['name']}: {i['moving']}" for i in images if i["moving"]]
@@ -252,7 +303,8 @@ def bake_hcl(targets: Sequence[tuple[str, Path, Mapping[str, str | bytes]]], pat
             ("context", _rel(i["folder"], base)), ("dockerfile", "Dockerfile"),
             ("target", "runtime"), ("tags", i["tags"]), ("labels", i["labels"]),
             ("args", {"BUILDER_IMAGE": i["builder"], "RUNTIME_IMAGE": i["runtime"]}),
-            ("cache-from", i["cache"][0]), ("cache-to", i["cache"][1])]
+            ("cache-from", None if docker_driver else i["cache"][0]),
+            ("cache-to", None if docker_driver else i["cache"][1])]
         if i["platform"]:  # the stack's own platform (amd64 is the default and stays implicit)
             fields.append(("platforms", [i["platform"]]))
         if i["key"] in shared:

@@ -71,19 +71,59 @@ def _registry_host(registry: str) -> str | None:
     return None  # Docker Hub
 
 
-def default_install() -> str:
-    """What the workflow pip-installs: envbuilder's own distribution (``torch-envbuilder``;
-    the PyPI name ``envbuilder`` is another project) at the version that wrote the workflow."""
+def install_spec(direct_url: dict | None, version: str, *, repo_is_envbuilder: bool = False) -> str:
+    """What the workflow pip-installs, from how this envbuilder was installed (PEP 610's
+    ``direct_url.json``): the checkout itself (``.[lock]``) when the workflow goes into
+    envbuilder's own repository; the same commit of a git install (``git+URL@COMMIT``); the
+    same version from the index pip took it from. A local folder or file exists only on this
+    machine: then the version, and the workflow's header says to give ``ci --install``."""
+    from envbuilder import DISTRIBUTION
+
+    if repo_is_envbuilder:
+        return ".[lock]"
+    if not direct_url:
+        return f"{DISTRIBUTION}[lock]=={version}"
+    url = str(direct_url.get("url", ""))
+    vcs = direct_url.get("vcs_info") or {}
+    if vcs.get("vcs") == "git" and vcs.get("commit_id") and re.fullmatch(r"(https|ssh)://[^\s'\"$;&|<>`\\]+", url):
+        return f"{DISTRIBUTION}[lock] @ git+{url}@{vcs['commit_id']}"
+    if re.fullmatch(r"https://[^\s'\"$;&|<>`\\]+\.whl", url):
+        return f"{DISTRIBUTION}[lock] @ {url}"
+    # a local folder or file exists only on this machine: the version, which the header flags
+    return f"{DISTRIBUTION}[lock]=={version}"
+
+
+def local_install(direct_url: dict | None) -> bool:
+    """Whether this envbuilder came from a local folder or file (CI cannot install that)."""
+    return bool(direct_url) and str((direct_url or {}).get("url", "")).startswith("file:")
+
+
+def default_install(out: Path | None = None) -> tuple[str, bool]:
+    """(``install_spec`` for this installation and the repository the workflow goes into,
+    whether it came from a local folder that CI cannot install)."""
+    import importlib.metadata as md
+    import json
+
     from envbuilder import DISTRIBUTION, __version__
 
-    return f"{DISTRIBUTION}[lock]=={__version__}"
+    own = False
+    if out is not None:
+        py = Path(out) / "pyproject.toml"
+        own = py.is_file() and f'name = "{DISTRIBUTION}"' in py.read_text(errors="replace")
+    try:
+        raw = md.distribution(DISTRIBUTION).read_text("direct_url.json")
+    except md.PackageNotFoundError:
+        raw = None
+    direct = json.loads(raw) if raw else None
+    return (install_spec(direct, __version__, repo_is_envbuilder=own),
+            local_install(direct) and not own)
 
 
 def workflow(registry: str, *, python: str = "3.11", install: str | None = None,
              timeout_minutes: int = 240, matrix: str | None = None) -> dict:
     """The workflow as data (what write_github_workflow writes). ``matrix``: a matrix folder
     relative to the repository root, passed as --matrix to every command."""
-    install = default_install() if install is None else install
+    install = default_install()[0] if install is None else install
     validate.repository(registry, "--registry")
     mx = ""
     if matrix is not None:
@@ -166,11 +206,25 @@ def write_github_workflow(out: Path, *, registry: str, **kw) -> Path:
         return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
 
     Dumper.add_representer(str, _str)
+    from envbuilder import __version__
+
+    targets = kw.pop("targets", None)
+    local = False
+    if kw.get("install") is None:
+        kw["install"], local = default_install(Path(out))
     data = workflow(registry, **kw)
-    text = ("# Written by envbuilder ci --github. Lock, render, build and smoke test every built-in\n"
-            "# target; the moving alias tag is pushed by `envbuilder build` only after its smoke job passed.\n"
+    which = (f"the project's targets ({', '.join(targets)})" if targets else
+             "every built-in target")
+    text = (f"# Written by envbuilder {__version__} (ci --github). For {which}, as\n"
+            "# `envbuilder targets --github-matrix` lists them: lock --check (offline), render, build\n"
+            "# the image, verify it, run the smoke job in it, push it to $REGISTRY by its version tag;\n"
+            "# the moving alias tag is pushed by `envbuilder build` only after its smoke job passed.\n"
+            f"# envbuilder itself is installed from: {kw['install']}\n"
+            + ("# (this envbuilder came from a local folder, which CI cannot install: if that version\n"
+               "# is not on your index, write the workflow again with `envbuilder ci --install SPEC`)\n"
+               if local else "")
             + yaml.dump(data, Dumper=Dumper, sort_keys=False, width=100))
     path = Path(out) / WORKFLOW
 
-    write_file_atomic(path, text, step="ci", group="ci")
+    write_file_atomic(path, text, step="ci", group="ci", root=out)
     return path

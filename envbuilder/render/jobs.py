@@ -1,11 +1,17 @@
-"""Cluster job files for the smoke job: the same DDP check as ``smoke/run.sh``
-(12 ranks unless ``render --nproc/--layout`` says otherwise), laid out
-across nodes for Kubernetes (Kubeflow PyTorchJob, or an indexed batch/v1 Job with a headless
-Service) and Slurm (Apptainer or pyxis/enroot).
+"""Cluster job files for the smoke job and the team's own command: the same DDP check as
+``smoke/run.sh`` (12 ranks unless ``render --nproc/--layout`` says otherwise), laid out across
+nodes for Kubernetes (a Kubeflow Trainer v2 TrainJob, a JobSet, an indexed batch/v1 Job with a
+headless Service; the kubeflow.org/v1 PyTorchJob only as ``legacy``) and Slurm (Apptainer,
+pyxis/enroot, or nodes whose slurmd runs in the image: ``slurm-host``).
 
-Call ``envbuilder.jobs.render_jobs(plan, image=REF)``; it returns ``{"jobs/...": text}`` to merge
-into ``envbuilder.render.render_files(plan)`` before ``write_tree`` (``render`` puts it in the
-build folder as ``jobs/``). ``REF`` is the image as the cluster pulls it, by digest when known.
+Call ``envbuilder.jobs.render_jobs(plan, image=REF, jobs=JobsConfig)``; it returns
+``{"jobs/...": text}`` to merge into ``envbuilder.render.render_files(plan)`` before
+``write_tree`` (``render`` puts it in the build folder as ``jobs/``). ``REF`` is the image as
+the cluster pulls it, by digest when known (``build --push --context`` rewrites the files with
+it). ``JobsConfig`` (envbuilder.core.jobs, the project's ``[jobs]`` table) tailors them: the
+Kubernetes kinds, Kueue queue, priority class, node selector, tolerations, pull secrets, device
+resources, hostNetwork, env, Slurm partition/account/QoS/time/constraint, and ``command``: the
+``train-*`` files run it with each layout's torchrun and rendezvous settings.
 
 Layouts are NNODES x NPROC_PER_NODE (envbuilder.core.layouts: ``2x8``); each must multiply to
 the plan's ``smoke_nproc``, so every file runs the same world size. Without ``layouts`` the
@@ -15,9 +21,9 @@ layout (torchrun gives every node the same ``--nproc_per_node``): a 12-rank job 
 2x6, six of each node's eight GPUs (``smoke IMAGE --nnodes 2 --layout 8,4``
 tries an uneven split locally).
 
-Every value that reaches a template is validated here (image references, names, quantities,
-paths); the templates under ``templates/jobs/`` only format them (strings are emitted
-JSON-quoted in YAML and shell-quoted in scripts).
+Every value that reaches a template is validated here or in core.jobs (image references, names,
+quantities, label keys, paths, the command's words); the templates under ``templates/jobs/``
+only format them (strings are emitted JSON-quoted in YAML and shell-quoted in scripts).
 
 How the launcher is wired, per format:
 
@@ -29,11 +35,17 @@ How the launcher is wired, per format:
   --master_port`` explicitly: older operators set only MASTER_*/RANK/WORLD_SIZE, and torchrun
   reads only PET_-prefixed variables, not MASTER_ADDR. The rendezvous is torchrun's static one
   (its default), which is what the operator's environment describes.
+* TrainJob (trainer.kubeflow.org/v1alpha1, on a ClusterTrainingRuntime such as
+  ``torch-distributed``): the runtime makes a JobSet and sets PET_NNODES, PET_NPROC_PER_NODE,
+  PET_NODE_RANK and PET_MASTER_ADDR/PORT, which torchrun reads: the files pass only
+  ``--max_restarts=0``. What the runtime's pod lacks goes in one ``runtimePatches`` entry.
+* JobSet (jobset.x-k8s.io/v1alpha2): pod i is ``<job>-node-<i>-0.<job>`` (enableDNSHostnames);
+  c10d rendezvous on pod 0, port 29400.
 * Indexed Job: pod ``<job>-<i>`` is reachable as ``<job>-<i>.<service>``; every pod runs a c10d
   rendezvous hosted by pod 0 on port 29400 with ``--rdzv_id=<job>``.
 * Slurm: one task per node, torchrun with a c10d rendezvous on the first host of the allocation.
 
-Kubernetes ``args`` (not ``command``) are set so the image's ENTRYPOINT
+Kubernetes ``args`` (not ``command``; a TrainJob's ``command`` names it first) are set so the image's ENTRYPOINT
 (``/opt/envbuilder/bin/entrypoint.sh``, which picks NCCL/Gloo interface defaults) still runs;
 the Slurm scripts call that entrypoint explicitly because ``apptainer exec`` and pyxis do not.
 torchrun's flags are spelled with underscores, which every torch 2.x accepts (the hyphenated
@@ -46,14 +58,18 @@ import json
 import re
 import shlex
 from pathlib import PurePosixPath
-from typing import Any, Iterable
+from pathlib import Path
+from typing import Any, Iterable, Mapping
 
 from envbuilder import SMOKE_TIMEOUT, __version__
 from envbuilder.core import validate
 from envbuilder.core import layouts as lay_mod
+from envbuilder.core.jobs import JobsConfig
 from envbuilder.errors import InputError
+from envbuilder.components import registry
+from envbuilder.components.base import Component
 from envbuilder.render.plan import BuildPlan
-from envbuilder.core.resources import templates_dir
+from envbuilder.render import precompiled
 from envbuilder.render.bccache import environment
 
 DEFAULT_LAYOUTS: tuple[tuple[int, int], ...] = ((1, 12), (2, 6), (3, 4))  # default_layouts(12)
@@ -84,18 +100,22 @@ def _sh(value) -> str:
 
 
 def _env():
-    return environment(("jobs",), _make_env)
+    return environment(("jobs",), lambda: make_env(precompiled.loader("jobs")))
 
 
-def _make_env():
+def make_env(loader):
+    """The environment of the job files' templates (also what compiles them ahead of time)."""
     import jinja2
 
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(templates_dir())),
-                             undefined=jinja2.StrictUndefined, keep_trailing_newline=True,
-                             autoescape=False, trim_blocks=True, lstrip_blocks=True)
+    env = jinja2.Environment(loader=loader, undefined=jinja2.StrictUndefined,
+                             keep_trailing_newline=True, autoescape=False, trim_blocks=True,
+                             lstrip_blocks=True)
     env.filters["q"] = _q
     env.filters["sh"] = _sh
     return env
+
+
+precompiled.register("jobs", make_env)
 
 
 def job_name(target: str, nnodes: int, nproc: int, prefix: str = "smoke") -> str:
@@ -129,9 +149,9 @@ def check_layouts(layouts: Iterable[Iterable[int]], world: int) -> tuple[tuple[i
     return tuple(out)
 
 
-def _labels(plan: BuildPlan, name: str, layout: str) -> dict[str, str]:
+def _labels(plan: BuildPlan, name: str, layout: str, what: str = "smoke") -> dict[str, str]:
     # envbuilder.io/layout: dashboards join DCGM's per-pod GPU series to the smoke layout
-    labels = {"app.kubernetes.io/name": "envbuilder-smoke",
+    labels = {"app.kubernetes.io/name": f"envbuilder-{what}",
               "app.kubernetes.io/part-of": "envbuilder",
               "app.kubernetes.io/instance": name,
               "envbuilder.io/tag": plan.stack.tag,
@@ -177,15 +197,99 @@ def pod_memory(shm_size: str, nproc: int, mem_per_proc: str) -> str:
     return f"{-(-total // 2**20)}Mi"
 
 
+_SMOKE_KINDS = ("slurm-apptainer", "slurm-pyxis", "slurm-host")
+_FILE_OF = {"trainjob": ("trainjob", "jobs/trainjob.yaml.j2"),
+            "jobset": ("jobset", "jobs/jobset.yaml.j2"),
+            "indexed-job": ("indexed-job", "jobs/indexed-job.yaml.j2"),
+            "legacy": ("pytorchjob", "jobs/pytorchjob.yaml.j2")}
+_SLURM = {"slurm-apptainer": "apptainer", "slurm-pyxis": "pyxis", "slurm-host": "host"}
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"  # Kueue's LocalQueue label
+PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"  # Kueue's WorkloadPriorityClass label
+
+
+def train_program(command: str) -> list[str]:
+    """What torchrun runs for a team's command, after the layout's options: ``torchrun
+    train.py --x`` -> ``train.py --x`` (its own torchrun options kept); ``python train.py`` and
+    ``python -m pkg`` -> ``train.py`` / ``-m pkg``; anything else runs with ``--no_python``."""
+    words = shlex.split(command)
+    if words[0] == "torchrun":
+        rest = words[1:]
+    elif words[:3] in (["python", "-m", "torch.distributed.run"], ["python3", "-m", "torch.distributed.run"]):
+        rest = words[3:]
+    elif words[0] in ("python", "python3"):
+        rest = words[1:]
+    else:
+        rest = ["--no_python", *words]
+    if not rest:
+        raise InputError(f"command {command!r} names no training script: e.g. torchrun train.py")
+    return rest
+
+
+def _pull(image: str) -> tuple[str, str]:
+    """(imagePullPolicy, the note the files carry) for an image reference."""
+    if "@sha256:" in image:
+        return "IfNotPresent", "pinned by digest: every node runs the same image"
+    return "Always", ("by tag (no digest known yet): every node pulls the tag when it starts its part of the job; "
+                      "`envbuilder build --push` rewrites these files with the pushed digest")
+
+
+def _registry_host(image: str) -> str:
+    first, sep, _ = image.partition("/")
+    if sep and ("." in first or ":" in first or first == "localhost"):
+        return first
+    return "registry-1.docker.io"
+
+
+def _tailoring(cfg: JobsConfig) -> dict[str, Any]:
+    """The project's [jobs] keys as template values (already validated by core.jobs)."""
+    return {"queue": cfg.queue, "priority_class": cfg.priority_class,
+            "node_selector": sorted((cfg.node_selector or {}).items()),
+            "tolerations": [json.dumps(dict(t)) for t in (cfg.tolerations or ())],
+            "image_pull_secrets": list(cfg.image_pull_secrets or ()),
+            "extra_resources": sorted((cfg.resources or {}).items()),
+            "host_network": bool(cfg.host_network),
+            "env_pairs": sorted((cfg.env or {}).items()),
+            "runtime_name": cfg.runtime_name,
+            "slurm_directives": cfg.slurm.directives(),
+            "tailored": bool(cfg.priority_class or cfg.host_network or cfg.node_selector
+                             or cfg.tolerations or cfg.image_pull_secrets)}
+
+
+def _check_options(plan: BuildPlan, image: str, infiniband: bool, timeout: int, shm_size: str,
+                   mem_per_proc: str, cpus_per_proc: int, time_limit_min: int) -> bool:
+    """render_jobs' plain options checked; returns whether the files set up RDMA."""
+    validate.image_ref(image, "--image")
+    fabric = getattr(plan, "fabric", "none")
+    if infiniband and fabric == "none" and plan.stack.toolkit is not None:
+        from envbuilder.errors import IncompatibleError
+
+        raise IncompatibleError("--infiniband sets the job files up for RDMA but --fabric none "
+                                "leaves the RDMA user space (libibverbs, rdmacm) out of the "
+                                "image: NCCL would fall back to sockets; drop --fabric none")
+    if not isinstance(timeout, int) or not 10 <= timeout <= 3600:
+        raise InputError(f"timeout {timeout!r} must be 10..3600 seconds")
+    if not isinstance(shm_size, str) or not _QUANTITY.fullmatch(shm_size):
+        raise InputError(f"shm size {shm_size!r} is not a quantity such as 16Gi")
+    if not isinstance(mem_per_proc, str) or not _QUANTITY.fullmatch(mem_per_proc):
+        raise InputError(f"memory per process {mem_per_proc!r} is not a quantity such as 4Gi")
+    if not isinstance(cpus_per_proc, int) or not 1 <= cpus_per_proc <= 64:
+        raise InputError(f"cpus per process {cpus_per_proc!r} must be 1..64")
+    if not isinstance(time_limit_min, int) or not 5 <= time_limit_min <= 24 * 60:
+        raise InputError(f"time limit {time_limit_min!r} must be 5..1440 minutes")
+    return bool(infiniband) or fabric in ("ib", "efa")
+
+
 def render_jobs(plan: BuildPlan, *, image: str,
                 layouts: Iterable[Iterable[int]] | None = None,
                 gpus: bool = True, infiniband: bool = False,
                 apptainer_image: str | None = None, timeout: int = SMOKE_TIMEOUT,
                 shm_size: str = "16Gi", cpus_per_proc: int = 4, mem_per_proc: str = "4Gi",
-                time_limit_min: int = 30) -> dict[str, str]:
+                time_limit_min: int = 30, jobs: JobsConfig | None = None,
+                name: str | None = None) -> dict[str, str]:
     """Every file of the ``jobs/`` folder, as relative path -> content.
 
-    ``image``: the image reference the cluster pulls (by digest when known).
+    ``image``: the image reference the cluster pulls (by digest when known: then
+    ``IfNotPresent``; a tag is pulled ``Always``, so no node runs a stale copy of it).
     ``layouts``: (NNODES, NPROC_PER_NODE) pairs of ``plan.smoke_nproc`` ranks (default
     ``default_layouts(plan.smoke_nproc)``).
     ``gpus``: request ``nvidia.com/gpu`` (Kubernetes) / ``--gpus-per-node`` (Slurm) and use the
@@ -199,30 +303,19 @@ def render_jobs(plan: BuildPlan, *, image: str,
     not limited: Burstable QoS, not BestEffort).
     ``apptainer_image``: the SIF the Apptainer scripts run (default ``<tag>.sif``; the scripts
     also read ``ENVBUILDER_SIF``). ``timeout``: the smoke job's process-group timeout (s).
+    ``jobs``: the project's [jobs] table (core.jobs.JobsConfig): the Kubernetes kinds, queue,
+    scheduling keys, device resources, env, Slurm keys and the team's ``command`` (then
+    ``train-*`` files run it beside the smoke files). ``name``: what job names are made of
+    (default the plan's target; a project passes its target's name, so two project targets of
+    one CUDA line never share a job name).
     """
     from envbuilder.core.smoke_metrics import JOB
 
-    validate.image_ref(image, "--image")
-    fabric = getattr(plan, "fabric", "none")
-    if infiniband and fabric == "none" and plan.stack.toolkit is not None:
-        from envbuilder.errors import IncompatibleError
-
-        raise IncompatibleError("--infiniband sets the job files up for RDMA but --fabric none "
-                                "leaves the RDMA user space (libibverbs, rdmacm) out of the "
-                                "image: NCCL would fall back to sockets; drop --fabric none")
-    infiniband = bool(infiniband) or fabric in ("ib", "efa")
+    cfg = jobs or JobsConfig()
+    infiniband = _check_options(plan, image, infiniband, timeout, shm_size, mem_per_proc,
+                                cpus_per_proc, time_limit_min)
     world = int(plan.smoke_nproc)
     lays = check_layouts(lay_mod.default_layouts(world) if layouts is None else layouts, world)
-    if not isinstance(timeout, int) or not 10 <= timeout <= 3600:
-        raise InputError(f"timeout {timeout!r} must be 10..3600 seconds")
-    if not isinstance(shm_size, str) or not _QUANTITY.fullmatch(shm_size):
-        raise InputError(f"shm size {shm_size!r} is not a quantity such as 16Gi")
-    if not isinstance(mem_per_proc, str) or not _QUANTITY.fullmatch(mem_per_proc):
-        raise InputError(f"memory per process {mem_per_proc!r} is not a quantity such as 4Gi")
-    if not isinstance(cpus_per_proc, int) or not 1 <= cpus_per_proc <= 64:
-        raise InputError(f"cpus per process {cpus_per_proc!r} must be 1..64")
-    if not isinstance(time_limit_min, int) or not 5 <= time_limit_min <= 24 * 60:
-        raise InputError(f"time limit {time_limit_min!r} must be 5..1440 minutes")
     sif = apptainer_image or f"{plan.stack.tag}.sif"
     if not _SIF.fullmatch(sif) or sif.startswith("-"):
         raise InputError(f"apptainer image {sif!r} must be a path of letters, digits and ._/+-")
@@ -234,6 +327,9 @@ def render_jobs(plan: BuildPlan, *, image: str,
     smoke = f"{home}/smoke/ddp_smoke.py"
     entrypoint = f"{home}/bin/entrypoint.sh"
     backend = "auto" if gpus else "gloo"
+    pull_policy, pull_note = _pull(image)
+    tailoring = _tailoring(cfg)
+    time_limit = cfg.slurm.time or f"{time_limit_min // 60:02d}:{time_limit_min % 60:02d}:00"
 
     env = _env()
     base = {"version": __version__, "target": plan.target, "tag": plan.stack.tag,
@@ -242,39 +338,21 @@ def render_jobs(plan: BuildPlan, *, image: str,
             "smoke": smoke, "entrypoint": entrypoint, "uid": int(plan.uid),
             "out_dir": OUT_DIR, "master_port": MASTER_PORT, "rdzv_port": RDZV_PORT,
             "container": CONTAINER, "sif": sif, "pyxis_image": _pyxis_ref(image),
-            "cpus_per_proc": cpus_per_proc, "time_limit": f"{time_limit_min // 60:02d}:"
-                                                          f"{time_limit_min % 60:02d}:00",
-            "deadline": timeout * 4 + 600, "metrics_job": JOB}
+            "registry_host": _registry_host(image), "pull_policy": pull_policy,
+            "pull_note": pull_note, "cpus_per_proc": cpus_per_proc, "time_limit": time_limit,
+            "deadline": timeout * 4 + 600, "metrics_job": JOB, **tailoring}
+    smoke_program = [smoke, "--backend", backend, "--timeout", str(timeout), "--out", OUT_DIR]
+    runs: list[tuple[str, list[str]]] = [("smoke", smoke_program)]
+    if cfg.command:
+        runs.append(("train", train_program(cfg.command)))
     files: dict[str, str] = {}
     entries: list[dict[str, Any]] = []
     for n, p in lays:
-        lay = f"{n}x{p}"
-        name = job_name(plan.target, n, p)
-        svc = name  # the indexed Job's headless Service shares its name
-        smoke_args = [smoke, "--backend", backend, "--timeout", str(timeout), "--out", OUT_DIR]
-        ptj_args = ["torchrun", f"--nnodes={n}", f"--nproc_per_node={p}",
-                    "--node_rank=$(RANK)", "--master_addr=$(MASTER_ADDR)",
-                    "--master_port=$(MASTER_PORT)", "--max_restarts=0", *smoke_args]
-        job_args = ["torchrun", f"--nnodes={n}", f"--nproc_per_node={p}",
-                    "--node_rank=$(JOB_COMPLETION_INDEX)", "--rdzv_backend=c10d",
-                    f"--rdzv_endpoint={name}-0.{svc}:{RDZV_PORT}", f"--rdzv_id={name}",
-                    "--max_restarts=0", *smoke_args]
-        ctx = dict(base, nnodes=n, nproc=p, layout=lay, name=name, service=svc,
-                   labels=_labels(plan, name, lay), ptj_args=ptj_args, job_args=job_args,
-                   cpus=p * cpus_per_proc, memory=pod_memory(shm_size, p, mem_per_proc))
-        for kind, tpl in (("pytorchjob", "jobs/pytorchjob.yaml.j2"),
-                          ("indexed-job", "jobs/indexed-job.yaml.j2"),
-                          ("slurm-apptainer", "jobs/slurm.sbatch.j2"),
-                          ("slurm-pyxis", "jobs/slurm.sbatch.j2")):
-            ext = "sbatch" if kind.startswith("slurm") else "yaml"
-            rel = f"jobs/{kind}-{lay}.{ext}"
-            files[rel] = env.get_template(tpl).render(
-                ctx, file=rel, runtime="pyxis" if kind == "slurm-pyxis" else "apptainer")
-        entries.append({"layout": lay, "nnodes": n, "nproc": p, "name": name,
-                        "fits": _fits(p),
-                        "files": [f"jobs/{k}-{lay}.{'sbatch' if k.startswith('slurm') else 'yaml'}"
-                                  for k in ("pytorchjob", "indexed-job", "slurm-apptainer",
-                                            "slurm-pyxis")]})
+        sizes = (cpus_per_proc, shm_size, mem_per_proc)
+        entries.append(_layout_files(env, files, base, plan, cfg, runs, n, p, name, sizes))
+    if cfg.queue and cfg.cluster_queue:
+        files["jobs/kueue-localqueue.yaml"] = env.get_template("jobs/kueue-localqueue.yaml.j2").render(
+            base, cluster_queue=cfg.cluster_queue)
     # the README's commands show a multi-node layout when there is one (2x6 by default)
     example = next((e for e in entries if e["layout"] == "2x6"),
                    next((e for e in entries if e["nnodes"] > 1), entries[0]))
@@ -283,12 +361,106 @@ def render_jobs(plan: BuildPlan, *, image: str,
     except InputError:
         others = f"1x{world}"
     files["jobs/README.md"] = env.get_template("jobs/README.md.j2").render(
-        base, layouts=entries, example=example, other_example=others)
-    files["jobs/layouts.json"] = json.dumps(
-        {"world_size": world, "gpus": bool(gpus), "image": image,
-         "layouts": [{k: e[k] for k in ("layout", "nnodes", "nproc", "name", "files")}
-                     for e in entries]}, indent=2) + "\n"
+        base, layouts=entries, example=example, other_example=others, kinds=cfg.kinds,
+        command=cfg.command, launchers=[c.launcher(plan.stack) for c in _launching(plan)])
+    index: dict[str, Any] = {"world_size": world, "gpus": bool(gpus), "image": image,
+                             "pinned": "@sha256:" in image,
+                             "layouts": [{k: e[k] for k in ("layout", "nnodes", "nproc", "name",
+                                                            "files", "train_name", "train_files")
+                                          if k in e} for e in entries]}
+    if cfg != JobsConfig():
+        index["jobs"] = cfg.to_dict()
+    files["jobs/layouts.json"] = json.dumps(index, indent=2) + "\n"
     return files
+
+
+def _layout_files(env: Any, files: dict[str, str], base: dict[str, Any], plan: BuildPlan,
+                  cfg: JobsConfig, runs: list[tuple[str, list[str]]], n: int, p: int,
+                  name: str | None, sizes: tuple[int, str, str]) -> dict[str, Any]:
+    """One layout's files (the smoke job's, and the team command's ``train-*``) into
+    ``files``; returns its layouts.json entry."""
+    lay = f"{n}x{p}"
+    world = n * p
+    entry: dict[str, Any] = {"layout": lay, "nnodes": n, "nproc": p, "fits": _fits(p)}
+    for prefix, program in runs:
+        jname = job_name(name or plan.target, n, p, prefix=prefix)
+        ctx = dict(base, **_layout_values(plan, jname, n, p, program, cfg, *sizes),
+                   is_smoke=prefix == "smoke",
+                   what=(f"the {world}-rank smoke job" if prefix == "smoke" else
+                         f"the team's command ({_short(cfg.command or '')}) on {world} ranks"))
+        lead = "" if prefix == "smoke" else "train-"
+        made: list[str] = []
+        for stem, tpl in (_FILE_OF[k] for k in cfg.kinds):
+            rel = f"jobs/{lead}{stem}-{lay}.yaml"
+            files[rel] = env.get_template(tpl).render(ctx, file=rel)
+            made.append(rel)
+        for kind, runtime in _SLURM.items():
+            rel = f"jobs/{lead}{kind}-{lay}.sbatch"
+            files[rel] = env.get_template("jobs/slurm.sbatch.j2").render(
+                ctx, file=rel, runtime=runtime, program_sh=_program_sh(program, runtime))
+            made.append(rel)
+        for c in _launching(plan) if prefix == runs[-1][0] else ():
+            # a component's own launcher (components.base.Component.smoke): the team's
+            # command, else the program given to it
+            launcher = c.launcher(plan.stack)
+            rel = f"jobs/{launcher}-{lay}.sh"
+            files[rel] = env.get_template(f"jobs/{launcher}.sh.j2").render(
+                ctx, file=rel, launcher_program=c.launcher_program(program) if cfg.command else None)
+            made.append(rel)
+        entry["name" if prefix == "smoke" else "train_name"] = jname
+        entry["files" if prefix == "smoke" else "train_files"] = made
+    return entry
+
+
+def _short(text: str, n: int = 60) -> str:
+    return text if len(text) <= n else text[: n - 3] + "..."
+
+
+def _layout_values(plan: BuildPlan, name: str, n: int, p: int, program: list[str],
+                   cfg: JobsConfig, cpus_per_proc: int, shm_size: str,
+                   mem_per_proc: str) -> dict[str, Any]:
+    """The values of one layout's files: names, labels and each launcher's arguments."""
+    lay = f"{n}x{p}"
+    svc = name  # the indexed Job's headless Service shares its name
+    labels = _labels(plan, name, lay, "smoke" if name.startswith("smoke-") else "train")
+    job_labels = dict(labels)
+    if cfg.queue:
+        job_labels[QUEUE_LABEL] = cfg.queue
+    head = ["torchrun", f"--nnodes={n}", f"--nproc_per_node={p}"]
+    return {
+        "nnodes": n, "nproc": p, "layout": lay, "name": name, "service": svc,
+        "labels": labels, "job_labels": job_labels,
+        # Kueue reads a TrainJob's priority from its WorkloadPriorityClass label (the
+        # runtime's pod template carries no priorityClassName patch)
+        "trainjob_labels": dict(job_labels, **({PRIORITY_LABEL: cfg.priority_class}
+                                               if cfg.priority_class else {})),
+        "ptj_args": [*head, "--node_rank=$(RANK)", "--master_addr=$(MASTER_ADDR)",
+                     "--master_port=$(MASTER_PORT)", "--max_restarts=0", *program],
+        "job_args": [*head, "--node_rank=$(JOB_COMPLETION_INDEX)", "--rdzv_backend=c10d",
+                     f"--rdzv_endpoint={name}-0.{svc}:{RDZV_PORT}", f"--rdzv_id={name}",
+                     "--max_restarts=0", *program],
+        # JobSet pod i is <jobset>-<replicatedJob>-<i>-0.<subdomain = jobset name>
+        "jobset_args": [*head, "--rdzv_backend=c10d",
+                        f"--rdzv_endpoint={name}-node-0-0.{name}:{RDZV_PORT}",
+                        f"--rdzv_id={name}", "--max_restarts=0", *program],
+        # the trainer gives torchrun PET_NNODES/PET_NPROC_PER_NODE/PET_NODE_RANK/PET_MASTER_*
+        "trainjob_args": [f"{plan.home}/bin/entrypoint.sh", "torchrun", "--max_restarts=0",
+                          *program],
+        "cpus": p * cpus_per_proc, "memory": pod_memory(shm_size, p, mem_per_proc)}
+
+
+def _program_sh(program: list[str], runtime: str) -> str:
+    """The program's words for a Slurm script: shell-quoted; on the node's own environment
+    (no container mount) the records go straight to ``$out``."""
+    words = [_sh(w) for w in program]
+    if runtime == "host":
+        words = ['"$out"' if w == OUT_DIR else w for w in words]
+    return " ".join(words)
+
+
+def _launching(plan: BuildPlan) -> list[Component]:
+    """The stack's components that bring a launcher of their own (jobs/<launcher>-NxM.sh)."""
+    return [c for c in registry.active(plan.stack) if c.launcher(plan.stack)]
 
 
 def as_yaml_documents(text: str) -> list[dict]:
@@ -299,3 +471,82 @@ def as_yaml_documents(text: str) -> list[dict]:
 
 
 __all__ = ["render_jobs", "job_name", "check_layouts", "DEFAULT_LAYOUTS", "as_yaml_documents"]
+
+
+# -- a hand-edited job file: never overwritten, and the refusal says what to do instead --------
+
+# (a pattern of a line the user added, the [jobs] key that expresses it)
+_EDIT_HINTS: tuple[tuple[re.Pattern[str], str], ...] = tuple((re.compile(p), k) for p, k in (
+    (r"nodeSelector|nodeAffinity|affinity:", "jobs.node_selector"),
+    (r"tolerations|\beffect:|\boperator:\s*\"?(Exists|Equal)", "jobs.tolerations"),
+    (r"priorityClassName|kueue\.x-k8s\.io/priority-class", "jobs.priority_class"),
+    (r"imagePullSecrets", "jobs.image_pull_secrets"),
+    (r"hostNetwork|dnsPolicy", "jobs.host_network"),
+    (r"kueue\.x-k8s\.io/queue-name", "jobs.queue"),
+    (r"^\s*\"?[a-z0-9.-]+\.[a-z]+/[A-Za-z0-9_.-]+\"?:\s*\"?[0-9]+\"?\s*$|rdma/", "jobs.resources"),
+    (r"^\s*-\s*name:\s*\"?[A-Z_][A-Z0-9_]*\"?\s*$|^\s*value:|^export [A-Z_]", "jobs.env"),
+    (r"#SBATCH\s+--(partition|-p\b)|#SBATCH\s+-p\s", "jobs.slurm.partition"),
+    (r"#SBATCH\s+--account|#SBATCH\s+-A\s", "jobs.slurm.account"),
+    (r"#SBATCH\s+--qos", "jobs.slurm.qos"),
+    (r"#SBATCH\s+--time|#SBATCH\s+-t\s", "jobs.slurm.time"),
+    (r"#SBATCH\s+--constraint|#SBATCH\s+-C\s", "jobs.slurm.constraint"),
+    (r"runtimeRef|^\s*name:\s*\"?torch-", "jobs.runtime"),
+    (r"\.py\b|torchrun|--config", "jobs.command (or render --command)"),
+    (r"^\s*image:|--container-image|docker://", "--image (or the project's registry)"),
+))
+
+
+def edit_keys(written: str, edited: str) -> list[str]:
+    """The project keys that express the lines a user added to a job file envbuilder wrote."""
+    before = set(written.splitlines())
+    keys: list[str] = []
+    for line in edited.splitlines():
+        if line in before or not line.strip():
+            continue
+        for pat, key in _EDIT_HINTS:
+            if pat.search(line) and key not in keys:
+                keys.append(key)
+                break
+    return keys
+
+
+def guard_edited(folder: str | Path, files: Mapping[str, str | bytes], *, take: bool = False,
+                 written: Mapping[str, str | bytes] | None = None) -> list[str]:
+    """Before a render replaces ``folder``'s jobs/: a job file the user edited since envbuilder
+    wrote it is refused (exit 2) naming the project key that expresses the edit, or with
+    ``take`` (``render --take-jobs``) kept as ``FILE.edited`` beside envbuilder's new version.
+    Returns the files kept aside. Other files are left to the writer's own rules."""
+    import hashlib
+    import os
+
+    from envbuilder._fs import read_manifest
+
+    root = Path(folder)
+    manifest = read_manifest(root)
+    kept: list[str] = []
+    for rel in sorted(r for r in files if r.startswith("jobs/")):
+        ent, p = manifest.get(rel), root / rel
+        if ent is None or p.is_symlink() or not p.is_file():
+            continue
+        data = p.read_bytes()
+        raw = files[rel]
+        new: bytes = raw if isinstance(raw, bytes) else raw.encode()
+        if data == new or hashlib.sha256(data).hexdigest() in (ent.sha256, ent.prev):
+            continue
+        if take:
+            aside = p.with_name(p.name + ".edited")
+            n = 1
+            while os.path.lexists(aside):
+                n += 1
+                aside = p.with_name(f"{p.name}.edited.{n}")
+            os.replace(p, aside)
+            kept.append(str(aside))
+            continue
+        keys = edit_keys(new.decode("utf-8", "replace"), data.decode("utf-8", "replace"))
+        how = (f"express it as {', '.join(keys)} in the project file ([jobs], or a target's "
+               f"jobs table) and render again" if keys else
+               "no [jobs] key expresses this edit (see docs/user-guide.md, Jobs)")
+        raise InputError(f"{p} was changed since envbuilder wrote it: envbuilder never overwrites "
+                         f"such files; {how}, or take envbuilder's new version with `envbuilder "
+                         f"render --take-jobs` (your file is kept as {p.name}.edited)")
+    return kept

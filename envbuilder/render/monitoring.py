@@ -25,6 +25,7 @@ import yaml
 
 from envbuilder import __version__
 from envbuilder.core.resources import templates_dir
+from envbuilder.render import precompiled
 from envbuilder.render.bccache import environment
 from envbuilder.errors import InputError, MissingExtraError
 from envbuilder.core.smoke_metrics import JOB, METRICS
@@ -112,7 +113,7 @@ def dashboard_exprs(dashboard: dict) -> list[str]:
 
 # ----------------------------------------------------------------------------- alert rules
 
-def check_min_busbw(min_busbw_gbps: float | None) -> float | None:
+def valid_min_busbw(min_busbw_gbps: float | None) -> float | None:
     if min_busbw_gbps is None:
         return None
     try:
@@ -127,7 +128,7 @@ def check_min_busbw(min_busbw_gbps: float | None) -> float | None:
 
 def alert_groups(min_busbw_gbps: float | None = None) -> list[dict[str, Any]]:
     """The rule groups (Prometheus rule-file syntax). The busbw rule exists when a floor is set."""
-    floor = check_min_busbw(min_busbw_gbps)
+    floor = valid_min_busbw(min_busbw_gbps)
     where = "{{ $labels.target }} on {{ $labels.node }} ({{ $labels.layout }}, {{ $labels.backend }})"
     smoke: list[dict[str, Any]] = [{
         "alert": "EnvbuilderSmokeFailed",
@@ -423,17 +424,25 @@ def _static_dict(floor: float | None) -> dict[str, str]:
     }
 
 
+def make_env(loader):
+    """The environment of monitoring/'s templates (also what compiles them ahead of time)."""
+    import jinja2
+
+    return jinja2.Environment(loader=loader, undefined=jinja2.StrictUndefined,
+                              keep_trailing_newline=True, autoescape=False, trim_blocks=True,
+                              lstrip_blocks=True)
+
+
+precompiled.register("monitoring", make_env)
+
+
 def render_monitoring(*, target: str, job_names: Iterable[str],
                       min_busbw_gbps: float | None = None) -> dict[str, str]:
     """Every file of the ``monitoring/`` folder, as relative path -> content."""
-    import jinja2
-
-    floor = check_min_busbw(min_busbw_gbps)
+    floor = valid_min_busbw(min_busbw_gbps)
     files = dict(_static_files(floor))
     counters = _dcgm_counters_once()
-    env = environment(("monitoring",), lambda: jinja2.Environment(
-        loader=jinja2.FileSystemLoader(str(templates_dir())), undefined=jinja2.StrictUndefined,
-        keep_trailing_newline=True, autoescape=False, trim_blocks=True, lstrip_blocks=True))
+    env = environment(("monitoring",), lambda: make_env(precompiled.loader("monitoring")))
     files["monitoring/README.md"] = env.get_template("monitoring/README.md.j2").render(
         version=__version__, target=target, jobs=list(job_names), floor=floor,
         metrics=METRICS, dcgm_source=counters.source, job=JOB, dcgm_port=DCGM_PORT,
@@ -444,4 +453,4 @@ def render_monitoring(*, target: str, job_names: Iterable[str],
 __all__ = ["render_monitoring", "build_dashboard", "alert_groups", "alert_rules_yaml",
            "prometheus_config", "promql_metric_names", "dashboard_metric_names",
            "known_metrics", "dcgm_counters", "load_dashboard_model", "shipped_dashboard",
-           "dashboard_text", "check_min_busbw"]
+           "dashboard_text", "valid_min_busbw"]

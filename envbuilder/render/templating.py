@@ -16,36 +16,41 @@ from pathlib import Path
 from typing import Mapping
 
 from envbuilder import __version__, _fs
+from envbuilder.render import precompiled
 from envbuilder.render.bccache import environment
-from envbuilder.render.plan import (CXX_WRAPPER, EFA_APT_BUILD, OFI_NCCL_PREFIX, OFI_NCCL_SHA256,
-                                    OFI_NCCL_URL, PIP_TOOLKIT_DIR, BuildPlan, PipLayer)
+from envbuilder.render.plan import CXX_WRAPPER, PIP_TOOLKIT_DIR, BuildPlan, PipLayer
 from envbuilder.core import validate
 from envbuilder.core.resources import payload_dir, templates_dir
+from envbuilder.components import registry
+from envbuilder.components.instructions import (APPTAINER_STAGE_DIR, STAGE, Copy, Env, Run, Stage, cmds,
+                                                docker_only, render_all)
 
 
 
 @dataclass(frozen=True)
 class Steps:
-    """The commands of a plan, as lists of shell lines (joined with && by the Dockerfile)."""
+    """The commands of a plan as typed instructions; each renders itself per format
+    (``envbuilder.components.instructions``), so the two views cannot drift apart."""
 
-    builder_system: list[str]
-    runtime_system: list[str]
-    runtime_system_apptainer: list[str]
+    builder_system: Run
+    runtime_system: Run  # the Dockerfile's also creates the non-root account (docker_only)
     layer_files: dict[str, list[str]]
-    layer_install: dict[str, list[str]]
-    layer_install_apptainer: dict[str, list[str]]
-    fabric_build: list[str]  # EFA: AWS's OFI NCCL plugin, built after the torch layer
-    fabric_runtime: list[str]  # EFA: the plugin on the loader's path in the runtime stage
+    layer_install: dict[str, Run]
+    stages: tuple[Stage, ...]  # the components' own build stages (EFA: AWS's OFI NCCL plugin)
+    runtime_copies: tuple[Copy, ...]  # what the runtime copies from them
+    runtime_after: Run  # what it runs after those copies (EFA: the plugin on the loader's path)
+    runtime_env: Env  # PATH and VIRTUAL_ENV, then the plan's defaults
+
+
+# Apptainer: the folder the build arguments' file is bound at, and the smoke command %help and
+# jobs/README.md show (envbuilder build --runtime apptainer runs exactly this); its staging
+# folder is instructions.APPTAINER_STAGE_DIR
+APPTAINER_BUILD_ENV_DIR = "/run/envbuilder-build"
+APPTAINER_SMOKE = "apptainer exec --nv {sif} sh {home}/smoke/run.sh"
 
 
 def _q(s: str) -> str:
     return shlex.quote(s)
-
-
-def _apt(packages: list[str] | tuple[str, ...]) -> list[str]:
-    return ["apt-get update",
-            "apt-get install -y --no-install-recommends " + " ".join(_q(p) for p in packages),
-            "rm -rf /var/lib/apt/lists/*"]
 
 
 def _pip_source(plan: BuildPlan, layer: PipLayer) -> list[str]:
@@ -70,7 +75,7 @@ def _pip_source(plan: BuildPlan, layer: PipLayer) -> list[str]:
 
 
 def make_steps(plan: BuildPlan) -> Steps:
-    py = plan.python
+    py, pm = plan.python, plan.package_manager
     builder: list[str] = []
     if plan.ppa:
         builder += ["apt-get update",
@@ -85,8 +90,8 @@ def make_steps(plan: BuildPlan) -> Steps:
             f"'s/^Components: main$/Components: main {comps}/' /etc/apt/sources.list.d/debian.sources; fi",
             "if [ -f /etc/apt/sources.list ]; then sed -i -E "
             f"'s/^(deb [^#]* main)$/\\1 {comps}/' /etc/apt/sources.list; fi"]
-    builder += _apt(plan.builder_apt)
-    builder += ["update-ca-certificates", f"python{py} -m venv {plan.venv}"]
+    builder += pm.install(plan.builder_apt)
+    builder += [*pm.trust_ca(), f"python{py} -m venv {plan.venv}"]
     if plan.builder.pip_toolkit:
         # NVIDIA's CUDA 13 wheels carry nvcc; composed into one CUDA_HOME (nvcc.profile links
         # from lib64, torch's extensions link -lcudart): builder stage only
@@ -97,40 +102,46 @@ def make_steps(plan: BuildPlan) -> Steps:
                     f"{home}/bin/nvcc --version"]
 
     runtime_pkgs = [p for p in plan.python_apt if not p.endswith("-venv")]
-    user = [f"if getent passwd {plan.uid} >/dev/null; then userdel --remove \"$(getent passwd {plan.uid} | cut -d: -f1)\"; fi",
-            f"useradd --no-log-init --create-home --uid {plan.uid} --shell /bin/bash {plan.user}"]
     # the fabric's RDMA user space (verbs, providers, rdmacm, ibv_devinfo) with the runtime's
-    # own packages: one apt layer
-    runtime_pkgs += list(plan.rdma_apt)
-    runtime = _apt(runtime_pkgs) + user
-    runtime_app = _apt(runtime_pkgs)  # Apptainer runs as the calling user: no account needed
-    fabric_build, fabric_runtime = _efa_steps(plan)
+    # own packages, and what the OS's base may lack (dnf: shadow-utils' useradd): one layer
+    runtime_pkgs += [*plan.rdma_apt, *pm.runtime_tools]
+    # Apptainer runs as the calling user: the account is the Dockerfile's only
+    runtime = Run(cmds(*pm.install(runtime_pkgs)) + docker_only(
+        f"if getent passwd {plan.uid} >/dev/null; then userdel --remove \"$(getent passwd {plan.uid} | cut -d: -f1)\"; fi",
+        f"useradd --no-log-init --create-home --uid {plan.uid} --shell /bin/bash {plan.user}"))
+    stages, copies, after = _component_stages(plan)
+    files, install = _layer_steps(plan)
+    env = Env({"PATH": f"{plan.venv}/bin:$PATH", "VIRTUAL_ENV": plan.venv}, plan.env)
+    return Steps(Run(cmds(*builder)), runtime, files, install, stages, copies, after, env)
 
+
+def _layer_steps(plan: BuildPlan) -> tuple[dict[str, list[str]], dict[str, Run]]:
+    """What each layer's stage copies in, and the ``Run`` that installs it. The Dockerfile's
+    stages also stamp, collect and clean up (``docker_only``): each later layer is collected
+    into /opt/layers/<name> for its own COPY; Apptainer builds them all in one stage."""
     files: dict[str, list[str]] = {}
-    install: dict[str, list[str]] = {}
-    install_app: dict[str, list[str]] = {}
+    install: dict[str, Run] = {}
     # a lock is the whole environment, placed in layers (lock.requirements.split_by_layer):
     # each layer installs exactly its own entries
     hashes = ["--no-deps", "--require-hashes"] if plan.hashes else []
     for i, layer in enumerate(plan.layers):
         src = " ".join(_pip_source(plan, layer))
-        req = f"/tmp/envbuilder/{layer.name}.txt"
+        req = f"{STAGE}/{layer.name}.txt"
         pip = f"pip install --no-cache-dir {src}"
         if i == 0:
             files[layer.name] = [layer.file]
-            cmds = [f"{pip} {' '.join(hashes)} -r {req}".replace("  ", " ")]
-            install[layer.name] = cmds + ["rm -rf /tmp/envbuilder"]
-            install_app[layer.name] = cmds
+            install[layer.name] = Run(cmds(f"{pip} {' '.join(hashes)} -r {req}".replace("  ", " "))
+                                      + docker_only(f"rm -rf {STAGE}"))
             continue
-        constraints = [] if plan.hashes else ["-c /tmp/envbuilder/constraints.txt"]
-        freeze = [] if plan.hashes else ["pip freeze > /tmp/envbuilder/constraints.txt"]
+        constraints = [] if plan.hashes else [f"-c {STAGE}/constraints.txt"]
+        freeze = [] if plan.hashes else [f"pip freeze > {STAGE}/constraints.txt"]
         if not layer.build_requirements and not layer.no_build_isolation:
             # a team's own packages (the team layer): plain installs, with what the layers
             # before it hold as constraints (nothing below is upgraded or replaced)
             files[layer.name] = [layer.file, "files/collect-layer.sh"]
             core = [*freeze, " ".join([pip, *hashes, *constraints, "-r", req])]
         else:
-            build_req = f"/tmp/envbuilder/{layer.name}.build.txt"
+            build_req = f"{STAGE}/{layer.name}.build.txt"
             files[layer.name] = [layer.file, f"requirements/{layer.name}.build.txt",
                                  "files/collect-layer.sh"]
             env = " ".join(f"{k}={_q(v)}" for k, v in sorted(layer.build_env.items()))
@@ -141,53 +152,44 @@ def make_steps(plan: BuildPlan) -> Steps:
                 " ".join(["env", env, pip, "--no-build-isolation", "--verbose" if plan.compiles else "",
                           *hashes, *constraints, "-r", req]).replace("  ", " "),
             ]
-        install[layer.name] = (["touch /tmp/envbuilder/stamp"] + core +
-                               [f"sh /tmp/envbuilder/collect-layer.sh /tmp/envbuilder/stamp "
-                                f"{plan.venv} /opt/layers/{layer.name}", "rm -rf /tmp/envbuilder"])
-        install_app[layer.name] = core
-    return Steps(builder, runtime, runtime_app, files, install, install_app, fabric_build,
-                 fabric_runtime)
+        install[layer.name] = Run(
+            docker_only(f"touch {STAGE}/stamp") + cmds(*core)
+            + docker_only(f"sh {STAGE}/collect-layer.sh {STAGE}/stamp {plan.venv} /opt/layers/{layer.name}",
+                          f"rm -rf {STAGE}"))
+    return files, install
 
 
-def _efa_steps(plan: BuildPlan) -> tuple[list[str], list[str]]:
-    """--fabric efa: build AWS's OFI NCCL plugin from its pinned, checksummed release tarball
-    against the OS's libfabric and the CUDA runtime headers of torch's nvidia wheel (in the
-    venv), into OFI_NCCL_PREFIX; the runtime puts its lib on the loader's path (NCCL opens
-    libnccl-net.so by name)."""
-    if plan.fabric != "efa":
-        return [], []
-    src, tgz = "/tmp/aws-ofi-nccl", "/tmp/aws-ofi-nccl.tar.gz"
-    cuda = (f'cuda="$(dirname "$(dirname "$(find {plan.site_packages}/nvidia -path '
-            "'*/include/cuda_runtime_api.h' | head -n 1)\")\")\"")
-    build = _apt(EFA_APT_BUILD) + [
-        f"curl -fsSL -o {tgz} {_q(OFI_NCCL_URL)}",
-        f'echo "{OFI_NCCL_SHA256}  {tgz}" | sha256sum -c -',
-        f"mkdir -p {src}", f"tar -xzf {tgz} -C {src} --strip-components=1",
-        cuda,
-        f'env -C {src} ./configure --prefix={OFI_NCCL_PREFIX} --with-libfabric=/usr '
-        f'--with-cuda="$cuda" --disable-tests',
-        f'make -C {src} -j"$(nproc)"', f"make -C {src} install",
-        f"rm -rf {src} {tgz}"]
-    runtime = [f"echo {OFI_NCCL_PREFIX}/lib > /etc/ld.so.conf.d/aws-ofi-nccl.conf", "ldconfig"]
-    return build, runtime
+def _component_stages(plan: BuildPlan) -> tuple[tuple[Stage, ...], tuple[Copy, ...], Run]:
+    """The components' own build stages (after the torch layer: the fabric's OFI NCCL plugin
+    for EFA), what the runtime stage copies from them and runs after."""
+    stages: list[Stage] = []
+    copies: tuple[Copy, ...] = ()
+    after = Run()
+    for c in registry.active(plan.stack):
+        stage = c.build_stage(plan.stack, plan.site_packages)
+        if stage is not None:
+            stages.append(stage)
+        copies += c.runtime_copies(plan.stack)
+        after += c.runtime_steps(plan.stack)
+    return tuple(stages), copies, after
 
 
 # -- the output folder ----------------------------------------------------------------------
 
 def _env(extra_dir: Path | None = None):
     return environment(("build", None if extra_dir is None else str(extra_dir)),
-                       lambda: _make_env(extra_dir))
+                       lambda: make_env(precompiled.loader("build", extra_dir)))
 
 
-def _make_env(extra_dir: Path | None):
+def make_env(loader):
+    """The environment of the build files' templates (also what compiles them ahead of time)."""
     import jinja2
 
-    loaders: list = []
-    if extra_dir is not None:
-        loaders.append(jinja2.FileSystemLoader(str(extra_dir)))
-    loaders.append(jinja2.FileSystemLoader(str(templates_dir())))
-    return jinja2.Environment(loader=jinja2.ChoiceLoader(loaders), undefined=jinja2.StrictUndefined,
+    return jinja2.Environment(loader=loader, undefined=jinja2.StrictUndefined,
                               keep_trailing_newline=True, autoescape=False)
+
+
+precompiled.register("build", make_env)
 
 
 def render_files(plan: BuildPlan, *, layer_requirements: Mapping[str, str] | None = None,
@@ -197,8 +199,7 @@ def render_files(plan: BuildPlan, *, layer_requirements: Mapping[str, str] | Non
     entries to stack.json (the lock's digest, the smoke layouts: envbuilder.assemble)."""
     env = _env(template_dir)
     steps = make_steps(plan)
-    ctx = {"plan": plan, "steps": steps, "version": __version__, "cxx_wrapper": CXX_WRAPPER,
-           "fabric_prefix": OFI_NCCL_PREFIX}
+    ctx = _context(plan, steps)
     out: dict[str, str | bytes] = {
         "Dockerfile": env.get_template("Dockerfile.j2").render(ctx),
         "envbuilder.def": env.get_template("apptainer.def.j2").render(ctx),
@@ -216,6 +217,8 @@ def render_files(plan: BuildPlan, *, layer_requirements: Mapping[str, str] | Non
                 build if build is not None else "\n".join(layer.build_requirements) + "\n")
     for name in ("entrypoint.sh", "nccl-defaults.sh", "collect-layer.sh"):
         out[f"files/{name}"] = (templates_dir() / "files" / name).read_text()
+    if plan.hashes:
+        out["files/constraints.txt"] = _constraints(plan, layer_requirements or {})
     if plan.builder.cpu_isa:
         out["files/cxx-isa.sh"] = (templates_dir() / "files" / "cxx-isa.sh").read_text()
     out["smoke/ddp_smoke.py"] = (payload_dir() / "ddp_smoke.py").read_bytes() \
@@ -229,6 +232,25 @@ def render_files(plan: BuildPlan, *, layer_requirements: Mapping[str, str] | Non
     stack.update(stack_extra or {})
     out["stack.json"] = json.dumps(stack, indent=2, sort_keys=False) + "\n"
     return out
+
+
+def _context(plan: BuildPlan, steps: Steps) -> dict:
+    return {"plan": plan, "steps": steps, "version": __version__, "cxx_wrapper": CXX_WRAPPER,
+            "render_all": render_all,
+            "stage_dir": APPTAINER_STAGE_DIR, "build_env_dir": APPTAINER_BUILD_ENV_DIR,
+            "smoke_command": APPTAINER_SMOKE.format(sif="IMAGE.sif", home=plan.home)}
+
+
+def _constraints(plan: BuildPlan, layer_requirements: Mapping[str, str]) -> str:
+    """The pins of a locked plan's layer files (``name==version``, no hashes): the image's
+    PIP_CONSTRAINT file."""
+    pins: list[str] = []
+    for text in layer_requirements.values():
+        for line in text.splitlines():
+            if line[:1].isalnum() and "==" in line:
+                pins.append(line.split(";")[0].rstrip(" \\").strip())
+    head = f"# {plan.target}: the versions of requirements.lock (PIP_CONSTRAINT in the image)\n"
+    return head + "\n".join(sorted(dict.fromkeys(pins), key=str.lower)) + "\n"
 
 
 # the output folder's writers live in envbuilder._fs (ownership manifest, atomic commit)

@@ -1,31 +1,56 @@
-"""Apptainer/Singularity: parse envbuilder.def, build a SIF where apptainer exists, and prove a
-definition without apptainer by running it in Docker the way ``apptainer build`` would.
+"""Apptainer/Singularity: build ``envbuilder.def`` with the real ``apptainer build``, check the SIF
+against its labels and run the smoke job in it with ``apptainer exec``.
 
-``run_definition_in_docker(folder, client)`` executes each stage of ``folder/envbuilder.def``
-in a container of its ``From:`` image: ``%files`` copied in (from the folder, or ``from`` an
-earlier stage), ``%post`` run with the shell it names, the result committed; then ``%test`` runs
-in the final stage with ``%environment`` sourced. It is how CI, where Apptainer cannot be
-installed, checks that the definition builds and works: a test, not a claim.
+``apptainer_command(value)`` is the command: ``--apptainer CMD``, else ``$ENVBUILDER_APPTAINER``,
+else ``apptainer`` (or ``singularity``) on PATH; a wrapper that runs Apptainer in a container
+works (scripts/test-services.sh makes one). ``build_sif`` bootstraps each stage from the same
+base the Dockerfile uses: ``Bootstrap: docker`` for a registry image, ``docker-archive`` of a
+``docker save`` when the base is an image of the local engine (the definition's header says
+which). Build arguments (index URLs with credentials, proxies) reach ``%post`` through a file in
+a folder bound at ``APPTAINER_BUILD_ENV_DIR`` for the build only: no layer holds them.
+
+Apptainer may run as another user than envbuilder (the wrapper runs it as an unprivileged user
+in a container): what it reads and writes lives in folders it can enter (0755/0777), inside a
+private (0700) work folder beside the SIF. The SIF moves into place when it is complete; a
+sidecar ``<sif>.envbuilder.json`` records its inputs' digest, so a rebuild with the same inputs
+reuses it (``cached``) and a SIF envbuilder did not write is never replaced.
+
+``parse_definition`` reads a definition's stages and sections (lint, tests).
 """
 
 from __future__ import annotations
 
-import io
+import hashlib
+import json
+import os
 import re
-import secrets
+import shlex
 import shutil
+import signal
 import subprocess
-import tarfile
+import tempfile
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from envbuilder.errors import InputError, OperationError
-from envbuilder.run import engine
+from envbuilder.render.templating import APPTAINER_BUILD_ENV_DIR, APPTAINER_SMOKE
 
 if TYPE_CHECKING:
     from docker import DockerClient
 
+    from envbuilder.render.plan import BuildPlan
+    from envbuilder.run.smoke import SmokeResult
+    from envbuilder.run.verify import VerifyReport
+
+ENV_COMMAND = "ENVBUILDER_APPTAINER"
+BUILD_TIMEOUT_S = 4 * 3600
+SIDECAR = ".envbuilder.json"
+_MARKER = re.compile(r"^envbuilder: (stage \S+, .+)$")
+
+
+# -- parsing (lint, tests) ------------------------------------------------------------------
 
 @dataclass
 class Stage:
@@ -41,6 +66,7 @@ class Stage:
 
 
 _SECTION = re.compile(r"^%(\w+)\s*(.*)$")
+BOOTSTRAPS = ("docker", "docker-archive", "docker-daemon", "oci-archive", "localimage")
 
 
 def parse_definition(text: str) -> list[Stage]:
@@ -76,136 +102,380 @@ def parse_definition(text: str) -> list[Stage]:
         sec[2].append(line)
     for st in stages:
         st.sections = [(n, a, "\n".join(b).strip("\n") + "\n") for n, a, b in st.sections]
-        if st.header.get("Bootstrap") != "docker" or "From" not in st.header:
-            raise InputError("definition: every stage needs Bootstrap: docker and From:")
+        if st.header.get("Bootstrap") not in BOOTSTRAPS or "From" not in st.header:
+            raise InputError(f"definition: every stage needs Bootstrap: (one of {', '.join(BOOTSTRAPS)}) and From:")
     if not stages:
         raise InputError("definition: no Bootstrap: header")
     return stages
 
 
-def _files(body: str) -> list[tuple[str, str]]:
-    out = []
-    for line in body.splitlines():
-        parts = line.split()
-        if parts:
-            out.append((parts[0], parts[1] if len(parts) > 1 else parts[0]))
-    return out
+# -- the command ----------------------------------------------------------------------------
+
+def apptainer_command(value: str | None = None) -> list[str]:
+    """The apptainer command line to run: ``value`` (``--apptainer``), $ENVBUILDER_APPTAINER, or
+    apptainer/singularity on PATH."""
+    value = value or os.environ.get(ENV_COMMAND)
+    if value:
+        try:
+            argv = shlex.split(value)
+        except ValueError as e:
+            raise InputError(f"--apptainer {value!r} is not a command line: {e}") from None
+        exe = shutil.which(argv[0]) if argv else None
+        if exe is None:
+            raise InputError(f"--apptainer {value!r}: {argv[0] if argv else value!r} is not an executable "
+                             f"on PATH; name apptainer, singularity or a wrapper that runs one")
+        return [exe, *argv[1:]]
+    exe = shutil.which("apptainer") or shutil.which("singularity")
+    if exe is None:
+        raise InputError("--runtime apptainer needs apptainer (or singularity) on PATH, or --apptainer CMD "
+                         f"(or {ENV_COMMAND}) naming one or a wrapper; without it, build envbuilder.def "
+                         "on your cluster: apptainer build X.sif envbuilder.def")
+    return [exe]
 
 
 def find_apptainer() -> str | None:
-    return shutil.which("apptainer") or shutil.which("singularity")
+    try:
+        return apptainer_command()[0]
+    except InputError:
+        return None
 
 
-def build_sif(image: str, out: Path) -> Path:
-    """apptainer build OUT.sif docker-daemon://IMAGE (the image envbuilder just built)."""
-    exe = find_apptainer()
-    if exe is None:
-        raise OperationError("apptainer (or singularity) is not installed here: install it to "
-                             "build a SIF, or build from envbuilder.def on your cluster",
-                             step="apptainer")
-    p = subprocess.run([exe, "build", "--force", str(out), f"docker-daemon://{image}"],
-                       capture_output=True, text=True)
-    if p.returncode != 0:
-        tail = (p.stderr or p.stdout).strip().splitlines()[-1:] or ["no output"]
-        raise OperationError(f"apptainer build of {out} failed: {tail[0]}", step="apptainer")
-    return out
+def _run(cmd: Sequence[str], *, cwd: Path, env: Mapping[str, str] | None = None, timeout: float,
+         on_line: Callable[[str], None] | None = None, step: str) -> tuple[int, str, bool]:
+    """Run ``cmd`` in its own process group, its output lines streamed to ``on_line``; past
+    ``timeout`` seconds the group is stopped. (exit status, 124 when it ran past; log; timed out)"""
+    import threading
 
+    try:
+        proc = subprocess.Popen(list(cmd), cwd=cwd, env={**os.environ, **(env or {})},
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, start_new_session=True)
+    except OSError as e:
+        raise OperationError(f"cannot run {cmd[0]}: {e}", step=step) from None
+    lines: list[str] = []
+
+    def read() -> None:
+        assert proc.stdout is not None
+        for raw in proc.stdout:
+            line = raw.decode("utf-8", errors="replace").rstrip("\n")
+            lines.append(line)
+            if on_line is not None:
+                on_line(line)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    timed_out = False
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        timed_out = True
+    finally:
+        if proc.poll() is None:  # ran past, or interrupted: stop the whole group
+            for sig in (signal.SIGTERM, signal.SIGKILL):
+                try:
+                    os.killpg(proc.pid, sig)
+                    proc.wait(10)
+                    break
+                except subprocess.TimeoutExpired:
+                    continue
+                except (ProcessLookupError, PermissionError):
+                    break
+        reader.join(10)
+    return (124 if timed_out else proc.returncode), "\n".join(lines), timed_out
+
+
+# -- build ----------------------------------------------------------------------------------
 
 @dataclass
-class StageRun:
-    stage: str
-    image: str
-    exit_code: int
-    log: str
+class SifBuild:
+    sif: str
+    sha256: str
+    size_bytes: int
+    inputs: str
+    bases: dict[str, str]  # image -> how the definition bootstraps from it
+    cached: bool = False
+    seconds: float = 0.0
+    log_tail: str = ""
+    # the built definition's header lines naming each stage's base (Apptainer keeps no comments
+    # in the definition it embeds in the SIF)
+    header: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"sif": self.sif, "sha256": self.sha256, "size_bytes": self.size_bytes,
+                "inputs": self.inputs, "bases": self.bases, "cached": self.cached,
+                "definition_header": self.header, "seconds": round(self.seconds, 3)}
 
 
-def _tar_paths(folder: Path, src: str, dest: str) -> bytes:
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w") as tar:
-        tar.add(str(folder / src), arcname=dest.lstrip("/"))
-    return buf.getvalue()
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return "sha256:" + h.hexdigest()
 
 
-def run_definition_in_docker(folder: Path, client: DockerClient, *, keep: bool = False,
-                             gpus: bool | None = None) -> list[StageRun]:
-    """Run every stage's %files and %post in Docker, then %test with %environment sourced.
+def inputs_digest(ctx: Path, definition: str, base_ids: Mapping[str, str]) -> str:
+    """What the SIF is built from: the definition, every file of the folder it reads (not the
+    job or monitoring files), the base images' ids."""
+    h = hashlib.sha256(definition.encode() + b"\0")
+    for image, ident in sorted(base_ids.items()):
+        h.update(f"{image}={ident}\0".encode())
+    for p in sorted(ctx.rglob("*")):
+        rel = p.relative_to(ctx).as_posix()
+        if not p.is_file() or rel.split("/")[0] in ("jobs", "monitoring") or rel.startswith(".envbuilder"):
+            continue
+        h.update(rel.encode() + b"\0" + _sha256(p).encode() + b"\0")
+    return "sha256:" + h.hexdigest()
 
-    ``gpus``: give the %test container the GPUs (default: when the engine has the NVIDIA
-    runtime), as ``apptainer test --nv`` would."""
+
+def _sidecar(sif: Path) -> Path:
+    return sif.with_name(sif.name + SIDECAR)
+
+
+def _written_by_us(sif: Path) -> dict | None:
+    """The sidecar of a SIF envbuilder wrote (None: no file there); refuse any other file."""
+    side = _sidecar(sif)
+    if os.path.lexists(side) and (side.is_symlink() or not side.is_file()):
+        # never read or written through a link (written, it would land wherever it points)
+        raise InputError(f"--sif {sif}: {side} is a link or not a file: envbuilder writes "
+                         "the SIF's record there; remove it or choose another --sif path")
+    if not sif.exists() and not sif.is_symlink():
+        return None
+    try:
+        doc = json.loads(side.read_text())
+        if not sif.is_file() or sif.is_symlink() or doc.get("written_by") != "envbuilder":
+            raise ValueError
+    except (OSError, ValueError):
+        raise InputError(f"--sif {sif} exists and envbuilder did not write it (no {side.name}): "
+                         "remove it or choose another --sif path") from None
+    return doc
+
+
+def _cached(sif: Path, inputs: str) -> dict | None:
+    doc = _written_by_us(sif)
+    if doc is not None and doc.get("inputs") == inputs and doc.get("sha256") == _sha256(sif):
+        return doc
+    return None
+
+
+def _private_work(near: Path) -> tuple[Path, Path, Path]:
+    """(work, shared, env): a 0700 folder beside the SIF holding a folder apptainer may write
+    (0777) and one it may read (0755), for an apptainer that runs as another user."""
+    work = Path(tempfile.mkdtemp(prefix=".envbuilder-sif-", dir=near))
+    shared, env = work / "w", work / "env"
+    shared.mkdir()
+    env.mkdir()
+    os.chmod(shared, 0o777)
+    os.chmod(env, 0o755)
+    return work, shared, env
+
+
+def local_bases(client: DockerClient | None, images: Sequence[str], dest: Path) -> tuple[dict, dict]:
+    """For each base image the local engine holds: ``docker save`` it into ``dest`` and
+    bootstrap from that archive. (bases for render_definition, image -> image id)."""
+    bases: dict[str, tuple[str, str, str]] = {}
+    ids: dict[str, str] = {}
+    if client is None:
+        return bases, ids
     import docker.errors
 
-    folder = Path(folder)
-    stages = parse_definition((folder / "envbuilder.def").read_text(encoding="utf-8"))
-    run_id = secrets.token_hex(4)
-    built: dict[str, str] = {}
-    runs: list[StageRun] = []
-    use_gpus = engine.has_gpu_runtime(client) if gpus is None else gpus
+    for n, image in enumerate(dict.fromkeys(images)):
+        try:
+            img = client.images.get(image)
+        except docker.errors.ImageNotFound:
+            continue  # a registry image: Bootstrap: docker pulls it
+        except docker.errors.DockerException as e:
+            raise OperationError(f"cannot inspect the base image {image}: {e}", step="apptainer") from None
+        ids[image] = img.id
+        tar = dest / f"base-{n}.tar"
+        try:
+            with open(tar, "wb") as f:
+                for chunk in img.save(named=True):
+                    f.write(chunk)
+        except (OSError, docker.errors.DockerException) as e:
+            raise OperationError(f"docker save {image} failed: {e}", step="apptainer") from None
+        os.chmod(tar, 0o644)
+        bases[image] = ("docker-archive", str(tar),
+                        f"a docker save of the local engine's image {image} ({img.id})")
+    return bases, ids
+
+
+_HEADER = re.compile(r"^# Base of the (\w+) stage: Bootstrap: docker, the registry image (\S+) \(the Dockerfile's\)\.$")
+
+
+def localize(text: str, bases: Mapping[str, tuple[str, str, str]]) -> str:
+    """The definition with each stage whose base is in ``bases`` (image -> (Bootstrap, From,
+    what it is)) bootstrapped that way, and its header saying so."""
+    lines = text.splitlines()
+    for i, line in enumerate(lines):
+        m = _HEADER.match(line)
+        if m and m.group(2) in bases:
+            boot, _, note = bases[m.group(2)]
+            lines[i] = f"# Base of the {m.group(1)} stage: Bootstrap: {boot}, {note}."
+        elif line == "Bootstrap: docker" and i + 1 < len(lines) and lines[i + 1].startswith("From: "):
+            image = lines[i + 1][len("From: "):].strip()
+            if image in bases:
+                lines[i] = f"Bootstrap: {bases[image][0]}"
+                lines[i + 1] = f"From: {bases[image][1]}"
+    return "\n".join(lines) + ("\n" if text.endswith("\n") else "")
+
+
+def _failure(log: str, code: int, timed_out: bool) -> str:
+    where = "the build"
+    for line in log.splitlines():
+        m = _MARKER.match(line.strip())
+        if m:
+            where = m.group(1)
+    fatal = [ln for ln in log.splitlines() if ln.startswith(("FATAL", "ERROR"))]
+    last = [ln for ln in log.splitlines() if ln.strip() and not ln.startswith(("INFO", "WARNING", "+ "))]
+    why = (fatal or last or ["no output"])[-1].strip()
+    if timed_out:
+        why = f"ran past {BUILD_TIMEOUT_S} s"
+    return f"apptainer build failed in {where} (exit {code}): {why[:400]}"
+
+
+def build_sif(cmd: Sequence[str], plan: BuildPlan, ctx: Path, out: Path, *,
+              client: DockerClient | None = None, build_env: Mapping[str, str] | None = None,
+              on_line: Callable[[str], None] | None = None) -> SifBuild:
+    """``apptainer build`` of ``ctx/envbuilder.def`` (its local bases bootstrapped as
+    ``local_bases`` says) into ``out``, or the SIF already there when its inputs are unchanged."""
+    out = Path(out).absolute()
+    if out.suffix != ".sif" or not out.parent.is_dir():
+        raise InputError(f"--sif {out}: name a .sif file in an existing folder")
     try:
-        for st in stages:
-            with engine.Container(client, st.header["From"], ["sleep", "infinity"],
-                                  step="apptainer", entrypoint=[], user="0") as c:
-                c.start()
-                for args, body in st.section("files"):
-                    m = re.match(r"from\s+(\S+)", args)
-                    for src, dest in _files(body):
-                        if m:  # %files from <stage>: copy out of that stage's image
-                            with engine.Container(client, built[m.group(1)], ["true"],
-                                                  step="apptainer") as tmp:
-                                data = tmp.get_archive(src)
-                            if data is None:
-                                raise OperationError(f"%files from {m.group(1)}: {src} is not in "
-                                                     "that stage", step="apptainer")
-                            # the archive's top entry is src's basename: unpack it in dest's parent
-                            # (or in dest itself when dest names a folder with a trailing /)
-                            parent = dest.rstrip("/") if dest.endswith("/") else str(Path(dest).parent)
-                            c.exec(["mkdir", "-p", parent])
-                            c.put_archive(parent, data)
-                        else:
-                            c.exec(["mkdir", "-p", str(Path(dest).parent)])
-                            c.put_archive("/", _tar_paths(folder, src, dest))
-                for args, body in st.section("post"):
-                    shell = "/bin/sh"
-                    m = re.match(r"-c\s+(\S+)", args)
-                    if m:
-                        shell = m.group(1)
-                    code, log = c.exec([shell, "-c", body], user="0")
-                    runs.append(StageRun(st.name, st.header["From"], code, log))
-                    if code != 0:
-                        raise OperationError(f"%post of stage {st.name} failed (exit {code}): "
-                                             f"{log.strip().splitlines()[-1:] or ['']}", step="apptainer")
-                repo, t = f"envbuilder-apptainer-sim:{run_id}-{st.name}".split(":")
-                built[st.name] = c.commit(repo, t)
-        final = stages[-1]
-        env = "\n".join(body for _, body in final.section("environment"))
-        for _, body in final.section("test"):
-            with engine.Container(client, built[final.name], ["sleep", "infinity"],
-                                  step="apptainer", entrypoint=[], user="1000",
-                                  gpus=use_gpus) as c:
-                c.start()
-                code, out = c.exec(["/bin/sh", "-c", f"{env}\n{body}"])
-                runs.append(StageRun("%test", built[final.name], code, out))
-                if code != 0:
-                    raise OperationError(f"%test failed (exit {code}): {out.strip()[-300:]}",
-                                         step="apptainer")
-        return runs
+        rendered = (Path(ctx) / "envbuilder.def").read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise InputError(f"{ctx} holds no readable envbuilder.def (envbuilder render writes it): {e}") from None
+    parse_definition(rendered)
+    _written_by_us(out)
+    started = time.monotonic()
+    work, shared, env_dir = _private_work(out.parent)
+    try:
+        bases, ids = local_bases(client, [plan.builder_image, plan.runtime_image], shared)
+        text = localize(rendered, bases)
+        # the archives' paths are temporary: the digest takes the images' ids instead
+        digest = inputs_digest(ctx, localize(rendered, {i: (b[0], ids[i], b[2]) for i, b in bases.items()}), ids)
+        shown = {i: bases[i][0] if i in bases else "docker" for i in (plan.builder_image, plan.runtime_image)}
+        header = [ln for ln in text.splitlines() if ln.startswith("# Base of the ")]
+        doc = _cached(out, digest)
+        if doc is not None:
+            return SifBuild(str(out), doc["sha256"], out.stat().st_size, digest, shown, cached=True,
+                            seconds=time.monotonic() - started, header=header)
+        (shared / "envbuilder.def").write_text(text)
+        if build_env:
+            (env_dir / "build.env").write_text(
+                "".join(f"{k}={shlex.quote(v)}\n" for k, v in sorted(build_env.items())))
+            os.chmod(env_dir / "build.env", 0o644)
+        tmp_sif = shared / out.name
+        code, log, timed_out = _run(
+            [*cmd, "build", "--fakeroot", "--bind", f"{env_dir}:{APPTAINER_BUILD_ENV_DIR}:ro",
+             str(tmp_sif), str(shared / "envbuilder.def")],
+            cwd=ctx, timeout=BUILD_TIMEOUT_S, on_line=on_line, step="apptainer")
+        if code != 0 or not tmp_sif.is_file():
+            raise OperationError(_failure(log, code, timed_out), step="apptainer",
+                                 details=log.splitlines()[-40:])
+        sha = _sha256(tmp_sif)
+        # the record is written beside the SIF in the private folder and renamed into place:
+        # a rename replaces whatever has the name, it never writes through a link
+        record = shared / (out.name + SIDECAR)
+        record.write_text(json.dumps({"inputs": digest, "sha256": sha, "bases": shown,
+                                      "written_by": "envbuilder"}, indent=2) + "\n")
+        os.chmod(record, 0o644)
+        os.replace(tmp_sif, out)
+        os.replace(record, _sidecar(out))
+        return SifBuild(str(out), sha, out.stat().st_size, digest, shown,
+                        seconds=time.monotonic() - started, log_tail=log[-2000:], header=header)
     finally:
-        if not keep:
-            for tag in built.values():
-                try:
-                    client.images.remove(tag, force=True)
-                except docker.errors.APIError:
-                    pass
+        shutil.rmtree(work, ignore_errors=True)
 
 
-def environment_of(folder: Path, client: DockerClient, image: str,
-                   names: list[str]) -> dict[str, str]:
-    """Values of ``names`` after sourcing the definition's %environment in ``image``."""
-    stages = parse_definition((Path(folder) / "envbuilder.def").read_text(encoding="utf-8"))
-    env = "\n".join(body for _, body in stages[-1].section("environment"))
-    script = env + "\n" + "".join(f'echo "{n}=${{{n}}}"\n' for n in names)
-    with engine.Container(client, image, ["/bin/sh", "-c", script], step="apptainer",
-                          entrypoint=[]) as c:
-        c.start()
-        c.wait(120)
-        out = c.logs(stderr=False)
-    return dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+# -- in the SIF -----------------------------------------------------------------------------
+
+def sif_labels(cmd: Sequence[str], sif: Path) -> dict[str, str]:
+    """The SIF's labels, as ``apptainer inspect --json`` reports them."""
+    code, log, _ = _run([*cmd, "inspect", "--json", "--labels", str(sif)], cwd=Path(sif).parent,
+                        timeout=300, step="apptainer")
+    start = log.find("{")
+    try:
+        doc = json.loads(log[start:]) if start >= 0 else None
+    except ValueError:
+        doc = None
+    if code != 0 or not isinstance(doc, dict):
+        raise OperationError(f"apptainer inspect {sif} failed (exit {code}): {log.strip()[-300:]}",
+                             step="apptainer")
+    labels = doc.get("data", {}).get("attributes", {}).get("labels", doc)
+    return {str(k): str(v) for k, v in (labels or {}).items()}
+
+
+def _exec_folder(sif: Path) -> tuple[Path, Path]:
+    return _private_work(Path(sif).parent)[:2]
+
+
+def verify_sif(cmd: Sequence[str], sif: Path, labels: Mapping[str, str],
+               ds_op_modules: Mapping[str, str] | None = None) -> VerifyReport:
+    """The verification payload run in the SIF with ``apptainer exec``, against its labels."""
+    from envbuilder.run.payload import verify_image
+    from envbuilder.run.smoke import shell_wrap
+    from envbuilder.run.verify import TIMEOUT_S, VerifyReport, compare, parse_facts, payload_args
+
+    work, shared = _exec_folder(sif)
+    try:
+        script = shared / "verify_image.py"
+        shutil.copyfile(verify_image.__file__, script)
+        os.chmod(script, 0o644)
+        line = shell_wrap(["PY", str(script), *payload_args(labels, ds_op_modules)])
+        started = time.monotonic()
+        code, log, timed_out = _run([*cmd, "exec", "--bind", str(shared), str(sif), "sh", "-c", line],
+                                    cwd=shared, timeout=TIMEOUT_S, step="verify")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    facts = parse_facts(log)
+    if facts is None:
+        why = f"ran past {TIMEOUT_S} s" if timed_out else f"exit {code}"
+        raise OperationError(f"the verification payload reported nothing in {sif} ({why}): "
+                             f"{log.strip()[-400:]}", step="verify")
+    return VerifyReport(str(sif), compare(facts, labels, ds_op_modules), facts,
+                        time.monotonic() - started, dict(labels))
+
+
+def smoke_command(cmd: Sequence[str], sif: Path, home: str) -> list[str]:
+    """The smoke command of the definition's %help and jobs/README.md, for ``sif``."""
+    words = shlex.split(APPTAINER_SMOKE.format(sif=shlex.quote(str(sif)), home=home))
+    return [*cmd, *words[1:]]
+
+
+def smoke_sif(cmd: Sequence[str], sif: Path, home: str, *, nproc: int, backend: str,
+              timeout: int) -> tuple[SmokeResult, list[str]]:
+    """The smoke job in the SIF, by the command %help shows (``apptainer exec --nv SIF sh
+    HOME/smoke/run.sh``; --nv only warns where there is no GPU), its settings in the
+    environment; (result, the command that ran)."""
+    from envbuilder.run.smoke import _read_out_dir, build_result, job_deadline
+
+    work, shared = _exec_folder(sif)
+    try:
+        out = shared / "out"
+        out.mkdir()
+        os.chmod(out, 0o777)
+        env = {"APPTAINERENV_NPROC": str(nproc), "APPTAINERENV_BACKEND": backend,
+               "APPTAINERENV_TIMEOUT": str(int(timeout)), "APPTAINERENV_OUT": str(out),
+               "APPTAINERENV_PYTHONUNBUFFERED": "1", "APPTAINER_BIND": str(shared)}
+        argv = smoke_command(cmd, sif, home)
+        started = time.monotonic()
+        code, log, timed_out = _run(argv, cwd=shared, env=env, timeout=job_deadline(timeout), step="smoke")
+        summary, ranks = _read_out_dir(str(out))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    result = build_result(summary=summary, ranks=ranks, log=log, exit_code=code, nproc_per_node=nproc,
+                          nnodes=1, backend=backend, seconds=time.monotonic() - started,
+                          where=str(sif), timed_out=timed_out, timeout=timeout)
+    return result, argv
+
+
+def pip_freeze_sif(cmd: Sequence[str], sif: Path) -> list[str]:
+    """``pip freeze`` of the SIF's environment (the venv on PATH from %environment)."""
+    code, log, _ = _run([*cmd, "exec", str(sif), "python", "-m", "pip", "freeze", "--all"],
+                        cwd=Path(sif).parent, timeout=300, step="apptainer")
+    if code != 0:
+        raise OperationError(f"pip freeze in {sif} failed (exit {code}): {log.strip()[-300:]}",
+                             step="apptainer")
+    return sorted(ln for ln in log.splitlines() if "==" in ln or " @ " in ln)

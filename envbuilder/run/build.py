@@ -1,9 +1,17 @@
 """envbuilder build: render, build with a real Docker engine, smoke-test, push by digest.
 
-``build_target`` runs the steps in order and returns a ``BuildReport`` that says what was and
-was not done. A failing step raises ``BuildFailed`` (an OperationError, exit 1) carrying the
-report, so the CLI can print it and nothing is recorded for a step that did not complete: a
-push appears in the report only when the registry confirmed its digest.
+A build is a list of steps (``BUILD_STEPS``: render, build, verify, smoke, apptainer, push,
+sign), each a function of one ``_Build`` (the prepared target, the frozen options, what the
+steps before it made). ``_run_steps`` writes the bookkeeping once: whether a step runs or is
+skipped, its time, its report entry, its progress events, and the wrapping of its failure.
+``build_target`` returns a ``BuildReport`` that says what was and was not done. A failing step
+raises ``BuildFailed`` (an OperationError, exit 1) carrying the report, so the CLI can print it
+and nothing is recorded for a step that did not complete: a push appears in the report only
+when the registry confirmed its digest.
+
+The options are checked once, when a ``BuildOptions`` is made (the CA bundle read then, once);
+a target is checked and resolved once, by ``prepare`` (the CLI's preflight), and the
+``Prepared`` target it returns is what the build steps use.
 """
 
 from __future__ import annotations
@@ -19,8 +27,9 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 from envbuilder import SMOKE_TIMEOUT
 from envbuilder import labels as image_labels
 from envbuilder.core import validate
+from envbuilder.core.builder import compiled_parts
 from envbuilder.core.matrix import Matrix, load_matrix
-from envbuilder.assemble import folder_files
+from envbuilder.assemble import folder_files, image_tag, with_team_compiled
 from envbuilder.core.resolve import Stack, resolve_target
 from envbuilder.core.spec import TargetSpec
 from envbuilder.diagnose.explain import explain_lines
@@ -37,6 +46,7 @@ if TYPE_CHECKING:
 
 if TYPE_CHECKING:  # pragma: no cover
     from envbuilder.run.metrics import MetricsTarget
+    from envbuilder.run.sign import SignOptions
 
 STEPS = ("render", "build", "verify", "smoke", "push")
 
@@ -61,8 +71,20 @@ class BuildOptions:
     lock: Path | None = None  # a requirements.lock: install with --require-hashes
     alias: bool = True  # push the moving alias (the target name, e.g. cu121) after the smoke passed
     metrics: MetricsTarget | None = None  # write/push the smoke result as Prometheus metrics
+    # --runtime: docker (the image), apptainer (a SIF from envbuilder.def), or both (issue 28)
+    runtime: str = "docker"
+    sif: Path | None = None  # where the SIF goes (default ./<tag>.sif)
+    apptainer: str | None = None  # the apptainer command (default $ENVBUILDER_APPTAINER, PATH)
+    sign: SignOptions | None = None  # --sign: sign and attest the pushed digest (run.sign)
 
-    def validate(self) -> None:
+    # what checking the options found, kept so no step reads or looks up again
+    ca_pem: bytes | None = field(default=None, init=False, repr=False, compare=False)  # ca_cert's bytes
+    apptainer_argv: tuple[str, ...] = field(default=(), init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        """Checked once, when made (as torchrun's LaunchConfig): a BuildOptions that exists is
+        valid; bad input is one line (exit 2) naming the option, before any work. The CA
+        bundle is read here, once (``ca_pem``), and the apptainer command found once."""
         if self.backend not in ("auto", "nccl", "gloo"):
             raise InputError(f"--backend {self.backend!r} is not one of auto, nccl, gloo")
         if self.push:
@@ -73,9 +95,22 @@ class BuildOptions:
             if any(c in v for c in "\n\r\"'`$ "):
                 raise InputError(f"--{k.lower().replace('_', '-')} {v!r} is not a proxy URL")
         if self.ca_cert is not None:
-            _read_ca(self.ca_cert)
+            object.__setattr__(self, "ca_pem", _read_ca(self.ca_cert))
         if self.wheelhouse is not None and not Path(self.wheelhouse).is_dir():
             raise InputError(f"--wheelhouse {self.wheelhouse} is not a folder of wheels")
+        if self.sign is not None:
+            _validate_sign(self)
+        self._validate_runtime()
+
+    def _validate_runtime(self) -> None:
+        if self.runtime not in ("docker", "apptainer", "both"):
+            raise InputError(f"--runtime {self.runtime!r} is not one of docker, apptainer, both")
+        if self.runtime == "apptainer" and self.push:
+            raise InputError("--push publishes the Docker image: use --runtime docker or both with it")
+        if self.runtime != "docker":
+            from envbuilder.run.apptainer import apptainer_command
+
+            object.__setattr__(self, "apptainer_argv", tuple(apptainer_command(self.apptainer)))
 
 
 def validate_spec(spec: TargetSpec) -> None:
@@ -109,11 +144,13 @@ class BuildReport:
     causes: list[dict] = field(default_factory=list)
     pushed: list[dict] = field(default_factory=list)
     labels: dict[str, str] = field(default_factory=dict)
+    apptainer: dict | None = None  # --runtime apptainer|both: the SIF, its verify and smoke
+    signed: dict | None = None  # --sign: the signed ref and its attestations (run.sign)
     error: str | None = None
     failed_step: str | None = None
     exit_code: int = 0  # the failure's (1 an operation failed, 2 bad input, 3 refused)
     # the error itself, for one TARGET's caller (not in the report's data)
-    cause: Any = field(default=None, repr=False, compare=False)
+    cause: EnvbuilderError | None = field(default=None, repr=False, compare=False)
 
     @property
     def ok(self) -> bool:
@@ -122,11 +159,18 @@ class BuildReport:
     def to_dict(self) -> dict:
         d = asdict(replace(self, cause=None))
         d.pop("cause")
+        if d["signed"] is None:  # only a --sign build reports it
+            d.pop("signed")
         d["ok"] = self.ok
         return d
 
 
 class BuildFailed(OperationError):
+    """A step of one target's build failed (exit 1): ``report`` says what was and was not
+    done, ``step`` which step failed."""
+
+    report: BuildReport
+
     def __init__(self, report: BuildReport, err: OperationError) -> None:
         super().__init__(f"{report.target}: {err.step or 'build'} failed: {err}", step=err.step,
                          details=err.details)
@@ -157,18 +201,39 @@ def _proxy_args(opts: BuildOptions) -> dict[str, str]:
     return out
 
 
-def prepare_context(spec: TargetSpec, stack: Stack, opts: BuildOptions,
-                    dest: Path) -> tuple[Path, BuildPlan]:
+@dataclass(frozen=True)
+class Prepared:
+    """One target checked and resolved before any build starts (``prepare``; the CLI's
+    preflight): the build's steps use this stack and matrix, and resolve nothing again."""
+
+    spec: TargetSpec
+    stack: Stack
+    matrix: Matrix
+
+
+def prepare(spec: TargetSpec, *, matrix_dir: str | Path | None = None,
+            matrix: Matrix | None = None) -> Prepared:
+    """``spec`` checked (bad input: exit 2 naming the option) and resolved (refused: exit 3),
+    with the team's compiled packages (assemble.with_team_compiled), once, before any work."""
+    validate_spec(spec)
+    m = matrix or load_matrix(matrix_dir, spec.matrix_overlay)
+    return Prepared(spec, with_team_compiled(spec, resolve_target(spec.target, m, spec.pins)), m)
+
+
+def prepare_context(spec: TargetSpec, stack: Stack, opts: BuildOptions, dest: Path, *,
+                    lock: Path | None = None) -> tuple[Path, BuildPlan]:
     """Write ``spec``'s build folder into ``dest`` through the one assembly path
     (envbuilder.assemble: the same files ``render`` writes), plus what a build brings itself:
-    the wheelhouse's wheels and the extra CA bundle."""
-    lock_text = None
-    if opts.lock is not None:
-        from envbuilder.core.readfile import read_text_capped
-
-        lock_text = read_text_capped(opts.lock, "--lock-file", limit=64 << 20)
-    plan, files = folder_files(spec, stack, lock_text=lock_text, lock_source=str(opts.lock),
+    the wheelhouse's wheels and the extra CA bundle. ``lock``: the lock to install when
+    ``opts.lock`` names none (the build folder's, ``folder_lock``)."""
+    lock = opts.lock or lock
+    lock_text = _read_lock(lock)
+    plan, files = folder_files(spec, stack, lock_text=lock_text, lock_source=str(lock),
                                wheelhouse=opts.wheelhouse is not None)
+    if opts.wheelhouse is not None:  # a team package that builds against torch, left in the plain layer
+        from envbuilder.lock.compiled import check_wheelhouse
+
+        check_wheelhouse(Path(opts.wheelhouse), next((la.requirements for la in plan.layers if la.name == "team"), ()))
     split = None
     if opts.wheelhouse is not None and lock_text is not None:
         # a locked build: each layer's wheels are exactly its pins (installed --no-deps)
@@ -178,11 +243,30 @@ def prepare_context(spec: TargetSpec, stack: Stack, opts: BuildOptions,
         split = wh.split(Path(opts.wheelhouse), pins, stack.python,
                          required=[r for rs in pins.values() for r in rs], deps=False)
     elif opts.wheelhouse is not None:
-        layers = {la.name: [*la.requirements, *la.build_requirements]
-                  for la in plan.layers}
-        split = wh.split(Path(opts.wheelhouse), layers, stack.python,
-                         required=[r for la in plan.layers for r in la.requirements])
-    ca = _read_ca(opts.ca_cert) if opts.ca_cert else None
+        split = _split_wheelhouse(plan, stack, opts.wheelhouse)
+    write_tree(dest, files, extra=_extra_files(split, opts.ca_pem))
+    return dest, plan
+
+
+def _read_lock(lock: Path | None) -> str | None:
+    if lock is None:
+        return None
+    from envbuilder.core.readfile import read_text_capped
+
+    return read_text_capped(lock, "--lock-file", limit=64 << 20)
+
+
+def _split_wheelhouse(plan: BuildPlan, stack: Stack, wheelhouse: Path) -> dict[str, list[Path]]:
+    """The wheelhouse's wheels cut by layer: each layer's requirements and build requirements."""
+    layers = {la.name: [*la.requirements, *la.build_requirements] for la in plan.layers}
+    return wh.split(Path(wheelhouse), layers, stack.python,
+                    required=[r for la in plan.layers for r in la.requirements])
+
+
+def _extra_files(split: dict[str, list[Path]] | None, ca: bytes | None) -> Callable[[Path], None] | None:
+    """What a build folder gets beside its rendered files: each layer's wheels, the extra CA."""
+    if split is None and ca is None:
+        return None
 
     def extra(tmp: Path) -> None:
         if split is not None:
@@ -190,162 +274,352 @@ def prepare_context(spec: TargetSpec, stack: Stack, opts: BuildOptions,
         if ca is not None:
             (tmp / "ca-certificates" / "envbuilder-extra-ca.crt").write_bytes(ca)
 
-    write_tree(dest, files, extra=extra)
-    return dest, plan
+    return extra
 
 
-def build_target(spec: TargetSpec, opts: BuildOptions, *, matrix_dir: str | Path | None = None,
-                 client: DockerClient | None = None,
-                 on_event: Callable[[str, Any], None] | None = None,
-                 matrix: Matrix | None = None) -> BuildReport:
-    """Render, build, smoke-test and (with opts.push) push one target."""
-    opts.validate()
-    validate_spec(spec)
-    target = spec.name
-    m = matrix or load_matrix(matrix_dir, spec.matrix_overlay)
-    stack = resolve_target(spec.target, m, spec.pins)
-    report = BuildReport(target=target, tag=stack.tag)
-    emit = on_event or (lambda kind, data: None)
-    tmp_root: Path | None = None
-    step = "render"
-    try:
-        t0 = time.monotonic()
-        if opts.context is not None:
-            ctx_dir = Path(opts.context)
-        else:
-            tmp_root = Path(tempfile.mkdtemp(prefix="envbuilder-build-"))
-            ctx_dir = tmp_root / "context"
-        _, plan = prepare_context(spec, stack, opts, ctx_dir)
-        report.context = str(ctx_dir)
-        report.steps["render"] = "ok"
-        report.seconds["render"] = round(time.monotonic() - t0, 3)
-        emit("step", ("render", "ok"))
+def context_extra(spec: TargetSpec, stack: Stack, opts: BuildOptions) -> Callable[[Path], None] | None:
+    """What a build folder gets beside its rendered files (``bake --wheelhouse/--ca-cert``, as
+    prepare_context for ``build``): each layer's wheels from opts.wheelhouse, the extra CA."""
+    split = None
+    if opts.wheelhouse is not None:
+        plan, _ = folder_files(spec, stack, wheelhouse=True)
+        split = _split_wheelhouse(plan, stack, opts.wheelhouse)
+    return _extra_files(split, opts.ca_pem)
 
-        step = "build"
-        if client is None:
+
+# -- the steps ---------------------------------------------------------------------------------
+
+@dataclass
+class _Build:
+    """One target's build while its steps run: what each step reads, and what it leaves for
+    the steps after it (the plan from render, the image from build, the smoke result)."""
+
+    job: Prepared
+    opts: BuildOptions
+    lock: Path | None  # the lock installed: --lock-file, or the build folder's (folder_lock)
+    report: BuildReport
+    emit: Callable[[str, Any], None]
+    client: DockerClient | None
+    ctx_dir: Path
+    plan: BuildPlan | None = None
+    smoke: SmokeResult | None = None
+
+    @property
+    def image(self) -> str:
+        return f"envbuilder:{self.job.stack.tag}"
+
+    @property
+    def smoke_passed(self) -> bool:
+        return self.smoke is not None and self.smoke.ok
+
+    def rendered(self) -> BuildPlan:
+        """The plan the render step made (every step after it has one)."""
+        assert self.plan is not None
+        return self.plan
+
+    def built(self) -> tuple[DockerClient, str]:
+        """The engine and the image the build step made (verify, smoke, push and sign use them)."""
+        assert self.client is not None and self.report.image_id is not None
+        return self.client, self.report.image_id
+
+
+@dataclass(frozen=True)
+class Step:
+    """One step of a build: ``run`` does the work (a failure raises OperationError), ``when``
+    says whether it runs; the bookkeeping around it is ``_run_steps``'s."""
+
+    name: str
+    run: Callable[[_Build], None]
+    when: Callable[[_Build], bool]
+
+
+def _render(b: _Build) -> None:
+    _, b.plan = prepare_context(b.job.spec, b.job.stack, b.opts, b.ctx_dir, lock=b.lock)
+    b.report.context = str(b.ctx_dir)
+
+
+def _build_image(b: _Build) -> None:
+    spec, stack, opts, plan, report = b.job.spec, b.job.stack, b.opts, b.rendered(), b.report
+    client = b.client = b.client or engine.connect()
+    if stack.compiles and stack.builder is not None and stack.builder.image_kind == "devel":
+        _require_builder(client, plan.builder_image, stack)
+    elif plan.compiled_packages and "-devel-" in plan.builder_image:  # the team's compiled packages
+        _require_builder(client, plan.builder_image, stack, plan.compiled_packages)
+    labels = image_labels.build_labels(
+        base_digest=_base_digest(client, spec.base_image or stack.runtime_image),
+        lock_digest=lock_digest(b.lock) if b.lock is not None else None)
+    res = engine.build(client, b.ctx_dir, tag=b.image, nocache=opts.nocache,
+                       # index credentials travel as build arguments, in no file
+                       buildargs={**_proxy_args(opts), **plan.index_build_args},
+                       labels=labels,
+                       on_step=lambda i, n, text: b.emit("build-step", (i, n, text)),
+                       on_line=lambda ln: b.emit("build-line", ln))
+    report.image_id = res.image_id
+    report.local_tags = [b.image]
+    if image_tag(spec, stack) != stack.tag:  # a project target's own tag (its job files')
+        report.local_tags.append(engine.tag(client, res.image_id, "envbuilder", image_tag(spec, stack)))
+    for name, t in (validate.tag_ref(v, "--tag") for v in opts.tags):
+        report.local_tags.append(engine.tag(client, res.image_id, name or "envbuilder", t))
+    report.cached_steps, report.total_steps = res.cached_steps, res.steps
+    report.labels = engine.image_labels(client, res.image_id)
+    report.size_bytes = engine.image_size(client, res.image_id)
+
+
+def _verify(b: _Build) -> None:
+    from envbuilder.run.verify import verify_image_labels
+
+    client, image_id = b.built()
+    vr = verify_image_labels(client, image_id, b.report.labels, b.job.matrix.toolchains.op_modules)
+    b.report.verify = vr.to_dict()
+    if not vr.ok:
+        raise OperationError(f"{b.job.stack.tag} is not what its labels say: {vr.summary()}",
+                             step="verify")
+
+
+def _smoke(b: _Build) -> None:
+    client, image_id = b.built()
+    opts, report = b.opts, b.report
+    result = b.smoke = run_smoke_container(client, image_id, nproc=b.rendered().host_nproc,
+                                           backend=opts.backend, timeout=opts.smoke_timeout,
+                                           shm_size=opts.shm_size)
+    report.smoke = _smoke_summary(result)
+    if opts.metrics is not None:  # before the verdict: a failed run is a metric too
+        from envbuilder.run.metrics import export_run
+
+        exported = export_run(result, opts.metrics, image=b.image, client=client, target=b.job.spec.name)
+        report.smoke["metrics"] = exported.to_dict() if exported else None
+    if not result.ok:
+        report.causes = explain_log(result.log, details=result.details)
+        first = result.details.get(result.failed[0]) if result.failed else None
+        raise OperationError(
+            f"the smoke job failed in {b.job.stack.tag}: {', '.join(result.failed) or 'unknown check'}"
+            + (f" ({first[:200]})" if first else ""), step="smoke")
+
+
+def _apptainer(b: _Build) -> None:
+    """--runtime apptainer|both: ``apptainer build`` of the folder's envbuilder.def (a local base
+    as a docker save archive), then verify and the smoke job in the SIF with ``apptainer exec``;
+    ``report.apptainer`` says what was done (a failure raises, naming its step)."""
+    from envbuilder.run import apptainer
+
+    opts, plan = b.opts, b.rendered()
+    cmd = list(opts.apptainer_argv)
+    client = b.client
+    if client is None:
+        try:
             client = engine.connect()
-        if stack.compiles and stack.builder is not None and stack.builder.image_kind == "devel":
-            _require_builder(client, plan.builder_image, stack)
-        base = spec.base_image or stack.runtime_image
-        labels = image_labels.build_labels(
-            base_digest=_base_digest(client, base),
-            lock_digest=lock_digest(opts.lock) if opts.lock is not None else None)
+        except EnvbuilderError:
+            client = None  # no engine: every base is a registry image (Bootstrap: docker)
+    sif = Path(opts.sif) if opts.sif is not None else Path.cwd() / f"{b.job.stack.tag}.sif"
+    app: dict[str, Any] = {"command": cmd, "steps": {"build": "not run", "verify": "not run", "smoke": "not run"},
+                           "seconds": {}}
+    b.report.apptainer = app
+    app["steps"]["build"] = "failed"
+    built = apptainer.build_sif(cmd, plan, b.ctx_dir, sif, client=client,
+                                build_env={**_proxy_args(opts), **plan.index_build_args},
+                                on_line=lambda ln: b.emit("build-line", ln))
+    app.update({k: v for k, v in built.to_dict().items() if k != "seconds"})
+    app["steps"]["build"] = "cached" if built.cached else "ok"
+    app["seconds"]["build"] = round(built.seconds, 3)
+    app["labels"] = apptainer.sif_labels(cmd, Path(built.sif))
+    app["steps"]["verify"] = app["steps"]["smoke"] = "skipped"
+    if opts.verify:
         t0 = time.monotonic()
-        res = engine.build(client, ctx_dir, tag=f"envbuilder:{stack.tag}", nocache=opts.nocache,
-                           # index credentials travel as build arguments, in no file
-                           buildargs={**_proxy_args(opts), **plan.index_build_args},
-                           labels=labels,
-                           on_step=lambda i, n, text: emit("build-step", (i, n, text)),
-                           on_line=lambda ln: emit("build-line", ln))
-        report.image_id = res.image_id
-        report.local_tags = [f"envbuilder:{stack.tag}"]
-        for name, t in (validate.tag_ref(v, "--tag") for v in opts.tags):
-            report.local_tags.append(engine.tag(client, res.image_id, name or "envbuilder", t))
-        report.cached_steps, report.total_steps = res.cached_steps, res.steps
-        report.labels = engine.image_labels(client, res.image_id)
-        report.size_bytes = engine.image_size(client, res.image_id)
-        report.steps["build"] = "ok"
-        report.seconds["build"] = round(time.monotonic() - t0, 3)
-        emit("step", ("build", "ok"))
+        app["steps"]["verify"] = "failed"
+        vr = apptainer.verify_sif(cmd, Path(built.sif), app["labels"], b.job.matrix.toolchains.op_modules)
+        app["verify"] = vr.to_dict()
+        app["seconds"]["verify"] = round(time.monotonic() - t0, 3)
+        if not vr.ok:
+            raise OperationError(f"{built.sif} is not what its labels say: {vr.summary()}", step="apptainer")
+        app["steps"]["verify"] = "ok"
+    if opts.smoke:
+        t0 = time.monotonic()
+        app["steps"]["smoke"] = "failed"
+        # one node's ranks, as the Docker smoke job and smoke/run.sh's default (NPROC): the
+        # %help command run by hand starts the same job
+        result, argv = apptainer.smoke_sif(cmd, Path(built.sif), plan.home, nproc=plan.host_nproc,
+                                           backend=opts.backend, timeout=opts.smoke_timeout)
+        app["smoke"] = {**_smoke_summary(result), "command": argv}
+        app["seconds"]["smoke"] = round(time.monotonic() - t0, 3)
+        if not result.ok:
+            b.report.causes = explain_log(result.log, details=result.details)
+            raise OperationError(f"the smoke job failed in {built.sif}: {', '.join(result.failed) or 'unknown check'}",
+                                 step="apptainer")
+        app["steps"]["smoke"] = "ok"
 
-        step = "verify"
-        if opts.verify:
-            from envbuilder.run.verify import verify_image_labels
 
-            t0 = time.monotonic()
-            emit("step", ("verify", "running"))
-            vr = verify_image_labels(client, res.image_id, report.labels,
-                                     {n: o.module for n, o in m.toolchains.deepspeed_ops.items() if o.module})
-            report.verify = vr.to_dict()
-            report.seconds["verify"] = round(time.monotonic() - t0, 3)
-            if not vr.ok:
-                report.steps["verify"] = "failed"
-                raise OperationError(f"{stack.tag} is not what its labels say: {vr.summary()}",
-                                     step="verify")
-            report.steps["verify"] = "ok"
-            emit("step", ("verify", "ok"))
-        else:
-            report.steps["verify"] = "skipped"
+def _push(b: _Build) -> None:
+    spec, stack, opts, report = b.job.spec, b.job.stack, b.opts, b.report
+    assert opts.push is not None
+    client, image_id = b.built()
+    # the tag part of every --tag goes to the --push repository too
+    tags = [stack.tag, *(validate.tag_ref(v, "--tag")[1] for v in opts.tags)]
+    if image_tag(spec, stack) != stack.tag:  # a project target's own tag first
+        tags.insert(0, image_tag(spec, stack))
+    if opts.alias and b.smoke_passed:
+        # the moving alias is the target's own name (cu121, cu121-ds, cpu): it follows
+        # the matrix to new releases, and moves only after the smoke job passed
+        tags.append(validate.tag(spec.name, "target (as alias tag)"))
+    for t in dict.fromkeys(tags):
+        engine.tag(client, image_id, opts.push, t)
+        b.emit("step", ("push", f"{opts.push}:{t}"))
+        digest = engine.push(client, opts.push, t)
+        if not engine.verify_pushed(client, opts.push, digest):
+            raise OperationError(f"the registry did not confirm {opts.push}@{digest} after "
+                                 f"the push; nothing was recorded as published", step="push")
+        report.pushed.append({"repository": opts.push, "tag": t, "digest": digest,
+                              "ref": f"{opts.push}@{digest}"})
+    if opts.context is not None:  # the kept build folder's jobs/ pull the digest
+        pin_job_files(spec, stack, opts, b.ctx_dir, report.pushed[0]["ref"], lock=b.lock)
 
-        step = "smoke"
-        smoke_passed = False
-        if opts.smoke:
-            t0 = time.monotonic()
-            emit("step", ("smoke", "running"))
-            result = run_smoke_container(client, res.image_id, nproc=plan.smoke_nproc,
-                                         backend=opts.backend, timeout=opts.smoke_timeout,
-                                         shm_size=opts.shm_size)
-            report.seconds["smoke"] = round(time.monotonic() - t0, 3)
-            report.smoke = _smoke_summary(result)
-            if opts.metrics is not None:  # before the verdict: a failed run is a metric too
-                from envbuilder.run.metrics import export_run
 
-                exported = export_run(result, opts.metrics, image=f"envbuilder:{stack.tag}",
-                                      client=client, target=target)
-                report.smoke["metrics"] = exported.to_dict() if exported else None
-            if not result.ok:
-                report.steps["smoke"] = "failed"
-                report.causes = explain_log(result.log, details=result.details)
-                raise OperationError(
-                    f"the smoke job failed in {stack.tag}: {', '.join(result.failed) or 'unknown check'}"
-                    + (f" ({result.details.get(result.failed[0], '')[:200]})" if result.failed and result.details.get(result.failed[0]) else ""),
-                    step="smoke")
-            report.steps["smoke"] = "ok"
-            smoke_passed = True
-            emit("step", ("smoke", "ok"))
-        else:
-            report.steps["smoke"] = "skipped"
+def _sign(b: _Build) -> None:
+    """After verify, the smoke job and the push passed: sign the pushed digest once (the tags
+    share it) and attach the verify, smoke, SBOM and provenance attestations (run.sign)."""
+    from envbuilder.run import sign
 
-        step = "push"
-        if opts.push:
-            t0 = time.monotonic()
-            # the tag part of every --tag goes to the --push repository too
-            tags = [stack.tag, *(validate.tag_ref(v, "--tag")[1] for v in opts.tags)]
-            if opts.alias and smoke_passed:
-                # the moving alias is the target's own name (cu121, cu121-ds, cpu): it follows
-                # the matrix to new releases, and moves only after the smoke job passed
-                tags.append(validate.tag(target, "target (as alias tag)"))
-            for t in dict.fromkeys(tags):
-                engine.tag(client, res.image_id, opts.push, t)
-                emit("step", ("push", f"{opts.push}:{t}"))
-                digest = engine.push(client, opts.push, t)
-                if not engine.verify_pushed(client, opts.push, digest):
-                    raise OperationError(f"the registry did not confirm {opts.push}@{digest} after "
-                                         f"the push; nothing was recorded as published", step="push")
-                report.pushed.append({"repository": opts.push, "tag": t, "digest": digest,
-                                      "ref": f"{opts.push}@{digest}"})
-            report.steps["push"] = "ok"
-            report.seconds["push"] = round(time.monotonic() - t0, 3)
-        else:
-            report.steps["push"] = "skipped"
-        return report
-    except OperationError as e:
-        report.steps[step] = "failed"
-        report.error = str(e)
-        report.failed_step = step
-        if step == "push":
-            report.pushed = []  # a partial push is not a publication
-        raise BuildFailed(report, e) from None
-    except KeyboardInterrupt:
-        report.steps[step] = "interrupted"
-        report.error = f"interrupted during {step}"
-        report.failed_step = step
-        if step == "push":
-            report.pushed = []
-        raise BuildFailed(report, OperationError(
-            f"interrupted during {step}; nothing was recorded for it — run the build again",
-            step=step)) from None
+    spec, stack, opts, plan, report = b.job.spec, b.job.stack, b.opts, b.rendered(), b.report
+    client, image_id = b.built()
+    assert opts.sign is not None and report.verify is not None and b.smoke is not None
+    ref = report.pushed[0]["ref"]
+    debs, os_id, python = sign.image_packages(client, image_id)
+    predicates = {
+        "verify": sign.verify_predicate(spec.name, report.labels, report.verify),
+        "smoke": sign.smoke_predicate(spec.name, b.smoke),
+        "sbom": sign.sbom_predicate(stack, lock=b.lock, debs=debs, os_id=os_id, python=python),
+        "provenance": sign.provenance_predicate(
+            target=spec.name, stack=stack,
+            build_args={**_proxy_args(opts), **plan.index_build_args},
+            base_image=spec.base_image or stack.runtime_image,
+            base_digest=report.labels.get(image_labels.BASE_DIGEST, ""),
+            builder_image=plan.builder_image,
+            builder_digest=_base_digest(client, plan.builder_image),
+            lock_digest=report.labels.get(image_labels.LOCK_DIGEST), push=str(opts.push),
+            seconds=sum(report.seconds.values()), image_id=image_id),
+    }
+    commands: list[str] = []
+
+    def echo(line: str) -> None:  # every cosign command is shown before it runs
+        commands.append(line)
+        b.emit("step", ("sign", line))
+
+    signed = sign.sign_and_attest(ref, opts.sign, predicates, cosign=sign.Cosign(on_command=echo))
+    report.signed = {**signed.to_dict(), "commands": commands}
+
+
+def _docker(b: _Build) -> bool:
+    return b.opts.runtime != "apptainer"  # --runtime apptainer: the SIF alone, no Docker image
+
+
+# in order; a step whose ``when`` is false is "skipped" in the report (apptainer and sign, not in
+# STEPS, appear only when they run)
+BUILD_STEPS = (
+    Step("render", _render, lambda b: True),
+    Step("build", _build_image, _docker),
+    Step("verify", _verify, lambda b: _docker(b) and b.opts.verify),
+    Step("smoke", _smoke, lambda b: _docker(b) and b.opts.smoke),
+    Step("apptainer", _apptainer, lambda b: b.opts.runtime != "docker"),
+    Step("push", _push, lambda b: _docker(b) and bool(b.opts.push)),
+    Step("sign", _sign, lambda b: b.opts.sign is not None and b.smoke_passed and bool(b.report.pushed)),
+)
+
+
+def _run_steps(b: _Build, steps: Sequence[Step] = BUILD_STEPS) -> None:
+    """The bookkeeping, once for every step: skipped or run, its time, its report entry and
+    progress events; a failure (OperationError or Ctrl-C) marks the step, drops a partial
+    push (not a publication) and raises BuildFailed with the report."""
+    report = b.report
+    for step in steps:
+        if not step.when(b):
+            if step.name in report.steps:
+                report.steps[step.name] = "skipped"
+            continue
+        t0 = time.monotonic()
+        report.steps[step.name] = "running"
+        b.emit("step", (step.name, "running"))
+        try:
+            step.run(b)
+        except OperationError as e:
+            _stopped(report, step.name, "failed", str(e))
+            raise BuildFailed(report, e if e.step else OperationError(str(e), step=step.name,
+                                                                        details=e.details)) from None
+        except KeyboardInterrupt:
+            _stopped(report, step.name, "interrupted", f"interrupted during {step.name}")
+            raise BuildFailed(report, OperationError(
+                f"interrupted during {step.name}; nothing was recorded for it — run the build again",
+                step=step.name)) from None
+        finally:
+            report.seconds[step.name] = round(time.monotonic() - t0, 3)
+        report.steps[step.name] = "ok"
+        b.emit("step", (step.name, "ok"))
+
+
+def _stopped(report: BuildReport, step: str, state: str, error: str) -> None:
+    report.steps[step] = state
+    report.error = error
+    report.failed_step = step
+    if step == "push":
+        report.pushed = []  # a partial push is not a publication
+
+
+def _build(job: Prepared, opts: BuildOptions, *, lock: Path | None, client: DockerClient | None,
+           on_event: Callable[[str, Any], None] | None) -> BuildReport:
+    """Run BUILD_STEPS for one prepared target in its own build folder (``opts.context``, else
+    a temporary one, removed afterwards)."""
+    tmp_root: Path | None = None
+    if opts.context is not None:
+        ctx_dir = Path(opts.context)
+    else:
+        tmp_root = Path(tempfile.mkdtemp(prefix="envbuilder-build-"))
+        ctx_dir = tmp_root / "context"
+    b = _Build(job, opts, opts.lock or lock, BuildReport(target=job.spec.name, tag=job.stack.tag),
+               on_event or (lambda kind, data: None), client, ctx_dir)
+    try:
+        _run_steps(b)
     finally:
         if tmp_root is not None:
             shutil.rmtree(tmp_root, ignore_errors=True)
+    return b.report
 
 
-def _require_builder(client: DockerClient, image: str, stack: Stack) -> None:
+def build_target(spec: TargetSpec | Prepared, opts: BuildOptions, *,
+                 matrix_dir: str | Path | None = None, client: DockerClient | None = None,
+                 on_event: Callable[[str, Any], None] | None = None,
+                 matrix: Matrix | None = None) -> BuildReport:
+    """Render, build, smoke-test and (with opts.push) push one target: ``spec`` as ``prepare``
+    returned it (the CLI's preflight), or a TargetSpec prepared here. ``opts`` were checked
+    when they were made."""
+    job = spec if isinstance(spec, Prepared) else prepare(spec, matrix_dir=matrix_dir, matrix=matrix)
+    return _build(job, opts, lock=opts.lock, client=client, on_event=on_event)
+
+
+def _validate_sign(opts: BuildOptions) -> None:
+    """--sign signs what passed: it needs --push, verify and the smoke job (exit 2)."""
+    if not opts.push:
+        raise InputError("--sign signs the pushed digest: add --push REPO")
+    if not opts.verify or not opts.smoke:
+        raise InputError("--sign attests the verify report and the smoke result: drop "
+                         "--no-verify and --no-smoke")
+
+
+def pin_job_files(spec: TargetSpec, stack: Stack, opts: BuildOptions, folder: Path,
+                  ref: str, *, lock: Path | None = None) -> None:
+    """After a push: (re)write ``folder``'s ``jobs/`` so every file pulls ``ref``
+    (``REPO@sha256:...``), not the moving tag; the rest of the folder stays as built.
+    ``lock``: as prepare_context's."""
+    lock = opts.lock or lock
+    _, files = folder_files(spec, stack, lock_text=_read_lock(lock), lock_source=str(lock),
+                            wheelhouse=opts.wheelhouse is not None, image=ref)
+    write_tree(folder, {k: v for k, v in files.items() if k.startswith("jobs/")},
+               group="render", prune=False)
+
+
+def _require_builder(client: DockerClient, image: str, stack: Stack, team: Sequence[str] = ()) -> None:
     """A compiling build needs its devel builder: refuse before building when it is missing."""
     if engine.image_available(client, image):
         return
-    what = " and ".join(x for x in (f"Horovod {stack.horovod.version}" if stack.horovod else "",
-                                    f"DeepSpeed ops {','.join(stack.ds_ops)}" if stack.ds_ops else "") if x)
+    what = " and ".join(compiled_parts(stack.assignment, stack.ds_ops)
+                        + ([f"the team's {', '.join(team)}"] if team else []))
     raise InputError(f"the builder image {image} (CUDA {stack.cuda} devel, to compile {what}) is not "
                      f"available to this engine and cannot be pulled: pass --builder-image with a "
                      f"CUDA {stack.cuda} devel image of {stack.os.name}, or use --flavour os on an OS "
@@ -372,33 +646,46 @@ def explain_log(log: str, top: int = 3, details: dict | None = None) -> list[dic
     try:
         lines = log.splitlines() + [f"{k}: {v}" for k, v in (details or {}).items()]
         causes = explain_lines(lines, name="smoke-log")
-    except Exception:
+    except Exception:  # noqa: BLE001 - the causes are a hint beside the failure: never a second failure
         return []
     return [c.to_dict() for c in causes[:top]]
 
 
-def build_many(specs: Sequence[TargetSpec], opts: BuildOptions, *, jobs: int = 1,
+def folder_lock(spec: TargetSpec, opts: BuildOptions) -> Path | None:
+    """Locked whenever a lock exists: without --lock-file, the requirements.lock that
+    ``envbuilder lock`` wrote in the target's build folder (build/<name>, under the project's
+    root inside a project) is installed with --require-hashes."""
+    if opts.lock is not None or "/" in spec.name or spec.name in (".", ".."):
+        return opts.lock
+    root = spec.project.parent / "build" if spec.project is not None else Path("build")
+    found = root / spec.name / "requirements.lock"
+    return found if found.is_file() and not found.is_symlink() else None
+
+
+def build_many(specs: Sequence[TargetSpec | Prepared], opts: BuildOptions, *, jobs: int = 1,
                matrix_dir: str | Path | None = None,
                client: DockerClient | None = None,
                on_event: Callable[[str, str, Any], None] | None = None) -> list[BuildReport]:
-    """Build several targets, at most ``jobs`` at once; keep going past failures. Each build
-    gets its own context folder (``opts`` is frozen: copied with replace, never asdict); a
-    target that fails before its build started reports the step it failed in, with its own
-    message."""
+    """Build several targets (each a TargetSpec, or as ``prepare`` returned it), at most
+    ``jobs`` at once; keep going past failures. With several, each build gets its own context
+    folder (``opts`` is frozen: copied with replace, never asdict); a target that fails before
+    its build started reports the step it failed in, with its own message."""
     from concurrent.futures import ThreadPoolExecutor
 
-    per = replace(opts, context=None)
+    per = replace(opts, context=None) if len(specs) > 1 and opts.context is not None else opts
 
-    def one(s: TargetSpec) -> BuildReport:
+    def one(s: TargetSpec | Prepared) -> BuildReport:
+        spec = s.spec if isinstance(s, Prepared) else s
         try:
-            return build_target(s, per, matrix_dir=matrix_dir, client=client,
-                                on_event=(lambda k, d: on_event(s.name, k, d)) if on_event else None)
+            job = s if isinstance(s, Prepared) else prepare(s, matrix_dir=matrix_dir)
+            return _build(job, per, lock=folder_lock(spec, per), client=client,
+                          on_event=(lambda k, d: on_event(spec.name, k, d)) if on_event else None)
         except BuildFailed as e:
             e.report.exit_code, e.report.cause = e.exit_code, e
             return e.report
         except EnvbuilderError as e:  # refused or bad input, before or while building
-            r = BuildReport(target=s.name, exit_code=e.exit_code, cause=e)
-            r.error, r.failed_step = str(e), getattr(e, "step", None) or "render"
+            r = BuildReport(target=spec.name, exit_code=e.exit_code, cause=e)
+            r.error, r.failed_step = str(e), e.step or "render"
             r.steps[r.failed_step] = "failed"
             return r
 

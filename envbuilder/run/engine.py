@@ -80,57 +80,71 @@ def build(client: DockerClient, context: Path, *, tag: str, buildargs: Mapping[s
           network_mode: str | None = None) -> BuildResult:
     """Build ``context`` (a folder with a Dockerfile) with the engine's builder; stream the log.
     ``network_mode``: the RUN steps' network (docker build --network), e.g. ``host``."""
-    tail: list[str] = []
-    image_id = None
-    steps = cached = 0
+    log = _BuildLog(on_step, on_line)
     try:
         stream = client.api.build(path=str(context), tag=tag, rm=True, forcerm=True, decode=True,
                                   buildargs=dict(buildargs or {}), labels=dict(labels or {}),
                                   nocache=nocache, pull=False, network_mode=network_mode)
         for chunk in stream:
-            if "error" in chunk or "errorDetail" in chunk:
-                msg = chunk.get("error") or chunk.get("errorDetail", {}).get("message", "")
-                tail.append(msg)
-                raise OperationError(_build_error(msg, tail), step="build", details=tail[-30:])
-            line = chunk.get("stream", "")
-            if line:
-                for ln in line.splitlines():
-                    if not ln.strip():
-                        continue
-                    tail.append(ln)
-                    del tail[:-400]
-                    if on_line:
-                        on_line(ln)
-                    m = _STEP_RE.match(ln)
-                    if m:
-                        steps = int(m.group(2))
-                        if on_step:
-                            on_step(int(m.group(1)), steps, m.group(3))
-                    if ln.strip() == "---> Using cache":
-                        cached += 1
-            aux = chunk.get("aux")
-            if isinstance(aux, dict) and aux.get("ID"):
-                image_id = aux["ID"]
+            log.feed(chunk)
     except OperationError:
         raise
-    except Exception as e:
+    except Exception as e:  # noqa: BLE001 - the docker SDK's and requests' errors: named as the engine gone or the build failed
         if _engine_gone(e):
             raise OperationError(
                 f"the Docker engine at {_where(client)} went away during the build of {tag} "
                 f"({_short(e)}): no image was tagged; check that dockerd is running (its log "
-                f"says why it stopped) and build again", step="engine", details=tail[-30:]) from None
+                f"says why it stopped) and build again", step="engine", details=log.tail[-30:]) from None
         raise OperationError(f"the build of {tag} failed: {_short(e)}", step="build",
-                             details=tail[-30:]) from None
+                             details=log.tail[-30:]) from None
+    image_id = log.image_id
     if image_id is None:
-        for ln in reversed(tail):
+        for ln in reversed(log.tail):
             m = re.match(r"Successfully built ([0-9a-f]+)", ln)
             if m:
                 image_id = m.group(1)
                 break
     if image_id is None:
         raise OperationError(f"the build of {tag} ended without an image; see the log above",
-                             step="build", details=tail[-30:])
-    return BuildResult(image_id, [tag], tail, steps, cached)
+                             step="build", details=log.tail[-30:])
+    return BuildResult(image_id, [tag], log.tail, log.steps, log.cached)
+
+
+class _BuildLog:
+    """What a build's stream says, chunk by chunk: the last 400 lines, the step count and the
+    cached steps, the image ID; an error chunk raises OperationError(step="build")."""
+
+    def __init__(self, on_step: Callable[[int, int, str], None] | None,
+                 on_line: Callable[[str], None] | None) -> None:
+        self.on_step, self.on_line = on_step, on_line
+        self.tail: list[str] = []
+        self.image_id: str | None = None
+        self.steps = self.cached = 0
+
+    def feed(self, chunk: dict[str, Any]) -> None:
+        if "error" in chunk or "errorDetail" in chunk:
+            msg = chunk.get("error") or chunk.get("errorDetail", {}).get("message", "")
+            self.tail.append(msg)
+            raise OperationError(_build_error(msg, self.tail), step="build", details=self.tail[-30:])
+        for ln in (chunk.get("stream") or "").splitlines():
+            if ln.strip():
+                self._line(ln)
+        aux = chunk.get("aux")
+        if isinstance(aux, dict) and aux.get("ID"):
+            self.image_id = aux["ID"]
+
+    def _line(self, ln: str) -> None:
+        self.tail.append(ln)
+        del self.tail[:-400]
+        if self.on_line:
+            self.on_line(ln)
+        m = _STEP_RE.match(ln)
+        if m:
+            self.steps = int(m.group(2))
+            if self.on_step:
+                self.on_step(int(m.group(1)), self.steps, m.group(3))
+        if ln.strip() == "---> Using cache":
+            self.cached += 1
 
 
 def _where(client: Any) -> str:
@@ -239,7 +253,7 @@ def image_size(client: DockerClient, image: str) -> int | None:
     """The image's size in bytes, as the engine reports it (uncompressed, all layers)."""
     try:
         return int(client.images.get(image).attrs.get("Size") or 0) or None
-    except Exception:
+    except Exception:  # noqa: BLE001 - the size is for the report only: unknown, never a failure
         return None
 
 
@@ -276,7 +290,7 @@ def image_digest_ref(client: DockerClient, image: str) -> str:
 def tag(client: DockerClient, image_id: str, repository: str, tag_: str) -> str:
     try:
         client.api.tag(image_id, repository, tag_)
-    except Exception as e:
+    except Exception as e:  # noqa: BLE001 - the docker SDK's errors: one line naming the tag
         raise OperationError(f"cannot tag {image_id} as {repository}:{tag_}: {_short(e)}",
                              step="tag") from None
     return f"{repository}:{tag_}"
@@ -329,7 +343,7 @@ def _push_once(client: DockerClient, repository: str, tag_: str,
                 on_progress(f"{chunk.get('id', '')} {chunk['status']}".strip())
     except OperationError:
         raise
-    except Exception as e:
+    except Exception as e:  # noqa: BLE001 - the docker SDK's and requests' errors: one line naming the push
         raise OperationError(_push_error(repository, _short(e)), step="push") from None
     if not digest or not re.fullmatch(r"sha256:[0-9a-f]{64}", digest):
         raise OperationError(f"the push of {repository}:{tag_} ended without a digest from the "
@@ -354,7 +368,7 @@ def verify_pushed(client: DockerClient, repository: str, digest: str) -> bool:
     try:
         data = client.api.inspect_distribution(f"{repository}@{digest}",
                                                auth_config=registry_auth(repository))
-    except Exception:
+    except Exception:  # noqa: BLE001 - any failure to confirm is "not confirmed": nothing recorded as published
         return False
     return data.get("Descriptor", {}).get("digest") == digest
 
@@ -381,7 +395,7 @@ def has_gpu_runtime(client: DockerClient) -> bool:
     """Whether the engine offers the NVIDIA runtime (so a container can be given GPUs)."""
     try:
         runtimes = client.info().get("Runtimes") or {}
-    except Exception:
+    except Exception:  # noqa: BLE001 - an engine that cannot say offers no GPU runtime
         return False
     return "nvidia" in runtimes
 
@@ -442,7 +456,7 @@ class Container:
         if self._raw is not None:
             try:
                 self._raw.remove(force=True)
-            except Exception:
+            except Exception:  # noqa: BLE001 - cleanup: the container may be gone with its engine; the first error stands
                 pass
             self._raw = None
 
@@ -461,12 +475,6 @@ class Container:
 
     def start(self) -> None:
         self._call("start", self.raw.start)
-
-    def exec(self, cmd: Sequence[str], *, user: str | None = None) -> tuple[int, str]:
-        """Run ``cmd`` in the running container: (exit code, output)."""
-        kw = {"user": user} if user is not None else {}
-        res = self._call("exec in", lambda: self.raw.exec_run(list(cmd), **kw))
-        return int(res.exit_code), res.output.decode("utf-8", "replace")
 
     def wait(self, timeout: float) -> tuple[int, bool]:
         """Wait for the main process: (exit code, timed out). A timed-out one is killed (124)."""
@@ -519,5 +527,5 @@ def private_network(client: DockerClient, name: str, *, step: str,
     finally:
         try:
             network.remove()
-        except Exception:
+        except Exception:  # noqa: BLE001 - cleanup: the network may be gone with its engine; the first error stands
             pass

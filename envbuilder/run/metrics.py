@@ -144,14 +144,17 @@ def parse_label_overrides(pairs: list[str] | tuple[str, ...] | None) -> dict[str
     return out
 
 
-def layout_of(result: SmokeResult) -> str:
+def layout_label(result: SmokeResult) -> str:
     """``1x12``, ``2x6``, or ``7,5`` for an uneven split (ranks per node, in node order)."""
+    from envbuilder.core.layouts import Layout
+
     per_node = (result.summary or {}).get("ranks_per_node") or {}
-    counts = [int(v) for _, v in sorted(per_node.items(), key=lambda kv: str(kv[0]))]
+    counts = tuple(int(v) for _, v in sorted(per_node.items(), key=lambda kv: str(kv[0])))
     if counts and sum(counts) == result.world_size:
-        if len(set(counts)) == 1:
-            return f"{len(counts)}x{counts[0]}"
-        return ",".join(str(c) for c in counts)
+        try:
+            return str(Layout(counts))
+        except InputError:  # counts a run recorded beyond the caps: shown as they are
+            return ",".join(str(c) for c in counts)
     return f"{result.nnodes}x{result.nproc_per_node}"
 
 
@@ -160,7 +163,7 @@ def labels_for(result: SmokeResult, *, image: str = "", image_digest: str = "",
                overrides: Mapping[str, str] | None = None) -> MetricLabels:
     values = {"target": target, "image": image, "image_digest": image_digest,
               "node": node if node is not None else socket.gethostname(),
-              "layout": layout_of(result), "backend": result.backend or ""}
+              "layout": layout_label(result), "backend": result.backend or ""}
     values.update(overrides or {})
     return MetricLabels(**values)
 
@@ -352,7 +355,7 @@ def textfile_name(labels: MetricLabels) -> str:
 
 
 __all__ = ["METRICS", "MetricLabels", "MetricsTarget", "MetricsReport", "check_target",
-           "parse_label_overrides", "labels_for", "layout_of", "image_identity", "smoke_registry",
+           "parse_label_overrides", "labels_for", "layout_label", "image_identity", "smoke_registry",
            "exposition", "write_textfile", "push", "export", "result_from_records",
            "textfile_name", "export_run"]
 

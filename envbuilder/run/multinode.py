@@ -43,7 +43,7 @@ def _node_script(nnodes: int, nproc: int, backend: str, timeout: int, rdzv: str,
     return sm.shell_wrap(cmd)
 
 
-def layout_of(nnodes: int, nproc_per_node: int | None, layout: Sequence[int] | None) -> list[int]:
+def node_counts(nnodes: int, nproc_per_node: int | None, layout: Sequence[int] | None) -> list[int]:
     """Ranks on each node: even (nproc_per_node each) or exactly as the user asked."""
     if layout:
         counts = [int(n) for n in layout]
@@ -69,7 +69,7 @@ def run_smoke_multinode(image: str, *, nnodes: int, nproc_per_node: int | None =
     """Run the smoke job on ``nnodes`` containers. ``gpus`` as in the single-node job (every
     node gets the GPUs). ``before_start(network, containers)`` is a hook for fault tests (e.g.
     disconnect a node from the network)."""
-    counts = layout_of(nnodes, nproc_per_node, layout)
+    counts = node_counts(nnodes, nproc_per_node, layout)
     if client is None:
         client = engine.connect()
     use_gpus = sm.wants_gpus(client, backend, gpus)

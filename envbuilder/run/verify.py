@@ -2,9 +2,10 @@
 
 ``payload/verify_image.py`` reports, from inside the image and without a GPU, what the process
 really loads (torch's version, CUDA and NCCL as torch reports them, every libnccl / libcudnn /
-libcudart the dynamic loader mapped and the version each reports, the NCCL Horovod's extension
-resolves, DeepSpeed's installed ops). ``compare`` judges those facts against the image's
-``io.envbuilder.*`` labels (written from stack.json); any mismatch names both values.
+libcudart the dynamic loader mapped and the version each reports, and each component's facts:
+the NCCL a compiled extension resolves, the ops it installed). ``compare`` judges those facts
+against the image's ``io.envbuilder.*`` labels (written from stack.json), with each component's
+own checks (envbuilder.components); any mismatch names both values.
 ``envbuilder verify IMAGE`` and ``envbuilder build`` (before the smoke job) run it.
 """
 
@@ -20,24 +21,20 @@ from typing import Any, Mapping
 
 from packaging.version import InvalidVersion, Version
 
+from envbuilder.components import registry
+from envbuilder.components.base import PSABI_LEVELS as PSABI_LEVELS  # moved there; named here too
+from envbuilder.components.base import VerifyCheck as VerifyCheck
+from envbuilder.components.base import VerifyContext
+from envbuilder.components.base import eq as _eq
+from envbuilder.components.base import public as _public
+from envbuilder.components.fabric import rdma_checks as rdma_checks  # each component's checks
+from envbuilder.components.team_compiled import compiled_checks as compiled_checks
 from envbuilder.errors import InputError, OperationError
 from envbuilder.labels import PREFIX as LABEL
 from envbuilder.run.payload import verify_image
 
-# the x86-64 psABI microarchitecture levels, each a superset of the one before
-# (https://gcc.gnu.org/onlinedocs/gcc/x86-Options.html)
-PSABI_LEVELS = ("x86-64", "x86-64-v2", "x86-64-v3", "x86-64-v4")
 CONTAINER_DIR = "/tmp/envbuilder-verify"
 TIMEOUT_S = 300
-
-
-@dataclass(frozen=True)
-class VerifyCheck:
-    name: str
-    ok: bool
-    expected: Any
-    actual: Any
-    detail: str = ""
 
 
 @dataclass
@@ -67,16 +64,6 @@ class VerifyReport:
         return "; ".join(f"{c.name}: {c.detail}" for c in self.failed)
 
 
-def _public(v: str | None) -> str | None:
-    """'2.6.0+cu124' -> '2.6.0' (the local version names the variant, checked separately)."""
-    if v is None:
-        return None
-    try:
-        return Version(v).public
-    except InvalidVersion:
-        return v
-
-
 def _minor(v: str | None) -> str | None:
     if not v:
         return None
@@ -85,12 +72,6 @@ def _minor(v: str | None) -> str | None:
         return f"{r[0]}.{r[1]}" if len(r) >= 2 else v
     except InvalidVersion:
         return v
-
-
-def _eq(name: str, what: str, expected: Any, actual: Any) -> VerifyCheck:
-    ok = expected == actual
-    detail = f"{what} is {actual}" if ok else f"the label says {what} {expected}, the image has {actual}"
-    return VerifyCheck(name, ok, expected, actual, detail)
 
 
 def compare(facts: Mapping[str, Any], labels: Mapping[str, str],
@@ -160,119 +141,10 @@ def compare(facts: Mapping[str, Any], labels: Mapping[str, str],
             "the NVIDIA container runtime variables are set" if ok else
             "the NVIDIA container runtime needs NVIDIA_VISIBLE_DEVICES and NVIDIA_DRIVER_CAPABILITIES "
             f"(compute,utility) in the image: it has {env.get('NVIDIA_VISIBLE_DEVICES')!r}, {caps!r}"))
-    out += _horovod_checks(facts.get("horovod"), lab, gpu, nccl, t)
-    out += _deepspeed_checks(facts.get("deepspeed"), lab, ds_op_modules or {})
-    out += rdma_checks(facts.get("rdma"), lab.get("fabric"))
-    return out
-
-
-def rdma_checks(r: Mapping[str, Any] | None, fabric: str | None) -> list[VerifyCheck]:
-    """An image labelled with a fabric (ib, efa) carries the RDMA user space NCCL's IB
-    transport opens: each soname loads (dlopen, as NCCL does; no HCA needed), ibv_devinfo
-    runs (here: no devices), and for EFA the OFI NCCL plugin is there."""
-    if fabric not in ("ib", "efa"):
-        return []
-    if r is None:
-        return [VerifyCheck("rdma", False, fabric, None,
-                            "the verification payload reported no RDMA facts")]
-    out = []
-    providers = r.get("providers") or []
-    for so, rec in sorted((r.get("libs") or {}).items()):
-        ok = bool(rec.get("loaded"))
-        name = "rdma_" + so.split(".so")[0].removeprefix("lib")
-        detail = (f"{so} loads ({rec.get('path')}; {rec.get('devices', 'n/a')} verbs devices, "
-                  f"{len(providers)} providers)" if ok and "devices" in rec else
-                  f"{so} loads ({rec.get('path')})" if ok else
-                  f"{so} does not load: {rec.get('error')}: NCCL would use sockets, not "
-                  f"InfiniBand/RoCE (NET/IB : No device found)")
-        out.append(VerifyCheck(name, ok, "loads", {"loaded": ok, "path": rec.get("path")}, detail))
-    d = r.get("ibv_devinfo") or {}
-    ran = d.get("found") and "error" not in d and (d.get("exit") == 0 or d.get("no_devices"))
-    if not d.get("found"):
-        detail = "ibv_devinfo is not in the image (ibverbs-utils)"
-    elif ran:
-        hca = d.get("hca") or []
-        detail = (f"ibv_devinfo runs: {', '.join(hca)}" if hca else
-                  f"ibv_devinfo runs and reports no devices ({(d.get('output') or '').splitlines()[0]})")
-    else:
-        detail = f"ibv_devinfo failed: {d.get('error') or d.get('output')}"
-    out.append(VerifyCheck("rdma_ibv_devinfo", bool(ran), "runs",
-                           {k: d.get(k) for k in ("exit", "no_devices", "hca")}, detail))
-    if fabric == "efa":
-        plugins = r.get("ofi_nccl") or []
-        out.append(VerifyCheck("efa_ofi_nccl", bool(plugins), "libnccl-net*.so", plugins,
-                               f"AWS's OFI NCCL plugin: {', '.join(plugins)}" if plugins else
-                               "no OFI NCCL plugin (libnccl-net*.so) under /opt/amazon/ofi-nccl/lib"))
-    return out
-
-
-def _horovod_checks(h: Mapping[str, Any] | None, lab: Mapping[str, str], gpu: bool,
-                    nccl: list, t: Mapping[str, Any]) -> list[VerifyCheck]:
-    want = lab.get("horovod")
-    if want is None:
-        return [] if h is None else [VerifyCheck("horovod", False, None, h.get("version"),
-                                                 f"Horovod {h.get('version')} is installed but not labelled")]
-    if h is None:
-        return [VerifyCheck("horovod", False, want, None, f"the label says Horovod {want}; it is not installed")]
-    out = [_eq("horovod", "Horovod", want, h.get("version"))]
-    if "error" in h:
-        out.append(VerifyCheck("horovod_import", False, "import horovod.torch", None, h["error"]))
-        return out
-    if gpu:
-        built = int(h.get("nccl_built") or 0)
-        out.append(VerifyCheck("horovod_nccl_built", built > 0, "NCCL operations", built,
-                               f"hvd.nccl_built() = {built}" if built else
-                               "Horovod was built without NCCL operations (hvd.nccl_built() = 0)"))
-        resolved = (h.get("ldd") or {}).get("libnccl.so.2")
-        torch_nccl = [n["realpath"] for n in nccl]
-        real = os.path.normpath(resolved) if resolved else None
-        hv = None
-        if built:
-            hv = f"{built // 10000}.{(built % 10000) // 100}.{built % 100}" if built >= 10000 else str(built)
-        want_nccl = lab.get("nccl")
-        ok = real is not None and real in torch_nccl and hv == want_nccl
-        detail = (f"Horovod ({h.get('extension')}) resolves libnccl.so.2 to {resolved}, the file torch loads; "
-                  f"built against NCCL {hv}" if ok else
-                  f"Horovod resolves libnccl.so.2 to {resolved} and was built against NCCL {hv}; torch "
-                  f"loads {', '.join(torch_nccl) or 'no shared NCCL'} and the label says NCCL {want_nccl}")
-        out.append(VerifyCheck("horovod_nccl", ok, {"file": torch_nccl, "version": want_nccl},
-                               {"file": resolved, "version": hv}, detail))
-    return out
-
-
-def _deepspeed_checks(d: Mapping[str, Any] | None, lab: Mapping[str, str],
-                      modules: Mapping[str, str]) -> list[VerifyCheck]:
-    want = lab.get("deepspeed")
-    if want is None:
-        return []
-    if d is None or "error" in (d or {}):
-        return [VerifyCheck("deepspeed", False, want, None,
-                            f"the label says DeepSpeed {want}; import failed: {(d or {}).get('error', 'not installed')}")]
-    out = [_eq("deepspeed", "DeepSpeed", want, _public(d.get("version")))]
-    installed = d.get("installed_ops") or {}
-    for op in [o for o in (lab.get("deepspeed-ops") or "").split(",") if o]:
-        rec = (d.get("ops") or {}).get(op) or {}
-        inst = bool(installed.get(op))
-        ok = inst and bool(rec.get("loaded"))
-        detail = (f"{op} is pre-built and {rec.get('file')} loads" if ok else
-                  f"{op}: installed_ops says {inst}; loading {modules.get(op, '?')} "
-                  f"{'worked' if rec.get('loaded') else 'failed: ' + str(rec.get('error', 'not tried'))}")
-        out.append(VerifyCheck(f"ds_op_{op}", ok, "installed and loads",
-                               {"installed": inst, "loaded": rec.get("loaded")}, detail))
-    isa = lab.get("cpu-isa")
-    marches = sorted({m for rec in (d.get("ops") or {}).values() for m in rec.get("march") or ()})
-    if isa and marches:
-        # GCC records the -march of every object (DW_AT_producer), the default x86-64 too for
-        # objects compiled without one; -march=native is recorded as the build host's CPU name
-        # (znver3, skylake-avx512, ...). Allowed: the psABI levels up to the labelled one.
-        allowed = PSABI_LEVELS[:PSABI_LEVELS.index(isa) + 1] if isa in PSABI_LEVELS else (isa,)
-        bad = [m for m in marches if m not in allowed]
-        out.append(VerifyCheck("cpu_isa", not bad, isa, marches,
-                               f"compiled CPU code targets -march={isa} at most "
-                               f"({', '.join('-march=' + m for m in marches)})" if not bad else
-                               f"the label says -march={isa}; op libraries were compiled with "
-                               f"{', '.join('-march=' + m for m in bad)} (a build host's CPU: "
-                               f"-march=native), which other nodes may not run"))
+    # each component's own checks (envbuilder.components), in plan order
+    ctx = VerifyContext(lab, t, tuple(nccl), ds_op_modules or {})
+    for c in registry.components():
+        out += c.verify_checks(facts, ctx)
     return out
 
 
@@ -303,16 +175,20 @@ def parse_facts(log: str) -> dict | None:
     return None
 
 
+def payload_args(labels: Mapping[str, str], op_modules: Mapping[str, str] | None = None) -> list[str]:
+    """The payload's arguments for the components the image's labels name (their facts)."""
+    ctx = VerifyContext({k[len(LABEL):]: v for k, v in labels.items() if k.startswith(LABEL)}, {},
+                        op_modules=op_modules or {})
+    return [a for c in registry.components() for a in c.payload_args(ctx)]
+
+
 def verify_image_labels(client: Any, image: str, labels: Mapping[str, str],
                         ds_op_modules: Mapping[str, str] | None = None) -> VerifyReport:
     """Run the payload in ``image`` (no GPU needed) and compare with ``labels``."""
     from envbuilder.run.engine import Container
     from envbuilder.run.smoke import shell_wrap
 
-    ops = [f"{op}={mod}" for op, mod in (ds_op_modules or {}).items()
-           if op in (labels.get(LABEL + "deepspeed-ops") or "").split(",")]
-    cmd = shell_wrap(["PY", f"{CONTAINER_DIR}/verify_image.py",
-                      *[a for o in ops for a in ("--ds-op", o)]])
+    cmd = shell_wrap(["PY", f"{CONTAINER_DIR}/verify_image.py", *payload_args(labels, ds_op_modules)])
     started = time.monotonic()
     with Container(client, image, ["sh", "-c", cmd], step="verify",
                    labels={"envbuilder.verify": "1"}) as c:

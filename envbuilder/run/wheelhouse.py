@@ -1,7 +1,7 @@
 """Split a local folder of wheels (and sdists) by image layer, for offline builds.
 
 Each layer of the image installs with ``--no-index --find-links`` from its own folder in the
-build context (``wheels/<layer>/``), so adding a DeepSpeed wheel never changes what the torch
+build context (``wheels/<layer>/``), so adding a component's wheel never changes what the torch
 layer copies, and the torch layer stays cached. Which files a layer needs is the transitive
 closure of its requirements over the wheels' own metadata (``Requires-Dist``), with environment
 markers evaluated for the image's Python on Linux x86_64.
@@ -66,7 +66,7 @@ def scan(folder: Path) -> list[Dist]:
                 name, version = parse_sdist_filename(p.name)
             else:
                 continue
-        except Exception:
+        except ValueError:  # InvalidWheelFilename, InvalidSdistFilename, InvalidVersion: not a distribution
             continue
         text = _metadata_text(p) or ""
         reqs = []

@@ -8,7 +8,8 @@ from typing import Any, List, Optional
 
 import typer
 
-from envbuilder.ui.options import JsonOpt, MatrixOpt, TorchOpt, complete_target, spec_options
+from envbuilder.ui.options import (COMPONENT_NAMES, COMPONENT_TITLES, COMPONENTS, JsonOpt, MatrixOpt, TorchOpt, complete_target,
+                                   spec_options)
 from envbuilder.ui.output import command, echo_json, print_package_diff, table  # noqa: F401
 
 
@@ -34,15 +35,15 @@ def diff(a: str = typer.Argument(..., metavar="A", autocompletion=complete_targe
          matrix_a: Optional[str] = typer.Option(None, "--matrix-a", metavar="DIR", help="Resolve A against this matrix folder (e.g. an older copy), to see what a matrix update moves."),
          source: str = typer.Option("auto", "--from", metavar="auto|engine|registry", help="Where an image's labels are read: the engine, the registry (no layer pulled), or auto (the engine when it has the image)."),
          over: Any = None, matrix: Optional[str] = MatrixOpt, as_json: bool = JsonOpt) -> None:
-    """What changes from A to B: CUDA, driver floor, torch, NCCL, DeepSpeed, Horovod, base image, packages, and which image layers rebuild."""
+    """What changes from A to B: CUDA, driver floor, torch, NCCL, each component (and its pre-built ops), base image, packages, and which image layers rebuild."""
     from envbuilder import api
 
     d = api.diff(a, b, matrix_dir=matrix, matrix_a=matrix_a, matrix_overlay=over.matrix_overlay,
                  pins=over.pins, where=source)
     if as_json:
-        return echo_json(d)
-    if d["facts"]:
-        table(f"{a} -> {b}", ["", "A", "B"], [[f["title"], f["a"] or "-", f["b"] or "-"] for f in d["facts"]])
+        return echo_json(d.to_dict())
+    if d.facts:
+        table(f"{a} -> {b}", ["", "A", "B"], [[f["title"], f["a"] or "-", f["b"] or "-"] for f in d.facts])
     else:
         sys.stdout.write(f"{a} -> {b}: the same stack\n")
     _lines(api.diff_lines(d))
@@ -56,17 +57,17 @@ def inspect_image(image: str = typer.Argument(..., help="An image built by envbu
 
     d = api.inspect_image(image, where=source, matrix_dir=matrix)
     if as_json:
-        return echo_json(d)
-    rows, prov = api.inspect_lines(d)
-    table(f"{image}: {d['target']} -> {d['tag']}", ["axis", "value", "from"], rows)
-    _lines(prov)
+        return echo_json(d.to_dict())
+    shown = api.inspect_lines(d)
+    table(f"{image}: {d.target} -> {d.tag}", ["axis", "value", "from"], shown.rows)
+    _lines(shown.lines)
 
 
 def init(driver: Optional[str] = typer.Option(None, "--driver", metavar="VERSION", help="The cluster's NVIDIA driver, e.g. 535.104.05 (default: this host's, as doctor reads it)."),
          gpus_per_node: Optional[int] = typer.Option(None, "--gpus-per-node", metavar="N", help="GPUs per node (default: this host's GPU count)."),
          nodes: int = typer.Option(1, "--nodes", metavar="N", help="Nodes a training job spans (the job files' layout is NODESxGPUS_PER_NODE)."),
          registry: Optional[str] = typer.Option(None, "--registry", metavar="REPO", help="The repository images are pushed to, e.g. registry.example.com/ml."),
-         with_: Optional[List[str]] = typer.Option(None, "--with", metavar="NAME,...", help="Components every image carries: deepspeed, horovod."),
+         with_: Optional[List[str]] = typer.Option(None, "--with", metavar="NAME,...", help=f"Components every image carries: {', '.join(COMPONENTS)}."),
          name: str = typer.Option("train", "--name", metavar="NAME", help="The project target's name (its build folder build/NAME)."),
          torch: Optional[str] = TorchOpt,
          matrix: Optional[str] = MatrixOpt, as_json: bool = JsonOpt) -> None:
@@ -74,20 +75,23 @@ def init(driver: Optional[str] = typer.Option(None, "--driver", metavar="VERSION
     from envbuilder import api
 
     d = api.init_project(".", driver=driver, gpus_per_node=gpus_per_node, nodes=nodes, registry=registry,
-                         with_=tuple(with_ or ()), name=name, torch=torch, matrix_dir=matrix)
+                         with_=tuple(with_ or ()), name=name, torch=torch, matrix_dir=matrix).to_dict()
     if as_json:
         return echo_json(d)
     s = d["stack"]
     _lines([f"wrote {', '.join(d['written'])} (from {d['source']})",
             f"{d['name']}: {d['target']}: {d['why']}",
             f"  torch {s['torch']} ({s['torch_variant']}), Python {s['python']}, {s['os']}, NCCL {s['nccl']}"
-            + (f", DeepSpeed {s['deepspeed']}" if s["deepspeed"] else "") + (f", Horovod {s['horovod']}" if s["horovod"] else ""),
+            + "".join(f", {COMPONENT_TITLES[c]} {s[c]}" for c in COMPONENTS if s[c]),
             f"  layout {d['layout']}" + (f", registry {d['registry']}" if d["registry"] else ""),
             "next: envbuilder render; envbuilder lock; envbuilder build"])
 
 
 def register(app: typer.Typer) -> None:
     """Add diff, inspect and init to the app."""
-    app.command("diff")(command(spec_options("pins", "overlay")(diff)))
+    app.command("diff", help=f"What changes from A to B: CUDA, driver floor, torch, NCCL, "
+                             f"{COMPONENT_NAMES} (and the pre-built ops), base image, packages, "
+                             f"and which image layers rebuild.")(
+        command(spec_options("pins", "overlay")(diff)))
     app.command("inspect")(command(inspect_image))
     app.command("init")(command(init))

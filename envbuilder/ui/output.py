@@ -15,6 +15,7 @@ from typing import Any, Callable, Optional
 import typer
 
 from envbuilder.errors import EXIT_FAILED, EnvbuilderError
+from envbuilder.ui.options import COMPONENTS
 
 def console(stderr: bool = False) -> Any:
     """A rich Console that honours NO_COLOR (no escapes at all, not even bold) and the
@@ -88,11 +89,13 @@ def command(fn: Callable) -> Callable:
 def table(title: str, columns: list[str], rows: list[list[Any]]) -> None:
     from rich.table import Table
 
-    t = Table(title=title, title_justify="left")
-    for i, c in enumerate(columns):
-        t.add_column(c, no_wrap=i == 0)  # names stay whole, so they can be grepped
     from envbuilder._safety import rich_text
 
+    # the title and headers are text too (they carry arguments, image names, registry labels):
+    # never markup, never escapes
+    t = Table(title=rich_text(title), title_justify="left")
+    for i, c in enumerate(columns):
+        t.add_column(rich_text(c), no_wrap=i == 0)  # names stay whole, so they can be grepped
     for r in rows:
         t.add_row(*[rich_text(v) for v in r])  # user text: never markup, never escapes
     console().print(t)
@@ -101,14 +104,15 @@ def table(title: str, columns: list[str], rows: list[list[Any]]) -> None:
 def warn(w: dict) -> None:
     from envbuilder._safety import terminal_safe
 
-    sys.stdout.write(terminal_safe(f"warning: {w['rule']}: {w['message']}. {w['fix']}") + "\n")
+    # warnings go to stderr: stdout stays the answer (a table, or one JSON document)
+    sys.stderr.write(terminal_safe(f"warning: {w['rule']}: {w['message']}. {w['fix']}") + "\n")
 
 
 def print_stack(d: dict) -> None:
     rows = [[k, d[k] if not isinstance(d[k], dict) else d[k].get("version"),
              d["choices"].get(k, {}).get("reason", "") if k in d["choices"] else ""]
             for k in ("cuda_toolkit", "driver_min", "torch", "torch_variant", "python", "nccl",
-                      "deepspeed", "horovod", "os", "base_image", "builder_image")]
+                      *COMPONENTS, "os", "base_image", "builder_image")]
     rows[0][2] = d["choices"]["cuda"]["reason"]
     if d.get("driver_min"):  # whose floor: the base's or the wheel's cuda-toolkit patch
         rows[1][2] = d["driver_min"].get("note") or f"CUDA {d['driver_min'].get('toolkit')}'s minimum driver"
@@ -190,9 +194,11 @@ def print_explain(report: Any) -> None:
     if summary:
         sys.stdout.write(safe(f"facts: {summary}") + "\n")
     for i, c in enumerate(report.causes, 1):
-        sys.stdout.write(f"{i}. {c.category} ({c.confidence:.0%}): {c.title}\n")
-        for reason in c.reasons[:2]:
-            sys.stdout.write(safe(f"   because {reason}") + "\n")
+        team = " [team case]" if getattr(c, "team_match", False) else ""
+        sys.stdout.write(f"{i}. {c.category} ({c.confidence:.0%}){team}: {c.title}\n")
+        for reason in c.reasons[:3]:
+            said = reason if reason.startswith("like ") else f"because {reason}"
+            sys.stdout.write(safe(f"   {said}") + "\n")
         for ev in c.evidence[:4]:
             sys.stdout.write(safe(f"   {ev.file}:{ev.line_no}: {ev.text.strip()[:160]}") + "\n")
         sys.stdout.write(f"   check: {c.check}\n   fix:   {c.fix}\n   see:   {c.source}\n")
@@ -216,9 +222,27 @@ def print_build(d: dict) -> None:
                   + (f", busbw {bw:.2f} GB/s" if bw else "") + "\n")
     for p in d.get("pushed") or []:
         out.write(f"  pushed  {p['repository']}:{p['tag']} {p['digest']}\n")
+    _print_sif(d.get("apptainer"))
+    if d.get("signed"):
+        sg = d["signed"]
+        out.write(f"  signed  {sg['ref']} ({sg['signature']}; attestations: "
+                  f"{', '.join(sg['attestations']) or 'none added'})\n")
     for c in d.get("causes") or []:
         out.write(f"  cause   {c['category']} ({c['confidence']:.2f}): {c['title']} -> {c['fix']}\n")
 
+
+def _print_sif(a: dict | None) -> None:
+    """build --runtime apptainer|both: the SIF, its steps and the smoke job in it."""
+    if not a:
+        return
+    out = sys.stdout
+    steps = ", ".join(f"{k} {v}" for k, v in a["steps"].items())
+    if a.get("sif"):
+        out.write(f"  sif     {a['sif']} ({(a.get('size_bytes') or 0) / 2**20:.0f} MiB, {a.get('sha256')})\n")
+    out.write(f"  sif     {steps}\n")
+    s = a.get("smoke")
+    if s:
+        out.write(f"  sif     smoke world size {s['world_size']} ({s['backend']}): {' '.join(s['command'])}\n")
 
 
 def print_warnings(reports: list) -> None:
@@ -280,13 +304,13 @@ _METAVARS = {
     "target": "TARGET", "logs": "LOG", "axis": "AXIS",
     "image": "IMAGE", "base_image": "IMAGE", "push": "REPO", "registry": "REPO",
     "tag": "NAME[:TAG]", "label": "KEY=VALUE", "layout": "N,N,...",
-    "torch": "VERSION", "python": "VERSION", "deepspeed": "VERSION", "horovod": "VERSION",
+    "torch": "VERSION", "python": "VERSION", **{c: "VERSION" for c in COMPONENTS},
     "nccl": "VERSION", "driver": "VERSION", "cuda": "VERSION", "os_": "OS",
     "with_": "NAME,...", "without": "NAME,...", "only": "TEXT", "conda_channel": "CHANNEL",
     "pip_index_url": "URL", "extra_index_url": "URL", "pushgateway": "URL", "pypi": "URL",
     "torch_index": "URL", "http_proxy": "URL", "https_proxy": "URL", "no_proxy": "HOSTS",
     "out": "DIR", "wheelhouse": "DIR", "context": "DIR", "records": "PATH",
-    "backend": "auto|nccl|gloo", "fmt": "docker|apptainer", "shm_size": "SIZE",
+    "backend": "auto|nccl|gloo", "fmt": "docker|apptainer|both", "shm_size": "SIZE",
     "min_busbw": "GB/S", "timeout": "SECONDS", "smoke_timeout": "SECONDS",
 }
 _METAVAR_BY_TYPE = {str: "TEXT", int: "N", float: "NUMBER", Path: "FILE"}
@@ -319,41 +343,78 @@ def readable_metavars(group: typer.Typer) -> None:
 
 
 def argument_types_off() -> None:
-    """typer prints an argument as ``TARGET <str>`` even with a metavar: the metavar alone."""
-    from typer.core import TyperArgument
+    """typer prints an argument as ``TARGET <str>`` even with a metavar: the metavar alone.
+    And an argument that takes many values reads ``[LOG]...`` in the usage line, with a
+    metavar too (typer 0.28 drops the dots when a metavar is given)."""
+    from typer import core
 
+    TyperArgument: Any = core.TyperArgument  # its methods differ between typer releases
     shown = getattr(TyperArgument, "display_type_rich", None)
-    if shown is None:  # pragma: no cover - a typer without per-argument types
-        return
+    if shown is not None:  # a typer with per-argument types (0.29)
 
-    def display_type_rich(self: Any, ctx: Any) -> Any:
-        return None if self.metavar else shown(self, ctx)
+        def display_type_rich(self: Any, ctx: Any) -> Any:
+            return None if self.metavar else shown(self, ctx)
 
-    TyperArgument.display_type_rich = display_type_rich  # type: ignore[method-assign]
+        TyperArgument.display_type_rich = display_type_rich
+    make = TyperArgument.__dict__.get("make_metavar")
+    if make is not None:  # typer's own usage line (up to 0.28)
 
+        def make_metavar(self: Any, ctx: Any, **kw: Any) -> str:
+            var: str = make(self, ctx, **kw)
+            return var + "..." if kw.get("usage") and self.nargs != 1 and not var.endswith("...") else var
 
-
+        TyperArgument.make_metavar = make_metavar
 
 
 def _show_completion(argv: list[str]) -> int | None:
-    """``--show-completion [SHELL]``: typer takes it as a flag and detects the shell from the
+    """``--show-completion [SHELL]`` and ``--install-completion [SHELL]``: typer takes it as a flag and detects the shell from the
     parent processes, so ``--show-completion bash`` ignored ``bash`` and, with no shell among
     the parents (CI, a script), failed with "Shell  not supported" (exit 1). The shell named is
     used; an unknown or undetectable one is one line, exit 2. None: not this option."""
-    if not argv or argv[0] != "--show-completion" or len(argv) > 2:
+    if not argv or argv[0] not in ("--show-completion", "--install-completion") or len(argv) > 2:
         return None
-    from typer._completion_shared import Shells, _get_shell_name, get_completion_script
+    from typer._completion_shared import Shells, _get_shell_name, get_completion_script, install
 
+    opt = argv[0]
     known = [sh.value for sh in Shells.__members__.values()]
     shell = argv[1] if len(argv) == 2 else (_get_shell_name() or "")
     if shell not in known:
-        what = f"shell {shell!r} is not supported" if shell else "cannot tell which shell runs envbuilder"
-        sys.stderr.write(f"envbuilder: error: --show-completion: {what}: name one of "
-                         f"{', '.join(known)}, e.g. envbuilder --show-completion bash\n")
+        from envbuilder._safety import terminal_safe
+
+        what = (f"shell {terminal_safe(shell[:40])!r} is not supported" if shell
+                else "cannot tell which shell runs envbuilder")
+        sys.stderr.write(f"envbuilder: error: {opt}: {what}: name one of "
+                         f"{', '.join(known)}, e.g. envbuilder {opt} bash\n")
         return 2
+    if opt == "--install-completion":  # the shell named, not the one typer would detect
+        shell, path = install(shell=shell, prog_name="envbuilder", complete_var="_ENVBUILDER_COMPLETE")
+        sys.stdout.write(f"{shell} completion installed in {path}\n"
+                         "Completion will take effect once you restart the terminal\n")
+        return 0
     sys.stdout.write(get_completion_script(prog_name="envbuilder",
                                            complete_var="_ENVBUILDER_COMPLETE", shell=shell) + "\n")
     return 0
+
+
+def _only_the_invoked(app: typer.Typer, argv: list[str]) -> typer.Typer:
+    """``app`` with only the command ``argv`` names: typer builds every command's parameters
+    before it parses anything (a tenth of a short command's CPU). The whole app when ``argv``
+    names no command of its own (no argument, an option, a group such as ``matrix``, a word
+    that is no command: click's help and messages then list every command)."""
+    if not argv or argv[0].startswith("-") or app.registered_callback is None:
+        return app  # (without a callback, typer would make a lone command the app itself)
+    import copy
+
+    from typer.main import get_command_name
+
+    for info in app.registered_commands:
+        name = info.name or (get_command_name(info.callback.__name__) if info.callback else None)
+        if name == argv[0]:
+            one = copy.copy(app)
+            one.registered_commands = [info]
+            one.registered_groups = []
+            return one
+    return app
 
 
 def run_app(app: typer.Typer) -> None:
@@ -374,7 +435,8 @@ def run_app(app: typer.Typer) -> None:
     if shown is not None:
         sys.exit(shown)
     try:  # building the command is inside: Ctrl-C there is "interrupted" too, not a traceback
-        rv = typer.main.get_command(app).main(prog_name="envbuilder", standalone_mode=False)
+        rv = typer.main.get_command(_only_the_invoked(app, sys.argv[1:])).main(
+            prog_name="envbuilder", standalone_mode=False)
     except KeyboardInterrupt as e:  # outside a command (while parsing)
         sys.stderr.write("envbuilder: interrupted\n")
         rv = _safety.interrupted_exit_code(e)

@@ -241,6 +241,86 @@ def rdma_facts():
     return facts
 
 
+def ldd_r(path, lib_dirs):
+    """``ldd -r`` of a compiled extension with the folders of the libraries this process
+    loaded (torch's lib first) on the loader's path: torch extensions carry no rpath, so they
+    resolve libc10/libtorch/libcudart to what importing torch already loaded. It reports
+    where each torch/c10 library resolves, what is not found, and the undefined symbols
+    besides the Python C API (the interpreter provides those)."""
+    env = dict(os.environ)
+    dirs = [d for d in lib_dirs if d]
+    if dirs:
+        env["LD_LIBRARY_PATH"] = ":".join(dirs + ([env["LD_LIBRARY_PATH"]] if env.get("LD_LIBRARY_PATH") else []))
+    try:
+        text = subprocess.run(["ldd", "-r", path], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              universal_newlines=True, timeout=60, env=env).stdout
+    except (OSError, subprocess.SubprocessError) as exc:
+        return {"error": _err(exc)}
+    res = {"torch_libs": {}, "not_found": [], "undefined": []}
+    for line in text.splitlines():
+        m = re.match(r"\s*(\S+) => (not found|(\S+))", line)
+        if m and m.group(2) == "not found":
+            res["not_found"].append(m.group(1))
+        elif m and re.match(r"lib(torch|c10)", m.group(1)):
+            res["torch_libs"][m.group(1)] = m.group(3)
+        u = re.match(r"\s*undefined symbol: (\S+)", line)
+        if u and not re.match(r"_?Py", u.group(1)):
+            res["undefined"].append(u.group(1))
+    res["undefined"] = res["undefined"][:20]
+    return res
+
+
+def _distribution(name):
+    from importlib import metadata
+    for n in (name, name.replace("-", "_")):
+        try:
+            return metadata.distribution(n)
+        except metadata.PackageNotFoundError:
+            continue
+    return None
+
+
+def compiled_facts(names):
+    """For each of a team's compiled packages: its version, its top-level modules and whether
+    each imports, and every shared object it installed (present, ``ldd -r`` against torch)."""
+    import importlib
+    if not names:
+        return None
+    try:
+        import torch
+        lib_dir = os.path.join(os.path.dirname(torch.__file__), "lib")
+    except Exception:  # noqa: BLE001 - torch_facts reports it
+        lib_dir = None
+    out = {}
+    for name in names:
+        dist = _distribution(name)
+        if dist is None:
+            out[name] = {"error": "not installed"}
+            continue
+        files = [f for f in (dist.files or ()) if ".dist-info/" not in str(f) and "__pycache__" not in str(f)]
+        tops = (dist.read_text("top_level.txt") or "").split()
+        if not tops:
+            tops = sorted({str(f).split("/")[0].split(".")[0] for f in files
+                           if str(f).endswith((".py", ".so")) and not str(f).startswith("..")})
+        rec = {"version": dist.version, "modules": tops, "imports": {}, "extensions": []}
+        for m in tops:
+            try:
+                importlib.import_module(m)
+                rec["imports"][m] = None
+            except Exception as exc:  # noqa: BLE001 - report, never crash
+                rec["imports"][m] = _err(exc)
+        loaded = [lib_dir] + sorted({os.path.dirname(p) for p in _maps_paths() if ".so" in os.path.basename(p)})
+        for f in files:
+            if re.search(r"\.so(\.|$)", str(f)):
+                path = str(dist.locate_file(f))
+                ext = {"file": path, "exists": os.path.exists(path)}
+                if ext["exists"]:
+                    ext.update(ldd_r(path, loaded))
+                rec["extensions"].append(ext)
+        out[name] = rec
+    return out
+
+
 def _maps_paths():
     try:
         with open("/proc/self/maps") as f:
@@ -249,12 +329,13 @@ def _maps_paths():
         return []
 
 
-def collect(ds_ops):
+def collect(ds_ops, compiled=()):
     facts = {"python": "%d.%d.%d" % sys.version_info[:3], "executable": sys.executable,
              "env": {k: os.environ.get(k) for k in ENV_NAMES}}
     facts["torch"] = torch_facts()
     facts["horovod"] = horovod_facts()
     facts["deepspeed"] = deepspeed_facts(ds_ops)
+    facts["compiled"] = compiled_facts(list(compiled))
     facts["libs"] = loaded_libraries()  # after every import above
     facts["rdma"] = rdma_facts()
     return facts
@@ -264,13 +345,15 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--ds-op", action="append", default=[], metavar="NAME=MODULE",
                     help="a DeepSpeed op and the module that loads it (repeatable)")
+    ap.add_argument("--compiled", action="append", default=[], metavar="DIST",
+                    help="a team's compiled package (distribution name) to import and ldd (repeatable)")
     ap.add_argument("--out", help="also write the facts to this file")
     args = ap.parse_args(argv)
     ops = []
     for item in args.ds_op:
         name, _, module = item.partition("=")
         ops.append((name, module))
-    facts = collect(ops)
+    facts = collect(ops, args.compiled)
     text = json.dumps(facts, sort_keys=True)
     if args.out:
         with open(args.out, "w") as f:

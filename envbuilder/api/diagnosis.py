@@ -1,0 +1,140 @@
+"""doctor, verify and the matrix's own checks (matrix verify, matrix show); explain is
+``envbuilder.api.explaining``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Mapping
+
+from envbuilder.errors import InputError
+from envbuilder.core.matrix import load_matrix
+from envbuilder.core.spec import TargetSpec
+
+from envbuilder.api.specs import resolve_spec
+from envbuilder.api.daily import image_source
+
+if TYPE_CHECKING:
+    from envbuilder.knowledge.indexcheck import MatrixReport as MatrixVerifyReport
+    from envbuilder.knowledge.show import AxisTable
+    from envbuilder.run.sign import CheckReport
+    from docker import DockerClient
+
+    from envbuilder.diagnose.doctor import Check
+    from envbuilder.run.verify import VerifyReport
+
+
+def doctor(*, spec: TargetSpec | None = None, image: str | None = None, nproc: int | None = None,
+           matrix_dir: str | Path | None = None, key: str | None = None) -> list[Check]:
+    """Check this host, and judge it against a target's stack or an image's labels."""
+    from envbuilder import labels
+    from envbuilder.core.validate import image_ref
+    from envbuilder.diagnose.doctor import run_doctor
+
+    if spec is not None and image:
+        raise InputError("doctor takes --target or --image, not both")
+    facts = None
+    if spec is not None:
+        facts = labels.StackFacts.from_stack(resolve_spec(spec, matrix_dir=matrix_dir))
+    elif image:
+        from envbuilder.run.registry import parse_reference
+
+        image_ref(image, "--image")
+        named = parse_reference(image).registry != "registry-1.docker.io"
+        # a registry's image is read from the engine, else from the registry (no layer pulled)
+        facts = labels.read(image_source(image).labels if named else image_labels(image))
+    checks = run_doctor(stack=facts, nproc=nproc)
+    if image:
+        checks.append(smoke_proof(image, key=key, nproc=nproc))
+    return checks
+
+
+def smoke_proof(image: str, *, key: str | None = None, nproc: int | None = None) -> Check:
+    """doctor --image: the host the image's smoke attestation was proven on (its registry,
+    verified with ``key``) against this host (run.sign.proof_check)."""
+    from envbuilder.diagnose.doctor import Check, inventory
+    from envbuilder.errors import OperationError
+    from envbuilder.run.registry import parse_reference
+    from envbuilder.run.sign import proof_check, smoke_attestation
+
+    if parse_reference(image).registry == "registry-1.docker.io" and "@" not in image:
+        return Check("smoke-proof", "skip", None, "a local image name: the smoke attestation is "
+                     "read from a registry (give REGISTRY/REPO:TAG or @DIGEST)", "")
+    try:
+        pred = smoke_attestation(image, key)
+    except (InputError, OperationError) as e:
+        return Check("smoke-proof", "skip", None, f"no smoke attestation read: {e}", "")
+    return proof_check(pred, inventory(), verified=key is not None, nproc=nproc)
+
+
+def verify_image(image: str, *, matrix_dir: str | Path | None = None,
+                 client: DockerClient | None = None) -> VerifyReport:
+    """Run the verification payload in ``image`` and compare with its labels (envbuilder verify)."""
+    from envbuilder.core import validate
+    from envbuilder.run.engine import connect, image_labels as _labels
+    from envbuilder.run.verify import verify_image_labels
+
+    validate.image_ref(image, "IMAGE")
+    c = client or connect()
+    m = load_matrix(matrix_dir)
+    return verify_image_labels(c, image, _labels(c, image), m.toolchains.op_modules)
+
+
+def image_labels(image: str, client: DockerClient | None = None) -> Mapping[str, str]:
+    """The labels of a local image (docker SDK), for doctor --image."""
+    from envbuilder.run.engine import connect, image_labels as _labels
+
+    return _labels(client or connect(), image)
+
+
+def check_signed(image: str, key: str) -> CheckReport:
+    """``envbuilder verify IMAGE --key PUB``: the signature and the four attestations of
+    ``image``'s digest, verified from its registry with cosign (no layer pulled), and what the
+    smoke attestation says the digest was proven to do (run.sign.check_image)."""
+    from envbuilder.core import validate
+    from envbuilder.run.sign import check_image
+
+    validate.image_ref(image, "IMAGE")
+    return check_image(image, key)
+
+
+def verify_matrix(*, matrix_dir: str | Path | None = None, pypi: str = "https://pypi.org/simple",
+                  torch_index: str | None = None,
+                  progress: Callable[[str], None] | None = None) -> MatrixVerifyReport:
+    """Check the matrix's torch and component facts against the package indexes it can
+    reach (matrix verify)."""
+    from envbuilder.knowledge.indexcheck import verify_matrix as _verify
+
+    return _verify(load_matrix(matrix_dir), pypi=pypi, torch_index=torch_index,
+                   progress=progress)
+
+
+def write_verify_overlay(rep: MatrixVerifyReport, dest: str | Path, *,
+                         matrix_dir: str | Path | None = None) -> list[str]:
+    """matrix verify --write-overlay DIR: the report's new releases as a matrix overlay."""
+    from envbuilder.knowledge.overlay import write_overlay
+
+    return write_overlay(rep, load_matrix(matrix_dir), dest)
+
+
+def show_axis(axis: str, *, matrix_dir: str | Path | None = None,
+              filters: Mapping[str, str | None] | None = None) -> AxisTable:
+    """One axis of the matrix with the source of every row (matrix show); ``filters``
+    (``{"torch": "2.6", "cuda": "12.4"}``) keep the rows they match."""
+    from envbuilder.knowledge.show import filter_rows, show_axis as _show
+
+    t = _show(load_matrix(matrix_dir), axis)
+    given = {k: v for k, v in (filters or {}).items() if v}
+    return filter_rows(t, given) if given else t
+
+
+def safe_text(value: Any) -> str:
+    """User text fit for a terminal (no escape sequences)."""
+    from envbuilder._safety import terminal_safe
+
+    return terminal_safe(value)
+
+
+def apptainer_available() -> bool:
+    from envbuilder.run.apptainer import find_apptainer
+
+    return find_apptainer() is not None

@@ -1,0 +1,172 @@
+"""Specs, the matrix and what a target resolves to: what every command acts on (core.spec:
+the one cascade), and `check`'s judgement of a partial combination."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
+
+from envbuilder.errors import InputError
+from envbuilder.core.matrix import COMPONENTS, Matrix, load_matrix
+from envbuilder.core.options import OPTIONS
+from envbuilder.core.project import Project, find_project
+from envbuilder.core import resolve
+from envbuilder.core import spec as spec_mod
+from envbuilder.core.resolve import Stack
+from envbuilder.core.spec import Overrides, TargetSpec
+from envbuilder.api.results import CheckResult
+from envbuilder.core.target import Pins, Request, apply_options
+
+
+if TYPE_CHECKING:
+
+    pass
+
+
+def make_spec(target: str, *, project: Project | None = None, pins: Pins | None = None,
+              **fields: Any) -> TargetSpec:
+    """One target's spec through the cascade: ``fields`` are command-line values
+    (core.spec.Overrides' fields: base_image, requirements_file, layouts, nproc ...)."""
+    return spec_mod.make_spec(target, project=project,
+                              overrides=Overrides(pins=pins or Pins(), **_overrides(fields)))
+
+
+def _overrides(fields: Mapping[str, Any]) -> dict[str, Any]:
+    """A library caller's values as the fields hold them (by the option table's types)."""
+    out = dict(fields)
+    for opt in OPTIONS:
+        key = opt.fields[0]
+        if key in out and opt.value in ("list", "csv"):
+            out[key] = tuple(out[key] or ())
+        elif out.get(key) is not None and opt.value in ("path", "requirements"):
+            out[key] = Path(out[key])
+    return out
+
+
+def target_specs(target: str | None, *, all_: bool = False, only: Sequence[str] = (),
+                 overrides: Overrides | None = None, command: str = "render",
+                 matrix_dir: str | Path | None = None,
+                 project: Project | None | bool = True,
+                 or_builtin: bool = False) -> list[TargetSpec]:
+    """The specs a command acts on: one TARGET (a project target's name too), ``--all``
+    (narrowed by ``--only``) or, inside a project, its targets (core.spec.select).
+    ``or_builtin``: with no TARGET outside a project (or in one without targets), the
+    built-in targets, as ``--all`` (targets, bake)."""
+    proj = find_project() if project is True else (project or None)
+    if or_builtin and target is None and (proj is None or not proj.targets):
+        all_ = True
+    builtin: list[str] = []
+    if all_:
+        o = overrides or Overrides()
+        builtin = builtin_targets(load_matrix(matrix_dir, o.matrix_overlay))
+    return spec_mod.specs(target, all_=all_, only=only, project=proj, builtin=builtin,
+                          overrides=overrides, command=command)
+
+
+def spec_matrix(spec: TargetSpec, matrix_dir: str | Path | None = None) -> Matrix:
+    """The matrix a spec resolves against: ``--matrix`` (or the built-in) with its overlay."""
+    return load_matrix(matrix_dir, spec.matrix_overlay)
+
+
+def resolve_spec(spec: TargetSpec, *, matrix_dir: str | Path | None = None,
+                 matrix: Matrix | None = None) -> Stack:
+    m = matrix or spec_matrix(spec, matrix_dir)
+    stack = resolve.resolve_target(spec.target, m, spec.pins)
+    if spec.requirements or spec.requirements_file is not None:
+        from envbuilder.assemble import with_team_compiled  # the team's compiled packages
+
+        stack = with_team_compiled(spec, stack)
+    return stack
+
+
+def resolve_each(specs: Sequence[TargetSpec], *,
+                 matrix_dir: str | Path | None = None) -> list[spec_mod.Outcome[Stack]]:
+    """Each spec's resolved stack, or why it was refused; one per target."""
+    return spec_mod.run_each(specs, "resolve", lambda s: resolve_spec(s, matrix_dir=matrix_dir))
+
+
+def resolve_target(target: str, *, matrix_dir: str | Path | None = None, pins: Pins | None = None,
+                   matrix: Matrix | None = None,
+                   matrix_overlay: str | Path | None = None) -> Stack:
+    m = matrix or load_matrix(matrix_dir, matrix_overlay)
+    return resolve.resolve_target(target, m, pins)
+
+
+def builtin_targets(matrix: Matrix) -> list[str]:
+    return [t.name for t in matrix.targets]
+
+
+def builtin_target_names(*, matrix_dir: str | Path | None = None) -> list[str]:
+    return builtin_targets(load_matrix(matrix_dir))
+
+
+def out_dir(spec: TargetSpec, out: str | Path | None, *, single: bool) -> Path:
+    """Where a target's outputs go: ``-o DIR`` itself for one TARGET, DIR/<name> for several;
+    without ``-o``, build/<name> (inside a project, its root's build/)."""
+    from envbuilder.core.validate import path_segment
+
+    if single and out is not None:
+        return Path(out)
+    root = Path(out) if out is not None else (
+        spec.project.parent / "build" if spec.project is not None else Path("build"))
+    return root / path_segment(spec.name, "target name")
+
+
+def load(matrix_dir: str | Path | None = None,
+         matrix_overlay: str | Path | None = None) -> Matrix:
+    """The matrix (built-in, or ``matrix_dir`` in its place) with a team's overlay on top."""
+    return load_matrix(matrix_dir, matrix_overlay)
+
+
+def check_combination(*, matrix_dir: str | Path | None = None, cuda: str | None = None,
+                      driver: str | None = None, torch: str | None = None,
+                      python: str | None = None, nccl: str | None = None,
+                      os: str | None = None, flavour: str | None = None,
+                      matrix_overlay: str | Path | None = None,
+                      **components: str | None) -> CheckResult:
+    """Judge a partial combination using only the axes given (envbuilder check), against the
+    matrix with the overlay given (default: the project's); exit 3 naming every violated rule.
+    ``components``: a version pin per component of the matrix (core.matrix.COMPONENTS), by name."""
+    return CheckResult.from_dict(_check_combination(
+        matrix_dir=matrix_dir, cuda=cuda, driver=driver, torch=torch, python=python, nccl=nccl,
+        os=os, flavour=flavour, matrix_overlay=matrix_overlay, **components))
+
+
+def _check_combination(*, matrix_dir: str | Path | None = None, cuda: str | None = None,
+                      driver: str | None = None, torch: str | None = None,
+                      python: str | None = None, nccl: str | None = None,
+                      os: str | None = None, flavour: str | None = None,
+                      matrix_overlay: str | Path | None = None, **components: str | None) -> dict:
+    """Judge a partial combination using only the axes given (envbuilder check), against the
+    matrix with the overlay given (default: the project's)."""
+    unknown = set(components) - set(COMPONENTS)
+    if unknown:
+        raise TypeError(f"check_combination: no component {', '.join(sorted(unknown))}")
+    over = Overrides(matrix_overlay=Path(matrix_overlay) if matrix_overlay is not None else None)
+    m = load_matrix(matrix_dir, spec_mod.settings(find_project(), over)["matrix_overlay"])
+    given = {ax for ax, v in (("cuda", cuda), ("torch", torch), ("python", python), ("nccl", nccl),
+                              *components.items(), ("os", os), ("flavour", flavour)) if v is not None}
+    if cuda is None and driver is not None and torch is None:
+        raise InputError("--driver needs --cuda or --torch: a driver is judged against a CUDA "
+                         "version, or against the CUDA builds of a torch release")
+    if not given:
+        raise InputError("check needs at least one of --cuda, --torch, --python, --nccl, "
+                         + "".join(f"--{c}, " for c in COMPONENTS) + "--os, --flavour")
+    req = Request(target="check")
+    req = apply_options(req, m, cuda=cuda, driver=driver, torch=torch, python=python,
+                        nccl=nccl, os=os, flavour=flavour, **components)
+    if cuda is None and driver is not None:  # driver first: which CUDA builds of torch run
+        from dataclasses import replace as _replace
+
+        resolve.check(_replace(req, driver=None), m, given)  # the other pins, as without a driver
+        return resolve.driver_check(req, m)
+    assignment, warnings = resolve.check(req, m, given)
+    runs = {}
+    if driver is not None and assignment.get("cuda") is not None:  # native | minor-compat | forward-compat
+        from envbuilder.core.rules import driver_mode
+        runs = {"runs": driver_mode(m, assignment["cuda"], req.driver or driver)}
+    return runs | {"ok": True,
+            "given": {k: v for k, v in req.pins().items()} | ({"driver": driver} if driver else {}),
+            "satisfied_by": {k: "cpu" if k == "cuda" and v is None else resolve._show(v)
+                             for k, v in assignment.items() if k in given},
+            "warnings": [w.to_dict() for w in warnings]}

@@ -1,0 +1,76 @@
+"""targets and ci: what each target resolves to, the GitHub matrix, the CI workflow."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Sequence
+
+from envbuilder.errors import InputError
+from envbuilder.core.matrix import COMPONENTS, load_matrix
+from envbuilder.core.project import find_project
+from envbuilder.core import spec as spec_mod
+from envbuilder.core.spec import Overrides, TargetSpec
+
+from envbuilder.api.results import GithubMatrix, TargetRow, TargetsTable
+from envbuilder.api.specs import builtin_targets, make_spec, resolve_spec
+
+if TYPE_CHECKING:
+
+    pass
+
+
+def list_targets(specs: Sequence[TargetSpec] | None = None, *,
+                 matrix_dir: str | Path | None = None) -> TargetsTable:
+    """What each target (the built-in ones, or ``specs``: a project's) resolves to, or why it
+    is refused: targets --json."""
+    from envbuilder.errors import IncompatibleError
+
+    m = load_matrix(matrix_dir)
+    if specs is None:
+        specs = [make_spec(n) for n in builtin_targets(m)]
+    rows: list[TargetRow] = []
+    for s in specs:
+        alias = m.alias(s.target)
+        row: dict[str, Any] = {"name": s.name, "target": alias.target if alias else s.target,
+                               "description": alias.description if alias else ""}
+        try:
+            d = resolve_spec(s, matrix_dir=matrix_dir,
+                             matrix=m if s.matrix_overlay is None else None).to_dict()
+            rows.append(TargetRow(**row, ok=True, tag=d["tag"], warnings=d["warnings"],
+                                  stack={k: d[k] for k in (
+                                      "cuda", "cuda_toolkit", "torch", "python", "nccl",
+                                      *COMPONENTS, "os", "base_image")}))
+        except IncompatibleError as e:
+            rows.append(TargetRow(**row, ok=False, error=str(e)))
+    return TargetsTable(matrix_path=str(m.path), matrix_digest=m.digest, targets=rows)
+
+
+def github_matrix(specs: Sequence[TargetSpec] | None = None, *,
+                  matrix_dir: str | Path | None = None) -> GithubMatrix:
+    """The GitHub Actions matrix of the targets (built-in, or a project's): targets
+    --github-matrix."""
+    from envbuilder.render import ci
+
+    m = load_matrix(matrix_dir)
+    return GithubMatrix(include=ci.github_matrix(m, targets=None if specs is None else [
+        (s.name, resolve_spec(s, matrix_dir=matrix_dir)) for s in specs])["include"])
+
+
+def write_ci(out: str | Path, *, registry: str | None, github: bool,
+             matrix_dir: str | Path | None = None, install: str | None = None) -> Path:
+    """Write the CI workflow (envbuilder ci); GitHub Actions is the one CI system so far. The
+    registry defaults to the project's; a team matrix (``matrix_dir``) is checked here."""
+    from envbuilder.render import ci
+
+    if not github:
+        raise InputError("ci needs a CI system: --github")
+    proj = find_project()
+    registry = spec_mod.settings(proj, Overrides(registry=registry))["registry"]  # the cascade's
+    if registry is None:
+        raise InputError("ci needs --registry (or a project file with registry = ...)")
+    if matrix_dir is not None:
+        load_matrix(matrix_dir)  # the folder must exist and be a valid matrix
+    # install: what the workflow pip-installs (default: this envbuilder, as CI can install it)
+    return ci.write_github_workflow(Path(out), registry=registry, matrix=matrix_dir,
+                                    install=install, targets=[t.name for t in proj.targets]
+                                    if proj is not None else None)

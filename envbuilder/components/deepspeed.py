@@ -1,0 +1,134 @@
+"""DeepSpeed: its ops pre-built at install time (--ds-ops; FusedAdam and CPU Adam by default on
+CUDA) against the image's torch, or left to JIT (--ds-ops none, which needs an nvcc at run
+time); verify checks each pre-built op is installed and loads, at the labelled -march."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Mapping
+
+from envbuilder.components.base import (HIDE_DIR, PSABI_LEVELS, Component, PipLayer, PlanContext, VerifyCheck,
+                                        VerifyContext, eq, public)
+
+if TYPE_CHECKING:
+    from envbuilder.core.resolve import Stack
+
+# what DeepSpeed's setup.py imports while building (no build isolation: it imports torch)
+BUILD_DEPS = ("setuptools", "wheel", "packaging", "ninja", "py-cpuinfo", "psutil")
+
+
+class DeepSpeed(Component):
+    name = axis = facts_key = "deepspeed"
+    smoke_check = "deepspeed_zero"
+
+    def refuse(self, stack: Stack, base_image: str | None) -> None:
+        if stack.ds_jit:
+            _refuse_jit_without_nvcc(stack, base_image)
+
+    def compiles_cpu(self, ctx: PlanContext) -> bool:
+        ops = ctx.stack.matrix.toolchains.deepspeed_ops
+        return any(not ops[o].cuda for o in ctx.stack.ds_ops)
+
+    def layer(self, ctx: PlanContext) -> PipLayer:
+        stack, setup, gpu = ctx.stack, ctx.setup, ctx.gpu
+        m = stack.matrix
+        ds = self.release(stack)
+        env = {"DS_BUILD_OPS": "0"}
+        if stack.ds_ops:
+            # DeepSpeed picks its accelerator at build time from the GPUs it sees: the builder
+            # has none, so the CUDA op builders are chosen explicitly (else CPU ops are built)
+            env["DS_ACCELERATOR"] = "cuda" if gpu else "cpu"
+            env.update({m.toolchains.deepspeed_ops[o].env: "1" for o in stack.ds_ops})
+            env.update(ctx.compile_env)
+            if gpu:
+                env["TORCH_CUDA_ARCH_LIST"] = ";".join(ctx.arch)
+            env.update(setup.isa_env)
+        pre: list[str] = []
+        for tool in m.toolchains.build_tools:
+            if tool.applies(self.name, ds.version) and (stack.ds_ops or not tool.hide_modules):
+                env.update(tool.env)
+                pre += hide_modules(tool.hide_modules)
+        if pre:
+            env["PYTHONPATH"] = HIDE_DIR
+        # with DS_ACCELERATOR=cuda DeepSpeed's setup.py adds nvidia-ml-py to its requirements
+        # (its sdist metadata does not list it): named here so offline wheelhouses carry it
+        extra = ("nvidia-ml-py",) if stack.ds_ops and gpu else ()
+        return PipLayer(self.name, (f"deepspeed=={ds.version}",), None, build_env=env, no_build_isolation=True,
+                        pre_install=tuple(pre), extra_build=extra, build_deps=BUILD_DEPS)
+
+    def payload_args(self, ctx: VerifyContext) -> list[str]:
+        """Each pre-built op the labels name, with the module that loads it (--ds-op op=module)."""
+        ops = (ctx.labels.get("deepspeed-ops") or "").split(",")
+        return [a for op, mod in ctx.op_modules.items() if op in ops for a in ("--ds-op", f"{op}={mod}")]
+
+    def verify_checks(self, facts: Mapping[str, Any], ctx: VerifyContext) -> list[VerifyCheck]:
+        d = facts.get("deepspeed")
+        lab = ctx.labels
+        want = lab.get("deepspeed")
+        if want is None:
+            return []
+        if d is None or "error" in (d or {}):
+            return [VerifyCheck("deepspeed", False, want, None,
+                                f"the label says DeepSpeed {want}; import failed: {(d or {}).get('error', 'not installed')}")]
+        out = [eq("deepspeed", "DeepSpeed", want, public(d.get("version")))]
+        installed = d.get("installed_ops") or {}
+        for op in [o for o in (lab.get("deepspeed-ops") or "").split(",") if o]:
+            rec = (d.get("ops") or {}).get(op) or {}
+            inst = bool(installed.get(op))
+            ok = inst and bool(rec.get("loaded"))
+            detail = (f"{op} is pre-built and {rec.get('file')} loads" if ok else
+                      f"{op}: installed_ops says {inst}; loading {ctx.op_modules.get(op, '?')} "
+                      f"{'worked' if rec.get('loaded') else 'failed: ' + str(rec.get('error', 'not tried'))}")
+            out.append(VerifyCheck(f"ds_op_{op}", ok, "installed and loads",
+                                   {"installed": inst, "loaded": rec.get("loaded")}, detail))
+        return out + _isa_checks(d, lab.get("cpu-isa"))
+
+
+def _isa_checks(d: Mapping[str, Any], isa: str | None) -> list[VerifyCheck]:
+    marches = sorted({m for rec in (d.get("ops") or {}).values() for m in rec.get("march") or ()})
+    if not (isa and marches):
+        return []
+    # GCC records the -march of every object (DW_AT_producer), the default x86-64 too for
+    # objects compiled without one; -march=native is recorded as the build host's CPU name
+    # (znver3, skylake-avx512, ...). Allowed: the psABI levels up to the labelled one.
+    allowed = PSABI_LEVELS[:PSABI_LEVELS.index(isa) + 1] if isa in PSABI_LEVELS else (isa,)
+    bad = [m for m in marches if m not in allowed]
+    return [VerifyCheck("cpu_isa", not bad, isa, marches,
+                        f"compiled CPU code targets -march={isa} at most "
+                        f"({', '.join('-march=' + m for m in marches)})" if not bad else
+                        f"the label says -march={isa}; op libraries were compiled with "
+                        f"{', '.join('-march=' + m for m in bad)} (a build host's CPU: "
+                        f"-march=native), which other nodes may not run")]
+
+
+def _refuse_jit_without_nvcc(stack: Stack, base_image: str | None) -> None:
+    """--ds-ops none on CUDA leaves DeepSpeed's ops to JIT at the first optimizer step: the
+    runtime must carry an nvcc of torch's CUDA (an nvidia/cuda devel image given with
+    --base-image); envbuilder's runtime flavours carry none, so anything else is refused."""
+    from envbuilder.errors import IncompatibleError
+
+    tk = stack.toolkit
+    assert tk is not None
+    want = f"{tk.version.major}.{tk.version.minor}"
+    ref = base_image or stack.runtime_image
+    tag = ref.rsplit(":", 1)[-1] if ":" in ref.rsplit("/", 1)[-1] else ""
+    if "devel" in tag.split("-") and tag.startswith(want):
+        return
+    raise IncompatibleError(
+        f"--ds-ops none leaves DeepSpeed's ops (FusedAdam...) to be compiled at the first "
+        f"optimizer step, and the runtime {ref} has no nvcc for CUDA {want}: drop --ds-ops none "
+        f"(fused_adam,cpu_adam are pre-built by default) or give --base-image "
+        f"nvidia/cuda:{want}.x-devel-<os>")
+
+
+def hide_modules(names: tuple[str, ...]) -> list[str]:
+    """Shell lines that make ``import NAME`` fail for the build step (PYTHONPATH=HIDE_DIR)."""
+    out = []
+    for name in names:
+        out += [f"mkdir -p {HIDE_DIR}/{name}",
+                f"echo 'raise ImportError(\"{name} is hidden from this build by envbuilder\")' "
+                f"> {HIDE_DIR}/{name}/__init__.py"]
+    return out
+
+
+COMPONENT = DeepSpeed()
+ORDER = 20

@@ -1,0 +1,426 @@
+"""Every option of a target, declared once, and the one cascade over them.
+
+An option is one row of ``OPTIONS``: its name (the field of ``Pins`` for a pin, else of
+``TargetSpec``), its kind, its command-line flag, its project key, the type of its value, its
+help, and the check its value passes. Everything else is derived from the table:
+
+* the command line's options (``ui.options`` builds each ``typer.Option`` from its row);
+* the project file: which keys a file and each of its ``[[targets]]`` may set (``project_keys``:
+  an unknown key gets a did-you-mean, core.project) and the value each key becomes
+  (``project_value``);
+  ``data/project.schema.json`` is checked against the table by a test (tests/test_options.py);
+* the cascade (``cascade``): defaults < the project's top-level keys < the project target's own
+  table < the command line, one generic loop; the spec is then checked once (``check_values``),
+  each value's error naming where it came from (``--base-image`` or the project file's key);
+* the lock's "made by" line (``pin_flags``: the pins a command line states).
+
+Kinds: ``pin`` pins an axis of the stack (``Pins``); ``spec`` says what to resolve and add;
+``build`` how to build it; ``job`` how to run and publish it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping, Sequence
+
+from envbuilder.errors import InputError
+
+KINDS = ("pin", "spec", "build", "job")
+# the matrix's components: an axis, a <name>.yaml matrix file and a pin option each, in the order
+# pins, targets, image tags and stack.json name them, with the part that names their version in
+# targets and tags (ds0.16) and their name in sentences. Declared here, with the option table
+# (stdlib only: --help imports no resolver), and read from here by core.matrix: the one list
+# generic code iterates instead of naming a component
+COMPONENT_TAGS = {"deepspeed": "ds", "horovod": "hvd"}
+COMPONENT_TITLES = {"deepspeed": "DeepSpeed", "horovod": "Horovod"}
+COMPONENTS = tuple(COMPONENT_TAGS)
+# what verify checks of each (the help of verify names them)
+COMPONENT_CHECKS = {"deepspeed": "DeepSpeed's pre-built ops", "horovod": "Horovod's NCCL"}
+# the order the resolver assigns them and the plan installs their layers (components' ORDER)
+COMPONENT_PLAN_ORDER = ("horovod", "deepspeed")
+# the component whose pre-built ops the plan compiles (--ds-ops; toolchains.yaml's ops), and
+# their key in stack.json, plans and diffs
+OPS_COMPONENT = "deepspeed"
+OPS_KEY = "deepspeed_ops"
+# what a project file holds besides options: its targets, and settings of the project itself
+PROJECT_ONLY_KEYS = ("targets", "jobs", "signing_key", "explain_cases")
+TARGET_ONLY_KEYS = ("name", "target", "jobs")
+# the options of the command line that are not a target's: what to act on, where to write,
+# how to print. Every other option `render --help` shows is a project key (tests/test_options.py)
+COMMAND_LINE_ONLY = ("--out", "--all", "--only", "--lock", "--quiet", "--take-jobs", "--matrix",
+                     "--json", "--help")
+
+_STR = {"type": "string", "minLength": 1, "maxLength": 64}
+_STRS = {"type": "array", "items": {"type": "string", "minLength": 1, "maxLength": 64}}
+_URL = {"type": "string", "minLength": 1, "maxLength": 1000}
+_LAYOUTS = {"type": "array", "maxItems": 64,
+            "items": {"type": "string", "pattern": "^[0-9]{1,4}x[0-9]{1,4}$"}}
+_REQUIREMENTS = {"oneOf": [
+    {"type": "string", "minLength": 1, "maxLength": 1000},
+    {"type": "array", "maxItems": 1000, "items": {"type": "string", "minLength": 1, "maxLength": 500}}]}
+
+
+@dataclass(frozen=True)
+class Option:
+    """One option: what it is, how the command line and the project file spell it."""
+
+    name: str  # the field: of Pins (kind "pin"), else of TargetSpec
+    kind: str  # pin | spec | build | job
+    flag: str | None  # the command-line flag (None: a project key only)
+    key: str | None  # the project key (None: the command line only); "jobs.command": a subkey
+    value: str  # str | int | float | bool | path | list | csv | requirements
+    help: str
+    group: str  # the group of options a command takes (ui.options.spec_options)
+    schema: Mapping[str, Any] = field(default_factory=dict)  # the project key's JSON Schema
+    param: str | None = None  # the CLI function's parameter (default: the name)
+    metavar: str | None = None
+    min: int | None = None
+    complete: str | None = None  # api.complete's kind for shell completion
+    scope: str = "both"  # project file: "both" (top level and each target) or "target"
+    # check(value, what) -> value: the one validation of a value (what: "--flag" or the key)
+    check: Callable[[Any, str], Any] | None = None
+
+    @property
+    def fields(self) -> tuple[str, ...]:
+        """The spec fields the option sets (requirements: a file or lines, and where from)."""
+        if self.value == "requirements":
+            return ("requirements_file", "requirements", "requirements_source")
+        return (self.name,)
+
+    @property
+    def param_name(self) -> str:
+        return self.param or self.name
+
+
+def _image(v: str, what: str) -> str:
+    from envbuilder.core import validate
+
+    return validate.image_ref(v, what)
+
+
+def _url(v: str, what: str) -> str:
+    from envbuilder.core import validate
+
+    return validate.url(v, what)
+
+
+def _urls(v: Sequence[str], what: str) -> tuple[str, ...]:
+    return tuple(_url(u, what) for u in v)
+
+
+def _repository(v: str, what: str) -> str:
+    from envbuilder.core import validate
+
+    return validate.repository(v, what)
+
+
+def _layouts(v: Sequence[str], what: str) -> tuple[str, ...]:
+    from envbuilder.core import layouts
+
+    layouts.parse_layouts(v, what)
+    return tuple(v)
+
+
+def _nproc(v: int, what: str) -> int:
+    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+        raise InputError(f"{what} {v!r} must be at least 1")
+    return v
+
+
+def _exclude_newer(v: str, what: str) -> str:
+    from envbuilder.core import validate
+
+    try:
+        validate.exclude_newer(v)
+    except InputError as e:
+        raise InputError(str(e).replace("--exclude-newer", what, 1)) from None
+    return v
+
+
+_P = "pins"
+OPTIONS: tuple[Option, ...] = (
+    # -- pins: the axes a target's parts pin (core.target.apply_options checks them) ------------
+    Option("torch", "pin", "--torch", "torch", "str", "Pin torch: a line (2.1) or a version (2.1.2).", _P, _STR),
+    Option("python", "pin", "--python", "python", "str", "Pin Python, e.g. 3.10.", _P, _STR),
+    *(Option(c, "pin", f"--{c}", c, "str", f"Pin {COMPONENT_TITLES[c]} (and include it).", _P, _STR)
+      for c in COMPONENTS),
+    Option("nccl", "pin", "--nccl", "nccl", "str", "Pin NCCL (must be the one torch bundles).", _P, _STR),
+    Option("os", "pin", "--os", "os", "str", "Pin the base OS, e.g. ubuntu22.04.", _P, _STR, param="os_"),
+    Option("driver", "pin", "--driver", "driver", "str",
+           "The driver of the hosts the image must run on, e.g. 525.60.13.", _P, _STR),
+    Option("with_", "pin", "--with", "with", "list", f"Include components: {','.join(COMPONENTS)}.", _P, _STRS),
+    Option("without", "pin", "--without", "without", "list", f"Exclude components: {','.join(COMPONENTS)}.", _P, _STRS),
+    Option("flavour", "pin", "--flavour", "flavour", "str",
+           "Runtime base flavour: cuda-base (default), cuda-runtime, cudnn-runtime or os.", _P, _STR,
+           metavar="NAME", complete="flavour"),
+    Option("ds_ops", "pin", "--ds-ops", "ds_ops", "csv",
+           "DeepSpeed ops to pre-build, e.g. fused_adam,cpu_adam (default on CUDA: fused_adam,cpu_adam); "
+           "none: JIT (needs nvcc in the runtime).", _P,
+           {"description": "DeepSpeed ops to pre-build, e.g. [\"fused_adam\", \"cpu_adam\"] (as in "
+                           "matrices/targets.yaml); [] builds none (JIT: needs nvcc in the runtime).",
+            "type": "array", "maxItems": 32, "items": {"type": "string", "minLength": 1, "maxLength": 64}},
+           metavar="OPS"),
+    Option("platform", "pin", "--platform", "platform", "str",
+           "The image's platform: linux/amd64 (default) or linux/arm64.", _P,
+           {"description": "The image's platform.", "enum": ["linux/amd64", "linux/arm64"]}),
+    Option("fabric", "pin", "--fabric", "fabric", "str",
+           "RDMA user space in CUDA images and the job files' RDMA settings: ib (default: verbs, rdmacm, "
+           "ibv_devinfo), efa (+ libfabric, aws-ofi-nccl), none.", _P,
+           {"description": "RDMA user space in CUDA images: ib (default), efa or none.", "type": "string",
+            "enum": ["ib", "efa", "none"]}, metavar="FABRIC"),
+    # -- spec: what to resolve and what to add ----------------------------------------------------
+    Option("matrix_overlay", "spec", "--matrix-overlay", "matrix_overlay", "path",
+           "A team's matrix folder whose entries are added to (or replace) the matrix's (default: the "
+           "project's matrix_overlay).", "overlay",
+           {"description": "A folder of matrix files whose entries are added to (or replace) the built-in "
+                           "matrix's.", "type": "string", "minLength": 1, "maxLength": 1000},
+           metavar="DIR"),
+    Option("requirements", "spec", "--requirements", "requirements", "requirements",
+           "The team's own requirements file, in a layer of its own and locked with the stack (default: "
+           "the project's).", "requirements",
+           {"description": "The team's own Python packages, installed in their own layer above torch and "
+                           "the compiled components: a requirements file (path) or a list of requirement "
+                           "lines. A target's own replace the project's.", **_REQUIREMENTS}),
+    Option("compiled", "spec", None, "compiled", "list",
+           "Packages of the requirements that compile against torch.", "requirements",
+           {"description": "Packages of the requirements that compile C++/CUDA extensions against torch, "
+                           "besides those envbuilder knows (flash-attn, apex, xformers ...): built in a "
+                           "team-compiled layer after torch with --no-build-isolation and the target's nvcc "
+                           "and TORCH_CUDA_ARCH_LIST.",
+            "type": "array", "maxItems": 100,
+            "items": {"type": "string", "pattern": "^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$"}}),
+    Option("exclude_newer", "spec", "--exclude-newer", "exclude_newer", "str",
+           "Leave out releases and files uploaded after DATE (ISO date = 00:00 UTC, or a time): the "
+           "resolver's candidates and uv's; recorded in the lock (default: the project's).", "exclude_newer",
+           {"description": "Leave out releases and files uploaded after this date (ISO date = 00:00 UTC, or "
+                           "an RFC 3339 time), for the resolver's candidates and uv's: a lock made from this "
+                           "file alone is reproducible.", "type": "string", "minLength": 1, "maxLength": 64},
+           metavar="DATE", check=_exclude_newer),
+    # -- build: how to build it -------------------------------------------------------------------
+    Option("base_image", "build", "--base-image", "base_image", "str",
+           "The runtime base image (and the builder's, unless it is a CUDA devel image).", "images",
+           {"description": "The runtime base image (and the builder's, unless it is a CUDA devel image).",
+            "type": "string", "minLength": 1, "maxLength": 512}, check=_image),
+    Option("builder_image", "build", "--builder-image", "builder_image", "str",
+           "The builder stage's image (a CUDA devel image when something compiles).", "images",
+           {"description": "The builder stage's image (a CUDA devel image when something compiles).",
+            "type": "string", "minLength": 1, "maxLength": 512}, metavar="IMAGE", check=_image),
+    Option("cuda_arch", "build", "--cuda-arch", "cuda_arch", "csv",
+           "Narrow the CUDA archs compiled code is built for, e.g. 8.0,9.0 (default: torch's own).", "images",
+           {"description": "The CUDA archs compiled code is built for, e.g. [\"8.0\", \"9.0\"] (default: "
+                           "torch's own).", "type": "array", "maxItems": 32,
+            "items": {"type": "string", "minLength": 1, "maxLength": 16}}, metavar="LIST"),
+    Option("cpu_isa", "build", "--cpu-isa", "cpu_isa", "str",
+           "-march of compiled CPU code (DeepSpeed CPU ops): x86-64-v3 (default), x86-64-v4, x86-64-v2.",
+           "images", {"description": "-march of compiled CPU code (DeepSpeed CPU ops): x86-64-v3 (default), "
+                                     "x86-64-v4, x86-64-v2.", **_STR}, metavar="ISA"),
+    Option("pip_index_url", "build", "--pip-index-url", "pip_index_url", "str",
+           "The package index (a PyPI mirror) to install and lock from (default: the project's).", "index",
+           {"description": "The package index (a PyPI mirror) to install and lock from.", **_URL}, check=_url),
+    Option("extra_index_urls", "build", "--extra-index-url", "extra_index_urls", "list",
+           "Another package index to install and lock from; repeatable (default: the project's).", "index",
+           {"description": "More package indexes to install and lock from.", "type": "array", "maxItems": 16,
+            "items": _URL}, param="extra_index_url", check=_urls),
+    # -- job: how to run and publish it -----------------------------------------------------------
+    Option("nproc", "job", "--nproc", "nproc", "int",
+           "Ranks of the smoke job (default 12, or the layouts'): job files for one node of N plus splits "
+           "for 8- and 4-GPU nodes.", "jobs",
+           {"description": "Ranks of the smoke job (default 12, or the layouts').", "type": "integer",
+            "minimum": 1, "maximum": 65536}, min=1, check=_nproc),
+    Option("layouts", "job", "--layout", "layouts", "list",
+           "Job files for NNODESxNPROC_PER_NODE, e.g. 2x8 (repeat or comma-separate; one world size; "
+           "default: the project's layouts).", "jobs",
+           {"description": "GPU layouts (nodes x ranks, e.g. 1x8) the team's jobs run with; a target's own "
+                           "replace the project's.", **_LAYOUTS}, param="layout", check=_layouts),
+    Option("image", "job", "--image", "image", "str",
+           "The image the jobs/ files run (default: REGISTRY:TAG, the project's registry, else envbuilder:TAG).",
+           "jobs", {"description": "The image this target's jobs/ files run (default: REGISTRY:TAG).",
+                    "type": "string", "minLength": 1, "maxLength": 512}, scope="target", check=_image),
+    Option("infiniband", "job", "--infiniband", "infiniband", "bool",
+           "Job files request IPC_LOCK for RDMA.", "jobs",
+           {"description": "Job files request IPC_LOCK for RDMA.", "type": "boolean"}),
+    Option("min_busbw", "job", "--min-busbw", "min_busbw", "float",
+           "monitoring/ alerts when the smoke job's all-reduce busbw falls below this (GB/s).", "jobs",
+           {"description": "monitoring/ alerts when the smoke job's all-reduce busbw falls below this (GB/s).",
+            "type": "number", "exclusiveMinimum": 0}),
+    Option("command", "job", "--command", "jobs.command", "str",
+           "The team's training command the job files also run (train-* files), e.g. 'torchrun train.py "
+           "--config a.yaml': ranks and rendezvous come from the layout (default: the project's [jobs] "
+           "command).", "jobs"),
+    Option("registry", "job", "--registry", "registry", "str",
+           "The repository tags go under and the job files pull REPO:<tag> from, as build --push REPO tags it "
+           "(default: the project's registry, else the local envbuilder:<tag>).", "registry",
+           {"description": "The repository images are pushed to and bake tags go under (registry/name); a "
+                           "target's own replaces the project's.", "type": "string", "minLength": 1,
+            "maxLength": 500}, check=_repository),
+)
+BY_NAME = {o.name: o for o in OPTIONS}
+BY_KEY = {o.key: o for o in OPTIONS if o.key is not None and "." not in o.key}
+_FIELDS = frozenset(f for o in OPTIONS for f in o.fields)
+PIN_NAMES = tuple(o.name for o in OPTIONS if o.kind == "pin")
+GROUPS: dict[str, tuple[str, ...]] = {}
+for _o in OPTIONS:
+    GROUPS.setdefault(_o.group, ())
+    GROUPS[_o.group] += (_o.name,)
+
+
+def get(name: str) -> Option:
+    """The option ``name``; a name the table lacks is a programming error, named."""
+    try:
+        return BY_NAME[name]
+    except KeyError:
+        raise KeyError(f"no option {name!r} in envbuilder.core.options.OPTIONS") from None
+
+
+def split_csv(value: str | None) -> tuple[str, ...]:
+    return tuple(a.strip() for a in (value or "").replace(";", ",").split(",") if a.strip())
+
+
+def cli_value(opt: Option, value: Any) -> Any:
+    """A command-line value as the field holds it (None, False, () mean "not given")."""
+    if opt.value == "list":
+        return tuple(value or ())
+    if opt.value == "csv" and opt.kind != "pin":
+        return split_csv(value)
+    return value
+
+
+# -- the project file ---------------------------------------------------------------------------
+
+def project_keys(where: str) -> tuple[str, ...]:
+    """The keys a project file's top level (``where="top"``) or a target's table may set."""
+    opts = tuple(o.key for o in OPTIONS if o.key is not None and "." not in o.key
+                 and (where == "target" or o.scope == "both"))
+    return opts + (PROJECT_ONLY_KEYS if where == "top" else TARGET_ONLY_KEYS)
+
+
+def schema_properties(where: str) -> dict[str, Any]:
+    """The JSON Schema of the option keys a project file's top level (``where="top"``) or a
+    target's table may set: data/project.schema.json holds them (tests/test_options.py)."""
+    return {o.key: dict(o.schema) for o in OPTIONS if o.key is not None and "." not in o.key
+            and (where == "target" or o.scope == "both")}
+
+
+def project_value(opt: Option, value: Any, path: Path, where: str) -> dict[str, Any]:
+    """A project key's value as the spec fields it sets (paths are relative to the file)."""
+    root = path.parent
+    if opt.value == "requirements":
+        req_file = root / value if isinstance(value, str) else None
+        if req_file is not None and not req_file.is_file():
+            raise InputError(f"project file {path}, key {where}: {req_file} is not a file")
+        return {"requirements_file": req_file,
+                "requirements": tuple(value) if isinstance(value, list) else (),
+                "requirements_source": f"{path} {where}"}
+    if opt.value == "path":
+        p = root / value
+        if opt.name == "matrix_overlay" and not p.is_dir():
+            raise InputError(f"project file {path}, key {where}: {p} is not a folder")
+        return {opt.name: p}
+    if opt.name == "ds_ops":  # a list, as in matrices/targets.yaml; [] = none (JIT)
+        return {opt.name: ",".join(value) if value else "none"}
+    if opt.value in ("list", "csv"):
+        return {opt.name: tuple(value)}
+    return {opt.name: value}
+
+
+def project_values(table: Mapping[str, Any], path: Path, prefix: str) -> dict[str, Any]:
+    """The options a project table sets, as fields (``prefix``: "" or "targets.NAME.")."""
+    out: dict[str, Any] = {}
+    for key, value in table.items():
+        opt = BY_KEY.get(key)
+        if opt is not None:
+            out.update(project_value(opt, value, path, prefix + key))
+            out.setdefault("_where", {})[opt.name] = f"project file {path}, key {prefix}{key}:"
+    return out
+
+
+# -- the cascade ----------------------------------------------------------------------------------
+
+def with_without(with_: Iterable[Any], without: Iterable[Any]) -> dict[str, bool]:
+    """``--with``/``--without`` (each a list of comma-separated names) as {name: on}; a name
+    in both is bad input."""
+    out: dict[str, bool] = {}
+    for raw, on in ((with_, True), (without, False)):
+        for item in raw or ():
+            for name in str(item).split(","):
+                name = name.strip()
+                if name:
+                    if name in out and out[name] != on:
+                        raise InputError(f"--with {name} and --without {name} contradict each other")
+                    out[name] = on
+    return out
+
+
+def _components(value: Mapping[str, Any]) -> dict[str, bool]:
+    return with_without(value.get("with_", ()), value.get("without", ()))
+
+
+def cascade(layers: Iterable[Mapping[str, Any]],
+            defaults: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
+    """(values, where each came from): later layers win, option by option (an option's fields
+    together: a layer that gives a requirements file replaces the lines too); ``with``/``without``
+    merge per component (``--without`` drops a ``with``). Keys of no option (the project's
+    ``jobs``, the spec's ``project``) are taken as they are, later layers winning."""
+    values: dict[str, Any] = {}
+    where: dict[str, str] = {}
+    comps: dict[str, bool] = {}
+    for layer in layers:
+        origin = layer.get("_where", {})
+        comps.update(_components(layer))
+        for opt in OPTIONS:
+            if opt.name in ("with_", "without") or not any(f in layer for f in opt.fields):
+                continue
+            for f in opt.fields:
+                values[f] = layer.get(f, defaults.get(f))
+            where[opt.name] = origin.get(opt.name, opt.flag or opt.name)
+        values.update({k: v for k, v in layer.items() if k != "_where" and k not in _FIELDS})
+    values["with_"] = tuple(c for c, on in comps.items() if on)
+    values["without"] = tuple(c for c, on in comps.items() if not on)
+    return values, where
+
+
+def check_values(values: Mapping[str, Any], where: Mapping[str, str]) -> None:
+    """The one check of every value the cascade chose, naming where it came from."""
+    for opt in OPTIONS:
+        value = values.get(opt.name)
+        if opt.check is not None and value is not None and value != ():
+            opt.check(value, where.get(opt.name, opt.flag or opt.name))
+
+
+def pin_flags(values: Mapping[str, Any]) -> list[str]:
+    """The pins in ``values`` (a Pins' fields) as the command-line options that state them."""
+    out: list[str] = []
+    for opt in OPTIONS:
+        if opt.kind != "pin" or opt.value == "list":
+            continue
+        v = values.get(opt.name)
+        if v:
+            out += [opt.flag or "", str(v)]
+    for name in ("with_", "without"):
+        for item in values.get(name) or ():
+            out += [get(name).flag or "", item]
+    return out
+
+
+def schema_with_table(schema: dict[str, Any]) -> dict[str, Any]:
+    """``schema`` (data/project.schema.json) with the option keys' properties the table's
+    (kept in place; new ones appended): what ``python -m envbuilder.core.options`` writes."""
+    def merged(props: dict[str, Any], table: dict[str, Any]) -> dict[str, Any]:
+        return {**{k: table.get(k, v) for k, v in props.items()}, **table}
+
+    out = dict(schema)
+    out["properties"] = merged(schema["properties"], schema_properties("top"))
+    items = out["properties"]["targets"]["items"]
+    items["properties"] = merged(items["properties"], schema_properties("target"))
+    return out
+
+
+if __name__ == "__main__":  # regenerate the schema's option keys from the table
+    import json
+
+    from envbuilder.core.resources import data_path
+
+    target = data_path("project.schema.json")
+    data = schema_with_table(json.loads(target.read_text(encoding="utf-8")))
+    Path(str(target)).write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")

@@ -1,0 +1,206 @@
+from jinja2.runtime import LoopContext, Macro, Markup, Namespace, TemplateNotFound, TemplateReference, TemplateRuntimeError, Undefined, escape, identity, internalcode, markup_join, missing, str_join
+name = 'jobs/README.md.j2'
+
+def root(context, missing=missing):
+    resolve = context.resolve_or_missing
+    undefined = environment.undefined
+    concat = environment.concat
+    cond_expr_undefined = Undefined
+    if 0: yield None
+    l_0_target = resolve('target')
+    l_0_tag = resolve('tag')
+    l_0_version = resolve('version')
+    l_0_world = resolve('world')
+    l_0_smoke = resolve('smoke')
+    l_0_image = resolve('image')
+    l_0_command = resolve('command')
+    l_0_pull_note = resolve('pull_note')
+    l_0_kinds = resolve('kinds')
+    l_0_layouts = resolve('layouts')
+    l_0_other_example = resolve('other_example')
+    l_0_gpus = resolve('gpus')
+    l_0_example = resolve('example')
+    l_0_runtime_name = resolve('runtime_name')
+    l_0_rdzv_port = resolve('rdzv_port')
+    l_0_queue = resolve('queue')
+    l_0_uid = resolve('uid')
+    l_0_shm_size = resolve('shm_size')
+    l_0_infiniband = resolve('infiniband')
+    l_0_sif = resolve('sif')
+    l_0_pyxis_image = resolve('pyxis_image')
+    l_0_registry_host = resolve('registry_host')
+    l_0_launchers = resolve('launchers')
+    l_0_kfiles = l_0_kstems = missing
+    pass
+    yield '# Jobs for '
+    yield str((undefined(name='target') if l_0_target is missing else l_0_target))
+    yield ' ('
+    yield str((undefined(name='tag') if l_0_tag is missing else l_0_tag))
+    yield ')\n\nRendered by envbuilder '
+    yield str((undefined(name='version') if l_0_version is missing else l_0_version))
+    yield '. Every `*-NxM` file runs the same '
+    yield str((undefined(name='world') if l_0_world is missing else l_0_world))
+    yield '-rank DDP smoke job\n(`'
+    yield str((undefined(name='smoke') if l_0_smoke is missing else l_0_smoke))
+    yield '`) from the image `'
+    yield str((undefined(name='image') if l_0_image is missing else l_0_image))
+    yield '`, laid out as NNODES x NPROC_PER_NODE'
+    if (undefined(name='command') if l_0_command is missing else l_0_command):
+        pass
+        yield ";\nevery `train-*` file runs the team's command (`[jobs] command`: `"
+        yield str((undefined(name='command') if l_0_command is missing else l_0_command))
+        yield "`) with the same\nlayout's torchrun and rendezvous settings"
+    yield '.\n\nImage: '
+    yield str((undefined(name='pull_note') if l_0_pull_note is missing else l_0_pull_note))
+    yield '.\n\n'
+    l_0_kfiles = {'trainjob': 'TrainJob', 'jobset': 'JobSet', 'indexed-job': 'indexed Job + Service', 'legacy': 'PyTorchJob (legacy)'}
+    context.vars['kfiles'] = l_0_kfiles
+    context.exported_vars.add('kfiles')
+    l_0_kstems = {'trainjob': 'trainjob', 'jobset': 'jobset', 'indexed-job': 'indexed-job', 'legacy': 'pytorchjob'}
+    context.vars['kstems'] = l_0_kstems
+    context.exported_vars.add('kstems')
+    yield '| layout | fits |'
+    for l_1_k in (undefined(name='kinds') if l_0_kinds is missing else l_0_kinds):
+        _loop_vars = {}
+        pass
+        yield ' '
+        yield str(environment.getitem((undefined(name='kfiles') if l_0_kfiles is missing else l_0_kfiles), l_1_k))
+        yield ' |'
+    l_1_k = missing
+    yield ' Slurm + Apptainer | Slurm + pyxis | Slurm, nodes running the image |\n| --- | --- |'
+    for l_1_k in (undefined(name='kinds') if l_0_kinds is missing else l_0_kinds):
+        _loop_vars = {}
+        pass
+        yield ' --- |'
+    l_1_k = missing
+    yield ' --- | --- | --- |\n'
+    for l_1_l in (undefined(name='layouts') if l_0_layouts is missing else l_0_layouts):
+        _loop_vars = {}
+        pass
+        yield '| '
+        yield str(environment.getattr(l_1_l, 'nnodes'))
+        yield ' x '
+        yield str(environment.getattr(l_1_l, 'nproc'))
+        yield ' | '
+        yield str(environment.getattr(l_1_l, 'fits'))
+        yield ' |'
+        for l_2_k in (undefined(name='kinds') if l_0_kinds is missing else l_0_kinds):
+            _loop_vars = {}
+            pass
+            yield ' `'
+            yield str(environment.getitem((undefined(name='kstems') if l_0_kstems is missing else l_0_kstems), l_2_k))
+            yield '-'
+            yield str(environment.getattr(l_1_l, 'layout'))
+            yield '.yaml` |'
+        l_2_k = missing
+        yield ' `slurm-apptainer-'
+        yield str(environment.getattr(l_1_l, 'layout'))
+        yield '.sbatch` | `slurm-pyxis-'
+        yield str(environment.getattr(l_1_l, 'layout'))
+        yield '.sbatch` | `slurm-host-'
+        yield str(environment.getattr(l_1_l, 'layout'))
+        yield '.sbatch` |\n'
+    l_1_l = missing
+    yield '\nA layout needs NPROC_PER_NODE free GPUs on each of its NNODES nodes, so it fits any node with at\nleast that many (a 2 x 6 job uses six GPUs of each of two 8-GPU nodes). `layouts.json` lists the\nsame files for scripts. Other layouts of '
+    yield str((undefined(name='world') if l_0_world is missing else l_0_world))
+    yield ' ranks: `envbuilder render TARGET --layout NxM`\n(any N x M = '
+    yield str((undefined(name='world') if l_0_world is missing else l_0_world))
+    yield '; several at once: `--layout '
+    yield str((undefined(name='other_example') if l_0_other_example is missing else l_0_other_example))
+    yield "`). Another world size is\nanother smoke job: `envbuilder render TARGET --nproc N` (or `--layout` of N ranks). The job files\nrun even layouts only (each launcher starts the same number of ranks on every node); an uneven\nsplit such as 8,4 runs with `envbuilder smoke IMAGE --layout 8,4`.\n\nRank 0 prints one line `ENVBUILDER_SMOKE_SUMMARY {json}`; a rank exits non-zero when one of its\nchecks failed, so the job's own status is the verdict.\n"
+    if (undefined(name='gpus') if l_0_gpus is missing else l_0_gpus):
+        pass
+        yield 'Each node requests its NPROC_PER_NODE GPUs; the backend is chosen by the job (NCCL with GPUs).'
+    else:
+        pass
+        yield 'The jobs request no GPUs and run the gloo backend.'
+    yield "\nJob names carry the target's name ("
+    yield str(environment.getattr((undefined(name='example') if l_0_example is missing else l_0_example), 'name'))
+    yield '), so two targets of one CUDA line never\nshare a name. Tailor the files in the project file\'s `[jobs]` table (or a target\'s own `jobs`\ntable), not by hand: envbuilder never overwrites a file you edited, and its refusal names the\n`[jobs]` key that expresses your edit (see docs/user-guide.md, "Jobs").\n\n## Kubernetes\n\n'
+    if ('trainjob' in (undefined(name='kinds') if l_0_kinds is missing else l_0_kinds)):
+        pass
+        yield 'Kubeflow Trainer v2 (`trainer.kubeflow.org/v1alpha1` TrainJob on the ClusterTrainingRuntime\n`'
+        yield str((undefined(name='runtime_name') if l_0_runtime_name is missing else l_0_runtime_name))
+        yield '`, `[jobs] runtime`): the runtime makes a JobSet and gives torchrun its\nPET_NNODES, PET_NPROC_PER_NODE, PET_NODE_RANK and PET_MASTER_ADDR/PORT:\n\n    kubectl apply -f trainjob-'
+        yield str(environment.getattr((undefined(name='example') if l_0_example is missing else l_0_example), 'layout'))
+        yield '.yaml\n    kubectl get trainjob '
+        yield str(environment.getattr((undefined(name='example') if l_0_example is missing else l_0_example), 'name'))
+        yield " -w\n\nThe pod settings a runtime does not carry (security context, `/dev/shm`, node selector,\ntolerations, pull secrets) travel in the TrainJob's own `runtimePatches` entry\n(manager `envbuilder.io/envbuilder`). A TrainJob cannot patch `hostNetwork` or\n`priorityClassName`: set those in the runtime; with a queue, the priority goes to Kueue's\n`kueue.x-k8s.io/priority-class` label (a WorkloadPriorityClass).\n\n"
+    if ('jobset' in (undefined(name='kinds') if l_0_kinds is missing else l_0_kinds)):
+        pass
+        yield 'Without the trainer, the JobSet (`jobset.x-k8s.io/v1alpha2`, JobSet controller 0.5+): one Job per\nnode, pod i resolves as `<job>-node-i-0.<job>`, every pod joins a c10d rendezvous on the first\n(port '
+        yield str((undefined(name='rdzv_port') if l_0_rdzv_port is missing else l_0_rdzv_port))
+        yield '); `failurePolicy.maxRestarts: 0`:\n\n    kubectl apply -f jobset-'
+        yield str(environment.getattr((undefined(name='example') if l_0_example is missing else l_0_example), 'layout'))
+        yield '.yaml\n    kubectl get jobset '
+        yield str(environment.getattr((undefined(name='example') if l_0_example is missing else l_0_example), 'name'))
+        yield ' -w\n\n'
+    if ('indexed-job' in (undefined(name='kinds') if l_0_kinds is missing else l_0_kinds)):
+        pass
+        yield 'With no operator at all, the indexed Job (Kubernetes 1.24+): it creates a headless Service so pod\n`<job>-<i>` resolves as `<job>-<i>.<job>`, and every pod joins a c10d rendezvous hosted by pod 0\non port '
+        yield str((undefined(name='rdzv_port') if l_0_rdzv_port is missing else l_0_rdzv_port))
+        yield ':\n\n    kubectl apply -f indexed-job-'
+        yield str(environment.getattr((undefined(name='example') if l_0_example is missing else l_0_example), 'layout'))
+        yield '.yaml\n    kubectl logs -f job/<job>          # pod 0 carries the summary\n    kubectl delete -f indexed-job-'
+        yield str(environment.getattr((undefined(name='example') if l_0_example is missing else l_0_example), 'layout'))
+        yield '.yaml\n\n'
+    if ('legacy' in (undefined(name='kinds') if l_0_kinds is missing else l_0_kinds)):
+        pass
+        yield "Legacy: the Kubeflow training operator's `kubeflow.org/v1` PyTorchJob (`[jobs] kubernetes`\nnames `legacy`; the v1 operator is deprecated in favour of Trainer v2):\n\n    kubectl apply -f pytorchjob-"
+        yield str(environment.getattr((undefined(name='example') if l_0_example is missing else l_0_example), 'layout'))
+        yield '.yaml\n    kubectl logs <job>-master-0 | grep ENVBUILDER_SMOKE_SUMMARY\n\n'
+    if (undefined(name='queue') if l_0_queue is missing else l_0_queue):
+        pass
+        yield 'Kueue: every job carries `kueue.x-k8s.io/queue-name: '
+        yield str((undefined(name='queue') if l_0_queue is missing else l_0_queue))
+        yield "`; Kueue admits all of a job's pods\nat once (gang admission: "
+        yield str(environment.getattr((undefined(name='example') if l_0_example is missing else l_0_example), 'nnodes'))
+        yield ' pods of '
+        yield str(environment.getattr((undefined(name='example') if l_0_example is missing else l_0_example), 'nproc'))
+        yield ' GPUs never half-schedule).\n'
+    yield 'All use `restartPolicy: Never` and no retries: a smoke job reports the first failure instead of\nretrying (a restarted node cannot rejoin a running torchrun group). Pods run as uid '
+    yield str((undefined(name='uid') if l_0_uid is missing else l_0_uid))
+    yield ', mount a\nmemory-backed `/dev/shm` of '
+    yield str((undefined(name='shm_size') if l_0_shm_size is missing else l_0_shm_size))
+    yield " (it counts against the pod's memory) and keep the\nimage's ENTRYPOINT.\n"
+    if (undefined(name='infiniband') if l_0_infiniband is missing else l_0_infiniband):
+        pass
+        yield 'InfiniBand: the containers add the `IPC_LOCK` capability. It is effective for root; as uid\n'
+        yield str((undefined(name='uid') if l_0_uid is missing else l_0_uid))
+        yield ' the node\'s runtime must give an unlimited memlock ulimit (containerd\'s default). Request\nyour cluster\'s RDMA device resource with `[jobs] resources` (e.g. `{ "rdma/ib" = 1 }`).\n'
+    yield '\n## Slurm\n\n    sbatch slurm-apptainer-'
+    yield str(environment.getattr((undefined(name='example') if l_0_example is missing else l_0_example), 'layout'))
+    yield '.sbatch     # ENVBUILDER_SIF=/path/'
+    yield str((undefined(name='sif') if l_0_sif is missing else l_0_sif))
+    yield ' to choose the image file\n    sbatch slurm-pyxis-'
+    yield str(environment.getattr((undefined(name='example') if l_0_example is missing else l_0_example), 'layout'))
+    yield '.sbatch         # ENVBUILDER_IMAGE=... to override the image\n    sbatch slurm-host-'
+    yield str(environment.getattr((undefined(name='example') if l_0_example is missing else l_0_example), 'layout'))
+    yield '.sbatch          # nodes whose slurmd runs in this image\n\nOne task per node (`--ntasks-per-node=1`, `--exclusive`, and `srun --cpus-per-task` repeated:\nSlurm 22.05 to 23.02 does not pass sbatch\'s on); torchrun starts NPROC_PER_NODE ranks on each and\nmeets the others through a c10d rendezvous on the first host of the allocation\n(`scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n1`, port '
+    yield str((undefined(name='rdzv_port') if l_0_rdzv_port is missing else l_0_rdzv_port))
+    yield ") with the Slurm job\nid as the rendezvous id and `--max_restarts=0`. Records go to `ENVBUILDER_SMOKE_OUT` (default\n`./envbuilder-smoke-JOBID`), which must be on a filesystem all nodes share. Partition, account,\nQoS, time and constraint come from `[jobs] slurm`.\n\nApptainer: build the SIF from this folder's definition first, `apptainer build "
+    yield str((undefined(name='sif') if l_0_sif is missing else l_0_sif))
+    yield ' envbuilder.def`\n(or `envbuilder build TARGET --runtime apptainer --sif '
+    yield str((undefined(name='sif') if l_0_sif is missing else l_0_sif))
+    yield '`: it builds, verifies and runs the\nsmoke job in it), and smoke-test it on one node: `apptainer exec --nv '
+    yield str((undefined(name='sif') if l_0_sif is missing else l_0_sif))
+    yield ' sh /opt/envbuilder/smoke/run.sh`.\nPyxis/enroot take `[REGISTRY#]IMAGE[:TAG]`: the registry host is separated by `#`\n(`'
+    yield str((undefined(name='pyxis_image') if l_0_pyxis_image is missing else l_0_pyxis_image))
+    yield '`); an enroot older than 3.4 may not pull by digest, use a tag there. A private\nregistry needs enroot credentials on every node, in `$ENROOT_CONFIG_PATH/.credentials`\n(default `~/.config/enroot/.credentials`), one netrc line per registry:\n`machine '
+    yield str((undefined(name='registry_host') if l_0_registry_host is missing else l_0_registry_host))
+    yield ' login USER password TOKEN`.\n'
+    if ('horovodrun' in (undefined(name='launchers') if l_0_launchers is missing else l_0_launchers)):
+        pass
+        yield '\n## Horovod\n\n`horovodrun-NxM.sh` launches '
+        if (undefined(name='command') if l_0_command is missing else l_0_command):
+            pass
+            yield "the team's command"
+        else:
+            pass
+            yield 'a training command (its arguments)'
+        yield " with Horovod's own\nlauncher over Gloo (`horovodrun --gloo -np N -H host1:M,...`; this image's Horovod is built with\nGloo, without MPI): run it in the image on the first node, `HOSTS=node1,node2 sh horovodrun-"
+        yield str(environment.getattr((undefined(name='example') if l_0_example is missing else l_0_example), 'layout'))
+        yield ".sh`\n(inside a Slurm allocation the hosts come from it). horovodrun starts the other hosts' ranks over\nssh, so the nodes need passwordless ssh between them; one host needs none.\n"
+
+blocks = {}
+debug_info = '1=36&3=40&4=44&5=51&8=54&10=56&11=59&12=63&13=71&14=77&15=81&20=105&21=107&28=111&30=118&37=120&39=123&42=125&43=127&52=129&55=132&57=134&58=136&61=138&64=141&66=143&68=145&71=147&75=150&79=152&80=155&81=157&84=162&85=164&87=166&89=169&95=172&96=176&97=178&102=180&107=182&108=184&109=186&111=188&114=190&115=192&119=195&121=202'

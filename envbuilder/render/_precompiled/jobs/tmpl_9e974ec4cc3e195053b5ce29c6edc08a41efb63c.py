@@ -1,0 +1,200 @@
+from jinja2.runtime import LoopContext, Macro, Markup, Namespace, TemplateNotFound, TemplateReference, TemplateRuntimeError, Undefined, escape, identity, internalcode, markup_join, missing, str_join
+name = 'jobs/slurm.sbatch.j2'
+
+def root(context, missing=missing):
+    resolve = context.resolve_or_missing
+    undefined = environment.undefined
+    concat = environment.concat
+    cond_expr_undefined = Undefined
+    if 0: yield None
+    l_0_version = resolve('version')
+    l_0_what = resolve('what')
+    l_0_target = resolve('target')
+    l_0_tag = resolve('tag')
+    l_0_nnodes = resolve('nnodes')
+    l_0_nproc = resolve('nproc')
+    l_0_runtime = resolve('runtime')
+    l_0_file = resolve('file')
+    l_0_sif = resolve('sif')
+    l_0_image = resolve('image')
+    l_0_entrypoint = resolve('entrypoint')
+    l_0_pyxis_image = resolve('pyxis_image')
+    l_0_registry_host = resolve('registry_host')
+    l_0_pull_note = resolve('pull_note')
+    l_0_is_smoke = resolve('is_smoke')
+    l_0_metrics_job = resolve('metrics_job')
+    l_0_name = resolve('name')
+    l_0_rdzv_port = resolve('rdzv_port')
+    l_0_gpus = resolve('gpus')
+    l_0_cpus = resolve('cpus')
+    l_0_time_limit = resolve('time_limit')
+    l_0_slurm_directives = resolve('slurm_directives')
+    l_0_env_pairs = resolve('env_pairs')
+    l_0_out_dir = resolve('out_dir')
+    l_0_program_sh = resolve('program_sh')
+    try:
+        t_1 = environment.filters['sh']
+    except KeyError:
+        @internalcode
+        def t_1(*unused):
+            raise TemplateRuntimeError("No filter named 'sh' found.")
+    pass
+    yield '#!/bin/bash\n# Rendered by envbuilder '
+    yield str((undefined(name='version') if l_0_version is missing else l_0_version))
+    yield ': '
+    yield str((undefined(name='what') if l_0_what is missing else l_0_what))
+    yield ' for '
+    yield str((undefined(name='target') if l_0_target is missing else l_0_target))
+    yield ' ('
+    yield str((undefined(name='tag') if l_0_tag is missing else l_0_tag))
+    yield ')\n# as '
+    yield str((undefined(name='nnodes') if l_0_nnodes is missing else l_0_nnodes))
+    yield ' node(s) x '
+    yield str((undefined(name='nproc') if l_0_nproc is missing else l_0_nproc))
+    yield ' process(es) under Slurm, '
+    yield str(environment.getitem({'apptainer': 'Apptainer', 'pyxis': 'pyxis/enroot', 'host': "in the nodes' own environment"}, (undefined(name='runtime') if l_0_runtime is missing else l_0_runtime)))
+    yield '.\n# Submit:  sbatch '
+    yield str((undefined(name='file') if l_0_file is missing else l_0_file))
+    yield '\n'
+    if ((undefined(name='runtime') if l_0_runtime is missing else l_0_runtime) == 'apptainer'):
+        pass
+        yield '# Image:   ENVBUILDER_SIF (default '
+        yield str((undefined(name='sif') if l_0_sif is missing else l_0_sif))
+        yield '); make it with\n#          apptainer build '
+        yield str((undefined(name='sif') if l_0_sif is missing else l_0_sif))
+        yield ' docker://'
+        yield str((undefined(name='image') if l_0_image is missing else l_0_image))
+        yield '\n'
+    elif ((undefined(name='runtime') if l_0_runtime is missing else l_0_runtime) == 'host'):
+        pass
+        yield '# Image:   none: the nodes themselves run '
+        yield str((undefined(name='image') if l_0_image is missing else l_0_image))
+        yield ' (slurmd in containers of this image, as\n#          Slinky or a containerised cluster does); torchrun and '
+        yield str((undefined(name='entrypoint') if l_0_entrypoint is missing else l_0_entrypoint))
+        yield ' are on each node\n'
+    else:
+        pass
+        yield '# Image:   '
+        yield str((undefined(name='image') if l_0_image is missing else l_0_image))
+        yield ' (pyxis form '
+        yield str((undefined(name='pyxis_image') if l_0_pyxis_image is missing else l_0_pyxis_image))
+        yield '); override with ENVBUILDER_IMAGE\n# Private registry: enroot reads credentials from $ENROOT_CONFIG_PATH/.credentials\n#          (default ~/.config/enroot/.credentials) on every node, one netrc line per registry:\n#          machine '
+        yield str((undefined(name='registry_host') if l_0_registry_host is missing else l_0_registry_host))
+        yield ' login USER password TOKEN\n'
+    yield '# Pinned:  '
+    yield str((undefined(name='pull_note') if l_0_pull_note is missing else l_0_pull_note))
+    yield '\n'
+    if (undefined(name='is_smoke') if l_0_is_smoke is missing else l_0_is_smoke):
+        pass
+        yield "# Records: ENVBUILDER_SMOKE_OUT (default ./envbuilder-smoke-JOBID, on a filesystem all nodes share)\n# Metrics: after the job, envbuilder (on this batch host's PATH, or ENVBUILDER) turns the records\n#          into ENVBUILDER_METRICS_DIR/"
+        yield str((undefined(name='metrics_job') if l_0_metrics_job is missing else l_0_metrics_job))
+        yield '-'
+        yield str((undefined(name='name') if l_0_name is missing else l_0_name))
+        yield ".prom for node-exporter's textfile\n#          collector (default /var/lib/prometheus/node-exporter) and, when ENVBUILDER_PUSHGATEWAY\n#          is set (http://HOST:9091), pushes them; the job's exit status stays the smoke verdict.\n"
+    yield '# One task per node; torchrun starts '
+    yield str((undefined(name='nproc') if l_0_nproc is missing else l_0_nproc))
+    yield " ranks on each and meets the others through a c10d\n# rendezvous on the allocation's first host, port "
+    yield str((undefined(name='rdzv_port') if l_0_rdzv_port is missing else l_0_rdzv_port))
+    yield '. No restarts: a smoke job fails fast.\n#SBATCH --job-name='
+    yield str((undefined(name='name') if l_0_name is missing else l_0_name))
+    yield '\n#SBATCH --nodes='
+    yield str((undefined(name='nnodes') if l_0_nnodes is missing else l_0_nnodes))
+    yield '\n#SBATCH --ntasks-per-node=1\n'
+    if (undefined(name='gpus') if l_0_gpus is missing else l_0_gpus):
+        pass
+        yield '#SBATCH --gpus-per-node='
+        yield str((undefined(name='nproc') if l_0_nproc is missing else l_0_nproc))
+        yield '\n'
+    yield '#SBATCH --cpus-per-task='
+    yield str((undefined(name='cpus') if l_0_cpus is missing else l_0_cpus))
+    yield '\n#SBATCH --exclusive\n#SBATCH --time='
+    yield str((undefined(name='time_limit') if l_0_time_limit is missing else l_0_time_limit))
+    yield '\n'
+    for (l_1_opt, l_1_v) in (undefined(name='slurm_directives') if l_0_slurm_directives is missing else l_0_slurm_directives):
+        _loop_vars = {}
+        pass
+        yield '#SBATCH --'
+        yield str(l_1_opt)
+        yield '='
+        yield str(l_1_v)
+        yield '\n'
+    l_1_opt = l_1_v = missing
+    yield '#SBATCH --output='
+    yield str((undefined(name='name') if l_0_name is missing else l_0_name))
+    yield '-%j.out\nset -euo pipefail\n# srun is given --cpus-per-task again: from Slurm 22.05 to 23.02 it does not read\n# SLURM_CPUS_PER_TASK (sbatch\'s), and torchrun and all its ranks would share one CPU\ncpus_per_task="${SLURM_CPUS_PER_TASK:-'
+    yield str((undefined(name='cpus') if l_0_cpus is missing else l_0_cpus))
+    yield '}"\n'
+    for (l_1_k, l_1_v) in (undefined(name='env_pairs') if l_0_env_pairs is missing else l_0_env_pairs):
+        _loop_vars = {}
+        pass
+        yield 'export '
+        yield str(l_1_k)
+        yield '='
+        yield str(t_1(l_1_v))
+        yield '\n'
+    l_1_k = l_1_v = missing
+    yield '\nnnodes="${SLURM_NNODES:?submit this script with sbatch}"\nhead_node="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n1)"\nout="${ENVBUILDER_SMOKE_OUT:-$PWD/envbuilder-'
+    yield str(('smoke' if (undefined(name='is_smoke') if l_0_is_smoke is missing else l_0_is_smoke) else 'train'))
+    yield '-$SLURM_JOB_ID}"\nmkdir -p "$out"\n'
+    if ((undefined(name='runtime') if l_0_runtime is missing else l_0_runtime) == 'apptainer'):
+        pass
+        yield 'sif="${ENVBUILDER_SIF:-'
+        yield str((undefined(name='sif') if l_0_sif is missing else l_0_sif))
+        yield '}"\nif [ ! -f "$sif" ]; then\n  echo "envbuilder: $sif not found: apptainer build $sif docker://'
+        yield str((undefined(name='image') if l_0_image is missing else l_0_image))
+        yield '" >&2\n  exit 2\nfi\n'
+    elif ((undefined(name='runtime') if l_0_runtime is missing else l_0_runtime) == 'pyxis'):
+        pass
+        yield 'image="${ENVBUILDER_IMAGE:-'
+        yield str((undefined(name='pyxis_image') if l_0_pyxis_image is missing else l_0_pyxis_image))
+        yield '}"\n'
+    yield 'echo "envbuilder '
+    yield str(('smoke' if (undefined(name='is_smoke') if l_0_is_smoke is missing else l_0_is_smoke) else 'job'))
+    yield ': '
+    yield str((undefined(name='target') if l_0_target is missing else l_0_target))
+    yield ' on $nnodes node(s) x '
+    yield str((undefined(name='nproc') if l_0_nproc is missing else l_0_nproc))
+    yield ', rendezvous $head_node:'
+    yield str((undefined(name='rdzv_port') if l_0_rdzv_port is missing else l_0_rdzv_port))
+    yield ', records in $out"\n\nrc=0\n'
+    if ((undefined(name='runtime') if l_0_runtime is missing else l_0_runtime) == 'apptainer'):
+        pass
+        yield 'srun --nodes="$nnodes" --ntasks-per-node=1 --cpus-per-task="$cpus_per_task" --kill-on-bad-exit=1 \\\n  apptainer exec '
+        if (undefined(name='gpus') if l_0_gpus is missing else l_0_gpus):
+            pass
+            yield '--nv '
+        yield '--bind "$out:'
+        yield str((undefined(name='out_dir') if l_0_out_dir is missing else l_0_out_dir))
+        yield '" "$sif" \\\n'
+    elif ((undefined(name='runtime') if l_0_runtime is missing else l_0_runtime) == 'pyxis'):
+        pass
+        yield 'srun --nodes="$nnodes" --ntasks-per-node=1 --cpus-per-task="$cpus_per_task" --kill-on-bad-exit=1 \\\n  --container-image="$image" --container-mounts="$out:'
+        yield str((undefined(name='out_dir') if l_0_out_dir is missing else l_0_out_dir))
+        yield '" \\\n'
+    else:
+        pass
+        yield 'srun --nodes="$nnodes" --ntasks-per-node=1 --cpus-per-task="$cpus_per_task" --kill-on-bad-exit=1 \\\n'
+    yield '  '
+    yield str(t_1((undefined(name='entrypoint') if l_0_entrypoint is missing else l_0_entrypoint)))
+    yield ' \\\n  torchrun --nnodes="$nnodes" --nproc_per_node='
+    yield str((undefined(name='nproc') if l_0_nproc is missing else l_0_nproc))
+    yield ' \\\n  --rdzv_backend=c10d --rdzv_endpoint="$head_node:'
+    yield str((undefined(name='rdzv_port') if l_0_rdzv_port is missing else l_0_rdzv_port))
+    yield '" --rdzv_id="$SLURM_JOB_ID" \\\n  --max_restarts=0 \\\n  '
+    yield str((undefined(name='program_sh') if l_0_program_sh is missing else l_0_program_sh))
+    yield ' || rc=$?\n'
+    if (undefined(name='is_smoke') if l_0_is_smoke is missing else l_0_is_smoke):
+        pass
+        yield '\n# the smoke job\'s records as Prometheus metrics (made here, on the host: the image stays lean)\nenvbuilder="${ENVBUILDER:-envbuilder}"\nmetrics_dir="${ENVBUILDER_METRICS_DIR:-/var/lib/prometheus/node-exporter}"\nif command -v "$envbuilder" >/dev/null 2>&1; then\n  push=()\n  if [ -n "${ENVBUILDER_PUSHGATEWAY:-}" ]; then push=(--pushgateway "$ENVBUILDER_PUSHGATEWAY"); fi\n  "$envbuilder" smoke --records "$out" --metrics-file "$metrics_dir/'
+        yield str((undefined(name='metrics_job') if l_0_metrics_job is missing else l_0_metrics_job))
+        yield '-'
+        yield str((undefined(name='name') if l_0_name is missing else l_0_name))
+        yield '.prom" \\\n    --label target='
+        yield str(t_1((undefined(name='target') if l_0_target is missing else l_0_target)))
+        yield ' --label image="'
+        yield str(context.call(environment.getattr({'apptainer': '$sif', 'pyxis': '$image'}, 'get'), (undefined(name='runtime') if l_0_runtime is missing else l_0_runtime), (undefined(name='image') if l_0_image is missing else l_0_image)))
+        yield '" \\\n    --label node="$head_node" ${push[@]+"${push[@]}"} || true  # it says on stderr what failed\nelse\n  echo "envbuilder: $envbuilder is not on PATH: no metrics written; records stay in $out" >&2\nfi\n'
+    yield 'exit "$rc"\n'
+
+blocks = {}
+debug_info = '2=43&3=51&4=57&5=59&6=62&7=64&8=68&9=71&10=73&12=78&15=82&17=85&18=87&21=90&25=95&26=97&27=99&28=101&30=103&31=106&33=109&35=111&36=113&37=117&39=123&43=125&44=127&45=131&50=137&52=139&53=142&55=144&58=146&59=149&61=152&64=160&66=163&67=169&69=172&73=178&74=180&75=182&77=184&78=186&86=189&87=193'

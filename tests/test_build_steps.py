@@ -1,0 +1,207 @@
+"""run.build's steps without an engine: the engine's edges are monkeypatched, so what is tested
+is the bookkeeping written once in ``_run_steps`` (skipped or run, times, report entries,
+progress, a failure wrapped naming its step), the options checked once (the CA read once) and
+the preflight's resolved stack carried into the build."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from envbuilder.errors import InputError, OperationError
+from envbuilder.run import build as b
+from envbuilder.run.smoke import SmokeResult
+
+CPU = "cpu"
+PEM = b"-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
+
+
+class FakeEngine:
+    """The engine calls run.build makes, recorded; ``pushed_ok`` False: the registry never
+    confirms a digest; ``interrupt_push``: Ctrl-C during the push."""
+
+    def __init__(self, monkeypatch, *, pushed_ok: bool = True, interrupt_push: bool = False):
+        self.calls: list[tuple] = []
+        e = b.engine
+        monkeypatch.setattr(e, "connect", lambda: "client")
+        monkeypatch.setattr(e, "image_available", lambda c, image: True)
+        monkeypatch.setattr(e, "image_digest_ref", lambda c, ref: ref + "@sha256:" + "0" * 64)
+        monkeypatch.setattr(e, "build", self.build)
+        monkeypatch.setattr(e, "tag", lambda c, image_id, repo, tag: self._log("tag", repo, tag) or f"{repo}:{tag}")
+        monkeypatch.setattr(e, "image_labels", lambda c, image_id: {"k": "v"})
+        monkeypatch.setattr(e, "image_size", lambda c, image_id: 123)
+
+        def push(c, repo, tag):
+            self._log("push", repo, tag)
+            if interrupt_push:
+                raise KeyboardInterrupt
+            return "sha256:" + "1" * 64
+
+        monkeypatch.setattr(e, "push", push)
+        monkeypatch.setattr(e, "verify_pushed", lambda c, repo, digest: pushed_ok)
+
+    def _log(self, *call) -> None:
+        self.calls.append(call)
+
+    def build(self, client, context: Path, **kw):
+        self._log("build", (context / "Dockerfile").is_file(), kw["tag"])
+        kw["on_step"](1, 1, "FROM base")
+        return SimpleNamespace(image_id="sha256:img", steps=3, cached_steps=1)
+
+
+def _verified(monkeypatch, ok: bool = True) -> None:
+    from envbuilder.run import verify
+
+    report = SimpleNamespace(ok=ok, to_dict=lambda: {"ok": ok}, summary=lambda: "torch is 0.0")
+    monkeypatch.setattr(verify, "verify_image_labels", lambda *a, **kw: report)
+
+
+def _smoked(monkeypatch, ok: bool = True) -> None:
+    def run(client, image, **kw):
+        return SmokeResult(ok=ok, world_size=2, nproc_per_node=2, nnodes=1, backend="gloo",
+                           checks={"allreduce": "pass" if ok else "fail"},
+                           failed=[] if ok else ["allreduce"], bandwidth=[], summary=None, ranks=[],
+                           log="", exit_code=0 if ok else 1, seconds=0.5, where=image,
+                           details={} if ok else {"allreduce": "rank 1 got 3.0"})
+
+    monkeypatch.setattr(b, "run_smoke_container", run)
+
+
+def _build(opts: b.BuildOptions, events: list | None = None) -> b.BuildReport:
+    from envbuilder.api import make_spec
+
+    return b.build_target(make_spec(CPU), opts,
+                          on_event=(lambda k, d: events.append((k, d))) if events is not None else None)
+
+
+def test_every_step_runs_with_its_bookkeeping(monkeypatch, tmp_path):
+    eng = FakeEngine(monkeypatch)
+    _verified(monkeypatch)
+    _smoked(monkeypatch)
+    events: list = []
+    r = _build(b.BuildOptions(push="127.0.0.1:5000/ml", context=tmp_path / "ctx"), events)
+    assert r.ok and r.steps == {"render": "ok", "build": "ok", "verify": "ok", "smoke": "ok", "push": "ok"}
+    assert set(r.seconds) == set(r.steps)  # each step that ran, timed once
+    steps = [d for k, d in events if k == "step"]
+    for s in r.steps:
+        assert steps.index((s, "running")) < steps.index((s, "ok"))
+    assert ("build-step", (1, 1, "FROM base")) in events
+    assert eng.calls[0] == ("build", True, f"envbuilder:{r.tag}")  # the rendered folder was built
+    assert [c[2] for c in eng.calls if c[0] == "push"] == [r.tag, CPU]  # the alias after the smoke passed
+    assert r.pushed and r.pushed[0]["ref"].startswith("127.0.0.1:5000/ml@sha256:")
+    assert (tmp_path / "ctx" / "Dockerfile").is_file()  # --context: the folder is kept
+
+
+def test_steps_turned_off_are_skipped_and_not_timed(monkeypatch):
+    FakeEngine(monkeypatch)
+    r = _build(b.BuildOptions(verify=False, smoke=False))
+    assert r.steps == {"render": "ok", "build": "ok", "verify": "skipped", "smoke": "skipped", "push": "skipped"}
+    assert set(r.seconds) == {"render", "build"}
+    assert r.context is not None and not Path(r.context).exists()  # a temporary folder, removed
+
+
+def test_a_failed_step_names_itself_and_stops_the_build(monkeypatch):
+    eng = FakeEngine(monkeypatch)
+    _verified(monkeypatch)
+    _smoked(monkeypatch, ok=False)
+    with pytest.raises(b.BuildFailed) as ei:
+        _build(b.BuildOptions(push="127.0.0.1:5000/ml"))
+    e = ei.value
+    assert e.step == "smoke" and e.exit_code == 1 and "smoke failed" in str(e) and "rank 1 got 3.0" in str(e)
+    r = e.report
+    assert r.failed_step == "smoke" and r.steps["smoke"] == "failed" and r.steps["push"] == "not run"
+    assert "smoke" in r.seconds and not any(c[0] == "push" for c in eng.calls)
+    assert e.to_dict()["report"]["failed_step"] == "smoke"
+
+
+def test_an_error_without_a_step_is_named_by_the_step_it_failed_in(monkeypatch):
+    FakeEngine(monkeypatch)
+    _verified(monkeypatch)
+
+    def unreachable(*a, **kw):
+        raise OperationError("the engine went away")
+
+    monkeypatch.setattr(b, "run_smoke_container", unreachable)
+    with pytest.raises(b.BuildFailed) as ei:
+        _build(b.BuildOptions())
+    assert ei.value.step == "smoke" and str(ei.value).startswith(f"{CPU}: smoke failed: the engine went away")
+
+
+@pytest.mark.parametrize("fault", ["unconfirmed", "interrupted"])
+def test_a_push_that_did_not_complete_records_nothing(monkeypatch, fault):
+    FakeEngine(monkeypatch, pushed_ok=fault != "unconfirmed", interrupt_push=fault == "interrupted")
+    with pytest.raises(b.BuildFailed) as ei:
+        _build(b.BuildOptions(push="127.0.0.1:5000/ml", verify=False, smoke=False))
+    r = ei.value.report
+    assert r.failed_step == "push" and r.pushed == []
+    assert r.steps["push"] == ("failed" if fault == "unconfirmed" else "interrupted")
+
+
+def test_options_are_checked_once_and_the_ca_read_once(monkeypatch, tmp_path):
+    from envbuilder import api
+    from envbuilder.core import readfile
+
+    ca = tmp_path / "ca.pem"
+    ca.write_bytes(PEM)
+    reads: list[str] = []
+    real = readfile.read_bytes_capped
+
+    def counted(path, what, **kw):
+        reads.append(what)
+        return real(path, what, **kw)
+
+    monkeypatch.setattr(readfile, "read_bytes_capped", counted)
+    FakeEngine(monkeypatch)
+    opts = api.build_options(verify=False, smoke=False, ca_cert=tmp_path / "ca.pem", context=tmp_path / "ctx")
+    [r] = api.build(api.preflight([api.make_spec(CPU)]), opts)
+    assert r.ok and reads.count("--ca-cert") == 1  # made, preflight, build: read once
+    assert (tmp_path / "ctx" / "ca-certificates" / "envbuilder-extra-ca.crt").read_bytes() == PEM
+    with pytest.raises(InputError, match="holds no PEM certificate"):
+        b.BuildOptions(ca_cert=tmp_path / "ctx" / "Dockerfile")
+
+
+def test_the_preflight_stack_is_the_one_built(monkeypatch):
+    from envbuilder import api
+
+    FakeEngine(monkeypatch)
+    [job] = api.preflight([api.make_spec(CPU)])
+    calls: list[str] = []
+    monkeypatch.setattr(b, "resolve_target", lambda *a, **kw: calls.append("resolve"))
+    [r] = api.build([job], b.BuildOptions(verify=False, smoke=False))
+    assert r.ok and r.tag == job.stack.tag and calls == []  # nothing resolved again
+
+
+def test_a_target_refused_before_its_build_reports_its_own_failure(monkeypatch):
+    from envbuilder import api
+
+    FakeEngine(monkeypatch)
+    reports = api.build([api.make_spec("cu130-hvd0.28-debian12"), api.make_spec(CPU)],
+                        b.BuildOptions(verify=False, smoke=False))
+    assert [r.exit_code for r in reports] == [3, 0]
+    assert reports[0].failed_step == "render" and reports[0].steps["render"] == "failed"
+    assert reports[0].cause is not None and reports[0].cause.alternatives  # declared on the refusal
+
+
+def test_engine_build_reads_the_stream():
+    """run.engine.build over a scripted stream: steps, cached steps, the image, the log tail;
+    an error chunk is one OperationError naming the build."""
+    from envbuilder.run import engine
+
+    def client(chunks):
+        return SimpleNamespace(api=SimpleNamespace(build=lambda **kw: iter(chunks)))
+
+    lines, steps = [], []
+    ok = [{"stream": "Step 1/2 : FROM base\n"}, {"stream": " ---> Using cache\n"}, {"stream": None},
+          {"stream": "Step 2/2 : RUN true\n\n"}, {"aux": {"ID": "sha256:abc"}}]
+    r = engine.build(client(ok), Path("."), tag="t", on_line=lines.append,
+                     on_step=lambda i, n, text: steps.append((i, n, text)))
+    assert (r.image_id, r.steps, r.cached_steps) == ("sha256:abc", 2, 1)
+    assert steps == [(1, 2, "FROM base"), (2, 2, "RUN true")] and len(lines) == 3 == len(r.log_tail)
+    old = [{"stream": "Successfully built 0123abcd\n"}]
+    assert engine.build(client(old), Path("."), tag="t").image_id == "0123abcd"
+    with pytest.raises(OperationError) as ei:
+        engine.build(client([{"stream": "Step 1/1 : RUN false\n"}, {"error": "returned a non-zero code: 1"}]),
+                     Path("."), tag="t")
+    assert ei.value.step == "build" and "returned a non-zero code" in ei.value.details[-1]

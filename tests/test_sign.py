@@ -1,0 +1,508 @@
+"""Images that carry their proof (issue 31), against real parts: the session's CPU build (its
+cache), Debian's docker-registry, and Debian sid's cosign 3.1.1 (scripts/test-services.sh puts
+it on PATH), with a key pair cosign generates here.
+
+One build + push + sign for the module (``signed``): the real ``cosign verify`` and
+``cosign verify-attestation`` accept what it left, envbuilder's own check (``verify IMAGE@DIGEST
+--key PUB``) prints the smoke world size and busbw and exits 0, and exits 1 with another key,
+for an unsigned image, and by tag once another image took the tag. A build whose smoke job
+fails (an image whose base points gloo at an interface that does not exist) leaves no
+signature. The admission policy is validated against policy-controller's CRD schema.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import shutil
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import CPU_TARGET, Registry
+
+DATA = Path(__file__).parent / "data"
+PASSWORD = "eb-sign-test-pass"
+SMOKE = "https://envbuilder.dev/attestations/smoke/v1"
+TYPES = ("https://envbuilder.dev/attestations/verify/v1", SMOKE, "https://cyclonedx.org/bom",
+         "https://slsa.dev/provenance/v1")
+
+
+def _cosign() -> str:
+    exe = shutil.which("cosign")
+    if exe is None:
+        if os.environ.get("ENVBUILDER_REQUIRE_DOCKER") == "1":
+            pytest.fail("cosign is not on PATH (scripts/test-services.sh exports it)")
+        pytest.skip("cosign is not on PATH (scripts/test-services.sh fetches Debian sid's)")
+    return exe
+
+
+def _env(**kw: str) -> dict[str, str]:
+    e = dict(os.environ)
+    e["COSIGN_PASSWORD"] = PASSWORD
+    e.update(kw)
+    return e
+
+
+def _cli(*args: str, env: dict | None = None, timeout: int = 900) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", "from envbuilder.cli import main; main()", *args],
+                          capture_output=True, text=True, env=env or _env(), timeout=timeout)
+
+
+def _keys(cosign: str, folder: Path) -> tuple[Path, Path]:
+    folder.mkdir(parents=True, exist_ok=True)
+    subprocess.run([cosign, "generate-key-pair"], cwd=folder, env=_env(), check=True,
+                   capture_output=True, timeout=120)
+    return folder / "cosign.key", folder / "cosign.pub"
+
+
+def _tags(registry: Registry, repo: str) -> list[str]:
+    try:
+        with urllib.request.urlopen(f"http://{registry.address}/v2/{repo}/tags/list",
+                                    timeout=10) as r:
+            return list(json.loads(r.read()).get("tags") or [])
+    except urllib.error.HTTPError as e:
+        if e.code == 404:
+            return []
+        raise
+
+
+@pytest.fixture(scope="module")
+def sign_registry(tmp_path_factory):
+    r = Registry(tmp_path_factory.mktemp("sign-registry")).start()
+    yield r
+    r.stop()
+
+
+@pytest.fixture(scope="module")
+def keys(tmp_path_factory):
+    cosign = _cosign()
+    root = tmp_path_factory.mktemp("sign-keys")
+    return _keys(cosign, root / "k"), _keys(cosign, root / "other")
+
+
+@pytest.fixture(scope="module")
+def signed(cpu_build, base_image, wheelhouse, ca_bundle, sign_registry, keys, tmp_path_factory):
+    """The CPU target built (the session's cache), verified, smoke-tested, pushed and signed."""
+    (key, _), _ = keys
+    repo = f"{sign_registry.address}/ml/signed"
+    p = _cli("build", CPU_TARGET, "--base-image", base_image, "--wheelhouse", str(wheelhouse),
+             "--ca-cert", str(ca_bundle), "--push", repo, "--sign", "--key", str(key), "--json",
+             # a generous collective timeout (a run-time argument, the image is the session's):
+             # 12 ranks on a loaded 2-core machine can stall longer than the default 120 s
+             "--smoke-timeout", "300", timeout=1800)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    d = json.loads(p.stdout)
+    yield {"report": d, "repo": repo, "ref": d["pushed"][0]["ref"],
+           "digest": d["pushed"][0]["digest"]}
+    for t in {x["tag"] for x in d["pushed"]}:
+        try:
+            import docker
+
+            docker.from_env().images.remove(f"{repo}:{t}")
+        except Exception:  # noqa: BLE001
+            pass
+
+
+def engine(f):
+    """An engine test: the shared build, a registry, cosign."""
+    return pytest.mark.docker(pytest.mark.slow(pytest.mark.registry(f)))
+
+
+@engine
+def test_build_sign_leaves_a_signature_and_four_attestations_cosign_accepts(signed, keys):
+    cosign = _cosign()
+    (_, pub), _ = keys
+    d = signed["report"]
+    assert d["steps"]["sign"] == "ok" and d["steps"]["smoke"] == "ok" and d["steps"]["verify"] == "ok"
+    # one digest signed, however many tags pushed it; every cosign command was shown
+    assert len({x["digest"] for x in d["pushed"]}) == 1 and len(d["pushed"]) >= 2
+    assert d["signed"]["ref"] == signed["ref"] and d["signed"]["signature"] == "signed"
+    assert sorted(d["signed"]["attestations"].values()) == sorted(TYPES)
+    cmds = d["signed"]["commands"]
+    assert sum(c.startswith("cosign sign ") for c in cmds) == 1
+    assert sum(c.startswith("cosign attest ") for c in cmds) == 4
+    assert all(signed["ref"] in c for c in cmds if c.startswith(("cosign sign ", "cosign attest ")))
+    assert PASSWORD not in json.dumps(d)
+
+    ref = signed["ref"]
+    flags = ["--insecure-ignore-tlog", "--allow-insecure-registry"]
+    v = subprocess.run([cosign, "verify", "--key", str(pub), *flags, ref], capture_output=True,
+                       text=True, timeout=120)
+    assert v.returncode == 0, v.stderr
+    sig = json.loads(v.stdout)
+    assert sig[0]["critical"]["image"]["docker-manifest-digest"] == signed["digest"]
+    for t in TYPES:
+        a = subprocess.run([cosign, "verify-attestation", "--key", str(pub), *flags, "--type", t,
+                            ref], capture_output=True, text=True, timeout=120)
+        assert a.returncode == 0, f"{t}: {a.stderr}"
+        stmt = json.loads(base64.b64decode(json.loads(a.stdout.splitlines()[0])["payload"]))
+        assert stmt["predicateType"] == t
+        assert stmt["subject"][0]["digest"]["sha256"] == signed["digest"].split(":")[1]
+        pred = stmt["predicate"]
+        if t == SMOKE:
+            assert pred["layout"]["world_size"] == d["smoke"]["world_size"] == 12
+            assert pred["backend"] == "gloo" and pred["host"]["description"] == "CPU only"
+            assert pred["busbw_gbps"] > 0 and pred["bandwidth"]
+            assert pred["collectives"]["all_reduce"] == "pass"
+        elif t.endswith("/bom"):
+            purls = [c.get("purl", "") for c in pred["components"]]
+            assert any(u.startswith("pkg:pypi/torch@2.13.0") for u in purls)
+            assert any(u.startswith("pkg:deb/debian/libc6@") for u in purls)
+        elif t.endswith("/provenance/v1"):
+            deps = {x["name"]: x for x in pred["buildDefinition"]["resolvedDependencies"]}
+            base = d["labels"]["io.envbuilder.base-digest"]
+            assert deps["base-image"]["digest"]["sha256"] in base
+            assert "builder-image" in deps and "matrix" in deps
+            assert pred["buildDefinition"]["internalParameters"]["matrix_digest"] == \
+                d["labels"]["io.envbuilder.matrix-digest"]
+        else:
+            assert pred["ok"] is True and pred["checks"]
+
+
+@engine
+def test_envbuilder_check_passes_prints_what_was_proven_and_refuses_another_key(signed, keys):
+    (_, pub), (_, other_pub) = keys
+    p = _cli("verify", signed["ref"], "--key", str(pub))
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "world size 12" in p.stdout and "busbw" in p.stdout and "CPU only" in p.stdout
+    j = _cli("verify", signed["ref"], "--key", str(pub), "--json")
+    d = json.loads(j.stdout)
+    assert j.returncode == 0 and d["ok"] and d["proven"]["world_size"] == 12
+    assert d["proven"]["busbw_gbps"] > 0 and all(a["ok"] for a in d["attestations"].values())
+    # by tag: the registry resolves it to the signed digest
+    by_tag = _cli("verify", f"{signed['repo']}:{CPU_TARGET}", "--key", str(pub), "--json")
+    assert by_tag.returncode == 0 and json.loads(by_tag.stdout)["digest"] == signed["digest"]
+
+    bad = _cli("verify", signed["ref"], "--key", str(other_pub))
+    assert bad.returncode == 1, bad.stdout + bad.stderr
+    assert "not signed and attested by" in bad.stderr and "Traceback" not in bad.stderr
+
+
+@engine
+def test_nothing_is_signed_twice_and_a_signing_failure_is_one_line(signed, keys, monkeypatch):
+    from envbuilder.errors import OperationError
+    from envbuilder.run.sign import Cosign, SignOptions, sign_and_attest
+
+    (key, _), _ = keys
+    monkeypatch.setenv("COSIGN_PASSWORD", PASSWORD)  # cosign reads it (in this process here)
+    shown: list[str] = []
+    c = Cosign(on_command=shown.append)
+    before = len(c.download_attestations(signed["ref"]))
+    assert before == 5  # the signature (cosign/sign/v1) and the four attestations
+    again = sign_and_attest(signed["ref"], SignOptions(key=str(key)),
+                            {"smoke": json.loads(json.dumps(_SMOKE_DOC))}, cosign=c)
+    assert again.signature == "already signed by this key" and again.attestations == {}
+    assert not any(x.startswith(("cosign sign ", "cosign attest ")) for x in shown)
+    assert len(c.download_attestations(signed["ref"])) == before
+    # a wrong password: cosign's own error, on one line, with the step named (exit 1)
+    monkeypatch.setenv("COSIGN_PASSWORD", "not-the-password")
+    with pytest.raises(OperationError) as e:
+        c.sign(signed["ref"], SignOptions(key=str(key)))
+    assert e.value.step == "sign" and e.value.exit_code == 1
+    assert str(e.value).startswith("sign: `cosign sign` failed (exit 1): ")
+    assert "\n" not in str(e.value) and "not-the-password" not in str(e.value)
+    # a tag is never signed
+    from envbuilder.errors import InputError
+
+    with pytest.raises(InputError):
+        c.sign(f"{signed['repo']}:{CPU_TARGET}", SignOptions(key=str(key)))
+
+
+@engine
+def test_inspect_lists_the_attestations_and_doctor_reads_the_verified_smoke_proof(signed, keys):
+    """inspect (read from the registry) lists what the digest carries, unverified; doctor
+    --image --key verifies the smoke attestation and compares its host with this one."""
+    (_, pub), (_, other_pub) = keys
+    p = _cli("inspect", signed["ref"], "--from", "registry", "--json")
+    assert p.returncode == 0, p.stdout + p.stderr
+    found = json.loads(p.stdout)["attestations"]
+    assert sorted(a["type"] for a in found if a["name"] != "signature") == sorted(TYPES)
+    assert all(a["verified"] is False and a["digest"] == signed["digest"] for a in found)
+    p = _cli("inspect", signed["ref"], "--from", "registry")
+    assert p.returncode == 0 and "attestation: smoke (" + SMOKE + ")" in p.stdout, p.stdout
+
+    def proof(key: Path) -> dict:
+        d = _cli("doctor", "--image", signed["ref"], "--key", str(key), "--json")
+        assert d.returncode in (0, 1), d.stderr  # 1: a host check failed (not this one)
+        (c,) = [c for c in json.loads(d.stdout)["checks"] if c["name"] == "smoke-proof"]
+        return c
+
+    c = proof(pub)
+    assert c["value"] == 12 and c["status"] in ("ok", "warn"), c
+    assert "passed the smoke job at world size 12 (1x12, gloo) on CPU only" in c["detail"]
+    assert "attestation verified" in c["detail"]
+    # another key verifies nothing: no proof is read
+    c = proof(other_pub)
+    assert c["status"] == "skip" and c["value"] is None, c
+
+
+@engine
+def test_a_digest_signed_without_its_attestations_gets_only_the_missing_ones(
+        keys, sign_registry, docker_client, base_image, monkeypatch):
+    """A run that stopped after `cosign sign` (the attestations never attached): the next
+    run signs nothing again and attaches what is missing, once."""
+    from envbuilder.run import engine as eng
+    from envbuilder.run.sign import Cosign, SignOptions, sign_and_attest
+
+    cosign = _cosign()
+    (key, pub), _ = keys
+    monkeypatch.setenv("COSIGN_PASSWORD", PASSWORD)
+    repo = f"{sign_registry.address}/ml/partial"
+    docker_client.images.get(base_image).tag(repo, "p")
+    try:
+        ref = f"{repo}@{eng.push(docker_client, repo, 'p')}"
+        subprocess.run([cosign, "sign", "--key", str(key), "--tlog-upload=false",
+                        "--use-signing-config=false", "--yes", "--allow-insecure-registry", ref],
+                       env=_env(), check=True, capture_output=True, timeout=120)
+        shown: list[str] = []
+        c = Cosign(on_command=shown.append)
+        doc = json.loads(json.dumps(_SMOKE_DOC))
+        got = sign_and_attest(ref, SignOptions(key=str(key)), {"smoke": doc}, cosign=c)
+        assert got.signature == "already signed by this key" and got.attestations == {"smoke": SMOKE}
+        assert [x.split()[1] for x in shown if x.startswith(("cosign sign ", "cosign attest "))] == ["attest"]
+        a = subprocess.run([cosign, "verify-attestation", "--key", str(pub), "--insecure-ignore-tlog",
+                            "--allow-insecure-registry", "--type", SMOKE, ref],
+                           capture_output=True, text=True, timeout=120)
+        assert a.returncode == 0, a.stderr
+        shown.clear()
+        again = sign_and_attest(ref, SignOptions(key=str(key)), {"smoke": doc}, cosign=c)
+        assert again.signature == "already signed by this key" and again.attestations == {}
+        assert not any(x.startswith(("cosign sign ", "cosign attest ")) for x in shown)
+        assert len(c.download_attestations(ref)) == 2  # the signature and the one attestation
+    finally:
+        docker_client.images.remove(f"{repo}:p")
+
+
+_SMOKE_DOC = {"envbuilder_version": "0", "target": "t", "ok": True,
+              "layout": {"world_size": 2, "nnodes": 1, "nproc_per_node": 2}, "backend": "gloo",
+              "collectives": {"all_reduce": "pass"}, "bandwidth": [], "busbw_gbps": None,
+              "seconds": 1.0, "host": {"cpu_only": True, "description": "CPU only",
+                                       "driver": None, "gpus": []}}
+
+
+@engine
+def test_unsigned_image_and_a_retagged_tag_exit_1(signed, keys, sign_registry, docker_client,
+                                                   base_image):
+    (_, pub), _ = keys
+    # another image (the test base, unsigned) pushed to the signed image's alias tag
+    repo, tag = signed["repo"], CPU_TARGET
+    docker_client.images.get(base_image).tag(repo, "eb-sign-unsigned")
+    docker_client.images.get(base_image).tag(repo, tag)
+    try:
+        for t in ("eb-sign-unsigned", tag):
+            for chunk in docker_client.api.push(repo, t, stream=True, decode=True):
+                assert "error" not in chunk, chunk
+        p = _cli("verify", f"{repo}:eb-sign-unsigned", "--key", str(pub))
+        assert p.returncode == 1 and "signature" in p.stderr, p.stdout + p.stderr
+        p = _cli("verify", f"{repo}:{tag}", "--key", str(pub), "--json")
+        d = json.loads(p.stdout)
+        assert p.returncode == 1 and not d["ok"] and d["digest"] != signed["digest"]
+        # the signed digest itself still checks
+        assert _cli("verify", signed["ref"], "--key", str(pub)).returncode == 0
+    finally:
+        for t in ("eb-sign-unsigned", tag):
+            docker_client.images.remove(f"{repo}:{t}")
+
+
+@engine
+def test_a_failing_smoke_job_leaves_nothing_signed(cpu_build, docker_client, base_image,
+                                                   wheelhouse, ca_bundle, sign_registry, keys,
+                                                   tmp_path):
+    """A broken image: its base points gloo at an interface that does not exist (the image's
+    ENV wins over the entrypoint's defaults), so every rank fails to rendezvous. The builder
+    stage is the session's (cached); only the runtime stage is built again."""
+    (key, _), _ = keys
+    broken = "eb-sign-broken-base:gloo"
+    (tmp_path / "Dockerfile").write_text(f"FROM {base_image}\nENV GLOO_SOCKET_IFNAME=ebnone0\n")
+    docker_client.images.build(path=str(tmp_path), tag=broken, rm=True)
+    repo = f"{sign_registry.address}/ml/broken"
+    try:
+        p = _cli("build", CPU_TARGET, "--base-image", broken, "--builder-image", base_image,
+                 "--wheelhouse", str(wheelhouse), "--ca-cert", str(ca_bundle),
+                 "--nproc", "2", "--smoke-timeout", "20",
+                 "--push", repo, "--sign", "--key", str(key), "--json", timeout=1800)
+        assert p.returncode == 1, p.stdout[-2000:] + p.stderr[-2000:]
+        err = json.loads(p.stdout)  # the error document, with the build's report
+        assert err["step"] == "smoke" and "Unable to find address for: ebnone0" in err["message"]
+        d = err["report"]
+        assert d["failed_step"] == "smoke" and d["steps"]["push"] == "not run"
+        assert "sign" not in d["steps"] or d["steps"]["sign"] == "not run"
+        assert "signed" not in d and d["pushed"] == []
+        # the registry holds no tag of it, and no signature or attestation tag (sha256-...)
+        assert _tags(sign_registry, "ml/broken") == []
+    finally:
+        # the broken build took the target's local name: give it back to the session's build
+        docker_client.images.get(cpu_build.image_id).tag("envbuilder", cpu_build.tag)
+        docker_client.images.remove(broken, force=True)
+
+
+def test_sign_input_errors_are_one_line_exit_2(tmp_path, keys):
+    (key, pub), _ = keys
+    for args, say in ((["--sign", "--key", str(key)], "--push"),
+                      (["--push", "127.0.0.1:1/x", "--sign", "--key", str(pub)], "public key"),
+                      (["--push", "127.0.0.1:1/x", "--sign", "--key", str(tmp_path / "no.key")],
+                       "no such key file"),
+                      (["--push", "127.0.0.1:1/x", "--sign", "--key", str(key), "--no-smoke"],
+                       "--no-smoke"),
+                      (["--push", "127.0.0.1:1/x", "--sign"], "needs a key")):
+        env = _env()
+        env.pop("ENVBUILDER_COSIGN_KEY", None)
+        env.pop("COSIGN_KEY", None)
+        p = _cli("build", CPU_TARGET, *args, env=env, timeout=120)
+        assert p.returncode == 2, (args, p.stderr)
+        assert say in p.stderr and len(p.stderr.strip().splitlines()) == 1, p.stderr
+    env = _env()
+    env.pop("COSIGN_PASSWORD")
+    p = _cli("build", CPU_TARGET, "--push", "127.0.0.1:1/x", "--sign", "--key", str(key), env=env,
+             timeout=120)
+    assert p.returncode == 2 and "COSIGN_PASSWORD" in p.stderr
+
+
+# -- the admission policy, against policy-controller's CRD schema ---------------------------
+
+def _strict(node):
+    """The CRD schema as the API server applies it to a typed object: x-kubernetes-* dropped,
+    and an object with declared properties takes no other key (the server prunes unknown
+    fields; kubectl --validate=strict refuses them)."""
+    if isinstance(node, dict):
+        out = {k: _strict(v) for k, v in node.items() if not k.startswith("x-kubernetes-")}
+        if (node.get("type") == "object" and "properties" in node
+                and not node.get("x-kubernetes-preserve-unknown-fields")
+                and "additionalProperties" not in node):
+            out["additionalProperties"] = False
+        return out
+    if isinstance(node, list):
+        return [_strict(v) for v in node]
+    return node
+
+
+@pytest.fixture(scope="module")
+def cip_validator():
+    jsonschema = pytest.importorskip("jsonschema")
+    raw = (DATA / "clusterimagepolicy-crd-v1beta1.yaml").read_text()
+    assert "release tag v0.15.1" in raw.split("\ntype:", 1)[0]
+    schema = _strict(yaml.safe_load(raw))
+    # every custom object has these beside the CRD's own schema (the API server adds them)
+    schema["properties"].update({"apiVersion": {"const": "policy.sigstore.dev/v1beta1"},
+                                 "kind": {"const": "ClusterImagePolicy"},
+                                 "metadata": {"type": "object", "required": ["name"]}})
+    schema["required"] = ["apiVersion", "kind", "metadata", "spec"]
+    jsonschema.Draft7Validator.check_schema(schema)
+    return jsonschema.Draft7Validator(schema)
+
+
+PEM = ("-----BEGIN PUBLIC KEY-----\nMFkwEwYHKoZIzj0CAQYIKoZIzj0DAQcDQgAE7Ak1ZV3gYvYbYq6p3m3H0"
+       "XxRr7o\nq1kqg9oE2XhR1h0m7Fz3x0yJc1c1f0m0W5kqgAbCdEfGhIjKlMnOpQrStUvW==\n"
+       "-----END PUBLIC KEY-----\n")
+
+
+def test_rendered_admission_policy_validates_and_names_key_and_type(cip_validator, tmp_path):
+    proj = tmp_path / "team"
+    proj.mkdir()
+    (proj / "cosign.pub").write_text(PEM)
+    (proj / "envbuilder.toml").write_text(
+        'registry = "registry.example.com/ml/train"\nsigning_key = "cosign.pub"\n'
+        '[[targets]]\nname = "train-cpu"\ntarget = "cpu"\n')
+    p = subprocess.run([sys.executable, "-c", "from envbuilder.cli import main; main()",
+                        "render", "-o", str(tmp_path / "out"), "--json"], cwd=proj,
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    files = list((tmp_path / "out").rglob("admission/clusterimagepolicy.yaml"))
+    assert len(files) == 1
+    doc = yaml.safe_load(files[0].read_text())
+    errors = sorted(cip_validator.iter_errors(doc), key=str)
+    assert not errors, [e.message for e in errors]
+    assert doc["apiVersion"] == "policy.sigstore.dev/v1beta1" and doc["kind"] == "ClusterImagePolicy"
+    (auth,) = doc["spec"]["authorities"]
+    assert auth["key"]["data"] == PEM
+    assert auth["attestations"][0]["predicateType"] == SMOKE
+    assert SMOKE in auth["attestations"][0]["policy"]["data"]
+    assert doc["spec"]["images"] == [{"glob": "registry.example.com/ml/train*"}]
+    # the strict schema refuses what the API server would drop
+    bad = json.loads(json.dumps(doc))
+    bad["spec"]["authorities"][0]["key"]["pem"] = "x"
+    assert list(cip_validator.iter_errors(bad))
+
+
+def test_admission_policy_refuses_a_key_that_is_not_pem(tmp_path):
+    proj = tmp_path / "team"
+    proj.mkdir()
+    (proj / "cosign.pub").write_text("ssh-ed25519 AAAA\n")
+    (proj / "envbuilder.toml").write_text(
+        'registry = "registry.example.com/ml/train"\nsigning_key = "cosign.pub"\n'
+        '[[targets]]\nname = "train-cpu"\ntarget = "cpu"\n')
+    p = subprocess.run([sys.executable, "-c", "from envbuilder.cli import main; main()",
+                        "render", "-o", str(tmp_path / "out")], cwd=proj,
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 2 and "PEM public key" in p.stderr
+    assert not (tmp_path / "out").exists()
+
+
+# -- doctor --image: the smoke attestation's host against this host (recorded hosts) --------
+
+def _pred(**host):
+    return {"target": "cu124", "backend": "nccl" if host.get("gpus") else "gloo",
+            "layout": {"world_size": 8, "nnodes": 1, "nproc_per_node": 8},
+            "host": {"cpu_only": not host.get("gpus"), "description": "x", "driver": None,
+                     "cuda": None, "gpus": [], **host}}
+
+
+def test_doctor_proof_compares_the_attested_host_with_recorded_hosts():
+    from envbuilder.diagnose.doctor import RecordedProbe, inventory
+    from envbuilder.run.sign import proof_check
+
+    hosts = Path(__file__).parent / "fixtures" / "hosts"
+    h100 = inventory(RecordedProbe(hosts / "hgx-h100-8gpu"))
+    t4 = inventory(RecordedProbe(hosts / "aws-t4-old-driver"))
+    assert len(h100.gpus) == 8 and h100.driver
+    same = _pred(driver=h100.driver, gpus=[{"name": g["name"]} for g in h100.gpus])
+    c = proof_check(same, h100, verified=True)
+    assert c.status == "ok" and "matches" in c.detail
+    c = proof_check(same, t4, verified=True)
+    assert c.status == "warn" and "Not proven for this host" in c.detail
+    assert f"proven on driver {h100.driver}" in c.detail and h100.gpus[0]["name"] in c.detail
+    # a CPU-only proof on a GPU host: the collectives are proven, NCCL is not
+    c = proof_check(_pred(), h100, verified=False)
+    assert c.status == "warn" and "Not proven: NCCL" in c.detail and "unverified" in c.detail
+    assert proof_check(None, h100, verified=False).status == "skip"
+
+
+def test_build_arguments_in_the_provenance_carry_no_credentials():
+    from envbuilder.run.sign import redact_build_args
+
+    got = redact_build_args({"PIP_INDEX_URL": "https://ml:s3cret-tok@pypi.corp.example/simple",
+                             "HTTPS_PROXY": "http://proxy.corp:3128", "HF_TOKEN": "hf_abc"})
+    assert got == {"PIP_INDEX_URL": "https://ml:***@pypi.corp.example/simple",
+                   "HTTPS_PROXY": "http://proxy.corp:3128", "HF_TOKEN": "***"}
+
+
+def test_smoke_predicate_of_a_gpu_run_names_the_driver_and_gpus():
+    """A recorded 8-GPU NCCL run's records through the real result and predicate code; the
+    host is a recorded HGX H100 (nvidia-smi output in tests/fixtures/hosts)."""
+    from envbuilder.diagnose.doctor import RecordedProbe
+    from envbuilder.run.sign import BY_NAME, check_predicate, smoke_predicate
+    from envbuilder.run.smoke import build_result
+
+    rows = [{"collective": "all_reduce", "bytes": 1 << 26, "count": 1 << 24, "type": "float",
+             "redop": "sum", "seconds": 0.0011, "algbw_gbps": 61.0, "busbw_gbps": 106.75}]
+    ranks = [{"rank": r, "local_rank": r, "world_size": 8, "local_world_size": 8,
+              "hostname": "hgx", "backend": "nccl", "device": f"cuda:{r}",
+              "torch_version": "2.11.0", "python_version": "3.12.3",
+              "checks": [{"name": "all_reduce", "status": "pass", "detail": "", "seconds": 0.1}],
+              "bandwidth": rows if r == 0 else [], "rendezvous_seconds": 1.0,
+              "step_seconds": [0.1], "ok": True, "seconds": 5.0} for r in range(8)]
+    result = build_result(summary=None, ranks=ranks, log="", exit_code=0, nproc_per_node=8,
+                          nnodes=1, backend="auto", seconds=9.0, where="host")
+    probe = RecordedProbe(Path(__file__).parent / "fixtures" / "hosts" / "hgx-h100-8gpu")
+    pred = smoke_predicate("cu130", result, probe=probe)
+    assert check_predicate(BY_NAME["smoke"], pred) is None
+    host = pred["host"]
+    assert host["cpu_only"] is False and host["driver"] and len(host["gpus"]) == 8
+    assert "H100" in host["description"] and host["driver"] in host["description"]
+    assert pred["backend"] == "nccl" and pred["layout"]["world_size"] == 8
