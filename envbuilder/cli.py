@@ -394,12 +394,14 @@ def doctor(target: Optional[str] = typer.Option(None, "--target", help="Also jud
            image: Optional[str] = typer.Option(None, "--image", help="Also judge this host against an envbuilder image (its labels)."),
            nproc: Optional[int] = typer.Option(None, "--nproc", min=1, help="Ranks the job will run on this host."),
            key: Optional[str] = typer.Option(None, "--key", help="With --image: verify its smoke attestation with this cosign public key."),
+           record: Optional[Path] = typer.Option(None, "--record", help="Also write what the checks read into this folder (replayable: attach it to a bug report; only the NCCL_*, GLOO_*, *_VISIBLE_DEVICES and PATH variables are kept)."),
            over: Any = None, matrix: Optional[str] = MatrixOpt, as_json: bool = JsonOpt) -> None:
     """Check this host: driver, GPUs, topology, /dev/shm, InfiniBand, NCCL settings, container."""
     from envbuilder.api import doctor as run_doctor
 
     spec = _specs(target, over, command="doctor")[0] if target else None
-    checks = run_doctor(spec=spec, image=image, nproc=nproc, matrix_dir=matrix, key=key)
+    checks = run_doctor(spec=spec, image=image, nproc=nproc, matrix_dir=matrix, key=key,
+                        record=record)
     failed = [c for c in checks if c.status == "fail"]
     if as_json:
         echo_json({"ok": not failed, "checks": [c.to_dict() for c in checks]})

@@ -77,7 +77,8 @@ def test_every_fixture_host_documents_its_source() -> None:
     assert len(folders) >= 7
     for p in folders:
         src = (p / "SOURCE.md").read_text()
-        assert "https://" in src or (p / "BASE").is_file(), p.name
+        # a public recording, a variant of one (BASE), or a host recorded by doctor --record
+        assert "https://" in src or (p / "BASE").is_file() or "doctor --record" in src, p.name
 
 
 def test_healthy_h100_host() -> None:
@@ -444,6 +445,48 @@ def test_fake_nvidia_smi_on_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     assert "nvidia-smi -q -x" in c["driver"].detail
     assert c["gpus"].value == 1 and "Tesla T4" in c["gpus"].detail
     assert c["stack-driver"].status == "fail"
+
+
+def test_doctor_record_replays_to_the_same_checks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                 no_nvml: None) -> None:
+    """doctor --record: what the live checks read (here a T4's nvidia-smi on PATH, this host's
+    files) replays through RecordedProbe to the same checks, and keeps no other variable."""
+    from envbuilder.api import doctor as api_doctor
+    from envbuilder.diagnose.probe import RecordingProbe
+
+    xml = HOSTS / "aws-t4-old-driver" / "nvidia-smi-q-x.xml"
+    bindir = _fake_smi(tmp_path, f'if [ "$1" = "-q" ] && [ "$2" = "-x" ]; then cat "{xml}"; '
+                                 'exit 0; fi\necho "unsupported: $*" >&2\nexit 2\n')
+    monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ.get('PATH', '')}")
+    monkeypatch.setenv("NCCL_SOCKET_IFNAME", "=lo")
+    monkeypatch.setenv("ENVBUILDER_TEST_SECRET_TOKEN", "s3cr3t")
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    probe = RecordingProbe()
+    live = run_doctor(probe=probe, stack=facts(), nproc=1)
+    rec = probe.recording()
+    assert rec["nvidia-smi-q-x.xml"] == xml.read_text()
+    assert "s3cr3t" not in "".join(rec.values())
+    # through the API as the CLI calls it: one transaction into a new folder
+    out = tmp_path / "host"
+    first = api_doctor(nproc=1, record=out)
+    env = (out / "env.json").read_text()
+    assert "NCCL_SOCKET_IFNAME" in env and "SECRET" not in env
+    replayed = run_doctor(probe=RecordedProbe(out), nproc=1)
+    assert [c.to_dict() for c in replayed] == [c.to_dict() for c in first]
+    assert by_name(live)["gpus"].value == 1 and by_name(replayed)["gpus"].value == 1
+    assert by_name(replayed)["nccl-env"].detail == by_name(live)["nccl-env"].detail
+
+
+def test_doctor_record_never_replaces_a_users_file(tmp_path: Path) -> None:
+    from envbuilder.api import doctor as api_doctor
+
+    out = tmp_path / "host"
+    out.mkdir()
+    (out / "env.json").write_text("mine\n")
+    with pytest.raises(InputError, match="env.json"):
+        api_doctor(record=out)
+    assert (out / "env.json").read_text() == "mine\n"
+    assert sorted(p.name for p in out.iterdir()) == ["env.json"]
 
 
 def test_fake_nvidia_smi_garbage_and_timeout(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,

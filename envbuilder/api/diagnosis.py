@@ -24,11 +24,18 @@ if TYPE_CHECKING:
 
 
 def doctor(*, spec: TargetSpec | None = None, image: str | None = None, nproc: int | None = None,
-           matrix_dir: str | Path | None = None, key: str | None = None) -> list[Check]:
-    """Check this host, and judge it against a target's stack or an image's labels."""
+           matrix_dir: str | Path | None = None, key: str | None = None,
+           record: str | Path | None = None) -> list[Check]:
+    """Check this host, and judge it against a target's stack or an image's labels.
+
+    ``record``: also write what the checks read into this new folder (the layout
+    ``envbuilder.diagnose.probe.RecordedProbe`` replays: a host to attach to a bug report, or
+    to test the checks with), in one transaction; it holds no environment variable but those
+    the checks read."""
     from envbuilder import labels
     from envbuilder.core.validate import image_ref
     from envbuilder.diagnose.doctor import run_doctor
+    from envbuilder.diagnose.probe import RecordingProbe
 
     if spec is not None and image:
         raise InputError("doctor takes --target or --image, not both")
@@ -42,7 +49,12 @@ def doctor(*, spec: TargetSpec | None = None, image: str | None = None, nproc: i
         named = parse_reference(image).registry != "registry-1.docker.io"
         # a registry's image is read from the engine, else from the registry (no layer pulled)
         facts = labels.read(image_source(image).labels if named else image_labels(image))
-    checks = run_doctor(stack=facts, nproc=nproc)
+    probe = RecordingProbe() if record is not None else None
+    checks = run_doctor(probe=probe, stack=facts, nproc=nproc)
+    if probe is not None and record is not None:
+        from envbuilder._fs import write_tree
+
+        write_tree(record, probe.recording(), group="doctor-record", step="doctor --record")
     if image:
         checks.append(smoke_proof(image, key=key, nproc=nproc))
     return checks

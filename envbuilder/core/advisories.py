@@ -14,7 +14,8 @@ can rank an advisory's symptom first when a log's facts show the affected versio
 from __future__ import annotations
 
 import datetime as dt
-from typing import Any, Mapping
+import re
+from typing import Any, Iterable, Mapping
 
 from packaging.version import InvalidVersion, Version
 
@@ -41,6 +42,24 @@ def advisories_for(facts: Mapping[str, str | None], matrix: Matrix) -> list[Advi
     out = [a for a in matrix.advisories
            if (v := facts.get(a.component)) and _valid(str(v)) and a.covers(str(v))]
     return sorted(out, key=lambda a: (SEVERITY_ORDER.get(a.severity, 9), a.id))
+
+
+def _gpu_pattern(entry: str) -> re.Pattern[str]:
+    # "RTX 50xx" is a family: each x one digit; words match whole ("V100" is not "V1000")
+    words = [re.escape(w).replace("xx", r"\d\d").replace("x", r"\d") if re.fullmatch(r"\d+x+", w)
+             else re.escape(w) for w in entry.split()]
+    return re.compile(r"(?<![A-Za-z0-9])" + r"\s+".join(words) + r"(?![A-Za-z0-9])", re.IGNORECASE)
+
+
+def applies_to_gpus(a: Advisory, gpu_names: Iterable[str]) -> bool:
+    """Whether advisory ``a`` concerns a host with these GPUs: always when it names no GPUs
+    (``gpus:``, e.g. "RTX 5080, RTX 5090" or "RTX 50xx") or the GPUs are unknown, else when one
+    GPU's name holds one of those it names ("NVIDIA GeForce RTX 5090" holds "RTX 5090")."""
+    names = [n for n in gpu_names if n]
+    if not a.gpus or not names:
+        return True
+    pats = [_gpu_pattern(e.strip()) for e in a.gpus.split(",") if e.strip()]
+    return any(p.search(n) for p in pats for n in names)
 
 
 def value_version(axis: str, value: Any) -> str | None:

@@ -451,7 +451,8 @@ def _check_driver_support(c: _Ctx) -> Check | None:
     release, incompatibilities.yaml advisories) for it: a warning; None when neither."""
     if not c.inv.driver:
         return None
-    from envbuilder.core.advisories import advisories_for, branch_status, describe, driver_eol_warning
+    from envbuilder.core.advisories import (advisories_for, applies_to_gpus, branch_status, describe,
+                                            driver_eol_warning)
     from envbuilder.core.matrix import load_matrix
 
     try:
@@ -459,7 +460,9 @@ def _check_driver_support(c: _Ctx) -> Check | None:
     except Exception:  # noqa: BLE001 - doctor reports the host; a broken matrix is matrix verify's
         return None
     eol = driver_eol_warning(c.inv.driver, m)
-    advs = advisories_for({"driver": c.inv.driver}, m)
+    # an advisory for other GPUs (RTX 5090 only, on an H200 host) is not this host's
+    names = [str(g.get("name") or "") for g in c.inv.gpus]
+    advs = [a for a in advisories_for({"driver": c.inv.driver}, m) if applies_to_gpus(a, names)]
     if eol is None and not advs:
         return None
     parts = ([eol] if eol else []) + [f"advisory {a.id}: {describe(a)} [source: {a.source[0]}]" for a in advs]

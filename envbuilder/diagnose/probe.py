@@ -304,3 +304,128 @@ class RecordedProbe(Probe):
 
     def nvml(self) -> dict | None:
         return self._json("nvml.json")
+
+
+# the environment a recording keeps: what the checks read, never the rest (tokens, keys)
+RECORDED_ENV = re.compile(r"^(NCCL_|GLOO_|CUDA_VISIBLE_DEVICES$|NVIDIA_VISIBLE_DEVICES$|"
+                          r"NVIDIA_DRIVER_CAPABILITIES$|PATH$)")
+_RECORDED_BYTES = 1 << 20  # one file's cap: sysfs and procfs files are small
+
+
+class RecordingProbe(Probe):
+    """Reads the live host like :class:`Probe` and keeps what it read, so that
+    ``RecordedProbe(folder)`` replays it (``envbuilder doctor --record DIR``).
+
+    Kept: the stdout of each command that succeeded, each file read, the names a folder
+    listing returned (an entry nothing else records becomes an empty file), the paths found to
+    exist, the environment variables the checks read (``RECORDED_ENV``; no others, so no token
+    leaves the host), /dev/shm's size, the memlock limit, the interfaces, the process names and
+    the NVML inventory."""
+
+    def __init__(self, *, timeout: float = DEFAULT_TIMEOUT_S) -> None:
+        super().__init__(timeout=timeout)
+        self.files: dict[str, str] = {}
+        self._listed: dict[str, list[str]] = {}
+        self._exists: set[str] = set()
+
+    def _keep(self, rel: str, text: str) -> None:
+        rel = rel.strip("/")
+        if rel and ".." not in rel.split("/"):
+            self.files[rel] = text[:_RECORDED_BYTES]
+
+    def _json(self, name: str, doc: Any) -> None:
+        self.files[name] = json.dumps(doc, indent=2, sort_keys=True) + "\n"
+
+    def run(self, argv: list[str] | tuple[str, ...]) -> CommandResult:
+        res = super().run(argv)
+        if res.ok:
+            ext = ".xml" if "-x" in res.argv else ".txt"
+            self._keep(command_filename(res.argv) + ext, res.stdout)
+        return res
+
+    def read_text(self, path: str) -> str | None:
+        text = super().read_text(path)
+        if text is not None:
+            self._keep(path, text)
+        return text
+
+    def exists(self, path: str) -> bool:
+        found = super().exists(path)
+        if found:
+            self._exists.add(path.strip("/"))
+        return found
+
+    def listdir(self, path: str) -> list[str] | None:
+        names = super().listdir(path)
+        if names is not None:
+            self._listed[path.strip("/")] = list(names)
+        return names
+
+    def env(self) -> Mapping[str, str]:
+        env = super().env()
+        self._json("env.json", {k: v for k, v in env.items() if RECORDED_ENV.match(k)})
+        return env
+
+    def statvfs(self, path: str) -> dict | None:
+        st = super().statvfs(path)
+        if path == "/dev/shm" and st is not None:
+            self._json("shm.json", st)
+        return st
+
+    def memlock(self) -> tuple[int, int] | None:
+        lim = super().memlock()
+        if lim is not None:
+            self._json("rlimits.json", {"memlock": list(lim)})
+        return lim
+
+    def interfaces(self) -> list[str]:
+        names = super().interfaces()
+        self._listed.pop("sys/class/net", None)  # net.json holds them
+        self._json("net.json", {"interfaces": names})
+        return names
+
+    def processes(self) -> list[str] | None:
+        # read through Probe.read_text: the /proc/<pid>/comm files are not kept one by one
+        names = _live_processes(self)
+        if names is not None:
+            self._json("procs.json", {"comm": sorted(set(names))})
+        return names
+
+    def nvml(self) -> dict | None:
+        inv = super().nvml()
+        if inv is not None:
+            self._json("nvml.json", inv)
+        return inv
+
+    def recording(self) -> dict[str, str]:
+        """The folder's files (relative path -> text), ready for ``RecordedProbe``."""
+        out = dict(self.files)
+        dirs = {str(Path(rel).parent) for rel in out} | set(self._listed)
+        held = set(out) | {d for rel in out for d in _parents(rel)}
+        for folder, names in self._listed.items():
+            for name in names:
+                rel = f"{folder}/{name}" if folder else name
+                if rel not in held and rel not in dirs:
+                    out[rel] = ""  # listed only: its name is what the checks read
+        for rel in self._exists:
+            if rel and rel not in held and rel not in out and rel not in dirs:
+                out[rel] = ""
+        return out
+
+
+def _parents(rel: str) -> list[str]:
+    parts = rel.split("/")
+    return ["/".join(parts[:i]) for i in range(1, len(parts))]
+
+
+def _live_processes(probe: Probe) -> list[str] | None:
+    pids = Probe.listdir(probe, "/proc")
+    if pids is None:
+        return None
+    out = []
+    for pid in pids:
+        if pid.isdigit():
+            comm = Probe.read_text(probe, f"/proc/{pid}/comm")
+            if comm:
+                out.append(comm.strip())
+    return out

@@ -41,7 +41,7 @@ _TAIL_LINES = 2000  # ... and from its last lines
 _EXCERPT_CHARS = 1200
 _INTERESTING = re.compile(
     r"error|fail|cannot|can't|could not|couldn't|unable|not (?:found|compatible|supported|defined|"
-    r"permitted|available)|no such|invalid|unknown|exceed|timed? ?out|refused|denied|abort|fault|"
+    r"permitted|available)|no such|invalid|unknown|exceed|timed? ?out|refused|denied|abort|(?<!de)fault|"
     r"fallen|killed|panic|exception|warn|missing|mismatch|incompatible|unsupported|undefined|"
     r"no space|out of memory|unreachable|xid|nvrm|segmentation|bus error|traceback|n.t support|is not|isn.t",
     re.IGNORECASE)

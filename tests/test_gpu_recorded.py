@@ -1,0 +1,98 @@
+"""A real GPU host, recorded: the one-H200 machine lent on 2026-12-04, where
+``scripts/gpu-host-check.sh`` ran doctor (``--record``) and the smoke job's NCCL path through
+the product's own host runner (tests/fixtures/gpu_runs/h200-1gpu/SOURCE.md). Its outputs are
+fed back through the real code here, which has no GPU: the host replays to what doctor said
+there, the runs' logs are judged to what the runner said there, and explain names the cause of
+the real failure and none for the healthy runs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from envbuilder.api import explain_report, smoke
+from envbuilder.core.advisories import applies_to_gpus
+from envbuilder.core.matrix import Advisory, load_matrix
+from envbuilder.diagnose.doctor import RecordedProbe, run_doctor
+from envbuilder.labels import StackFacts
+
+FIX = Path(__file__).parent / "fixtures"
+HOST = FIX / "hosts" / "h200-1gpu-container"
+RUNS = FIX / "gpu_runs" / "h200-1gpu"
+
+
+def _said(name: str) -> list[dict]:
+    return json.loads((RUNS / name).read_text())["checks"]
+
+
+def test_the_recorded_h200_replays_to_what_doctor_said_there() -> None:
+    there = {c["name"]: c for c in _said("doctor.json")}
+    here = {c.name: c.to_dict() for c in run_doctor(probe=RecordedProbe(HOST))}
+    assert here["driver"]["value"] == "580.159.04" and "NVML" in here["driver"]["detail"]
+    assert here["gpus"]["detail"] == "1 x NVIDIA H200"
+    assert here["shm"]["status"] == "ok" and here["container"]["status"] == "ok"
+    # the one change since: the driver advisory it warned of names the RTX 5090 alone
+    assert there["driver-support"]["status"] == "warn" and "RTX 5090" in there["driver-support"]["detail"]
+    assert "driver-support" not in here
+    del there["driver-support"]
+    assert here == there
+
+
+@pytest.mark.parametrize("target", ["cu128", "cu130"])
+def test_the_recorded_h200_against_a_target(target: str) -> None:
+    from envbuilder.api.specs import make_spec, resolve_spec
+
+    stack = resolve_spec(make_spec(target))
+    here = {c.name: c.to_dict() for c in run_doctor(probe=RecordedProbe(HOST),
+                                                     stack=StackFacts.from_stack(stack), nproc=1)}
+    there = {c["name"]: c for c in _said(f"doctor-{target}.json") if c["name"].startswith("stack")}
+    assert there and all(here[name] == check for name, check in there.items())
+    assert here["stack-arch"]["status"] == "ok" and "sm_90" in here["stack-arch"]["detail"]
+
+
+def test_a_real_nccl_run_is_judged_from_its_log_as_the_runner_judged_it() -> None:
+    run = smoke(None, records=str(RUNS / "smoke-nccl-1.log"))
+    there = json.loads((RUNS / "smoke-nccl-1.json").read_text())
+    r = run.result
+    assert r.ok and there["ok"] and r.backend == there["backend"] == "nccl"
+    assert r.checks == there["checks"] and r.checks["gpu_uuid"] == "pass"
+    assert r.bandwidth == there["bandwidth"] and len(r.bandwidth) == 9
+    assert r.world_size == 1 and r.summary and r.summary["torch_version"] == "2.11.0+cu130"
+    assert not run.causes
+
+
+def test_two_ranks_on_one_gpu_fail_in_rendezvous_and_are_explained() -> None:
+    run = smoke(None, records=str(RUNS / "smoke-nccl-dup.log"))
+    r = run.result
+    assert not r.ok and r.failed == ["rendezvous"] == json.loads(
+        (RUNS / "smoke-nccl-dup.json").read_text())["failed"]
+    assert "Duplicate GPU detected" in r.details["rendezvous"]
+    top = explain_report([str(RUNS / "smoke-nccl-dup.log")]).causes[0]
+    assert top.category == "duplicate_gpu" and top.confidence > 0.9
+    assert any("Duplicate GPU detected : rank 0 and rank 1" in e.text for e in top.evidence)
+    assert run.causes and run.causes[0]["category"] == "duplicate_gpu"
+
+
+def test_healthy_runs_name_no_confident_cause() -> None:
+    # torchrun's banner ("... 1 in default ...") once read as a fault, and NCCL's "0 nvls
+    # channels" as a fabric manager problem
+    assert explain_report([str(RUNS / "smoke-gloo-12.log")]).causes == []
+    causes = explain_report([str(RUNS / "smoke-nccl-1.log")]).causes
+    assert "fabric_manager" not in {c.category for c in causes}
+    assert all(c.confidence < 0.2 for c in causes)
+
+
+def test_an_advisory_for_other_gpus_is_not_this_hosts() -> None:
+    ids = {a.id: a for a in load_matrix().advisories}
+    rtx = ids["driver-580.159.04-xid79"]
+    assert not applies_to_gpus(rtx, ["NVIDIA H200"])
+    assert applies_to_gpus(rtx, ["NVIDIA H200", "NVIDIA GeForce RTX 5090"])
+    assert applies_to_gpus(rtx, [])  # GPUs unknown: it may be
+    family = ids["cublas-13.5.1.27-rtx50"]
+    assert applies_to_gpus(family, ["NVIDIA GeForce RTX 5070 Ti"])
+    assert not applies_to_gpus(family, ["NVIDIA GeForce RTX 4090"])
+    v100 = ids["torch-2.2.0-v100-regression"]
+    assert applies_to_gpus(v100, ["Tesla V100-SXM2-16GB"]) and not applies_to_gpus(v100, ["Tesla V1000"])
+    assert isinstance(rtx, Advisory)
