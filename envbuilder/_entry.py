@@ -22,6 +22,15 @@ def main() -> None:
         os._exit(130)
     code: object = 0
     try:
+        import sys
+
+        from envbuilder.ui import fastpath
+
+        fast = fastpath.run(sys.argv[1:])  # the plain explain, without typer (ui.fastpath)
+        if fast is not None:
+            from envbuilder.ui.plain import finish
+
+            finish(fast)
         from envbuilder.cli import main as cli_main
 
         cli_main()

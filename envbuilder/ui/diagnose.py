@@ -8,9 +8,9 @@ from typing import List, Optional
 
 import typer
 
-from envbuilder.errors import EXIT_FAILED
 from envbuilder.ui.options import JsonOpt
-from envbuilder.ui.output import command, echo_json, print_explain
+from envbuilder.ui.output import command, echo_json
+from envbuilder.ui.plain import explain_logs
 
 
 def explain(logs: Optional[List[str]] = typer.Argument(None, help="Log files, or - for stdin (the default when stdin is a pipe or a file)."),
@@ -22,7 +22,6 @@ def explain(logs: Optional[List[str]] = typer.Argument(None, help="Log files, or
             as_json: bool = JsonOpt) -> None:
     """Name the likely causes of a failed distributed job from its logs, with fixes.
     Exit 0: a cause was found; 1: nothing matched; 2: bad input."""
-    from envbuilder.api import explain_report
     from envbuilder.errors import InputError
 
     if learn is not None:
@@ -39,12 +38,7 @@ def explain(logs: Optional[List[str]] = typer.Argument(None, help="Log files, or
             raise InputError("explain needs a LOG file, - for stdin, or a log piped in "
                              "(envbuilder explain < job.log)")
         logs = ["-"]
-    report = explain_report(logs, top=top)
-    causes = report.causes
-    echo_json(report.to_dict()) if as_json else print_explain(report)
-    if not causes:
-        sys.stderr.write("envbuilder: nothing in the log matched a known failure\n")
-        raise typer.Exit(EXIT_FAILED)
+    explain_logs(logs, top, as_json)  # the same function the typer-free path runs (ui.fastpath)
 
 
 def register(app: typer.Typer) -> None:

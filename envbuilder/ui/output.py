@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import functools
 import inspect
-import json
 import os
 import sys
 from pathlib import Path
@@ -15,6 +14,8 @@ from typing import Any, Callable, Optional
 import typer
 
 from envbuilder.errors import EXIT_FAILED, EnvbuilderError
+from envbuilder.ui import plain
+from envbuilder.ui.plain import echo_json, print_explain  # noqa: F401 - the CLI's names for them
 from envbuilder.ui.options import COMPONENTS
 
 def console(stderr: bool = False) -> Any:
@@ -24,66 +25,36 @@ def console(stderr: bool = False) -> Any:
     from rich.console import Console
 
     sized = stderr or sys.stdout.isatty() or os.environ.get("COLUMNS", "").isdigit()
-    plain = bool(os.environ.get("NO_COLOR"))  # https://no-color.org: set and not empty
-    kw: dict[str, Any] = {"color_system": None} if plain else {}
+    no_color = bool(os.environ.get("NO_COLOR"))  # https://no-color.org: set and not empty
+    kw: dict[str, Any] = {"color_system": None} if no_color else {}
     return Console(stderr=stderr, width=None if sized else 200, **kw)
 
 
 
-def echo_json(data: Any) -> None:
-    from envbuilder.errors import redact  # no URL's credentials in any JSON output
-
-    sys.stdout.write(redact(json.dumps(data, indent=2, default=str)) + "\n")
-
-
 def fail(err: EnvbuilderError, as_json: bool) -> None:
-    from envbuilder._safety import cut, terminal_safe
-
-    if as_json:
-        doc = err.to_dict()
-        doc["message"] = cut(doc["message"])
-        doc["details"] = [cut(str(d), 500) for d in doc["details"][:40]]
-        echo_json(doc)
-    msg = terminal_safe(cut(str(err).replace("\n", " ")))
-    sys.stderr.write(f"envbuilder: error: {msg}\n")
-    if not as_json:
-        for line in err.details[:40]:
-            sys.stderr.write(f"  {terminal_safe(cut(str(line), 500))}\n")
-    raise typer.Exit(err.exit_code)
+    raise typer.Exit(plain.report_error(err, as_json))
 
 
 def command(fn: Callable) -> Callable:
-    """Turn library errors into one line and an exit code; Ctrl-C into exit 130."""
+    """Turn library errors into one line and an exit code; Ctrl-C into exit 130
+    (``envbuilder.ui.plain.guarded``, which the typer-free explain shares)."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         from envbuilder import _safety
 
-        as_json = bool(kwargs.get("as_json"))
-        try:
+        result: list[Any] = [None]
+
+        def call() -> None:
             _safety.check_arguments(kwargs)
-            return fn(*args, **kwargs)
-        except EnvbuilderError as e:
-            fail(e, as_json)
-        except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM/SIGHUP (_safety.Terminated)
-            _safety.say("envbuilder: interrupted; nothing was recorded for the step in progress\n")
-            raise typer.Exit(_safety.interrupted_exit_code(e)) from None
-        except typer.Exit:
-            raise
-        except Exception as e:  # a bug: one line, the trace only on request
-            if _safety.is_broken_pipe(e):
-                raise typer.Exit(_safety.stdout_gone()) from None
-            clean = _safety.as_clean_error(e)
-            if clean is not None and not os.environ.get("ENVBUILDER_DEBUG"):
-                fail(clean, as_json)
-            if os.environ.get("ENVBUILDER_DEBUG"):
-                raise
-            sys.stderr.write(f"envbuilder: internal error: {type(e).__name__}: {e} "
-                             f"(set ENVBUILDER_DEBUG=1 for the traceback)\n")
-            raise typer.Exit(EXIT_FAILED) from None
+            result[0] = fn(*args, **kwargs)
+
+        code = plain.guarded(call, bool(kwargs.get("as_json")), passthrough=(typer.Exit,))
+        if code:
+            raise typer.Exit(code)
+        return result[0]
 
     return wrapper
-
 
 
 def table(title: str, columns: list[str], rows: list[list[Any]]) -> None:
@@ -183,25 +154,6 @@ def print_smoke(title: str, result: Any, runs: list, causes: list, exported: Any
         sys.stdout.write(f"metrics: {exported.series} series"
                          + (f", written to {exported.written}" if exported.written else "")
                          + (f", pushed to {pushgateway}{exported.pushed}" if exported.pushed else "") + "\n")
-
-
-def print_explain(report: Any) -> None:
-    """explain's human output: one line of facts, then each cause with its reasons, evidence,
-    check, fix and source."""
-    from envbuilder._safety import terminal_safe as safe
-
-    summary = report.facts.summary()
-    if summary:
-        sys.stdout.write(safe(f"facts: {summary}") + "\n")
-    for i, c in enumerate(report.causes, 1):
-        team = " [team case]" if getattr(c, "team_match", False) else ""
-        sys.stdout.write(f"{i}. {c.category} ({c.confidence:.0%}){team}: {c.title}\n")
-        for reason in c.reasons[:3]:
-            said = reason if reason.startswith("like ") else f"because {reason}"
-            sys.stdout.write(safe(f"   {said}") + "\n")
-        for ev in c.evidence[:4]:
-            sys.stdout.write(safe(f"   {ev.file}:{ev.line_no}: {ev.text.strip()[:160]}") + "\n")
-        sys.stdout.write(f"   check: {c.check}\n   fix:   {c.fix}\n   see:   {c.source}\n")
 
 
 def print_build(d: dict) -> None:
@@ -465,19 +417,4 @@ def run_app(app: typer.Typer) -> None:
     _finish(rv)
 
 
-def _finish(rv: Any) -> None:
-    """Exit with ``rv``: a silent 130 from typer says which signal; stdout flushed (gone: 141)."""
-    from envbuilder import _safety
-
-    if rv == 130:  # typer turns a signal that lands while it parses into a silent exit 130
-        if not _safety.INTERRUPT_SAID:
-            _safety.say("envbuilder: interrupted\n")
-        rv = _safety.interrupted_exit_code()  # and which signal
-    _safety.restore_signal_handlers()  # the work is done: a late signal just ends us
-    try:
-        sys.stdout.flush()
-    except OSError as e:
-        if not _safety.is_broken_pipe(e):
-            raise
-        rv = _safety.stdout_gone()
-    sys.exit(rv if isinstance(rv, int) else 0)
+_finish = plain.finish

@@ -1,0 +1,124 @@
+"""The CLI's output and error handling that need neither typer nor rich: the JSON document,
+the one-line error with its exit code, explain's text, and the exit. ``envbuilder.ui.output``
+builds the typer commands on these; ``envbuilder.ui.fastpath`` runs the plain ``explain``
+with them alone, so both ways print the same bytes and exit with the same code."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from typing import Any, Callable
+
+from envbuilder.errors import EXIT_FAILED, EnvbuilderError
+
+
+def echo_json(data: Any) -> None:
+    from envbuilder.errors import redact  # no URL's credentials in any JSON output
+
+    sys.stdout.write(redact(json.dumps(data, indent=2, default=str)) + "\n")
+
+
+def report_error(err: EnvbuilderError, as_json: bool) -> int:
+    """Print ``err`` (its JSON document with --json, and one line on stderr); its exit code."""
+    from envbuilder._safety import cut, terminal_safe
+
+    if as_json:
+        doc = err.to_dict()
+        doc["message"] = cut(doc["message"])
+        doc["details"] = [cut(str(d), 500) for d in doc["details"][:40]]
+        echo_json(doc)
+    msg = terminal_safe(cut(str(err).replace("\n", " ")))
+    sys.stderr.write(f"envbuilder: error: {msg}\n")
+    if not as_json:
+        for line in err.details[:40]:
+            sys.stderr.write(f"  {terminal_safe(cut(str(line), 500))}\n")
+    return err.exit_code
+
+
+class Exit(Exception):
+    """A command's own exit code (typer.Exit's role, without typer)."""
+
+    def __init__(self, code: int) -> None:
+        super().__init__(code)
+        self.code = code
+
+
+def guarded(fn: Callable[[], Any], as_json: bool,
+            passthrough: tuple[type[BaseException], ...] = ()) -> int:
+    """Run ``fn``: library errors become one line and their exit code, Ctrl-C exit 130, a bug
+    one line and exit 1 (the traceback with ENVBUILDER_DEBUG=1). Returns the exit code; ``fn``
+    ends early with :class:`Exit`; ``passthrough`` exceptions (typer.Exit) are raised on."""
+    from envbuilder import _safety
+
+    try:
+        fn()
+        return 0
+    except passthrough:
+        raise
+    except Exit as e:
+        return e.code
+    except EnvbuilderError as e:
+        return report_error(e, as_json)
+    except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM/SIGHUP (_safety.Terminated)
+        _safety.say("envbuilder: interrupted; nothing was recorded for the step in progress\n")
+        return _safety.interrupted_exit_code(e)
+    except Exception as e:  # a bug: one line, the trace only on request
+        if _safety.is_broken_pipe(e):
+            return _safety.stdout_gone()
+        clean = _safety.as_clean_error(e)
+        if clean is not None and not os.environ.get("ENVBUILDER_DEBUG"):
+            return report_error(clean, as_json)
+        if os.environ.get("ENVBUILDER_DEBUG"):
+            raise
+        sys.stderr.write(f"envbuilder: internal error: {type(e).__name__}: {e} "
+                         f"(set ENVBUILDER_DEBUG=1 for the traceback)\n")
+        return EXIT_FAILED
+
+
+def print_explain(report: Any) -> None:
+    """explain's human output: one line of facts, then each cause with its reasons, evidence,
+    check, fix and source."""
+    from envbuilder._safety import terminal_safe as safe
+
+    summary = report.facts.summary()
+    if summary:
+        sys.stdout.write(safe(f"facts: {summary}") + "\n")
+    for i, c in enumerate(report.causes, 1):
+        team = " [team case]" if getattr(c, "team_match", False) else ""
+        sys.stdout.write(f"{i}. {c.category} ({c.confidence:.0%}){team}: {c.title}\n")
+        for reason in c.reasons[:3]:
+            said = reason if reason.startswith("like ") else f"because {reason}"
+            sys.stdout.write(safe(f"   {said}") + "\n")
+        for ev in c.evidence[:4]:
+            sys.stdout.write(safe(f"   {ev.file}:{ev.line_no}: {ev.text.strip()[:160]}") + "\n")
+        sys.stdout.write(f"   check: {c.check}\n   fix:   {c.fix}\n   see:   {c.source}\n")
+
+
+def explain_logs(logs: list[str], top: int, as_json: bool) -> None:
+    """``explain LOG...``: the report, then exit 1 (:class:`Exit`) when nothing matched."""
+    from envbuilder.api.explaining import explain_report
+
+    report = explain_report(logs, top=top)
+    echo_json(report.to_dict()) if as_json else print_explain(report)
+    if not report.causes:
+        sys.stderr.write("envbuilder: nothing in the log matched a known failure\n")
+        raise Exit(EXIT_FAILED)
+
+
+def finish(rv: Any) -> None:
+    """Exit with ``rv``: a silent 130 from typer says which signal; stdout flushed (gone: 141)."""
+    from envbuilder import _safety
+
+    if rv == 130:  # typer turns a signal that lands while it parses into a silent exit 130
+        if not _safety.INTERRUPT_SAID:
+            _safety.say("envbuilder: interrupted\n")
+        rv = _safety.interrupted_exit_code()  # and which signal
+    _safety.restore_signal_handlers()  # the work is done: a late signal just ends us
+    try:
+        sys.stdout.flush()
+    except OSError as e:
+        if not _safety.is_broken_pipe(e):
+            raise
+        rv = _safety.stdout_gone()
+    sys.exit(rv if isinstance(rv, int) else 0)
