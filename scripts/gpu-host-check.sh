@@ -8,6 +8,10 @@
 #   nccl-dup  two ranks on a one-GPU host: the real failure NCCL gives two ranks on one device,
 #             then `envbuilder explain` on its log
 #   gloo-12   the 12-rank gloo job on the host's CPUs
+#   fault-*   one NCCL rank, each with a setting that breaks it as users break it: an interface
+#             that does not exist (NCCL_SOCKET_IFNAME), the IB transport forced on a host without
+#             InfiniBand (NCCL_NET=IB), a GPU index the container does not have
+#             (CUDA_VISIBLE_DEVICES): the real messages of this NCCL and torch, for explain
 # Everything lands in one archive, DEST/gpu-host-check.tgz (DEST: $1, else $OUT, else ./gpu-host-check).
 # Run from the repository root: PYTHONPATH must reach envbuilder (set below).
 set -uo pipefail
@@ -45,10 +49,13 @@ if gpus > 1:
 else:
     runs.append(("nccl-dup", 2, "nccl", {"NCCL_DEBUG": "WARN"}))
 runs.append(("gloo-12", 12, "gloo", {}))
+runs += [("fault-ifname", 1, "nccl", {"NCCL_DEBUG": "WARN", "NCCL_SOCKET_IFNAME": "envb0"}),
+         ("fault-net-ib", 1, "nccl", {"NCCL_DEBUG": "INFO", "NCCL_NET": "IB"}),
+         ("fault-cvd", 1, "nccl", {"NCCL_DEBUG": "WARN", "CUDA_VISIBLE_DEVICES": str(gpus)})]
 for name, n, backend, env in runs:
     t0 = time.monotonic()
     try:
-        r = run_smoke_host(nproc=n, backend=backend, timeout=90, env=env)
+        r = run_smoke_host(nproc=n, backend=backend, timeout=60, env=env)
     except Exception as e:  # record and go on: each run is its own finding
         print(f"{name}: {type(e).__name__}: {e}")
         continue
@@ -64,7 +71,7 @@ for name, n, backend, env in runs:
 EOF
   step "explain"
   for f in "$R"/smoke-*.log; do
-    "$PY" -m envbuilder explain "$f" --json >"${f%.log}.explain.json"; echo "explain $(basename "$f") exit $?"
+    "$PY" -m envbuilder explain "$f" --json >"${f%.log}.explain.json"; rc=$?; echo "explain $(basename "$f") exit $rc"
   done
   step "done"
 } 2>&1 | tee "$R/log.txt"

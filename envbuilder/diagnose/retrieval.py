@@ -45,6 +45,14 @@ _INTERESTING = re.compile(
     r"fallen|killed|panic|exception|warn|missing|mismatch|incompatible|unsupported|undefined|"
     r"no space|out of memory|unreachable|xid|nvrm|segmentation|bus error|traceback|n.t support|is not|isn.t",
     re.IGNORECASE)
+# what a launcher prints around any failure: torchrun's elastic agent summary, a traceback's
+# head, its own banner. Real logs carry it whatever the cause, so it is nobody's evidence: a
+# one-rank run that found no GPU once read as a DeepSpeed op build by it alone
+# (tests/fixtures/gpu_runs/h200-1gpu, fault-cvd)
+_BOILERPLATE = re.compile(
+    r"torch/distributed/elastic/multiprocessing/|ChildFailedError|^Traceback \(most recent call last\)|"
+    r"^\s*raise [A-Za-z_.]+\($|failed \(exitcode: -?\d+\) local_rank: \d+ \(pid: \d+\)|"
+    r"^\s*(?:error_file|traceback)\s*: |To enable traceback see: |OMP_NUM_THREADS environment variable")
 _STOP = frozenset("""the and for with that this from are was were been have has had not but you your
 can will would should could into than then there their them they its it's via per all any our out
 use using used one two when what which while who why how also only such more most other some may
@@ -139,7 +147,7 @@ class LogTerms:
         if len(line) > 2000 or _INTERESTING.search(line) is None:
             return None
         text = strip_prefix(strip_ansi(line)).strip()
-        if not text or text in self.seen:
+        if not text or text in self.seen or _BOILERPLATE.search(text):
             return None
         self.seen.add(text)
         return text
