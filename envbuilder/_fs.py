@@ -339,19 +339,35 @@ def _open_or_make(fd: int, part: str, cur: Path, made: list[Path]) -> int:
     except FileNotFoundError:
         try:
             os.mkdir(part, 0o755, dir_fd=fd)
-        except FileExistsError:  # a dangling link: O_NOFOLLOW saw nothing to open
-            raise _in_the_way(cur, "is a symbolic link") from None
+        except FileExistsError:
+            # another run made it between our open and our mkdir (concurrent runs into one
+            # folder: they take turns once it is open), or a dangling link stands there
+            return _open_existing(fd, part, cur)
         made.insert(0, cur)
         return os.open(part, _DIR_FLAGS, dir_fd=fd)
     except OSError as e:
-        if e.errno in (errno.ELOOP, errno.ENOTDIR):  # Linux: ENOTDIR for a link too
-            try:
-                link = stat.S_ISLNK(os.stat(part, dir_fd=fd, follow_symlinks=False).st_mode)
-            except OSError:
-                link = e.errno == errno.ELOOP
-            raise _in_the_way(cur, "is a symbolic link" if link
-                              else "exists and is not a folder") from None
-        raise
+        raise _not_a_folder(e, fd, part, cur) from None
+
+
+def _open_existing(fd: int, part: str, cur: Path) -> int:
+    try:
+        return os.open(part, _DIR_FLAGS, dir_fd=fd)
+    except FileNotFoundError:  # a dangling link: O_NOFOLLOW saw nothing to open
+        raise _in_the_way(cur, "is a symbolic link") from None
+    except OSError as e:
+        raise _not_a_folder(e, fd, part, cur) from None
+
+
+def _not_a_folder(e: OSError, fd: int, part: str, cur: Path) -> Exception:
+    """The error for ``part`` that could not be opened as a folder: a link or a file in the
+    way (exit 2), else the OS error itself."""
+    if e.errno in (errno.ELOOP, errno.ENOTDIR):  # Linux: ENOTDIR for a link too
+        try:
+            link = stat.S_ISLNK(os.stat(part, dir_fd=fd, follow_symlinks=False).st_mode)
+        except OSError:
+            link = e.errno == errno.ELOOP
+        return _in_the_way(cur, "is a symbolic link" if link else "exists and is not a folder")
+    return e
 
 
 def open_folder(path: Path, root: str | Path | None, created: list[Path], *, step: str,

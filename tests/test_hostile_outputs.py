@@ -285,6 +285,39 @@ def test_concurrent_runs_take_turns(tmp_path):
     assert leftovers(tmp_path) == []
 
 
+def test_a_folder_made_by_another_run_between_open_and_mkdir_is_used(tmp_path, monkeypatch):
+    """The race behind a rare failure of the test above (one of five concurrent renders said
+    "o is a symbolic link", about one run in three with cold bytecode): run A finds no folder,
+    run B makes it, A's mkdir fails with EEXIST. A now opens B's folder; a dangling link is
+    still refused."""
+    import os as _os
+
+    from envbuilder import _fs
+
+    real_open = _os.open
+    raced = []
+
+    def open_after_the_other_run(path, flags, *args, **kwargs):
+        if path == "o" and not raced:  # the other run makes it just after our first look
+            raced.append(True)
+            _os.mkdir(tmp_path / "o")
+            raise FileNotFoundError(2, "No such file or directory", path)
+        return real_open(path, flags, *args, **kwargs)
+
+    monkeypatch.setattr(_fs.os, "open", open_after_the_other_run)
+    made: list = []
+    parent = real_open(tmp_path, _os.O_RDONLY | _os.O_DIRECTORY)
+    try:
+        fd = _fs._open_or_make(parent, "o", tmp_path / "o", made)
+        _os.close(fd)
+        assert raced and made == []  # not ours: a failure of ours would not remove it
+        (tmp_path / "dangling").symlink_to(tmp_path / "nowhere")
+        with pytest.raises(InputError, match="is a symbolic link"):
+            _fs._open_or_make(parent, "dangling", tmp_path / "dangling", made)
+    finally:
+        _os.close(parent)
+
+
 def test_a_stale_staging_folder_is_cleaned(tmp_path):
     out = tmp_path / "o"
     _first_render(out)
