@@ -327,6 +327,14 @@ class RecordingProbe(Probe):
         self.files: dict[str, str] = {}
         self._listed: dict[str, list[str]] = {}
         self._exists: set[str] = set()
+        self._paused = False  # reading what a JSON file records (interfaces, processes)
+
+    def _unrecorded(self, read: Any) -> Any:
+        self._paused = True
+        try:
+            return read()
+        finally:
+            self._paused = False
 
     def _keep(self, rel: str, text: str) -> None:
         rel = rel.strip("/")
@@ -345,19 +353,19 @@ class RecordingProbe(Probe):
 
     def read_text(self, path: str) -> str | None:
         text = super().read_text(path)
-        if text is not None:
+        if text is not None and not self._paused:
             self._keep(path, text)
         return text
 
     def exists(self, path: str) -> bool:
         found = super().exists(path)
-        if found:
+        if found and not self._paused:
             self._exists.add(path.strip("/"))
         return found
 
     def listdir(self, path: str) -> list[str] | None:
         names = super().listdir(path)
-        if names is not None:
+        if names is not None and not self._paused:
             self._listed[path.strip("/")] = list(names)
         return names
 
@@ -379,14 +387,13 @@ class RecordingProbe(Probe):
         return lim
 
     def interfaces(self) -> list[str]:
-        names = super().interfaces()
-        self._listed.pop("sys/class/net", None)  # net.json holds them
+        names: list[str] = self._unrecorded(super().interfaces)  # net.json holds them
         self._json("net.json", {"interfaces": names})
         return names
 
     def processes(self) -> list[str] | None:
-        # read through Probe.read_text: the /proc/<pid>/comm files are not kept one by one
-        names = _live_processes(self)
+        # procs.json holds them: the /proc/<pid>/comm files are not kept one by one
+        names: list[str] | None = self._unrecorded(super().processes)
         if names is not None:
             self._json("procs.json", {"comm": sorted(set(names))})
         return names
@@ -416,16 +423,3 @@ class RecordingProbe(Probe):
 def _parents(rel: str) -> list[str]:
     parts = rel.split("/")
     return ["/".join(parts[:i]) for i in range(1, len(parts))]
-
-
-def _live_processes(probe: Probe) -> list[str] | None:
-    pids = Probe.listdir(probe, "/proc")
-    if pids is None:
-        return None
-    out = []
-    for pid in pids:
-        if pid.isdigit():
-            comm = Probe.read_text(probe, f"/proc/{pid}/comm")
-            if comm:
-                out.append(comm.strip())
-    return out

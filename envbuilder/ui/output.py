@@ -13,9 +13,9 @@ from typing import Any, Callable, Optional
 
 import typer
 
-from envbuilder.errors import EXIT_FAILED, EnvbuilderError
+from envbuilder.errors import EXIT_FAILED
 from envbuilder.ui import plain
-from envbuilder.ui.plain import echo_json, print_explain  # noqa: F401 - the CLI's names for them
+from envbuilder.ui.plain import echo_json  # noqa: F401 - the CLI's name for it
 from envbuilder.ui.options import COMPONENTS
 
 def console(stderr: bool = False) -> Any:
@@ -29,10 +29,6 @@ def console(stderr: bool = False) -> Any:
     kw: dict[str, Any] = {"color_system": None} if no_color else {}
     return Console(stderr=stderr, width=None if sized else 200, **kw)
 
-
-
-def fail(err: EnvbuilderError, as_json: bool) -> None:
-    raise typer.Exit(plain.report_error(err, as_json))
 
 
 def command(fn: Callable) -> Callable:
@@ -414,7 +410,4 @@ def run_app(app: typer.Typer) -> None:
     except typer.Abort:
         sys.stderr.write("envbuilder: interrupted\n")
         rv = EXIT_FAILED
-    _finish(rv)
-
-
-_finish = plain.finish
+    plain.finish(rv)
