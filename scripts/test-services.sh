@@ -52,9 +52,8 @@ if ! DOCKER_HOST=unix://$SOCK docker info >/dev/null 2>&1; then
   DOCKER_HOST=unix://$SOCK docker info >/dev/null 2>&1 || { tail -20 "$STATE/dockerd.log" >&2; log "dockerd did not start"; exit 1; }
 fi
 export DOCKER_HOST=unix://$SOCK
-# bounded disk across runs: stopped containers and untagged images (builder and layer stages of
-# earlier runs, several GB each for CUDA images) go; tagged images (the base images, the CUDA
-# test images the suite reuses when their build context is unchanged) stay
+# bounded disk across runs: stopped containers go; tagged images (the base images, the CUDA test
+# images the suite reuses when their build context is unchanged) stay
 docker container prune -f >/dev/null 2>&1 || true
 # tags the push tests left for registries of earlier runs (127.0.0.1:PORT/...): each kept a
 # ~1.2 GB CPU image of its run alive
@@ -65,7 +64,21 @@ docker images --format '{{.Repository}}:{{.Tag}}' 2>/dev/null \
 docker images --format '{{.Repository}}@{{.Digest}} {{.Tag}} {{.ID}}' 2>/dev/null \
   | awk '$2 == "<none>" && $1 ~ /^(127\.0\.0\.1|localhost):[0-9]+\// {print ($1 ~ /@$/ ? $3 : $1)}' \
   | xargs -r docker rmi >/dev/null 2>&1 || true
-docker image prune -f >/dev/null 2>&1 || true
+# untagged images are the builder and layer stages of earlier runs: the legacy builder's cache
+# (each CPU variant's torch layer is a minute to install again; the CUDA image tests remove the
+# stages they make, tests/engine_stages.py). They stay while they fit a budget, as BuildKit's
+# gc keeps its cache to keep-storage; over it, they all go and the next run builds them again.
+budget_gb=${ENVBUILDER_TEST_STAGE_BUDGET_GB:-24}
+dangling=$(docker images -q --no-trunc -f dangling=true 2>/dev/null | sort -u || true)
+stage_bytes=0
+if [ -n "$dangling" ]; then
+  # shellcheck disable=SC2086 # one id per word
+  stage_bytes=$(docker image inspect --format '{{.Size}}' $dangling 2>/dev/null | awk '{s += $1} END {printf "%d", s}')
+fi
+if [ "${stage_bytes:-0}" -gt $((budget_gb << 30)) ]; then
+  log "untagged stage images hold $((stage_bytes >> 30)) GB, over the ${budget_gb} GB budget (ENVBUILDER_TEST_STAGE_BUDGET_GB): pruning them"
+  docker image prune -f >/dev/null 2>&1 || true
+fi
 
 # --- Debian 12 and 13 base images ---------------------------------------------------------
 mirror=$(awk '/^URIs:/{print $2; exit}' /etc/apt/sources.list.d/debian.sources 2>/dev/null || true)

@@ -98,6 +98,15 @@ def node_image(client, base: str) -> str:
         pass
     client.images.build(fileobj=io.BytesIO(text.encode()), tag=tag, rm=True, forcerm=True,
                         labels={"envbuilder.test": "slurm-node"})
+    # the node images of other keys (an older base or Dockerfile) are not used again: disk
+    # stays bounded across runs
+    for img in client.images.list(name=NODE_REPO):
+        for old in img.tags:
+            if old != tag:
+                try:
+                    client.images.remove(old, noprune=False)
+                except Exception:  # noqa: BLE001 - in use by a cluster of another run
+                    pass
     return tag
 
 

@@ -17,8 +17,9 @@ NCCL, DeepSpeed's compiled ops and their -march) and runs the 12-rank DDP job on
 
 Each image is built once per context: the fixture keys a cache tag by the digest of the rendered
 build context (and the wheel files), so a warm run verifies and smoke-tests the image it already
-has, and a changed template rebuilds it. Intermediate stages are pruned after each build and
-older cache tags removed, so the engine's disk use stays bounded across runs (see
+has, and a changed template rebuilds it. The stages each build made are removed after it (not
+the CPU builds' stages, the cache of the next run: tests/engine_stages.py) and older cache tags
+removed, so the engine's disk use stays bounded across runs (see
 scripts/test-services.sh for the wheelhouses, downloaded once).
 """
 
@@ -37,6 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from engine_stages import dropping_new_stages
 from team_ext import ext_sdist
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow, pytest.mark.cuda]
@@ -168,7 +170,9 @@ def _build(name: str, docker_client, tmp_path_factory) -> Built:
     else:
         opts = replace(opts, context=tmp_path_factory.mktemp(f"{name}-build") / "ctx")
         try:
-            report = build_target(spec, opts, client=docker_client)
+            # the builder and layer stages (several GB each) go; other builds' stages stay
+            with dropping_new_stages(docker_client):
+                report = build_target(spec, opts, client=docker_client)
         except BuildFailed as e:
             pytest.fail(f"{case.target}: {e}\n{json.dumps(e.report.to_dict(), indent=1, default=str)[:6000]}")
         docker_client.images.get(report.image_id).tag(tag)
@@ -176,8 +180,6 @@ def _build(name: str, docker_client, tmp_path_factory) -> Built:
     for old in existing:
         if old != tag:
             docker_client.images.remove(old, noprune=False)
-    # the builder and layer stages (several GB each) are not kept: disk stays bounded
-    docker_client.images.prune(filters={"dangling": True})
     _BUILT[name] = built
     return built
 
