@@ -29,6 +29,7 @@ each file envbuilder wrote there, the command group that wrote it (``render``, `
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import errno
 import fcntl
 import hashlib
@@ -312,9 +313,13 @@ def _safe_rel(rel: str) -> bool:
 
 # -- output folders, reached without a link ---------------------------------------------------
 
+# the option that named the output, for the advice in an error ("choose another -o")
+_OPTION: contextvars.ContextVar[str] = contextvars.ContextVar("envbuilder_output_option", default="-o")
+
+
 def _in_the_way(p: Path, why: str) -> InputError:
     return InputError(f"output {_short(str(p))} {why}: envbuilder writes into no folder through "
-                      f"a link or over a file; remove it, or choose another -o")
+                      f"a link or over a file; remove it, or choose another {_OPTION.get()}")
 
 
 def _existing_folder(root: Path) -> Path:
@@ -486,8 +491,11 @@ class Outputs:
     Use as a context manager; leaving it without ``commit()`` (an error, Ctrl-C) removes every
     staged file and any folder it created, and leaves the old outputs as they were."""
 
-    def __init__(self, step: str = "write", *, root: str | Path | None = None) -> None:
+    def __init__(self, step: str = "write", *, root: str | Path | None = None,
+                 option: str = "-o") -> None:
         self.step = step
+        self.option = option  # the option that named the outputs, for the errors' advice
+        self._option_token: contextvars.Token[str] | None = None
         # the folder the user named holds the outputs: no link below it (see open_folder)
         self.root = root
         self._dests: dict[Path, _Dest] = {}
@@ -613,14 +621,14 @@ class Outputs:
             if st is not None:
                 if not stat.S_ISREG(st.st_mode):
                     raise InputError(f"{_short(str(Path(d.shown) / rel))} is in the way and "
-                                     f"envbuilder did not write it: move it away or choose another -o")
+                                     f"envbuilder did not write it: move it away or choose another {_OPTION.get()}")
                 have = self._sha_in(d, rel)
                 ent = old.get(rel)
                 if have != sha and (ent is None or have not in (ent.sha256, ent.prev)):
                     why = "was changed since envbuilder wrote it" if ent else \
                         "exists and envbuilder did not write it"
                     raise InputError(f"{_short(str(Path(d.shown) / rel))} {why}: envbuilder never "
-                                     f"overwrites such files; move it away or choose another -o")
+                                     f"overwrites such files; move it away or choose another {_OPTION.get()}")
                 prev = have
             new[rel] = _Entry(group, sha, prev if prev != sha else None)
         remove: list[str] = []
@@ -655,7 +663,7 @@ class Outputs:
             cur = cur / part
             if os.path.lexists(cur) and (cur.is_symlink() or not cur.is_dir()):
                 raise InputError(f"{_short(str(cur))} is in the way (envbuilder needs a folder "
-                                 f"there): move it away or choose another -o")
+                                 f"there): move it away or choose another {_OPTION.get()}")
 
     def commit(self) -> None:
         plans: dict[Path, tuple[dict[str, _Entry], list[str]] | None] = {}
@@ -710,7 +718,7 @@ class Outputs:
             if pfd is None:
                 raise InputError(f"{_short(str(Path(d.shown) / folder))} is in the "
                                  f"way (envbuilder needs a folder there): move it "
-                                 f"away or choose another -o")
+                                 f"away or choose another {_OPTION.get()}")
             os.close(pfd)
 
     def _apply(self, d: _Dest, remove: list[str]) -> None:
@@ -739,7 +747,7 @@ class Outputs:
         pfd = _parent_fd(d.fd, rel, make=True)
         if pfd is None:
             raise InputError(f"{_short(str(Path(d.shown) / rel))}: a folder on the way is a "
-                             f"link or a file: move it away or choose another -o")
+                             f"link or a file: move it away or choose another {_OPTION.get()}")
         try:
             os.replace(d.stage / rel, rel.rpartition("/")[2], dst_dir_fd=pfd)
         finally:
@@ -784,18 +792,25 @@ class Outputs:
             self._dests.clear()
 
     def __enter__(self) -> Outputs:
+        self._option_token = _OPTION.set(self.option)
         return self
 
     def __exit__(self, *exc) -> None:
-        self.close()
+        try:
+            self.close()
+        finally:
+            if self._option_token is not None:
+                _OPTION.reset(self._option_token)
+                self._option_token = None
 
 
 def write_tree(dest: str | Path, files: Mapping[str, str | bytes], *, group: str = "render",
                extra: Callable[[Path], None] | None = None, step: str = "render",
-               prune: bool = True, root: str | Path | None = None) -> Path:
+               prune: bool = True, root: str | Path | None = None, option: str = "-o") -> Path:
     """Write ``files`` into ``dest`` (one transaction); ``extra(folder)`` may add more.
-    ``root``: the folder the user named, no link below it (default ``dest``'s parent)."""
-    with Outputs(step, root=root) as out:
+    ``root``: the folder the user named, no link below it (default ``dest``'s parent);
+    ``option``: the option that named ``dest``, as errors advise choosing another."""
+    with Outputs(step, root=root, option=option) as out:
         path = out.add(dest, files, group=group, prune=prune)
         if extra is not None:
             out.add_with(dest, extra, group=group)
@@ -804,7 +819,8 @@ def write_tree(dest: str | Path, files: Mapping[str, str | bytes], *, group: str
 
 
 def write_file_atomic(path: str | Path, content: str | bytes, *, step: str = "write",
-                      group: str | None = None, root: str | Path | None = None) -> Path:
+                      group: str | None = None, root: str | Path | None = None,
+                      option: str = "-o") -> Path:
     """Write one file: a reader sees the old file or the new one, never half of it, and a
     file envbuilder did not write is never replaced (see the module docstring)."""
     path = Path(path)
@@ -812,7 +828,7 @@ def write_file_atomic(path: str | Path, content: str | bytes, *, step: str = "wr
         raise InputError(f"output path {_short(str(path))!r} is too long")
     if path.name in ("", ".", ".."):
         raise InputError(f"output {path} is not a file name")
-    with Outputs(step, root=root) as out:
+    with Outputs(step, root=root, option=option) as out:
         out.add(path.parent, {path.name: content}, group=group or step, prune=False)
         out.commit()
     return path

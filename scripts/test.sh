@@ -5,8 +5,9 @@
 #      (scripts/test-services.sh; registries are started by the tests themselves)
 #   3. runs the static checks (scripts/lint.sh: import-linter layers, ruff, mypy); a violation
 #      fails the run before any test
-#   4. runs pytest; arguments are passed on (e.g. scripts/test.sh -k resolve); it prints the 25
-#      slowest tests and, last, the set-up, test and total times (docs/internals.md keeps a record)
+#   4. runs pytest on two workers (the engine tests on one); arguments are passed on (e.g.
+#      scripts/test.sh -k resolve); it prints the 25 slowest tests and, last, the set-up, test and
+#      total times (docs/internals.md keeps a record)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export UV_PYTHON_DOWNLOADS=never PIP_DISABLE_PIP_VERSION_CHECK=1
@@ -28,6 +29,9 @@ echo "[test.sh] set-up done after ${setup} s (install, lint, engine, base images
 # fail (not skip) the engine tests if anything above did not come up
 export ENVBUILDER_REQUIRE_DOCKER=1
 rc=0
-"$PY" -m pytest -p no:cacheprovider --durations=25 "$@" || rc=$?
+# two workers (pytest-xdist): one runs the engine tests in order (they share the session's
+# images), the other the rest beside it; ENVBUILDER_TEST_WORKERS=0 runs everything in this process
+workers=${ENVBUILDER_TEST_WORKERS:-2}
+"$PY" -m pytest -p no:cacheprovider --durations=25 -n "$workers" --dist loadgroup "$@" || rc=$?
 echo "[test.sh] set-up ${setup} s, tests $((SECONDS - setup)) s, total ${SECONDS} s (exit $rc)" >&2
 exit $rc

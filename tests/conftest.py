@@ -181,9 +181,15 @@ def pytest_collection_modifyitems(session, config, items):
     through the ``uv_cache`` fixture, directly or through a fixture that uses it (``real_lock``,
     ``locked``); one that runs it otherwise carries the mark itself.
 
+    Every engine test (``docker``) is in one xdist group: under ``pytest -n N --dist loadgroup``
+    (scripts/test.sh) one worker runs them in order, sharing the session's images, while the
+    other workers take the rest.
+
     The CUDA image tests run last: on a cold machine their wheelhouses (about 9 GB) download
     in the background while the rest of the suite runs (scripts/test-services.sh)."""
     for item in items:
         if "uv_cache" in getattr(item, "fixturenames", ()) and item.get_closest_marker("network") is None:
             item.add_marker(pytest.mark.network)
+        if item.get_closest_marker("docker") is not None:
+            item.add_marker(pytest.mark.xdist_group("engine"))
     items.sort(key=lambda item: item.get_closest_marker("cuda") is not None)

@@ -483,8 +483,9 @@ def test_doctor_record_never_replaces_a_users_file(tmp_path: Path) -> None:
     out = tmp_path / "host"
     out.mkdir()
     (out / "env.json").write_text("mine\n")
-    with pytest.raises(InputError, match="env.json"):
+    with pytest.raises(InputError, match="env.json") as e:
         api_doctor(record=out)
+    assert "choose another --record" in str(e.value)  # the option that named the folder
     assert (out / "env.json").read_text() == "mine\n"
     assert sorted(p.name for p in out.iterdir()) == ["env.json"]
 

@@ -118,4 +118,5 @@ def write_report(path: str | Path, data: Mapping[str, Any]) -> None:
 
     from envbuilder.render.templating import write_file_atomic
 
-    write_file_atomic(Path(path), json.dumps(data, indent=2, default=str) + "\n", step="report")
+    write_file_atomic(Path(path), json.dumps(data, indent=2, default=str) + "\n", step="report",
+                      option="--report")

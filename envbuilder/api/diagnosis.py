@@ -54,7 +54,8 @@ def doctor(*, spec: TargetSpec | None = None, image: str | None = None, nproc: i
     if probe is not None and record is not None:
         from envbuilder._fs import write_tree
 
-        write_tree(record, probe.recording(), group="doctor-record", step="doctor --record")
+        write_tree(record, probe.recording(), group="doctor-record", step="doctor --record",
+                   option="--record")
     if image:
         checks.append(smoke_proof(image, key=key, nproc=nproc))
     return checks

@@ -132,5 +132,6 @@ def write_overlay(rep: Any, m: Matrix, dest: str | Path, today: dt.date | None =
 
     files = overlay_files(rep, m, today)
     if files:
-        write_tree(dest, files, group="overlay", step="write overlay", prune=False)
+        write_tree(dest, files, group="overlay", step="write overlay", prune=False,
+                   option="--write-overlay")
     return sorted(files)
