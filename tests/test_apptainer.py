@@ -63,6 +63,36 @@ def test_localize_bootstraps_local_bases_and_says_so(tmp_path):
     assert localize(text, {}) == text  # a registry base stays Bootstrap: docker
 
 
+def test_sif_inputs_are_what_the_definition_copies_in_and_not_where_the_checkout_is(tmp_path):
+    """The SIF kept between runs is reused when its inputs are unchanged: a file %files copies
+    in changes them, stack.json (which names the matrix's folder, a path that differs between
+    checkouts, and is not in the SIF) does not."""
+    import shutil
+
+    from envbuilder.api import render_target
+    from envbuilder.run.apptainer import inputs_digest, read_paths
+
+    out = tmp_path / "out"
+    render_target(CPU, out)
+    text = (out / "envbuilder.def").read_text()
+    paths = read_paths(text)
+    assert {"files/entrypoint.sh", "smoke", "requirements/torch.txt"} <= set(paths)
+    assert "/opt/venv" not in paths and "stack.json" not in paths  # %files from builder; not copied
+    ids = {"local/base:1": "sha256:" + "a" * 64}
+    first = inputs_digest(out, text, ids)
+    other = tmp_path / "elsewhere" / "out"
+    shutil.copytree(out, other)
+    stack = other / "stack.json"
+    stack.write_text(stack.read_text().replace('"path": "', '"path": "/another/checkout'))
+    (other / "jobs" / "note.txt").write_text("not read by the definition\n")
+    assert inputs_digest(other, text, ids) == first
+    with open(other / "smoke" / "ddp_smoke.py", "a") as f:  # a file the SIF holds
+        f.write("# changed\n")
+    assert inputs_digest(other, text, ids) != first
+    assert inputs_digest(out, text, {"local/base:1": "sha256:" + "b" * 64}) != first
+    assert inputs_digest(out, text + "\n# another definition\n", ids) != first
+
+
 def test_runtime_option_refuses_bad_input(monkeypatch, tmp_path):
     """BuildOptions are checked when made (exit 2 naming the option)."""
     from envbuilder.run.build import BuildOptions

@@ -214,17 +214,36 @@ def _sha256(path: Path) -> str:
     return "sha256:" + h.hexdigest()
 
 
+def read_paths(definition: str) -> list[str]:
+    """The build folder's paths the definition copies in (the sources of its ``%files``
+    sections; ``%files from STAGE`` copies from another stage, not from the folder)."""
+    paths: list[str] = []
+    for stage in parse_definition(definition):
+        for args, body in stage.section("files"):
+            if args.startswith("from "):
+                continue
+            for line in body.splitlines():
+                words = line.split()
+                if words and not words[0].startswith("#"):
+                    paths.append(words[0])
+    return list(dict.fromkeys(paths))
+
+
 def inputs_digest(ctx: Path, definition: str, base_ids: Mapping[str, str]) -> str:
-    """What the SIF is built from: the definition, every file of the folder it reads (not the
-    job or monitoring files), the base images' ids."""
+    """What the SIF is built from: the definition, the base images' ids and every file its
+    ``%files`` sections copy from the folder. Nothing else of the folder counts: stack.json
+    records where the matrix was read (a path that differs between checkouts) and the SIF
+    does not hold it."""
     h = hashlib.sha256(definition.encode() + b"\0")
     for image, ident in sorted(base_ids.items()):
         h.update(f"{image}={ident}\0".encode())
-    for p in sorted(ctx.rglob("*")):
-        rel = p.relative_to(ctx).as_posix()
-        if not p.is_file() or rel.split("/")[0] in ("jobs", "monitoring") or rel.startswith(".envbuilder"):
-            continue
-        h.update(rel.encode() + b"\0" + _sha256(p).encode() + b"\0")
+    for src in read_paths(definition):
+        top = ctx / src
+        files = sorted(q for q in top.rglob("*") if q.is_file()) if top.is_dir() else [top]
+        h.update(src.encode() + b"\0")
+        for q in files:
+            rel = q.relative_to(ctx).as_posix()
+            h.update(rel.encode() + b"\0" + (_sha256(q) if q.is_file() else "missing").encode() + b"\0")
     return "sha256:" + h.hexdigest()
 
 
