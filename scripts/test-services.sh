@@ -64,19 +64,20 @@ docker images --format '{{.Repository}}:{{.Tag}}' 2>/dev/null \
 docker images --format '{{.Repository}}@{{.Digest}} {{.Tag}} {{.ID}}' 2>/dev/null \
   | awk '$2 == "<none>" && $1 ~ /^(127\.0\.0\.1|localhost):[0-9]+\// {print ($1 ~ /@$/ ? $3 : $1)}' \
   | xargs -r docker rmi >/dev/null 2>&1 || true
-# untagged images are the builder and layer stages of earlier runs: the legacy builder's cache
-# (each CPU variant's torch layer is a minute to install again; the CUDA image tests remove the
-# stages they make, tests/engine_stages.py). They stay while they fit a budget, as BuildKit's
-# gc keeps its cache to keep-storage; over it, they all go and the next run builds them again.
-budget_gb=${ENVBUILDER_TEST_STAGE_BUDGET_GB:-24}
-dangling=$(docker images -q --no-trunc -f dangling=true 2>/dev/null | sort -u || true)
-stage_bytes=0
-if [ -n "$dangling" ]; then
-  # shellcheck disable=SC2086 # one id per word
-  stage_bytes=$(docker image inspect --format '{{.Size}}' $dangling 2>/dev/null | awk '{s += $1} END {printf "%d", s}')
-fi
-if [ "${stage_bytes:-0}" -gt $((budget_gb << 30)) ]; then
-  log "untagged stage images hold $((stage_bytes >> 30)) GB, over the ${budget_gb} GB budget (ENVBUILDER_TEST_STAGE_BUDGET_GB): pruning them"
+# untagged images are mostly the builder and layer stages of earlier runs: the legacy builder's
+# cache (each CPU variant's torch layer is a minute to install again; the CUDA image tests remove
+# the stages they make, tests/engine_stages.py). They stay while the engine's images fit a
+# budget, as BuildKit's gc keeps its cache to keep-storage; over it, or with the disk nearly
+# full, every untagged image goes and the next run builds those stages again.
+budget_gb=${ENVBUILDER_TEST_IMAGE_BUDGET_GB:-60}
+min_free_gb=${ENVBUILDER_TEST_MIN_FREE_GB:-15}
+images_gb=$(docker system df --format '{{.Type}} {{.Size}}' 2>/dev/null | awk '
+  $1 == "Images" { v = $2; u = v; sub(/[0-9.]+/, "", u); sub(/[a-zA-Z]+$/, "", v)
+                   f = (u == "TB") ? 1024 : (u == "GB") ? 1 : (u == "MB") ? 1 / 1024 : 0
+                   printf "%d", v * f }')
+free_gb=$(df -P -k "$STATE/data" 2>/dev/null | awk 'NR == 2 {printf "%d", $4 / 1048576}')
+if [ "${images_gb:-0}" -gt "$budget_gb" ] || [ "${free_gb:-999}" -lt "$min_free_gb" ]; then
+  log "images ${images_gb:-?} GB (budget ${budget_gb}, ENVBUILDER_TEST_IMAGE_BUDGET_GB), ${free_gb:-?} GB free (at least ${min_free_gb}, ENVBUILDER_TEST_MIN_FREE_GB): pruning the untagged images (build stages of earlier runs)"
   docker image prune -f >/dev/null 2>&1 || true
 fi
 
