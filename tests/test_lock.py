@@ -480,6 +480,26 @@ def test_uv_resolution_conflict_is_exit_3(uv_cache, stack, tmp_path):
     assert not out.exists()
 
 
+@pytest.mark.parametrize("columns", ["40", "80", "1000"])
+def test_a_package_missing_from_the_index_is_bad_input_however_uv_wraps_it(stack, tmp_path, columns):
+    """uv wraps its messages to $COLUMNS ("was not found in the package" / "registry ..." on two
+    lines at 80): the real uv's message, offline, read as exit 2 at any width."""
+    import os
+    import subprocess
+
+    from envbuilder.lock.uv import failure, find_uv, indexes
+
+    pytest.importorskip("uv")
+    (tmp_path / "none").mkdir()
+    r = subprocess.run([find_uv(), "pip", "compile", "--no-index", "--find-links", str(tmp_path / "none"), "-"],
+                       input="envbuilder-no-such-package-zz9==1.0\n", capture_output=True, text=True,
+                       env=os.environ | {"COLUMNS": columns, "NO_COLOR": "1", "UV_CACHE_DIR": str(tmp_path / "c")})
+    assert r.returncode != 0 and "was not" in r.stderr
+    e = failure(r.stderr, stack, indexes(stack, None, ()))
+    assert isinstance(e, InputError) and e.exit_code == 2
+    assert "envbuilder-no-such-package-zz9 is not on the index" in str(e)
+
+
 def test_missing_uv_is_a_missing_extra(stack, tmp_path, monkeypatch):
     import envbuilder.lock.uv as lock
 

@@ -283,7 +283,7 @@ def ext_image(docker_client, base_image, team_index, ca_bundle, tmp_path_factory
     tag = "eb-team-ext-test:locked"
     res = engine.build(docker_client, ctx, tag=tag)
     yield res.image_id, plan, ctx, (tmp / "lock" / LOCK_NAME).read_text()
-    docker_client.images.remove(tag, force=True)
+    docker_client.images.remove(tag, force=True, noprune=True)  # its parents: the next run's cache
 
 
 @pytest.mark.docker
@@ -347,7 +347,7 @@ def test_verify_fails_naming_the_package_when_its_shared_object_is_gone(docker_c
         assert p.returncode == 1, (p.stdout, p.stderr)
         assert EXT_NAME in p.stdout + p.stderr
     finally:
-        docker_client.images.remove("eb-team-ext-test:no-so", force=True)
+        docker_client.images.remove("eb-team-ext-test:no-so", force=True, noprune=True)  # its parents: the next run's cache
 
 
 # -- locked whenever a lock exists ---------------------------------------------------------------

@@ -87,7 +87,7 @@ def test_locked_cpu_build_with_transformers_and_datasets(docker_client, base_ima
                            "torch.__version__)"], remove=True).decode()
         assert f"OK {rep.packages['datasets']} 4.46.3 2.13.0+cpu" in got
     finally:
-        docker_client.images.remove(tag, force=True)
+        docker_client.images.remove(tag, force=True, noprune=True)  # its parents: the next run's cache
 
 
 # -- RDMA in the image: --fabric ib (default) | efa | none ----------------------------------
@@ -235,7 +235,7 @@ def test_rdma_user_space_loads_where_nccl_looks(docker_client, base_image, tmp_p
                       "import verify_image; print(json.dumps(verify_image.rdma_facts()))"],
                 remove=True).decode()
         finally:
-            docker_client.images.remove(tag, force=True)
+            docker_client.images.remove(tag, force=True, noprune=True)  # its parents: the next run's cache
         return json.loads(out.strip().splitlines()[-1])
 
     got = facts(RDMA_APT, "envbuilder-test-training:rdma")

@@ -156,6 +156,7 @@ def run_compile(cmd: list[str], inputs: Sequence[str], stack: Stack, idx: Indexe
     env = {k: v for k, v in os.environ.items() if k not in RESOLUTION_ENV}
     env.setdefault("UV_PYTHON_DOWNLOADS", "never")
     env.setdefault("NO_COLOR", "1")
+    env["COLUMNS"] = "1000"  # uv wraps its messages to this width: keep each one on one line
     try:
         r = subprocess.run(cmd, input="\n".join(inputs) + "\n", capture_output=True, text=True,
                            env=env, timeout=TIMEOUT_S, cwd=str(cwd or tempfile.gettempdir()))
@@ -189,19 +190,20 @@ def failure(stderr: str, stack: Stack, idx: Indexes) -> Exception:
     lines = [ln for ln in lines if not ln.startswith("warning:")]
     details = lines[:40]
     text = "\n".join(lines)
+    # uv wraps its messages to the terminal's width (80 columns without one): match words, not lines
+    flat = " ".join(text.replace("╰─▶", " ").split())
     missing = re.search(r"\b([A-Za-z0-9][A-Za-z0-9._-]*) was not found in the (?:package registry|"
-                        r"provided package locations)", text)
+                        r"provided package locations)", flat)
     if missing:
         name = missing.group(1)
         name = name if len(name) <= 100 else name[:100] + "..."
         return InputError(f"the package {name} is not on the index {idx.index}: check its name "
                           f"(in --requirements) or use --pip-index-url / --extra-index-url for an "
                           f"index that has it", details=details)
-    if "No solution found" in text or "unsatisfiable" in text:
-        why = next((ln.split(":", 1)[1].strip() for ln in lines
-                    if ln.startswith(("cause:", "╰─▶", "Because")) or "Because" in ln), None)
-        why = why or next((ln for ln in lines if "Because" in ln), lines[0] if lines else "")
-        why = why.lstrip("╰─▶ ").strip()
+    if "No solution found" in flat or "unsatisfiable" in flat:
+        because = re.search(r"\b(Because .+?)(?: hint: |$)", flat)
+        why = because.group(1) if because else (lines[0] if lines else "")
+        why = why if len(why) <= 600 else why[:600] + "..."
         return IncompatibleError(
             f"the Python packages of {stack.tag} cannot be resolved together: {why}",
             details=details)
