@@ -9,6 +9,7 @@ them, so CI cannot pass by skipping.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import socket
@@ -73,13 +74,19 @@ def ca_bundle() -> Path:
 
 @pytest.fixture(scope="session")
 def cpu_build(docker_client, base_image, wheelhouse, ca_bundle, tmp_path_factory):
-    """The cpu target built once for the session (offline, from the wheelhouse), no smoke."""
+    """The cpu target built once for the session (offline, from the wheelhouse), no smoke.
+
+    Both engine workers (see ``pytest_collection_modifyitems``) need it: they take turns, so
+    the second finds every step in the engine's cache instead of building it beside the first."""
     from envbuilder.api import make_spec
     from envbuilder.run.build import BuildOptions, build_target
 
     ctx = tmp_path_factory.mktemp("cpu-context") / "ctx"
     opts = BuildOptions(wheelhouse=wheelhouse, ca_cert=ca_bundle, smoke=False, context=ctx)
-    return build_target(make_spec(CPU_TARGET, base_image=base_image), opts, client=docker_client)
+    # the workers' base folders share a parent (the run's pytest-N folder)
+    with open(tmp_path_factory.getbasetemp().parent / "cpu-build.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return build_target(make_spec(CPU_TARGET, base_image=base_image), opts, client=docker_client)
 
 
 @pytest.fixture(scope="session")
@@ -145,11 +152,19 @@ class Registry:
         self.log.close()
 
 
-@pytest.fixture
-def registry(tmp_path):
-    r = Registry(tmp_path).start()
+@pytest.fixture(scope="session")
+def _session_registry(tmp_path_factory):
+    r = Registry(tmp_path_factory.mktemp("registry")).start()
     yield r
     r.stop()
+
+
+@pytest.fixture
+def registry(_session_registry) -> Registry:
+    """The session's registry (one per xdist worker), as a team's is one: a push finds the
+    layers an earlier test pushed (the engine mounts them from the other repository instead of
+    compressing and uploading a gigabyte again). Each test pushes to repositories of its own."""
+    return _session_registry
 
 
 @pytest.fixture
@@ -175,15 +190,21 @@ def uv_cache(tmp_path_factory):
             os.environ[k] = v
 
 
+# engine tests that mostly run jobs in images already built (the session's CPU image, the SIF)
+_RUNS_IN_BUILT_IMAGES = frozenset({"test_apptainer.py", "test_slurm.py", "test_multinode.py",
+                                   "test_sign.py"})
+
+
 @pytest.hookimpl(tryfirst=True)  # before -m deselects: `-m "not network"` leaves them out
 def pytest_collection_modifyitems(session, config, items):
     """Every test that runs uv is marked ``network`` (uv resolves against PyPI): a test runs uv
     through the ``uv_cache`` fixture, directly or through a fixture that uses it (``real_lock``,
     ``locked``); one that runs it otherwise carries the mark itself.
 
-    Every engine test (``docker``) is in one xdist group: under ``pytest -n N --dist loadgroup``
-    (scripts/test.sh) one worker runs them in order, sharing the session's images, while the
-    other workers take the rest.
+    The engine tests (``docker``) are in two xdist groups: under ``pytest -n 2 --dist
+    loadgroup`` (scripts/test.sh) one worker runs the builds, pushes and CUDA images in order,
+    the other the jobs that run in built images (the SIF, Slurm, multi-node, signing), and both
+    take the rest. xdist hands the two largest groups out first, one to each worker.
 
     The CUDA image tests run last: on a cold machine their wheelhouses (about 9 GB) download
     in the background while the rest of the suite runs (scripts/test-services.sh)."""
@@ -191,5 +212,6 @@ def pytest_collection_modifyitems(session, config, items):
         if "uv_cache" in getattr(item, "fixturenames", ()) and item.get_closest_marker("network") is None:
             item.add_marker(pytest.mark.network)
         if item.get_closest_marker("docker") is not None:
-            item.add_marker(pytest.mark.xdist_group("engine"))
+            runs = item.path.name in _RUNS_IN_BUILT_IMAGES
+            item.add_marker(pytest.mark.xdist_group("engine-runs" if runs else "engine"))
     items.sort(key=lambda item: item.get_closest_marker("cuda") is not None)

@@ -324,11 +324,11 @@ def test_build_a_project_builds_and_pushes_each_target(cpu_build, base_image, wh
     (root / "matrix").mkdir(parents=True)
     (root / "matrix" / "os.yaml").write_text(OVERLAY_OS)
     (root / "envbuilder.toml").write_text(
-        f'registry = "{registry.address}/team/train"\nmatrix_overlay = "matrix"\n'
+        f'registry = "{registry.address}/team/project"\nmatrix_overlay = "matrix"\n'
         f'layouts = ["1x2"]\n'
         '[[targets]]\nname = "train"\ntarget = "cpu-torch2.13-debian12"\n'
         '[[targets]]\nname = "eval"\ntarget = "cpu-torch2.13-debian12"\n')
-    p = _cli("build", "--wheelhouse", str(wheelhouse), "--push", f"{registry.address}/team/train",
+    p = _cli("build", "--wheelhouse", str(wheelhouse), "--push", f"{registry.address}/team/project",
              "--json", cwd=root)
     assert p.returncode == 0, (p.stdout[-3000:], p.stderr[-3000:])
     d = json.loads(p.stdout)

@@ -5,6 +5,7 @@ the preflight's resolved stack carried into the build."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -15,6 +16,7 @@ from envbuilder.run import build as b
 from envbuilder.run.smoke import SmokeResult
 
 CPU = "cpu"
+FIXTURES = Path(__file__).parent / "fixtures"
 PEM = b"-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
 
 
@@ -48,7 +50,7 @@ class FakeEngine:
     def build(self, client, context: Path, **kw):
         self._log("build", (context / "Dockerfile").is_file(), kw["tag"])
         kw["on_step"](1, 1, "FROM base")
-        return SimpleNamespace(image_id="sha256:img", steps=3, cached_steps=1)
+        return SimpleNamespace(image_id="sha256:img", steps=3, cached_steps=1, stage_images=["0123456789ab"])
 
 
 def _verified(monkeypatch, ok: bool = True) -> None:
@@ -182,6 +184,20 @@ def test_a_target_refused_before_its_build_reports_its_own_failure(monkeypatch):
     assert [r.exit_code for r in reports] == [3, 0]
     assert reports[0].failed_step == "render" and reports[0].steps["render"] == "failed"
     assert reports[0].cause is not None and reports[0].cause.alternatives  # declared on the refusal
+
+
+def test_engine_build_names_the_stages_it_left():
+    """A real legacy-builder stream (tests/fixtures/engine/SOURCE.md): each earlier stage's last
+    image, in order; a stage of no step after its FROM left none of its own (its image is the
+    base, never to be removed), and the final image is not a stage."""
+    from envbuilder.run import engine
+
+    chunks = json.loads((FIXTURES / "engine" / "legacy-multistage-stream.json").read_text())
+    client = SimpleNamespace(api=SimpleNamespace(build=lambda **kw: iter(chunks)))
+    r = engine.build(client, Path("."), tag="t")
+    assert r.image_id.startswith("sha256:f13b5bcf6ed6")
+    assert r.stage_images == ["84e4164290df", "86abe45f590d"]  # builder, layer; not "empty"'s base
+    assert "af33de544966" not in r.stage_images and not r.image_id.startswith(tuple(r.stage_images))
 
 
 def test_engine_build_reads_the_stream():

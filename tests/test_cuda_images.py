@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from engine_stages import dropping_new_stages
+from engine_stages import drop_stages
 from team_ext import ext_sdist
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow, pytest.mark.cuda]
@@ -170,12 +170,11 @@ def _build(name: str, docker_client, tmp_path_factory) -> Built:
     else:
         opts = replace(opts, context=tmp_path_factory.mktemp(f"{name}-build") / "ctx")
         try:
-            # the builder and layer stages (several GB each) go; other builds' stages stay
-            with dropping_new_stages(docker_client):
-                report = build_target(spec, opts, client=docker_client)
+            report = build_target(spec, opts, client=docker_client)
         except BuildFailed as e:
             pytest.fail(f"{case.target}: {e}\n{json.dumps(e.report.to_dict(), indent=1, default=str)[:6000]}")
         docker_client.images.get(report.image_id).tag(tag)
+        drop_stages(docker_client, report.stage_images)  # several GB each; other builds' stay
         built = Built(name, tag, report.to_dict(), reused=False)
     for old in existing:
         if old != tag:

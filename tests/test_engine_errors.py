@@ -51,3 +51,32 @@ def test_registry_credentials_come_from_the_environment(monkeypatch):
     monkeypatch.setenv("ENVBUILDER_REGISTRY_USER", "u")
     monkeypatch.setenv("ENVBUILDER_REGISTRY_PASSWORD", "p")
     assert engine.registry_auth("r/x") == {"username": "u", "password": "p"}
+
+
+@pytest.mark.docker
+def test_a_real_build_names_its_stage_images_and_the_suite_drops_only_those(docker_client, base_image, tmp_path):
+    """On the real engine: the stages engine.build names are the untagged images the build
+    left (the recorded stream's Dockerfile, tests/fixtures/engine); tests/engine_stages.py
+    removes those and nothing else (the final image and the base stay)."""
+    from pathlib import Path
+
+    from engine_stages import drop_stages
+
+    src = Path(__file__).parent / "fixtures" / "engine" / "legacy-multistage.Dockerfile"
+    (tmp_path / "Dockerfile").write_text(src.read_text().replace("envbuilder-test/debian:12", base_image))
+    tag = "envbuilder-test/stages:probe"
+    try:
+        r = engine.build(docker_client, tmp_path, tag=tag, nocache=True)
+        assert len(r.stage_images) == 2  # builder and layer; the stage of no step left none
+        for ident in r.stage_images:
+            assert docker_client.images.get(ident).tags == []
+        base_id = docker_client.images.get(base_image).id
+        assert not base_id.removeprefix("sha256:").startswith(tuple(r.stage_images))
+        drop_stages(docker_client, r.stage_images)
+        for ident in r.stage_images:
+            with pytest.raises(Exception, match="No such image|not found"):
+                docker_client.images.get(ident)
+        assert docker_client.images.get(tag).id == r.image_id
+        assert docker_client.images.get(base_image).id == base_id
+    finally:
+        docker_client.images.remove(tag, force=True)

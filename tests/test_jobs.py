@@ -945,7 +945,7 @@ def test_build_push_rewrites_the_kept_job_files_by_digest(cpu_build, docker_clie
     from envbuilder.run.build import BuildOptions, build_target
 
     (tmp_path / "envbuilder.toml").write_text(f'[[targets]]\nname = "team"\ntarget = "{CPU_TARGET}"\n')
-    repo = f"{registry.address}/ml/train"
+    repo = f"{registry.address}/ml/jobs"
     ctx = tmp_path / "ctx"
     opts = BuildOptions(wheelhouse=wheelhouse, ca_cert=ca_bundle, smoke=False, verify=False,
                         push=repo, context=ctx)
@@ -957,7 +957,7 @@ def test_build_push_rewrites_the_kept_job_files_by_digest(cpu_build, docker_clie
     assert ref == f"{repo}@{r.pushed[0]['digest']}"
     (tj,) = docs((ctx / "jobs/trainjob-2x6.yaml").read_text())
     assert tj["spec"]["trainer"]["image"] == ref and tj["metadata"]["name"] == "smoke-team-2x6"
-    assert f"{registry.address}#ml/train@sha256:" in (ctx / "jobs/slurm-pyxis-2x6.sbatch").read_text()
+    assert f"{registry.address}#ml/jobs@sha256:" in (ctx / "jobs/slurm-pyxis-2x6.sbatch").read_text()
     assert f"docker://{ref}" in (ctx / "jobs/slurm-apptainer-2x6.sbatch").read_text()
 
 

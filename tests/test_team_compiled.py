@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from core_helpers import HADOLINT_CONFIG
-from engine_stages import dropping_new_stages
+from engine_stages import drop_stages
 from hostile_helpers import cli
 
 EXT_SRC = Path(__file__).resolve().parent / "data" / "team_ext"
@@ -476,27 +476,27 @@ def test_cuda_extension_compiled_by_a_real_nvcc_verifies_in_the_cuda_image(docke
     docker = (ctx / "Dockerfile").read_text()
     assert "nvidia-cuda-nvcc==13.0.88" in docker and "TORCH_CUDA_ARCH_LIST=9.0" in docker
     tag = "eb-team-ext-test:cuda"
-    with dropping_new_stages(docker_client):  # its CUDA stages go, the CPU ones stay
+    try:
+        res = engine.build(docker_client, ctx, tag=tag)
+        drop_stages(docker_client, res.stage_images)  # its CUDA stages (GBs); other builds' stay
+        labels = engine.image_labels(docker_client, res.image_id)
+        assert labels["io.envbuilder.compiled"] == CUDA_EXT and labels["io.envbuilder.builder-nvcc"].startswith("13.0")
+        vr = verify_image_labels(docker_client, res.image_id, labels)
+        assert vr.ok, vr.summary()
+        ext = vr.facts["compiled"][CUDA_EXT]["extensions"][0]
+        assert {"libc10.so", "libtorch.so"} <= set(ext["torch_libs"]) and not ext["undefined"] and not ext["not_found"]
+        # the kernel is device code nvcc built into the extension (its fatbin names the kernel);
+        # without a GPU the CPU path runs
+        probe = ("import eb_team_ext_cuda, torch, glob; so = glob.glob(eb_team_ext_cuda.__path__[0] + '/_C*.so')[0]; "
+                 "data = open(so, 'rb').read(); print('OK', b'add_one_kernel' in data, b'.nv_fatbin' in data, "
+                 "eb_team_ext_cuda.add_one(torch.ones(2)).tolist())")
+        out = docker_client.containers.run(res.image_id, ["python", "-c", probe], remove=True).decode()
+        assert "OK True True [2.0, 2.0]" in out, out
+    finally:
         try:
-            res = engine.build(docker_client, ctx, tag=tag)
-            labels = engine.image_labels(docker_client, res.image_id)
-            assert labels["io.envbuilder.compiled"] == CUDA_EXT and labels["io.envbuilder.builder-nvcc"].startswith("13.0")
-            vr = verify_image_labels(docker_client, res.image_id, labels)
-            assert vr.ok, vr.summary()
-            ext = vr.facts["compiled"][CUDA_EXT]["extensions"][0]
-            assert {"libc10.so", "libtorch.so"} <= set(ext["torch_libs"]) and not ext["undefined"] and not ext["not_found"]
-            # the kernel is device code nvcc built into the extension (its fatbin names the kernel);
-            # without a GPU the CPU path runs
-            probe = ("import eb_team_ext_cuda, torch, glob; so = glob.glob(eb_team_ext_cuda.__path__[0] + '/_C*.so')[0]; "
-                     "data = open(so, 'rb').read(); print('OK', b'add_one_kernel' in data, b'.nv_fatbin' in data, "
-                     "eb_team_ext_cuda.add_one(torch.ones(2)).tolist())")
-            out = docker_client.containers.run(res.image_id, ["python", "-c", probe], remove=True).decode()
-            assert "OK True True [2.0, 2.0]" in out, out
-        finally:
-            try:
-                docker_client.images.remove(tag, force=True)
-            except Exception:  # noqa: BLE001 - the build failed before tagging
-                pass
+            docker_client.images.remove(tag, force=True)
+        except Exception:  # noqa: BLE001 - the build failed before tagging
+            pass
 
 
 @pytest.mark.network  # runs uv (offline, against the file:// team index)

@@ -138,6 +138,9 @@ class BuildReport:
     seconds: dict[str, float] = field(default_factory=dict)
     cached_steps: int = 0
     total_steps: int = 0
+    # the untagged images of the build's earlier stages (builder, layers): the engine's cache
+    # for the next build; docker rmi them to take their disk back
+    stage_images: list[str] = field(default_factory=list)
     smoke: dict | None = None
     verify: dict | None = None
     size_bytes: int | None = None
@@ -361,6 +364,7 @@ def _build_image(b: _Build) -> None:
     for name, t in (validate.tag_ref(v, "--tag") for v in opts.tags):
         report.local_tags.append(engine.tag(client, res.image_id, name or "envbuilder", t))
     report.cached_steps, report.total_steps = res.cached_steps, res.steps
+    report.stage_images = list(res.stage_images)
     report.labels = engine.image_labels(client, res.image_id)
     report.size_bytes = engine.image_size(client, res.image_id)
 

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
 
 MIN_API = (1, 41)
 _STEP_RE = re.compile(r"^Step (\d+)/(\d+) : (.*)")
+_IMAGE_RE = re.compile(r"^\s*---> ([0-9a-f]{12,64})\s*$")  # the image a step left
 
 
 def _docker():
@@ -71,6 +72,9 @@ class BuildResult:
     log_tail: list[str] = field(default_factory=list)
     steps: int = 0
     cached_steps: int = 0
+    # the last image of each stage before the final one (builder, layers): untagged, they are
+    # the builder's cache for the next build, and the disk it holds
+    stage_images: list[str] = field(default_factory=list)
 
 
 def build(client: DockerClient, context: Path, *, tag: str, buildargs: Mapping[str, str] | None = None,
@@ -107,7 +111,7 @@ def build(client: DockerClient, context: Path, *, tag: str, buildargs: Mapping[s
     if image_id is None:
         raise OperationError(f"the build of {tag} ended without an image; see the log above",
                              step="build", details=log.tail[-30:])
-    return BuildResult(image_id, [tag], log.tail, log.steps, log.cached)
+    return BuildResult(image_id, [tag], log.tail, log.steps, log.cached, log.stages)
 
 
 class _BuildLog:
@@ -120,6 +124,9 @@ class _BuildLog:
         self.tail: list[str] = []
         self.image_id: str | None = None
         self.steps = self.cached = 0
+        self.stages: list[str] = []  # each earlier stage's last image, in order
+        self._last: str | None = None  # the image the last step left
+        self._in_stage: int | None = None  # steps since the last FROM (None: before the first)
 
     def feed(self, chunk: dict[str, Any]) -> None:
         if "error" in chunk or "errorDetail" in chunk:
@@ -143,8 +150,19 @@ class _BuildLog:
             self.steps = int(m.group(2))
             if self.on_step:
                 self.on_step(int(m.group(1)), self.steps, m.group(3))
+            if m.group(3).upper().startswith("FROM "):
+                # the stage before ended with the last image a step of it left (a stage of no
+                # step after its FROM left none of its own: its image is its base)
+                if self._in_stage and self._last and self._last not in self.stages:
+                    self.stages.append(self._last)
+                self._in_stage = 0
+            elif self._in_stage is not None:
+                self._in_stage += 1
         if ln.strip() == "---> Using cache":
             self.cached += 1
+        m = _IMAGE_RE.match(ln)
+        if m:
+            self._last = m.group(1)
 
 
 def _where(client: Any) -> str:
