@@ -144,21 +144,21 @@ def _pool_manager(proxy: str | None) -> Any:
     from urllib3.connection import HTTPConnection, HTTPSConnection
     from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 
-    class Conn(HTTPConnection):
+    class Watched:
+        """A connection whose new sockets join the active watch (one class for both schemes)."""
+
         def _new_conn(self) -> socket.socket:
-            sock = super()._new_conn()
+            sock = super()._new_conn()  # type: ignore[misc]
             w = getattr(_active, "watch", None)
             if w is not None:
                 w.add(sock)
             return sock
 
-    class SConn(HTTPSConnection):
-        def _new_conn(self) -> socket.socket:
-            sock = super()._new_conn()
-            w = getattr(_active, "watch", None)
-            if w is not None:
-                w.add(sock)
-            return sock
+    class Conn(Watched, HTTPConnection):
+        pass
+
+    class SConn(Watched, HTTPSConnection):
+        pass
 
     class Pool(HTTPConnectionPool):
         ConnectionCls = Conn

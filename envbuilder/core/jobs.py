@@ -32,6 +32,7 @@ import shlex
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Callable, Mapping
 
+from envbuilder.core.validate import ENV_NAME_RE
 from envbuilder.errors import InputError
 
 KINDS = ("trainjob", "jobset", "indexed-job", "legacy")  # legacy: the kubeflow.org/v1 PyTorchJob
@@ -45,7 +46,6 @@ _DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-
 _LABEL_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
 _LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 _QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|k|M|G|T)?$")
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # Slurm's --time: minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS
 _SLURM_TIME = re.compile(r"^([0-9]+|[0-9]+:[0-9]{2}|[0-9]+:[0-9]{2}:[0-9]{2}|[0-9]+-[0-9]+"
                          r"|[0-9]+-[0-9]+:[0-9]{2}|[0-9]+-[0-9]+:[0-9]{2}:[0-9]{2})$")
@@ -231,7 +231,7 @@ def _env(table: Any, where: str) -> dict[str, str]:
     out: dict[str, str] = {}
     for name, v in table.items():
         key = f"env.{name}"
-        if not isinstance(name, str) or not _ENV_NAME.fullmatch(name) or len(name) > 128:
+        if not isinstance(name, str) or not ENV_NAME_RE.fullmatch(name) or len(name) > 128:
             raise _bad(where, key, name, "is not an environment variable name (letters, "
                                          "digits, '_')")
         if name.startswith("PET_") or name in ("MASTER_ADDR", "MASTER_PORT", "RANK",

@@ -24,7 +24,7 @@ _TAG_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
 _DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
 _URL_RE = re.compile(r"^(https?|file)://[A-Za-z0-9._~:/?#\[\]@!$&'()*+,;=%-]+$")
 _SAFE_URL_RE = re.compile(r"^(https?|file)://[A-Za-z0-9._~:/?#@%+=,-]+$")
-_ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")  # an environment variable's name
 _ENV_VALUE_RE = re.compile(r"^[A-Za-z0-9_.,;:/=+^@%-]*$")
 
 
@@ -228,7 +228,7 @@ def has_credentials(value: str) -> bool:
 
 
 def env_pair(name: str, value: str, what: str = "environment") -> tuple[str, str]:
-    if _ENV_NAME_RE.fullmatch(name) is None or _ENV_VALUE_RE.fullmatch(value) is None:
+    if ENV_NAME_RE.fullmatch(name) is None or _ENV_VALUE_RE.fullmatch(value) is None:
         raise InputError(f"{what} {name}={value!r} is not allowed: names are identifiers and "
                          f"values use letters, digits and _.,;:/=+^@%- only")
     return name, value
