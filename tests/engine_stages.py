@@ -7,12 +7,15 @@ scripts/test-services.sh prunes untagged images only over a budget. A CUDA image
 stages it made itself (several GB each; the CUDA image itself is kept, tagged by the digest of
 its context, and a warm run reuses it without building): the ones its report names
 (``stage_images``), never "whatever appeared meanwhile", which under two workers would take
-another build's stages, even while that build runs.
+another build's stages, even while that build runs. Before a CUDA build, when the disk is
+short, the untagged images go first (``make_room``): a cold run keeps every CPU stage it built,
+and a CUDA build's peak is tens of GB.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 
 
 def drop_stages(client, images) -> None:
@@ -23,3 +26,23 @@ def drop_stages(client, images) -> None:
         with contextlib.suppress(Exception):  # in use, a parent of another image, or gone
             if not client.images.get(ident).tags:
                 client.images.remove(ident, noprune=False)
+
+
+# a CUDA image build's peak on the engine's disk: its builder stage (up to ~11 GB with nvcc and
+# the CUDA wheels), the runtime image (~6 GB) and the layers being committed
+CUDA_BUILD_NEEDS_GB = 35
+
+
+def make_room(client, need_gb: int = CUDA_BUILD_NEEDS_GB) -> bool:
+    """Before a build of many GB: when the engine's data root has less than ``need_gb`` free,
+    the untagged images (other builds' stages: the next run's cache) go first, since a cache is
+    worth less than a build that runs out of disk. True when it pruned. A remote engine's disk is
+    not read (its data root is not a path here)."""
+    try:
+        st = os.statvfs(client.info()["DockerRootDir"])
+    except (OSError, KeyError, TypeError):
+        return False
+    if st.f_bavail * st.f_frsize >= need_gb << 30:
+        return False
+    client.images.prune(filters={"dangling": True})
+    return True

@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from engine_stages import drop_stages
+from engine_stages import drop_stages, make_room
 from team_ext import ext_sdist
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow, pytest.mark.cuda]
@@ -169,9 +169,11 @@ def _build(name: str, docker_client, tmp_path_factory) -> Built:
         built = Built(name, tag, _verify_and_smoke(tag), reused=True)
     else:
         opts = replace(opts, context=tmp_path_factory.mktemp(f"{name}-build") / "ctx")
+        make_room(docker_client)  # a cold run: the CPU builds' stages go if the disk is short
         try:
             report = build_target(spec, opts, client=docker_client)
         except BuildFailed as e:
+            docker_client.images.prune(filters={"dangling": True})  # the failed build's stages
             pytest.fail(f"{case.target}: {e}\n{json.dumps(e.report.to_dict(), indent=1, default=str)[:6000]}")
         docker_client.images.get(report.image_id).tag(tag)
         drop_stages(docker_client, report.stage_images)  # several GB each; other builds' stay
