@@ -46,10 +46,28 @@ def interruptible() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
-def start(*args: str, cwd: Path | None = None, **env_extra: str) -> subprocess.Popen:
-    return subprocess.Popen([*CLI, *args], cwd=cwd, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True, env=env(**env_extra),
-                            preexec_fn=interruptible)
+# The interpreter's own start-up (the site module, .pth files) is not envbuilder's code: a
+# SIGINT landing there makes Python print "Fatal Python error: init_import_site" and a
+# traceback whatever envbuilder does. This runs `python -m envbuilder` after start-up has
+# ended and says so on stdout, so a test can time its signal from there.
+_AFTER_STARTUP = ("import os, runpy, sys; os.write(1, b'R'); sys.argv[0] = 'envbuilder'; "
+                  "runpy.run_module('envbuilder', run_name='__main__', alter_sys=True)")
+
+
+def start(*args: str, cwd: Path | None = None, after_startup: bool = False,
+          **env_extra: str) -> subprocess.Popen:
+    """The CLI in the background. ``after_startup``: return once Python's own start-up is over
+    (the next thing the child runs is envbuilder's entry module)."""
+    if not after_startup:
+        return subprocess.Popen([*CLI, *args], cwd=cwd, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.PIPE, text=True, env=env(**env_extra),
+                                preexec_fn=interruptible)
+    p = subprocess.Popen([sys.executable, "-c", _AFTER_STARTUP, *args], cwd=cwd,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         env=env(**env_extra), preexec_fn=interruptible)
+    assert p.stdout is not None
+    assert p.stdout.read(1) == "R", p.communicate(timeout=60)
+    return p
 
 
 def assert_clean_failure(p: subprocess.CompletedProcess, code: int, *needles: str) -> str:
