@@ -43,6 +43,12 @@ def main() -> None:
         if not _safety.is_broken_pipe(e):
             raise
         code = _safety.stdout_gone()
+    except Exception as e:  # a signal wrapped by Python while a module was being imported
+        signal_ = _safety.interrupt_in(e)
+        if signal_ is None:
+            raise
+        _safety.say("envbuilder: interrupted\n")
+        code = _safety.interrupted_exit_code(signal_)
     if not isinstance(code, int):  # sys.exit("message"): Python prints it and exits 1
         _safety.say(f"{code}\n")
         code = 1

@@ -178,6 +178,21 @@ def restore_signal_handlers() -> None:
             pass
 
 
+def interrupt_in(e: BaseException) -> KeyboardInterrupt | None:
+    """The Ctrl-C or SIGTERM (``Terminated``) behind ``e``, when ``e`` only wraps it: Python
+    3.11 turns an exception raised while a class is being made (a dataclass's ``__set_name__``,
+    as a module is imported) into ``RuntimeError("Error calling __set_name__ ...")`` whose
+    cause is the signal's exception. Such an error is an interruption, not a bug."""
+    seen: set[int] = set()
+    cur: BaseException | None = e
+    while cur is not None and id(cur) not in seen:
+        if isinstance(cur, KeyboardInterrupt):
+            return cur
+        seen.add(id(cur))
+        cur = cur.__cause__ or cur.__context__
+    return None
+
+
 def interrupted_exit_code(e: BaseException | None = None) -> int:
     if isinstance(e, Terminated):
         return 128 + e.signum

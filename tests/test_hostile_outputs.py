@@ -242,6 +242,49 @@ def test_a_signal_inside_cleanup_or_staging_leaves_no_staging_folder(tmp_path, m
     assert sorted(p.name for p in out.iterdir()) == []
 
 
+class _SignalWhileMade:
+    """A class attribute whose ``__set_name__`` gets the SIGTERM: what a signal does when it
+    lands while a dataclass is being made (CI: a SIGTERM during the import of envbuilder._fs
+    came out as "internal error: RuntimeError: Error calling __set_name__ ...")."""
+
+    def __set_name__(self, owner, name):
+        from envbuilder._safety import Terminated
+
+        raise Terminated(signal.SIGTERM)
+
+
+def test_a_signal_while_a_class_is_made_is_an_interruption(capfd):
+    from envbuilder.ui.plain import guarded
+
+    def make():
+        type("Made", (), {"field": _SignalWhileMade()})
+    assert guarded(make, as_json=False) == 128 + signal.SIGTERM
+    err = capfd.readouterr().err
+    assert "interrupted" in err and "internal error" not in err, err
+
+
+def test_a_signal_during_the_entry_points_imports_is_an_interruption(tmp_path):
+    """The same, before any command runs (the entry point imports the CLI): exit 143, one
+    line, no traceback."""
+    import subprocess
+    import sys
+
+    code = ("import signal, envbuilder.ui.fastpath as f\n"
+            "from test_hostile_outputs import _SignalWhileMade\n"
+            "def run(argv):\n"
+            "    type('Made', (), {'field': _SignalWhileMade()})\n"
+            "f.run = run\n"
+            "from envbuilder._entry import main\n"
+            "main()\n")
+    p = subprocess.run([sys.executable, "-c", code, "render", "cpu"], capture_output=True,
+                       text=True, timeout=120, cwd=tmp_path,
+                       env={**os.environ, "PYTHONPATH": os.pathsep.join(
+                           [str(Path(__file__).resolve().parent.parent),
+                            str(Path(__file__).resolve().parent)])})
+    assert p.returncode == 128 + signal.SIGTERM, p.stderr
+    assert p.stderr.strip() == "envbuilder: interrupted", p.stderr
+
+
 def test_full_disk_keeps_the_old_output(tmp_path):
     with tmpfs(tmp_path / "mnt", size="2m") as mnt:
         out = mnt / "o"

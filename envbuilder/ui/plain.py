@@ -64,6 +64,10 @@ def guarded(fn: Callable[[], Any], as_json: bool,
         _safety.say("envbuilder: interrupted; nothing was recorded for the step in progress\n")
         return _safety.interrupted_exit_code(e)
     except Exception as e:  # a bug: one line, the trace only on request
+        signal_ = _safety.interrupt_in(e)
+        if signal_ is not None:  # a signal that landed inside a class's making (an import)
+            _safety.say("envbuilder: interrupted; nothing was recorded for the step in progress\n")
+            return _safety.interrupted_exit_code(signal_)
         if _safety.is_broken_pipe(e):
             return _safety.stdout_gone()
         clean = _safety.as_clean_error(e)
