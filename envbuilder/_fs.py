@@ -247,6 +247,33 @@ def _holds(path: Path, data: bytes, mode: int) -> bool:
         os.close(fd)
 
 
+def _holds_at(root_fd: int, rel: str, data: bytes, mode: int) -> bool:
+    """``_holds`` for ``rel`` under the folder ``root_fd``, reached without following a link
+    on the way (the folders and the file itself)."""
+    pfd = _parent_fd(root_fd, rel)
+    if pfd is None:
+        return False
+    try:
+        fd = os.open(rel.rpartition("/")[2], os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0)
+                     | getattr(os, "O_NONBLOCK", 0), dir_fd=pfd)
+    except OSError:
+        return False
+    finally:
+        os.close(pfd)
+    try:
+        st = os.fstat(fd)
+        if (not stat.S_ISREG(st.st_mode) or stat.S_IMODE(st.st_mode) != mode
+                or st.st_nlink != 1 or st.st_size != len(data)
+                or (hasattr(os, "getuid") and st.st_uid != os.getuid())):
+            return False
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            return f.read(len(data) + 1) == data
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+
+
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
 
 
@@ -612,8 +639,12 @@ class Outputs:
         for rel, (_, group) in d.files.items():
             staged = d.stage / rel
             sha = d.shas.get(rel) or _file_sha(staged) or ""
-            target = d.path / rel
-            if rel in d.unchanged and not _holds(target, d.unchanged[rel], _mode(rel)):
+            if rel in d.unchanged:
+                # still ours and as it would be written (read through descriptors, no link on
+                # the way): it holds `sha`, nothing to check further or to move
+                if _holds_at(d.fd, rel, d.unchanged[rel], _mode(rel)):
+                    new[rel] = _Entry(group, sha, None)
+                    continue
                 self._stage_file(d, rel, d.unchanged.pop(rel))  # changed since add(): write it
             self._check_parents(d, rel)
             prev = None

@@ -259,6 +259,51 @@ def _target_string(cuda, line, py, comp, os_name) -> str:
     return "-".join(parts)
 
 
+def _resolve_or_refusal(req, m):
+    try:
+        return resolve(req, m).to_dict()
+    except IncompatibleError as e:
+        return ("refused", str(e), [str(v) for v in e.violations])
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_targets())
+def test_property_forward_checking_changes_no_answer(t):
+    """The search prunes a value as soon as a later component has no release left that the
+    rules allow (forward checking): the same stack, or the same refusal, as the plain
+    search that tries every value down to the component."""
+    from unittest import mock
+
+    from envbuilder.core import resolve as resolve_mod
+
+    m = builtin()
+    req = request(_target_string(*t), m)
+    pruned = _resolve_or_refusal(req, m)
+    with mock.patch.object(resolve_mod._Search, "_ahead_ok", lambda self, axis, a: True):
+        plain = _resolve_or_refusal(req, m)
+    assert pruned == plain
+
+
+def test_a_horovod_target_does_not_walk_every_stack_of_a_torch_horovod_rejects(monkeypatch):
+    """cu118-hvd: Horovod 0.28 builds only against torch < 2.1, the newest torch lines come
+    first, and Horovod is the last axis. The search used to try every (os, flavour, python,
+    nccl) under each newer torch (3,121 values) before it reached torch 2.0."""
+    from envbuilder.core import resolve as resolve_mod
+
+    m = builtin()
+    seen: list[int] = []
+    first = resolve_mod._Search.first
+
+    def counting(self):
+        got = first(self)
+        seen.append(self.nodes)
+        return got
+    monkeypatch.setattr(resolve_mod._Search, "first", counting)
+    s = resolve_target("cu118-hvd", matrix=m)
+    assert s.horovod is not None and s.torch.version < Version("2.1")
+    assert seen and max(seen) < 200, seen
+
+
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(_targets())
 def test_property_resolution_is_consistent(t):

@@ -22,7 +22,6 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any, Mapping, Sequence
 
-from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
 from envbuilder.components.base import (BuilderSetup, Component, PipLayer, PlanContext, VerifyCheck,
@@ -90,6 +89,10 @@ class TeamSplit:
 
 
 def _name(line: str) -> str:
+    # packaging.requirements compiles its tokenizer's patterns on import (3 ms): only a
+    # target with team packages pays it
+    from packaging.requirements import InvalidRequirement, Requirement
+
     try:
         return canonicalize_name(Requirement(line).name)
     except InvalidRequirement:  # lines were validated by lock.requirements; be safe
@@ -98,6 +101,8 @@ def _name(line: str) -> str:
 
 def explicit_names(entries: Sequence[str], where: str = "compiled") -> tuple[str, ...]:
     """A project's ``compiled`` list as canonical names; each entry is a package name."""
+    from packaging.requirements import InvalidRequirement, Requirement
+
     out = []
     for e in entries:
         e = str(e).strip()

@@ -413,6 +413,9 @@ class _Search:
     rules: list[Rule]
     nodes: int = 0
     trig: dict[str, list[Rule]] = field(default_factory=dict)
+    # forward checking: axis -> [(a later component axis, the rules between the two)]
+    ahead: dict[str, list[tuple[str, list[Rule]]]] = field(default_factory=dict)
+    _component_domains: dict[str, list[Any]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         known = set(self.active) | set(self.base)
@@ -422,6 +425,46 @@ class _Search:
             pos = [self.active.index(ax) for ax in r.axes if ax in self.active]
             if pos:
                 self.trig.setdefault(self.active[max(pos)], []).append(r)
+        # A component comes last in the order, and its values do not depend on the axes
+        # before it; a rule between it and an earlier axis (horovod's torch range) is asked
+        # as soon as that axis has a value: when no release of the component can pass it,
+        # nothing below that value can either. Without this, a target with Horovod tried
+        # every (os, flavour, python, nccl) under each torch Horovod does not build against.
+        where = {ax: k for k, ax in enumerate(self.active)}
+        for axj in self.active:
+            if axj not in COMPONENTS:
+                continue
+            by_axis: dict[str, list[Rule]] = {}
+            for r in self.trig.get(axj, ()):
+                before = [where[ax] for ax in r.axes if ax != axj and ax in where]
+                if before:
+                    by_axis.setdefault(self.active[max(before)], []).append(r)
+            for axi, rules in by_axis.items():
+                self.ahead.setdefault(axi, []).append((axj, rules))
+
+    def _ahead_ok(self, axis: str, a: dict[str, Any]) -> bool:
+        """Whether every later component still has a release that the rules between it and
+        the axes assigned so far allow (see __post_init__)."""
+        for comp, rules in self.ahead.get(axis, ()):
+            values = self._component_domains.get(comp)
+            if values is None:
+                values = self._component_domains[comp] = _domain(comp, a, self.req, self.m)
+            try:
+                ok = False
+                for value in values:
+                    a[comp] = value
+                    try:
+                        if not any(v.severity == "error" for r in rules for v in r.check(a, self.ctx)):
+                            ok = True
+                            break
+                    except KeyError:  # a rule reading an axis not assigned yet: no judgement
+                        ok = True
+                        break
+            finally:
+                a.pop(comp, None)
+            if not ok:
+                return False
+        return True
 
     def errors(self, axis: str, a: dict[str, Any]) -> list[Violation]:
         out: list[Violation] = []
@@ -443,7 +486,7 @@ class _Search:
             if self.nodes > _NODE_LIMIT:
                 return
             a[axis] = value
-            if not self.errors(axis, a):
+            if not self.errors(axis, a) and self._ahead_ok(axis, a):
                 yield from self._walk(i + 1, a)
             del a[axis]
 

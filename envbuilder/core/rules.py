@@ -548,11 +548,14 @@ def _advisory_rule(adv: Any) -> Rule:
             v = ctx.driver
         else:
             value = a[axis]
-            if value is None or getattr(value, "version", None) is None:
+            ver = None if value is None else getattr(value, "version", None)
+            if ver is None:
                 return []
-            v = str(value.version)
-            if not adv.covers(v):
+            # asked for every candidate of the search: the memoized answer for the matrix's
+            # own Version (str() and parsing it again cost a quarter of render --all's search)
+            if not (_covers(adv.affected, ver) if isinstance(ver, Version) else adv.covers(ver)):
                 return []
+            v = str(ver)
         avoid = adv.component in ctx.avoid and adv.severity in AVOIDED
         found = made.get((v, avoid))
         if found is None:
