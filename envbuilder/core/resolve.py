@@ -403,6 +403,26 @@ def _domain(axis: str, a: dict[str, Any], req: Request, m: Matrix) -> list[Any]:
     raise KeyError(axis)
 
 
+class _Assigned(dict):  # type: ignore[type-arg]
+    """A copy of a partial assignment for forward checking: asking about an axis that will
+    be assigned later (``a[x]``, ``a.get(x)``, ``x in a``) raises KeyError instead of
+    answering "absent"."""
+
+    def __init__(self, a: dict[str, Any], pending: frozenset[str]) -> None:
+        super().__init__(a)
+        self.pending = pending
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        if key in self.pending and not dict.__contains__(self, key):
+            raise KeyError(key)
+        return dict.get(self, key, default)
+
+    def __contains__(self, key: object) -> bool:
+        if key in self.pending and not dict.__contains__(self, key):
+            raise KeyError(key)
+        return dict.__contains__(self, key)
+
+
 @dataclass
 class _Search:
     req: Request
@@ -445,23 +465,27 @@ class _Search:
     def _ahead_ok(self, axis: str, a: dict[str, Any]) -> bool:
         """Whether every later component still has a release that the rules between it and
         the axes assigned so far allow (see __post_init__)."""
-        for comp, rules in self.ahead.get(axis, ()):
+        entries = self.ahead.get(axis)
+        if not entries:
+            return True
+        i = self.active.index(axis)
+        for comp, rules in entries:
             values = self._component_domains.get(comp)
             if values is None:
                 values = self._component_domains[comp] = _domain(comp, a, self.req, self.m)
-            try:
-                ok = False
-                for value in values:
-                    a[comp] = value
-                    try:
-                        if not any(v.severity == "error" for r in rules for v in r.check(a, self.ctx)):
-                            ok = True
-                            break
-                    except KeyError:  # a rule reading an axis not assigned yet: no judgement
+            # a rule that looks at an axis between `axis` and `comp` (a.get, `in`) cannot be
+            # judged yet: the view raises KeyError there, and the value is not pruned
+            view = _Assigned(a, frozenset(self.active[i + 1:]) - {comp})
+            ok = False
+            for value in values:
+                view[comp] = value
+                try:
+                    if not any(v.severity == "error" for r in rules for v in r.check(view, self.ctx)):
                         ok = True
                         break
-            finally:
-                a.pop(comp, None)
+                except KeyError:
+                    ok = True
+                    break
             if not ok:
                 return False
         return True
