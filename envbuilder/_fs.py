@@ -233,6 +233,11 @@ def _holds(path: Path, data: bytes, mode: int) -> bool:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
     except OSError:
         return False
+    return _fd_holds(fd, data, mode)
+
+
+def _fd_holds(fd: int, data: bytes, mode: int) -> bool:
+    """``_holds`` for the file open at ``fd`` (closed here)."""
     try:
         st = os.fstat(fd)
         if (not stat.S_ISREG(st.st_mode) or stat.S_IMODE(st.st_mode) != mode
@@ -260,18 +265,7 @@ def _holds_at(root_fd: int, rel: str, data: bytes, mode: int) -> bool:
         return False
     finally:
         os.close(pfd)
-    try:
-        st = os.fstat(fd)
-        if (not stat.S_ISREG(st.st_mode) or stat.S_IMODE(st.st_mode) != mode
-                or st.st_nlink != 1 or st.st_size != len(data)
-                or (hasattr(os, "getuid") and st.st_uid != os.getuid())):
-            return False
-        with os.fdopen(fd, "rb", closefd=False) as f:
-            return f.read(len(data) + 1) == data
-    except OSError:
-        return False
-    finally:
-        os.close(fd)
+    return _fd_holds(fd, data, mode)
 
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)

@@ -577,6 +577,21 @@ def test_a_link_under_render_all_and_bake_is_refused(tmp_path):
     assert sorted(x.name for x in out.iterdir()) == ["cu121"]
 
 
+def test_a_link_to_an_identical_copy_of_an_output_folder_is_refused(tmp_path):
+    """An unchanged file is left in place after one check through descriptors: a folder of the
+    output swapped for a link to a byte-identical copy elsewhere still counts as in the way,
+    and nothing outside is written or counted as envbuilder's."""
+    out, outside = tmp_path / "o", tmp_path / "outside"
+    _first_render(out)
+    outside.mkdir()
+    (out / "jobs").rename(outside / "jobs")
+    before = snapshot(outside)
+    (out / "jobs").symlink_to(outside / "jobs", target_is_directory=True)
+    assert_clean_failure(cli("render", "cu118", "-o", str(out)), 2, "in the way")
+    assert snapshot(outside) == before
+    assert leftovers(tmp_path) == []
+
+
 @pytest.mark.parametrize("where", [".github", ".github/workflows"])
 def test_a_link_on_the_way_of_the_ci_workflow_is_refused(tmp_path, where):
     repo, outside = tmp_path / "repo", tmp_path / "outside"
