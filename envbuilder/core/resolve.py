@@ -433,8 +433,9 @@ class _Search:
     rules: list[Rule]
     nodes: int = 0
     trig: dict[str, list[Rule]] = field(default_factory=dict)
-    # forward checking: axis -> [(a later component axis, the rules between the two)]
-    ahead: dict[str, list[tuple[str, list[Rule]]]] = field(default_factory=dict)
+    # forward checking: axis -> [(a later component axis, the rules between the two, the axes
+    # between the two, not assigned yet when they are asked)]
+    ahead: dict[str, list[tuple[str, list[Rule], frozenset[str]]]] = field(default_factory=dict)
     _component_domains: dict[str, list[Any]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -460,22 +461,19 @@ class _Search:
                 if before:
                     by_axis.setdefault(self.active[max(before)], []).append(r)
             for axi, rules in by_axis.items():
-                self.ahead.setdefault(axi, []).append((axj, rules))
+                pending = frozenset(self.active[where[axi] + 1:where[axj]])
+                self.ahead.setdefault(axi, []).append((axj, rules, pending))
 
     def _ahead_ok(self, axis: str, a: dict[str, Any]) -> bool:
         """Whether every later component still has a release that the rules between it and
         the axes assigned so far allow (see __post_init__)."""
-        entries = self.ahead.get(axis)
-        if not entries:
-            return True
-        i = self.active.index(axis)
-        for comp, rules in entries:
+        for comp, rules, pending in self.ahead.get(axis, ()):
             values = self._component_domains.get(comp)
             if values is None:
                 values = self._component_domains[comp] = _domain(comp, a, self.req, self.m)
             # a rule that looks at an axis between `axis` and `comp` (a.get, `in`) cannot be
             # judged yet: the view raises KeyError there, and the value is not pruned
-            view = _Assigned(a, frozenset(self.active[i + 1:]) - {comp})
+            view = _Assigned(a, pending)
             ok = False
             for value in values:
                 view[comp] = value

@@ -61,13 +61,12 @@ def guarded(fn: Callable[[], Any], as_json: bool,
     except EnvbuilderError as e:
         return report_error(e, as_json)
     except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM/SIGHUP (_safety.Terminated)
-        _safety.say("envbuilder: interrupted; nothing was recorded for the step in progress\n")
-        return _safety.interrupted_exit_code(e)
+        return _interrupted(e)
     except Exception as e:  # a bug: one line, the trace only on request
+        # (unless it wraps a signal that landed while a class was made, as in an import)
         signal_ = _safety.interrupt_in(e)
-        if signal_ is not None:  # a signal that landed inside a class's making (an import)
-            _safety.say("envbuilder: interrupted; nothing was recorded for the step in progress\n")
-            return _safety.interrupted_exit_code(signal_)
+        if signal_ is not None:
+            return _interrupted(signal_)
         if _safety.is_broken_pipe(e):
             return _safety.stdout_gone()
         clean = _safety.as_clean_error(e)
@@ -78,6 +77,13 @@ def guarded(fn: Callable[[], Any], as_json: bool,
         sys.stderr.write(f"envbuilder: internal error: {type(e).__name__}: {e} "
                          f"(set ENVBUILDER_DEBUG=1 for the traceback)\n")
         return EXIT_FAILED
+
+
+def _interrupted(e: KeyboardInterrupt) -> int:
+    from envbuilder import _safety
+
+    _safety.say("envbuilder: interrupted; nothing was recorded for the step in progress\n")
+    return _safety.interrupted_exit_code(e)
 
 
 def print_explain(report: Any) -> None:
