@@ -65,8 +65,10 @@ def test_interface_setting_naming_no_interface_fails_fast_and_is_explained(smoke
     assert "nodes" in r.failed
     from envbuilder.run.build import explain_log
 
+    # the rank that failed says why in its own line, whatever its launcher did to rank 0
+    assert "rendezvous failed: init_process_group(gloo)" in r.log and "eth9" in r.log, r.log[-4000:]
     causes = explain_log(r.log, details=r.details)
-    assert causes and causes[0]["category"] == "network_interface", causes[:2]
+    assert causes and causes[0]["category"] == "network_interface", (causes[:2], r.log[-4000:])
     assert _leftovers(docker_client) == ([], [])
 
 

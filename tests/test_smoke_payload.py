@@ -26,8 +26,9 @@ needs_torch = pytest.mark.skipif(importlib.util.find_spec("torch") is None,
 
 
 def run_job(out: Path, nproc: int, *, timeout: int = 60, inject: str | None = None,
-            extra: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1")
+            extra: tuple[str, ...] = (), env_extra: dict[str, str] | None = None,
+            ) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1", **(env_extra or {}))
     env.pop(ddp_smoke.INJECT_ENV, None)
     if inject:
         env[ddp_smoke.INJECT_ENV] = inject
@@ -198,3 +199,27 @@ def test_injected_crash_fails_the_others_instead_of_hanging(tmp_path):
         summary = json.loads((tmp_path / "summary.json").read_text())
         assert summary["ok"] is False and "rank_records" in summary["failed"]
         assert "1" in summary["details"]["rank_records"]
+
+
+@needs_torch
+def test_a_rank_stopped_before_its_rendezvous_still_leaves_the_cause(tmp_path):
+    """Rank 1 fails at once (gloo is told to use an interface that does not exist); rank 0 is
+    still starting (``late:0``) when torchrun stops it. The cause reaches the log from rank 1
+    itself and reaches rank 0's summary from rank 1's record, so explain names it."""
+    import uuid
+
+    from envbuilder.run.build import explain_log
+
+    iface = "eb" + uuid.uuid4().hex[:12]  # 14 characters: a valid name no host has
+    proc = run_job(tmp_path, 2, timeout=20, inject="late:0", env_extra={"GLOO_SOCKET_IFNAME": iface})
+    log = proc.stdout + proc.stderr
+    assert proc.returncode != 0
+    assert "envbuilder-smoke rank 1: rendezvous failed: init_process_group(gloo)" in log, log[-3000:]
+    assert iface in log.split("envbuilder-smoke rank 1: rendezvous failed:")[1].splitlines()[0]
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["ok"] is False
+    assert {"launch", "rendezvous"} <= set(summary["failed"]), summary
+    assert iface in summary["details"]["rendezvous"]
+    assert "SIGTERM" in summary["details"]["launch"]
+    causes = explain_log(log)
+    assert causes and causes[0]["category"] == "network_interface", causes[:2]

@@ -17,7 +17,8 @@ This file runs inside images we do not control: it imports only the standard lib
 Fault injection (tests): ``ENVBUILDER_SMOKE_INJECT=<check>[:<rank>]`` makes that check produce a
 wrong answer on that rank (default 0); ``ENVBUILDER_SMOKE_INJECT=crash:<rank>`` makes that rank
 exit hard (``os._exit(3)``) right after rendezvous; ``hang:<rank>`` makes it stall there until
-its watchdog ends it.
+its watchdog ends it; ``late:<rank>`` makes it wait the job's timeout before it imports torch
+(a rank slow to start, which the launcher may stop when a faster rank fails).
 
 Horovod: horovod's gloo controller needs the rendezvous HTTP server that ``horovodrun`` starts.
 Under torchrun we play that launcher: rank 0 starts horovod's own ``RendezvousServer`` with a
@@ -304,7 +305,7 @@ class Smoke(object):
             "hostname": self.hostname,
             "backend": self.backend,
             "device": str(self.device) if self.device is not None else None,
-            "torch_version": self.torch.__version__,
+            "torch_version": getattr(self.torch, "__version__", None),
             "python_version": sys.version.split()[0],
             "checks": list(self.results),
             "bandwidth": list(self.bandwidth),
@@ -401,6 +402,11 @@ class Smoke(object):
                                  "detail": "init_process_group(%s): %s: %s"
                                  % (backend, type(exc).__name__, _one_line(exc)),
                                  "seconds": round(time.monotonic() - start, 4)})
+            # every rank says why: when the launcher stops rank 0 before it writes the
+            # summary, this line is what names the cause (a missing interface, a refused port)
+            sys.stderr.write("envbuilder-smoke rank %d: rendezvous failed: %s\n"
+                             % (self.rank, self.results[-1]["detail"]))
+            sys.stderr.flush()
             self.broken = "rendezvous"
             self._skip_rest("rendezvous", "not run: init_process_group failed")
             return self.finish()
@@ -486,7 +492,7 @@ class Smoke(object):
 
     def write_summary(self, records):
         summary = build_summary(records, world_size=self.world, backend=self.backend,
-                                torch_version=self.torch.__version__,
+                                torch_version=getattr(self.torch, "__version__", None),
                                 seconds=time.monotonic() - self.t0, hosts=self.hosts)
         if self.broken is not None:
             summary["incomplete"] = "the process group broke in %s" % self.broken
@@ -1075,18 +1081,28 @@ def main(argv=None):
         raise Terminated()
 
     signal.signal(signal.SIGTERM, _on_term)
-    import torch
-    import torch.distributed as dist
-    if not dist.is_available():
-        sys.stderr.write("envbuilder-smoke: this torch build has no torch.distributed\n")
-        return 2
-    smoke = Smoke(args, torch, dist)
+    smoke = Smoke(args, None, None)  # torch comes next: a SIGTERM during its import is caught
     try:
+        if smoke.injected("late"):
+            time.sleep(args.timeout)  # a rank slow to start (a loaded node): the others go first
+        import torch
+        import torch.distributed as dist
+        if not dist.is_available():
+            sys.stderr.write("envbuilder-smoke: this torch build has no torch.distributed\n")
+            return 2
+        smoke.torch, smoke.dist, smoke.t0 = torch, dist, time.monotonic()
         return smoke.run()
     except Terminated:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second SIGTERM must not cut this short
         smoke.results.append({"name": "launch", "status": "fail", "seconds": 0.0,
                               "detail": "terminated by SIGTERM before the checks finished"})
         smoke.write_record()
+        if smoke.rank == 0:
+            # the other ranks of this node may have written why they failed: a summary with
+            # their records names the cause, where rank 0's own record only says "stopped"
+            smoke.broken = smoke.broken or "launch"
+            smoke.backend = smoke.backend or args.backend
+            smoke.write_summary(smoke._records_on_disk())
         os._exit(1)
 
 
