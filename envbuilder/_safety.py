@@ -168,6 +168,35 @@ def install_signal_handlers() -> None:
             signal.signal(s, on_signal)
         except (ValueError, OSError):  # pragma: no cover - not the main thread
             pass
+    if sys.unraisablehook is not _on_unraisable:
+        global _PREVIOUS_UNRAISABLEHOOK
+        _PREVIOUS_UNRAISABLEHOOK = sys.unraisablehook
+        sys.unraisablehook = _on_unraisable
+
+
+_PREVIOUS_UNRAISABLEHOOK = sys.__unraisablehook__
+REDELIVERY_DELAY = 0.05  # seconds: long enough for the main thread to leave the callback
+
+
+def _on_unraisable(unraisable: Any) -> None:
+    """A signal that landed inside a callback Python cannot raise from (a weakref callback such
+    as importlib's module-lock ``cb``, a ``__del__``) is printed as "Exception ignored in ..."
+    and lost: the command would go on as if nothing happened. It is sent again instead, a
+    moment later, from a helper thread, so that it lands in ordinary code and ends the command
+    the usual way. Every other unraisable exception goes to the previous hook."""
+    e = unraisable.exc_value
+    if not isinstance(e, KeyboardInterrupt):
+        _PREVIOUS_UNRAISABLEHOOK(unraisable)
+        return
+    signum = e.signum if isinstance(e, Terminated) else signal.SIGINT
+    import threading
+    import time
+
+    def again() -> None:
+        time.sleep(REDELIVERY_DELAY)  # not at once: the main thread is still in this hook
+        os.kill(os.getpid(), signum)
+
+    threading.Thread(target=again, name="envbuilder-signal-again", daemon=True).start()
 
 
 def restore_signal_handlers() -> None:

@@ -285,6 +285,52 @@ def test_a_signal_during_the_entry_points_imports_is_an_interruption(tmp_path):
     assert p.stderr.strip() == "envbuilder: interrupted", p.stderr
 
 
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_inside_a_weakref_callback_still_ends_the_command(tmp_path, sig):
+    """A signal whose handler runs inside a weakref callback (as importlib's module-lock ``cb``
+    did on CI) raises where Python can only print "Exception ignored" and go on: the command
+    must still end as interrupted, exit 128+n, one line, no traceback."""
+    import subprocess
+    import sys
+
+    code = ("import os, signal, time, weakref, envbuilder.ui.fastpath as f\n"
+            "signal.signal(signal.SIGINT, signal.default_int_handler)\n"
+            "class Obj: pass\n"
+            "def cb(ref):\n"
+            f"    os.kill(os.getpid(), {int(sig)})\n"
+            "    for _ in range(1000): pass\n"  # the handler runs in here
+            "def run(argv):\n"
+            "    o = Obj(); r = weakref.ref(o, cb); del o\n"
+            "    deadline = time.monotonic() + 30\n"
+            "    while time.monotonic() < deadline: time.sleep(0.01)\n"
+            "    print('went on'); return 0\n"
+            "f.run = run\n"
+            "from envbuilder._entry import main\n"
+            "main()\n")
+    p = subprocess.run([sys.executable, "-c", code, "render", "cpu"], capture_output=True,
+                       text=True, timeout=120, cwd=tmp_path,
+                       env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)})
+    assert p.returncode == 128 + sig, (p.returncode, p.stdout, p.stderr)
+    assert p.stderr.strip() == "envbuilder: interrupted" and "went on" not in p.stdout, p.stderr
+
+
+def test_other_unraisable_exceptions_still_reach_the_previous_hook(tmp_path):
+    import subprocess
+    import sys
+
+    code = ("from envbuilder import _safety\n"
+            "_safety.install_early()\n"
+            "class Obj:\n"
+            "    def __del__(self): raise ValueError('from __del__')\n"
+            "o = Obj(); del o\n"
+            "print('went on')\n")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                       cwd=tmp_path,
+                       env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)})
+    assert p.returncode == 0 and "went on" in p.stdout
+    assert "Exception ignored in" in p.stderr and "ValueError: from __del__" in p.stderr
+
+
 def test_full_disk_keeps_the_old_output(tmp_path):
     with tmpfs(tmp_path / "mnt", size="2m") as mnt:
         out = mnt / "o"
