@@ -263,12 +263,21 @@ def test_a_signal_while_a_class_is_made_is_an_interruption(capfd):
     assert "interrupted" in err and "internal error" not in err, err
 
 
-def test_a_signal_during_the_entry_points_imports_is_an_interruption(tmp_path):
-    """The same, before any command runs (the entry point imports the CLI): exit 143, one
-    line, no traceback."""
+def _python(code: str, *argv: str, cwd: Path):
+    """``python -c CODE ARGV`` with this checkout and tests/ on the path: the entry point run
+    with a piece of it replaced."""
     import subprocess
     import sys
 
+    here = Path(__file__).resolve().parent
+    return subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True,
+                          timeout=120, cwd=cwd,
+                          env={**os.environ, "PYTHONPATH": os.pathsep.join([str(here.parent), str(here)])})
+
+
+def test_a_signal_during_the_entry_points_imports_is_an_interruption(tmp_path):
+    """The same, before any command runs (the entry point imports the CLI): exit 143, one
+    line, no traceback."""
     code = ("import signal, envbuilder.ui.fastpath as f\n"
             "from test_hostile_outputs import _SignalWhileMade\n"
             "def run(argv):\n"
@@ -276,11 +285,7 @@ def test_a_signal_during_the_entry_points_imports_is_an_interruption(tmp_path):
             "f.run = run\n"
             "from envbuilder._entry import main\n"
             "main()\n")
-    p = subprocess.run([sys.executable, "-c", code, "render", "cpu"], capture_output=True,
-                       text=True, timeout=120, cwd=tmp_path,
-                       env={**os.environ, "PYTHONPATH": os.pathsep.join(
-                           [str(Path(__file__).resolve().parent.parent),
-                            str(Path(__file__).resolve().parent)])})
+    p = _python(code, "render", "cpu", cwd=tmp_path)
     assert p.returncode == 128 + signal.SIGTERM, p.stderr
     assert p.stderr.strip() == "envbuilder: interrupted", p.stderr
 
@@ -290,9 +295,6 @@ def test_a_signal_inside_a_weakref_callback_still_ends_the_command(tmp_path, sig
     """A signal whose handler runs inside a weakref callback (as importlib's module-lock ``cb``
     did on CI) raises where Python can only print "Exception ignored" and go on: the command
     must still end as interrupted, exit 128+n, one line, no traceback."""
-    import subprocess
-    import sys
-
     code = ("import os, signal, time, weakref, envbuilder.ui.fastpath as f\n"
             "signal.signal(signal.SIGINT, signal.default_int_handler)\n"
             "class Obj: pass\n"
@@ -307,26 +309,19 @@ def test_a_signal_inside_a_weakref_callback_still_ends_the_command(tmp_path, sig
             "f.run = run\n"
             "from envbuilder._entry import main\n"
             "main()\n")
-    p = subprocess.run([sys.executable, "-c", code, "render", "cpu"], capture_output=True,
-                       text=True, timeout=120, cwd=tmp_path,
-                       env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)})
+    p = _python(code, "render", "cpu", cwd=tmp_path)
     assert p.returncode == 128 + sig, (p.returncode, p.stdout, p.stderr)
     assert p.stderr.strip() == "envbuilder: interrupted" and "went on" not in p.stdout, p.stderr
 
 
 def test_other_unraisable_exceptions_still_reach_the_previous_hook(tmp_path):
-    import subprocess
-    import sys
-
     code = ("from envbuilder import _safety\n"
             "_safety.install_early()\n"
             "class Obj:\n"
             "    def __del__(self): raise ValueError('from __del__')\n"
             "o = Obj(); del o\n"
             "print('went on')\n")
-    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
-                       cwd=tmp_path,
-                       env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)})
+    p = _python(code, cwd=tmp_path)
     assert p.returncode == 0 and "went on" in p.stdout
     assert "Exception ignored in" in p.stderr and "ValueError: from __del__" in p.stderr
 
