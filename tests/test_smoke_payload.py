@@ -211,7 +211,9 @@ def test_a_rank_stopped_before_its_rendezvous_still_leaves_the_cause(tmp_path):
     from envbuilder.run.build import explain_log
 
     iface = "eb" + uuid.uuid4().hex[:12]  # 14 characters: a valid name no host has
-    proc = run_job(tmp_path, 2, timeout=20, inject="late:0", env_extra={"GLOO_SOCKET_IFNAME": iface})
+    # late:0 waits the timeout: long, so that rank 1 fails first even on a loaded machine (the
+    # test takes seconds, since torchrun stops rank 0 as soon as rank 1 has failed)
+    proc = run_job(tmp_path, 2, timeout=90, inject="late:0", env_extra={"GLOO_SOCKET_IFNAME": iface})
     log = proc.stdout + proc.stderr
     assert proc.returncode != 0
     assert "envbuilder-smoke rank 1: rendezvous failed: init_process_group(gloo)" in log, log[-3000:]
