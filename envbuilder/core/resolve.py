@@ -413,14 +413,14 @@ class _Assigned(dict):  # type: ignore[type-arg]
         self.pending = pending
 
     def get(self, key: Any, default: Any = None) -> Any:
-        if key in self.pending and not dict.__contains__(self, key):
-            raise KeyError(key)
-        return dict.get(self, key, default)
+        return dict.get(self, key, default) if self.__contains__(key) else default
 
     def __contains__(self, key: object) -> bool:
-        if key in self.pending and not dict.__contains__(self, key):
+        if dict.__contains__(self, key):
+            return True
+        if key in self.pending:
             raise KeyError(key)
-        return dict.__contains__(self, key)
+        return False
 
 
 @dataclass
@@ -471,22 +471,22 @@ class _Search:
             values = self._component_domains.get(comp)
             if values is None:
                 values = self._component_domains[comp] = _domain(comp, a, self.req, self.m)
-            # a rule that looks at an axis between `axis` and `comp` (a.get, `in`) cannot be
-            # judged yet: the view raises KeyError there, and the value is not pruned
-            view = _Assigned(a, pending)
-            ok = False
-            for value in values:
-                view[comp] = value
-                try:
-                    if not any(v.severity == "error" for r in rules for v in r.check(view, self.ctx)):
-                        ok = True
-                        break
-                except KeyError:
-                    ok = True
-                    break
-            if not ok:
+            if not self._some_value_passes(comp, values, rules, _Assigned(a, pending)):
                 return False
         return True
+
+    def _some_value_passes(self, comp: str, values: list[Any], rules: list[Rule],
+                           view: _Assigned) -> bool:
+        for value in values:
+            view[comp] = value
+            try:
+                if not any(v.severity == "error" for r in rules for v in r.check(view, self.ctx)):
+                    return True
+            except KeyError:
+                # a rule that looks at an axis between the two (a.get, `in`) cannot be judged
+                # yet: the view raised KeyError there, and the value is not pruned
+                return True
+        return False
 
     def errors(self, axis: str, a: dict[str, Any]) -> list[Violation]:
         out: list[Violation] = []

@@ -551,9 +551,9 @@ def _advisory_rule(adv: Any) -> Rule:
             ver = None if value is None else getattr(value, "version", None)
             if ver is None:
                 return []
-            # asked for every candidate of the search: the memoized answer for the matrix's
+            # asked for every candidate of the search: the memoized answer, on the matrix's
             # own Version (str() and parsing it again cost a quarter of render --all's search)
-            if not (_covers(adv.affected, ver) if isinstance(ver, Version) else adv.covers(ver)):
+            if not _covers(adv.affected, ver):
                 return []
             v = str(ver)
         avoid = adv.component in ctx.avoid and adv.severity in AVOIDED

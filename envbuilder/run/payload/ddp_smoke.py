@@ -371,9 +371,13 @@ class Smoke(object):
         self.results.append({"name": name, "status": status, "detail": detail,
                              "seconds": round(time.monotonic() - start, 4)})
         if status == "fail":
-            sys.stderr.write("envbuilder-smoke rank %d: %s failed: %s\n"
-                             % (self.rank, name, detail))
-            sys.stderr.flush()
+            self.say_failed(name, detail)
+
+    def say_failed(self, check, detail):
+        """One line on stderr for each failed check, so the log names the cause even when
+        this rank's record never reaches the summary."""
+        sys.stderr.write("envbuilder-smoke rank %d: %s failed: %s\n" % (self.rank, check, detail))
+        sys.stderr.flush()
 
     def run(self):
         torch, dist = self.torch, self.dist
@@ -404,9 +408,7 @@ class Smoke(object):
                                  "seconds": round(time.monotonic() - start, 4)})
             # every rank says why: when the launcher stops rank 0 before it writes the
             # summary, this line is what names the cause (a missing interface, a refused port)
-            sys.stderr.write("envbuilder-smoke rank %d: rendezvous failed: %s\n"
-                             % (self.rank, self.results[-1]["detail"]))
-            sys.stderr.flush()
+            self.say_failed("rendezvous", self.results[-1]["detail"])
             self.broken = "rendezvous"
             self._skip_rest("rendezvous", "not run: init_process_group failed")
             return self.finish()
