@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Installs and starts what the test suite needs, on a fresh Debian 12 machine or again on a
 # prepared one (every step is idempotent):
-#   - a Docker engine (Debian's docker.io), started by hand (no systemd here), on its own socket
+#   - the suite's one Docker engine: Debian sid's docker.io (28.5, the containerd image store and
+#     its BuildKit) with sid's containerd and Debian 12's runc, and sid's docker buildx plugin,
+#     started by hand (no systemd here) on its own socket and a bridge of its own (issue 42:
+#     bit-for-bit reproducible builds need BuildKit 0.13+ and the containerd image store)
 #   - debootstrap + Debian's docker-registry + htpasswd, for a local base image and OCI registry
 #   - Debian's prometheus (promtool), prometheus-pushgateway and prometheus-node-exporter
 #   - Debian 12 and 13 base images, imported from debootstrap roots (no registry can be pulled from)
@@ -9,6 +12,17 @@
 #     sdists) for the CUDA image tests, kept between runs
 #   - a wheelhouse with torch 2.13.0 (CPU) and the smoke job's / DeepSpeed's dependencies
 # Prints the environment to export (DOCKER_HOST, ENVBUILDER_TEST_*) on stdout, last.
+#
+# Where things live (each can be set, so a second instance never collides with a running one):
+#   ENVBUILDER_TEST_STATE   the engine's socket, data root, exec root, pidfile, config, bridge-bound
+#                           state (default /var/tmp/envbuilder-test)
+#   ENVBUILDER_TEST_CACHE   downloads and base tarballs kept between runs (default ~/.cache/envbuilder-test)
+#   ENVBUILDER_TEST_BRIDGE, ENVBUILDER_TEST_BRIDGE_CIDR, ENVBUILDER_TEST_ADDRESS_POOL: the engine's
+#                           own bridge (never "none": a dockerd given no bridge deletes the host's
+#                           docker0) and the pool its networks come from
+#   ENVBUILDER_TEST_ENGINE_IPTABLES=0: the engine leaves iptables alone (a second engine beside
+#                           another one's chains); this script then adds NAT and forwarding for its
+#                           bridge's subnet itself
 set -euo pipefail
 
 STATE=${ENVBUILDER_TEST_STATE:-/var/tmp/envbuilder-test}
@@ -16,11 +30,20 @@ CACHE=${ENVBUILDER_TEST_CACHE:-$HOME/.cache/envbuilder-test}
 SOCK=$STATE/docker.sock
 BASE_TAG=envbuilder-test/debian:12
 BASE_TAG_13=envbuilder-test/debian:13
+BRIDGE=${ENVBUILDER_TEST_BRIDGE:-ebtest0}
+BRIDGE_CIDR=${ENVBUILDER_TEST_BRIDGE_CIDR:-10.211.0.1/24}
+ADDRESS_POOL=${ENVBUILDER_TEST_ADDRESS_POOL:-10.212.0.0/16}
+ENGINE_IPTABLES=${ENVBUILDER_TEST_ENGINE_IPTABLES:-1}
+# the engine's packages, from Debian sid (measured on Debian 12: shared/MACHINE.md); sid keeps
+# only its newest versions, so when these are gone the newest are taken (and logged)
+ENGINE_DEBS=(docker.io=28.5.2+dfsg4-5 containerd=2.1.9+ds1-5 docker-buildx=0.29.1+ds1-4)
 mkdir -p "$STATE" "$CACHE"
 log() { echo "[test-services] $*" >&2; }
 
 need_pkgs=()
-command -v dockerd >/dev/null || need_pkgs+=(docker.io)
+command -v runc >/dev/null || need_pkgs+=(runc)  # Debian 12's 1.1.5: sid's needs glibc 2.38
+command -v iptables >/dev/null || need_pkgs+=(iptables)
+command -v tini-static >/dev/null || need_pkgs+=(tini)  # docker-init (docker run --init)
 command -v debootstrap >/dev/null || need_pkgs+=(debootstrap)
 command -v docker-registry >/dev/null || need_pkgs+=(docker-registry)
 command -v htpasswd >/dev/null || need_pkgs+=(apache2-utils)
@@ -35,16 +58,98 @@ if [ ${#need_pkgs[@]} -gt 0 ]; then
   apt-get install -y -qq "${need_pkgs[@]}" >&2
 fi
 
+mirror=$(awk '/^URIs:/{print $2; exit}' /etc/apt/sources.list.d/debian.sources 2>/dev/null || true)
+[ -n "$mirror" ] || mirror=$(awk '/^deb /{print $2; exit}' /etc/apt/sources.list 2>/dev/null || true)
+[ -n "$mirror" ] || mirror=http://deb.debian.org/debian
+
+# Debian sid's packages through a private apt state (the host's apt sources and lists are not
+# touched): the engine's and cosign's .debs, unpacked under $CACHE
+SID=$CACHE/sid-apt
+sid_apt() {  # sid_apt ARGS...: apt-get with the private sid state
+  mkdir -p "$SID/lists/partial" "$SID/cache/archives/partial" "$SID/deb"
+  [ -f "$SID/sid.list" ] || echo "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] $mirror sid main" > "$SID/sid.list"
+  apt-get -o "Dir::Etc::SourceList=$SID/sid.list" -o Dir::Etc::SourceParts=/dev/null \
+    -o "Dir::State::Lists=$SID/lists" -o "Dir::Cache=$SID/cache" \
+    -o Acquire::Check-Valid-Until=false -o Debug::NoLocking=1 -o APT::Sandbox::User=root "$@"
+}
+sid_unpack() {  # sid_unpack DIR PKG=VERSION...: the packages' files under DIR (kept between runs)
+  local dir=$1; shift
+  [ -f "$dir/.complete" ] && return 0
+  log "Debian sid's $* (private apt state $SID)"
+  sid_apt -qq update >&2
+  rm -rf "$dir.tmp" && mkdir -p "$dir.tmp/deb"
+  if ! ( cd "$dir.tmp/deb" && sid_apt -qq download "$@" >&2 ); then
+    log "those versions are gone from sid: taking its newest ${*%%=*}"
+    rm -f "$dir.tmp"/deb/*.deb
+    ( cd "$dir.tmp/deb" && sid_apt -qq download "${@%%=*}" >&2 )
+  fi
+  for d in "$dir.tmp"/deb/*.deb; do dpkg -x "$d" "$dir.tmp/root"; done
+  ls "$dir.tmp/deb" > "$dir.tmp/.complete"
+  rm -rf "$dir.tmp/deb" "$dir" && mv "$dir.tmp" "$dir"
+}
+
 # --- the Docker engine -------------------------------------------------------------------
-if ! DOCKER_HOST=unix://$SOCK docker info >/dev/null 2>&1; then
-  log "starting dockerd on $SOCK"
+ENGINE=$CACHE/sid-engine
+sid_unpack "$ENGINE" "${ENGINE_DEBS[@]}"
+# dockerd finds its containerd, shim, docker-proxy, runc and docker-init on its PATH: $STATE/bin
+mkdir -p "$STATE/bin"
+for b in usr/sbin/dockerd usr/sbin/docker-proxy usr/bin/containerd usr/bin/containerd-shim-runc-v2 usr/bin/ctr; do
+  ln -sfn "$ENGINE/root/$b" "$STATE/bin/"
+done
+ln -sfn "$(command -v runc)" "$STATE/bin/runc"
+ln -sfn "$(command -v tini-static)" "$STATE/bin/docker-init"
+EB_DOCKER_CONFIG=$STATE/docker-config
+mkdir -p "$EB_DOCKER_CONFIG/cli-plugins"
+install -m 0755 "$ENGINE/root/usr/libexec/docker/cli-plugins/docker-buildx" "$EB_DOCKER_CONFIG/cli-plugins/docker-buildx"
+[ -f "$HOME/.docker/config.json" ] && [ ! -e "$EB_DOCKER_CONFIG/config.json" ] \
+  && cp "$HOME/.docker/config.json" "$EB_DOCKER_CONFIG/config.json"
+if ! command -v docker >/dev/null; then  # the CLI (a fresh machine has one in /usr/local/bin)
+  sid_unpack "$CACHE/sid-docker-cli" docker-cli
+  ln -sfn "$CACHE/sid-docker-cli/root/usr/bin/docker" "$STATE/bin/docker"
+fi
+export PATH=$STATE/bin:$PATH DOCKER_CONFIG=$EB_DOCKER_CONFIG
+
+if DOCKER_HOST=unix://$SOCK docker info >/dev/null 2>&1; then
+  # an engine of another kind there (an older suite's: Debian 12's dockerd 20.10) is not taken
+  if ! DOCKER_HOST=unix://$SOCK docker info --format '{{json .DriverStatus}}' | grep -q io.containerd.snapshotter; then
+    log "the engine answering at $SOCK ($(DOCKER_HOST=unix://$SOCK docker version --format '{{.Server.Version}}' 2>/dev/null)) has no containerd image store: it is not the suite's; stop it (kill \$(cat $STATE/docker.pid)) and run this again, or set ENVBUILDER_TEST_STATE to another folder"
+    exit 1
+  fi
+else
+  log "starting dockerd ($(tr '\n' ' ' < "$ENGINE/.complete")) on $SOCK (bridge $BRIDGE $BRIDGE_CIDR)"
   if [ -f "$STATE/docker.pid" ] && kill -0 "$(cat "$STATE/docker.pid")" 2>/dev/null; then
     kill "$(cat "$STATE/docker.pid")" || true; sleep 2
   fi
   rm -f "$SOCK" "$STATE/docker.pid"
-  mkdir -p "$STATE/data" "$STATE/exec"
-  setsid dockerd --data-root "$STATE/data" --exec-root "$STATE/exec" -H "unix://$SOCK" \
-    --pidfile "$STATE/docker.pid" >"$STATE/dockerd.log" 2>&1 < /dev/null &
+  mkdir -p "$STATE/engine" "$STATE/exec"
+  # a bridge of its own: never "none" (dockerd then deletes the host's docker0) and never
+  # another engine's docker0
+  if ! ip link show "$BRIDGE" >/dev/null 2>&1; then
+    ip link add "$BRIDGE" type bridge
+    ip addr add "$BRIDGE_CIDR" dev "$BRIDGE"
+  fi
+  ip link set "$BRIDGE" up
+  iptables_json=true
+  if [ "$ENGINE_IPTABLES" = 0 ]; then
+    iptables_json=false
+    net=$(ip -4 route show dev "$BRIDGE" proto kernel | awk '{print $1; exit}')
+    iptables -t nat -C POSTROUTING -s "$net" ! -o "$BRIDGE" -j MASQUERADE 2>/dev/null \
+      || iptables -t nat -A POSTROUTING -s "$net" ! -o "$BRIDGE" -j MASQUERADE
+    iptables -C FORWARD -i "$BRIDGE" -j ACCEPT 2>/dev/null || iptables -I FORWARD 1 -i "$BRIDGE" -j ACCEPT
+    iptables -C FORWARD -o "$BRIDGE" -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT 2>/dev/null \
+      || iptables -I FORWARD 1 -o "$BRIDGE" -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT
+  fi
+  # the containerd image store keeps BuildKit's compressed layers (the pushed digest is the
+  # built one); BuildKit's cache is bounded by its own garbage collection
+  cat >"$STATE/daemon.json" <<JSON
+{"features": {"containerd-snapshotter": true},
+ "bridge": "$BRIDGE", "iptables": $iptables_json, "ip6tables": false,
+ "default-address-pools": [{"base": "$ADDRESS_POOL", "size": 24}],
+ "builder": {"gc": {"enabled": true, "defaultKeepStorage": "${ENVBUILDER_TEST_BUILD_CACHE_GB:-40}GB"}}}
+JSON
+  setsid dockerd --config-file "$STATE/daemon.json" --data-root "$STATE/engine" \
+    --exec-root "$STATE/exec" -H "unix://$SOCK" --pidfile "$STATE/docker.pid" \
+    >"$STATE/dockerd.log" 2>&1 < /dev/null &
   for _ in $(seq 1 60); do
     DOCKER_HOST=unix://$SOCK docker info >/dev/null 2>&1 && break
     sleep 1
@@ -64,27 +169,23 @@ docker images --format '{{.Repository}}:{{.Tag}}' 2>/dev/null \
 docker images --format '{{.Repository}}@{{.Digest}} {{.Tag}} {{.ID}}' 2>/dev/null \
   | awk '$2 == "<none>" && $1 ~ /^(127\.0\.0\.1|localhost):[0-9]+\// {print ($1 ~ /@$/ ? $3 : $1)}' \
   | xargs -r docker rmi >/dev/null 2>&1 || true
-# untagged images are mostly the builder and layer stages of earlier runs: the legacy builder's
-# cache (each CPU variant's torch layer is a minute to install again; the CUDA image tests remove
-# the stages they make, tests/engine_stages.py). They stay while the engine's images fit a
-# budget, as BuildKit's gc keeps its cache to keep-storage; over it, or with the disk nearly
-# full, every untagged image goes and the next run builds those stages again.
+# BuildKit's cache (the stages of earlier builds) is kept to its gc's budget (daemon.json); the
+# untagged images are what the legacy builder's test builds left. Over the image budget, or
+# with the disk nearly full, both go and the next run builds those stages again.
 budget_gb=${ENVBUILDER_TEST_IMAGE_BUDGET_GB:-60}
 min_free_gb=${ENVBUILDER_TEST_MIN_FREE_GB:-15}
 images_gb=$(docker system df --format '{{.Type}} {{.Size}}' 2>/dev/null | awk '
   $1 == "Images" { v = $2; u = v; sub(/[0-9.]+/, "", u); sub(/[a-zA-Z]+$/, "", v)
                    f = (u == "TB") ? 1024 : (u == "GB") ? 1 : (u == "MB") ? 1 / 1024 : 0
                    printf "%d", v * f }')
-free_gb=$(df -P -k "$STATE/data" 2>/dev/null | awk 'NR == 2 {printf "%d", $4 / 1048576}')
+free_gb=$(df -P -k "$STATE/engine" 2>/dev/null | awk 'NR == 2 {printf "%d", $4 / 1048576}')
 if [ "${images_gb:-0}" -gt "$budget_gb" ] || [ "${free_gb:-999}" -lt "$min_free_gb" ]; then
-  log "images ${images_gb:-?} GB (budget ${budget_gb}, ENVBUILDER_TEST_IMAGE_BUDGET_GB), ${free_gb:-?} GB free (at least ${min_free_gb}, ENVBUILDER_TEST_MIN_FREE_GB): pruning the untagged images (build stages of earlier runs)"
+  log "images ${images_gb:-?} GB (budget ${budget_gb}, ENVBUILDER_TEST_IMAGE_BUDGET_GB), ${free_gb:-?} GB free (at least ${min_free_gb}, ENVBUILDER_TEST_MIN_FREE_GB): pruning the untagged images and BuildKit's cache"
   docker image prune -f >/dev/null 2>&1 || true
+  docker builder prune -af >/dev/null 2>&1 || true
 fi
 
 # --- Debian 12 and 13 base images ---------------------------------------------------------
-mirror=$(awk '/^URIs:/{print $2; exit}' /etc/apt/sources.list.d/debian.sources 2>/dev/null || true)
-[ -n "$mirror" ] || mirror=$(awk '/^deb /{print $2; exit}' /etc/apt/sources.list 2>/dev/null || true)
-[ -n "$mirror" ] || mirror=http://deb.debian.org/debian
 base_image() {  # base_image TAG SUITE ROOTFS-NAME
   local tag=$1 suite=$2 tarball=$CACHE/$3
   docker image inspect "$tag" >/dev/null 2>&1 && return 0
@@ -184,21 +285,18 @@ else
   echo $! > "$STATE/cuda-wheels.pid"
 fi
 
-# --- Apptainer and docker buildx (issue 28) -------------------------------------------------
+# --- Apptainer (issue 28) -------------------------------------------------------------------
 # Apptainer is not packaged for Debian 12; Debian sid's 1.4.x runs here as an unprivileged user
 # in a container with SYS_ADMIN, no seccomp/AppArmor profile and /dev/fuse (a root user or a
 # chroot is refused: docs in ../shared/MACHINE.md). An image of debootstrapped sid with apptainer,
 # squashfs-tools and squashfuse is cached as a tarball under $CACHE like the other bases; the
-# `apptainer` wrapper below runs it. Debian sid's docker-buildx plugin binary (from its .deb,
-# downloaded in that image: the host's apt sources stay untouched) goes into a DOCKER_CONFIG
-# cli-plugins folder so `docker buildx` uses the engine's built-in BuildKit.
+# `apptainer` wrapper below runs it. (docker buildx comes with the engine's packages, above.)
 APPTAINER_TAG=envbuilder-test/apptainer:sid
 APPTAINER_BIN=$STATE/apptainer-bin
-EB_DOCKER_CONFIG=$STATE/docker-config
 apptainer_services() {
-  local tarball=$CACHE/sid-apptainer-rootfs.tar plugin=$CACHE/docker-buildx
-  if ! docker image inspect "$APPTAINER_TAG" >/dev/null 2>&1 || [ ! -s "$plugin" ]; then
-    if [ ! -s "$tarball" ] || [ ! -s "$plugin" ]; then
+  local tarball=$CACHE/sid-apptainer-rootfs.tar
+  if ! docker image inspect "$APPTAINER_TAG" >/dev/null 2>&1; then
+    if [ ! -s "$tarball" ]; then
       local root cid
       root=$(mktemp -d "$STATE/rootfs.XXXXXX")
       log "debootstrap sid from $mirror (for apptainer)"
@@ -208,13 +306,10 @@ apptainer_services() {
       tar -C "$root" -c . | docker import - envbuilder-test/sid-minbase:tmp >/dev/null
       rm -rf "$root"
       log "apt-get install apptainer squashfs-tools squashfuse in the sid image"
-      mkdir -p "$STATE/buildx-deb"
-      cid=$(docker create -v "$STATE/buildx-deb:/out" envbuilder-test/sid-minbase:tmp sh -euc '
+      cid=$(docker create envbuilder-test/sid-minbase:tmp sh -euc '
         export DEBIAN_FRONTEND=noninteractive
         apt-get -qq -o Acquire::Check-Valid-Until=false update
         apt-get -qq install -y --no-install-recommends apptainer squashfs-tools squashfuse fuse3 uidmap ca-certificates >/dev/null
-        cd /out && apt-get -qq download docker-buildx && dpkg -x docker-buildx_*.deb x \
-          && cp x/usr/libexec/docker/cli-plugins/docker-buildx /out/docker-buildx && rm -rf x ./*.deb
         useradd -m -u 1000 -s /bin/bash eb
         echo eb:100000:65536 >/etc/subuid; echo eb:100000:65536 >/etc/subgid
         apt-get clean; rm -rf /var/lib/apt/lists/*')
@@ -222,18 +317,13 @@ apptainer_services() {
         || { tail -20 "$STATE/apptainer-image.log" >&2; docker rm -f "$cid" >/dev/null; exit 1; }
       docker export "$cid" >"$tarball.tmp" && mv "$tarball.tmp" "$tarball"
       docker rm -f "$cid" >/dev/null; docker rmi envbuilder-test/sid-minbase:tmp >/dev/null
-      cp "$STATE/buildx-deb/docker-buildx" "$plugin.tmp" && mv "$plugin.tmp" "$plugin"
-      rm -rf "$STATE/buildx-deb"
     fi
     if ! docker image inspect "$APPTAINER_TAG" >/dev/null 2>&1; then
       log "docker import $APPTAINER_TAG"
       docker import "$tarball" "$APPTAINER_TAG" >/dev/null
     fi
   fi
-  mkdir -p "$EB_DOCKER_CONFIG/cli-plugins" "$APPTAINER_BIN"
-  install -m 0755 "$plugin" "$EB_DOCKER_CONFIG/cli-plugins/docker-buildx"
-  [ -f "$HOME/.docker/config.json" ] && [ ! -e "$EB_DOCKER_CONFIG/config.json" ] \
-    && cp "$HOME/.docker/config.json" "$EB_DOCKER_CONFIG/config.json"
+  mkdir -p "$APPTAINER_BIN"
   # the wrapper: apptainer ARGS in a container of $APPTAINER_TAG as uid 1000 (eb), each existing path
   # among ARGS and APPTAINER_BIND (or the folder of a path to be written; SRC of SRC:DEST) and the
   # working folder bind-mounted at the same place; APPTAINER_WRAPPER_BINDS adds more (space-separated). Files it writes belong to
@@ -250,7 +340,7 @@ for a in "\$@" \${APPTAINER_BIND:+\${APPTAINER_BIND//,/ }} \${APPTAINER_WRAPPER_
   elif [ -d "\$(dirname "\$p")" ]; then binds+=(-v "\$(dirname "\$p"):\$(dirname "\$p")"); fi
 done
 envs=()
-for v in \$(env | sed -n 's/^\(APPTAINERENV_[A-Za-z0-9_]*\|APPTAINER_[A-Z_]*\)=.*/\1/p'); do
+for v in \$(env | sed -n 's/^\(APPTAINERENV_[A-Za-z0-9_]*\|APPTAINER_[A-Z_]*\|SOURCE_DATE_EPOCH\)=.*/\1/p'); do
   case \$v in APPTAINER_WRAPPER_*) ;; *) envs+=(-e "\$v") ;; esac
 done
 tty=(); [ -t 0 ] && tty=(-t)
@@ -284,6 +374,8 @@ cosign_from_sid() {
 cosign_from_sid
 
 echo "export DOCKER_HOST=unix://$SOCK"
+echo "export ENVBUILDER_TEST_DOCKER_HOST=unix://$SOCK"
+echo "export PATH=$STATE/bin:\$PATH"  # the engine's dockerd, containerd and runc (a test's own engine too)
 echo "export ENVBUILDER_TEST_BASE_IMAGE=$BASE_TAG"
 echo "export ENVBUILDER_TEST_WHEELHOUSE=$WHEELS"
 echo "export ENVBUILDER_TEST_BASE_IMAGE_13=$BASE_TAG_13"
