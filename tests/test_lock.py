@@ -14,6 +14,7 @@ import pytest
 from envbuilder.api import resolve_target
 from envbuilder.errors import (IncompatibleError, InputError, MissingExtraError,
                                OperationError)
+from envbuilder.lock.system import lock_epoch
 from envbuilder.lock.requirements import (LOCK_NAME, cross_check, lock_digest, lock_inputs,
                                           parse_exclude_newer, read_lock,
                                           read_lockfile, split_by_layer)
@@ -102,7 +103,11 @@ def test_the_header_records_the_inputs_and_their_digest(locked, stack):
     assert record is not None and lf.inputs_digest and lf.packages_digest
     assert lf.record_intact and lf.body_intact
     # the format version is its own header line, not an input (lock.model)
-    assert lf.format == 4 and "# lock format: 4\n" in text and "format" not in record
+    assert lf.format == 5 and "# lock format: 5\n" in text and "format" not in record
+    # the lock's date (SOURCE_DATE_EPOCH of its builds): the stack's newest release date
+    # without --exclude-newer, so locking twice gives the same bytes (lock.system)
+    assert lf.source_date_epoch == lock_epoch(stack, None) > 0 and lf.pins_intact
+    assert lf.system is None  # no --system: no images or apt packages pinned
     assert record["target"] == TARGET
     assert record["python"] == "3.10" and record["platform"] == "x86_64-manylinux_2_28"
     assert record["torch"] == "2.1.2 (cu121)" and record["nccl"] == "2.18.1 (nvidia-nccl-cu12)"

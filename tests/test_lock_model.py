@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from envbuilder.api import resolve_target
+from envbuilder.errors import InputError
 from envbuilder.lock import model
 from envbuilder.lock.inputs import lock_inputs, record_digest
 from envbuilder.lock.requirements import LOCK_NAME, LockFormatError, lock_drift, read_lockfile
@@ -44,7 +45,7 @@ def _v3(stack) -> str:
 
 def test_a_written_lock_reads_back_through_the_model_and_is_current(stack):
     inputs = lock_inputs(stack)
-    text = model.dump(stack, "uv pip compile -", inputs, "0.5.0", BODY)
+    text = model.dump(stack, "uv pip compile -", inputs, "0.5.0", BODY, epoch=1717200000)
     assert text.splitlines()[1] == f"# lock format: {model.FORMAT}"
     lf = model.read(text, LOCK_NAME, "fix")
     assert lf.format == model.FORMAT and lf.record == inputs.record and lf.body == BODY
@@ -63,7 +64,7 @@ def test_a_format_3_lock_is_read_and_its_version_is_not_drift(stack):
 @pytest.mark.parametrize("header, needles", [
     ("", ("has no lock format version", "--upgrade")),
     ("# requirements.lock: made by hand\n# lock format: 99\n\n",
-     ("lock format '99'", "reads formats 3, 4", "upgrade envbuilder", "--upgrade")),
+     ("lock format '99'", "reads formats 3, 4, 5", "upgrade envbuilder", "--upgrade")),
     ("# lock format: four\n\n", ("lock format 'four'", "--upgrade")),
 ])
 def test_a_missing_or_unknown_format_is_one_line(stack, header, needles):
@@ -108,3 +109,64 @@ def test_no_lock_module_imports_a_private_name_of_another():
             if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("envbuilder.lock"):
                 private = [a.name for a in node.names if a.name.startswith("_")]
                 assert not private, f"{path.name} imports {private} from {node.module}"
+
+
+# -- format 5: the lock's date and its system pins (lock.system) -----------------------------
+
+DIGEST = "sha256:" + "b" * 64
+
+
+def _pins(**kw):
+    from envbuilder.lock.system import AptPin, SystemPins
+
+    return SystemPins(resolved_at="2026-12-05T08:40:12Z",
+                      images={"builder": f"envbuilder-test/debian:12@{DIGEST}",
+                              "runtime": f"envbuilder-test/debian:12@{DIGEST}"},
+                      image_source={"builder": "engine", "runtime": "engine"},
+                      apt={"builder": (AptPin("ca-certificates", "20230311+deb12u1"),
+                                       AptPin("python3.11", "3.11.2-6+deb12u6")),
+                           "runtime": (AptPin("libpython3.11-stdlib", "3.11.2-6+deb12u6"),)},
+                      **kw)
+
+
+def test_a_format_5_lock_keeps_its_date_and_system_pins_under_their_digest(stack):
+    inputs = lock_inputs(stack)
+    text = model.dump(stack, "uv pip compile -", inputs, "0.5.0", BODY, epoch=1717200000,
+                      system=_pins())
+    assert "# source date epoch: 1717200000 (2024-06-01T00:00:00Z)\n" in text
+    assert f"#   image runtime: envbuilder-test/debian:12@{DIGEST} (engine)\n" in text
+    assert "#   apt builder: python3.11=3.11.2-6+deb12u6\n" in text
+    lf = model.read(text, LOCK_NAME, "fix")
+    assert lf.source_date_epoch == 1717200000 and lf.system == _pins() and lf.pins_intact
+    assert lf.body == BODY and lf.record_intact and lf.body_intact
+    assert lock_drift(stack, text, LOCK_NAME, inputs) == []
+    # an edited pin is found, as an edited entry is
+    edited = text.replace("python3.11=3.11.2-6+deb12u6", "python3.11=3.11.2-6+deb12u7")
+    assert not model.read(edited, LOCK_NAME, "fix").pins_intact
+    assert any("the date or the system pins in its header were edited" in p
+               for p in lock_drift(stack, edited, LOCK_NAME, inputs))
+
+
+def test_with_pins_replaces_the_date_and_system_pins_and_nothing_else(stack):
+    inputs = lock_inputs(stack)
+    plain = model.dump(stack, "uv pip compile -", inputs, "0.5.0", BODY, epoch=1717200000)
+    pinned = model.with_pins(plain, epoch=1717200000, system=_pins())
+    assert pinned == model.dump(stack, "uv pip compile -", inputs, "0.5.0", BODY,
+                                epoch=1717200000, system=_pins())
+    assert model.with_pins(pinned, epoch=1717200000, system=None) == plain
+
+
+@pytest.mark.parametrize("line, needle", [
+    ("#   apt builder: python3.11=3.11; rm -rf /", "is not a Debian package name"),
+    ("#   image builder: debian:12", "is not an image by digest"),
+    ("#   image builder: debian:12@sha256:" + "c" * 64 + "$(id)", "is not an image by digest"),
+])
+def test_a_system_pin_that_could_inject_a_command_is_refused(stack, line, needle):
+    inputs = lock_inputs(stack)
+    text = model.dump(stack, "uv pip compile -", inputs, "0.5.0", BODY, epoch=1717200000,
+                      system=_pins())
+    key = line.split(":")[0] + ":"
+    bad = "\n".join(line if ln.startswith(key) else ln for ln in text.splitlines()) + "\n"
+    with pytest.raises(InputError) as e:
+        model.read(bad, LOCK_NAME, "fix")
+    assert needle in str(e.value) and e.value.exit_code == 2

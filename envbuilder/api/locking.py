@@ -18,9 +18,12 @@ from envbuilder.api.folders import spec_files
 def lock(specs: Sequence[TargetSpec], out: str | Path | None = None, *, single: bool = False,
          matrix_dir: str | Path | None = None, check: bool = False, upgrade: bool = False,
          conda: bool = False, conda_channels: Sequence[str] = ("conda-forge",),
-         sbom: bool = False) -> list[Outcome[LockResult]]:
+         sbom: bool = False, system: bool = False) -> list[Outcome[LockResult]]:
     """Write (or with ``check`` verify offline against its inputs) each spec's hash-pinned
-    lock; keep going past a target that fails and name it (core.spec.run_each)."""
+    lock; keep going past a target that fails and name it (core.spec.run_each). ``system``:
+    also pin the base and builder images by digest and every apt package by version, through
+    the Docker engine (run.system); with ``check``, compare those pins with the images and the
+    mirror now (online)."""
     from envbuilder.core import validate
     from envbuilder.lock import requirements as lockreq
     from envbuilder.lock.write import write_locks
@@ -47,14 +50,65 @@ def lock(specs: Sequence[TargetSpec], out: str | Path | None = None, *, single: 
                           check=check, upgrade=upgrade, exclude_newer=s.exclude_newer,
                           conda=conda, conda_channels=tuple(conda_channels), sbom=sbom,
                           command=s.invocation("lock"), compiled=s.compiled)
+        pinned = None
+        if system:
+            pinned = _system_pins(s, stack, dest, check=check,
+                                  refresh=upgrade or res["lock"].status == "resolved")
+            if not check:
+                from envbuilder.lock.entries import lock_digest
+
+                res["lock"].digest = lock_digest(dest / LOCK_NAME)
         rendered = _follow_lock(s, dest, check=check, matrix_dir=matrix_dir)
         return LockResult(name=s.name, target=s.name, tag=stack.tag,
                           lock=res["lock"].to_dict(), warnings=list(stack.to_dict()["warnings"]),
                           rendered=rendered,
                           conda=None if res["conda"] is None else res["conda"].to_dict(),
-                          sbom=res["sbom"])
+                          sbom=res["sbom"], system=pinned)
 
     return spec_mod.run_each(specs, "lock", one)
+
+
+LOCK_NAME = "requirements.lock"
+
+
+def _system_pins(spec: TargetSpec, stack: Any, dest: Path, *, check: bool,
+                 refresh: bool) -> dict[str, Any]:
+    """``lock --system``: the lock's images by digest and apt packages by version, resolved
+    through the engine and written into its header (kept when the lock has them and nothing
+    was resolved again: ``refresh``); with ``check``, compared with what they are now
+    (exit 1 naming each that moved)."""
+    from envbuilder._fs import read_text_capped, write_file_atomic
+    from envbuilder.errors import OperationError
+    from envbuilder.lock import model
+    from envbuilder.lock.requirements import read_lockfile
+    from envbuilder.lock.system import lock_epoch, moved
+    from envbuilder.render.plan import make_plan
+    from envbuilder.run import engine
+    from envbuilder.run import system as run_system
+
+    path = dest / LOCK_NAME
+    text = read_text_capped(path, "lock", limit=64 << 20, follow_links=False)
+    lf = read_lockfile(text, str(path), stack, spec.invocation("lock"))
+    plan = make_plan(stack, **spec.plan_options())  # the images and packages by name
+    client = engine.connect()
+    if check:
+        if lf.system is None:
+            raise OperationError(f"{path} pins no images or apt packages: run "
+                                 f"{spec.invocation('lock', dest)} --system", step="lock")
+        images, apt = run_system.now_for(client, plan, lf.system)
+        problems = moved(lf.system, images, apt)
+        if problems:
+            n = len(problems)
+            raise OperationError(f"{path}: {problems[0]}" + (f" (and {n - 1} more)" if n > 1 else "")
+                                 + f"; {spec.invocation('lock', dest)} --system --upgrade pins "
+                                 f"them again", step="lock", details=problems)
+        return {"checked": True, **lf.system.to_dict()}
+    if lf.system is not None and not refresh:
+        return {"status": "unchanged", **lf.system.to_dict()}
+    pins = run_system.resolve(client, plan)
+    epoch = lf.source_date_epoch if lf.source_date_epoch is not None else lock_epoch(stack, spec.exclude_newer)
+    write_file_atomic(path, model.with_pins(text, epoch=epoch, system=pins), step="lock", group="lock")
+    return {"status": "resolved", **pins.to_dict()}
 
 
 def _follow_lock(spec: TargetSpec, dest: Path, *, check: bool,

@@ -108,11 +108,12 @@ class LockResult:
     rendered: bool = False
     conda: JSON | None = None
     sbom: str | None = None
+    system: JSON | None = None  # lock --system: the images and apt pins (and what --check found)
 
     def to_dict(self) -> JSON:
         out: JSON = {"name": self.name, "target": self.target, "tag": self.tag,
                      "lock": self.lock, "warnings": self.warnings, "rendered": self.rendered}
-        for extra in ("conda", "sbom"):
+        for extra in ("conda", "sbom", "system"):
             if getattr(self, extra) is not None:
                 out[extra] = getattr(self, extra)
         return out

@@ -1,11 +1,11 @@
 """The lock file's format, read and written through one typed model (as conda-lock's
 ``lockfile/`` does: dispatch on the format version, an error for a missing or unknown one).
 
-A lock is uv's hash-pinned entries under a comment header (pip reads it as it is). Format 4,
+A lock is uv's hash-pinned entries under a comment header (pip reads it as it is). Format 5,
 written now::
 
     # requirements.lock: every Python package of this environment, pinned with hashes.
-    # lock format: 4
+    # lock format: 5
     # envbuilder version: ..., uv version, target, stack, matrix digest, python, index
     # made by: envbuilder lock TARGET ...
     #   which runs: uv pip compile ... <<< the requirement lines below
@@ -13,7 +13,14 @@ written now::
     #   target: ...                    (one line per input; lists repeat their key)
     # inputs digest: sha256:...        (of the record: lock.inputs.record_digest)
     # packages digest: sha256:...      (of the entries below the header)
+    # source date epoch: ...           (the lock's date: SOURCE_DATE_EPOCH of its builds)
+    # system pins (...):               (lock --system: images by digest, apt packages by version)
+    #   image builder: NAME@sha256:... (one line per pin: lock.system)
+    # pins digest: sha256:...          (of the date and the system pins)
     # install: pip install --require-hashes --no-deps -r requirements.lock
+
+Format 4 had no date and no system pins; it is read into the same model without them (its
+builds take the stack's date, lock.system.stack_epoch).
 
 Format 3 kept its version inside the inputs record (``#   format: 3``), and so compared it
 as an input; it is read (``_read_v3``) into the same model, its version out of the record.
@@ -35,8 +42,9 @@ from envbuilder.errors import InputError
 from envbuilder.lock import uv as _uv
 from envbuilder.lock.entries import INSTALL_HINT, LockedPackage, comment_safe, read_lock
 from envbuilder.lock.inputs import LIST_KEYS, LockInputs, record_digest
+from envbuilder.lock.system import ReadPins, SystemPins, header_lines, read_header
 
-FORMAT = 4  # 4: the version in its own header line, not an input; 3: one joint resolution
+FORMAT = 5  # 5: the date and system pins; 4: the version in its own line; 3: one joint resolution
 INPUTS_TITLE = "# lock inputs (envbuilder lock --check compares them with the project, offline):"
 INPUTS_DIGEST = "# inputs digest: "
 PACKAGES_DIGEST = "# packages digest: "
@@ -62,6 +70,20 @@ class Lockfile:
     command: str
     body: str
     record_digest: str | None  # the digest of the record as written, for its format
+    pins: ReadPins | None = None  # format 5: the date and the system pins (lock.system)
+
+    @property
+    def source_date_epoch(self) -> int | None:
+        return self.pins.epoch if self.pins is not None else None
+
+    @property
+    def system(self) -> SystemPins | None:
+        return self.pins.system if self.pins is not None else None
+
+    @property
+    def pins_intact(self) -> bool:
+        """The recorded pins digest is the date's and system pins' (neither was edited)."""
+        return self.pins is None or self.pins.intact
 
     @property
     def record_intact(self) -> bool:
@@ -102,6 +124,7 @@ class _Header:
     inputs_digest: str | None
     packages_digest: str | None
     command: str
+    lines: tuple[str, ...] = ()
 
 
 def _scan(header: str) -> _Header:
@@ -132,7 +155,7 @@ def _scan(header: str) -> _Header:
             pdig = ln[len(PACKAGES_DIGEST):].strip()
         elif ln.startswith(_WHICH_RUNS) and not command:
             command = ln[len(_WHICH_RUNS):].split(" <<< ")[0]
-    return _Header(version, record, idig, pdig, command)
+    return _Header(version, record, idig, pdig, command, tuple(lines))
 
 
 def _read_v3(h: _Header, body: str) -> Lockfile:
@@ -150,7 +173,13 @@ def _read_v4(h: _Header, body: str) -> Lockfile:
                     record_digest=None if h.record is None else record_digest(h.record))
 
 
-_READERS: dict[int, Callable[[_Header, str], Lockfile]] = {3: _read_v3, 4: _read_v4}
+def _read_v5(h: _Header, body: str, where: str = "the lock") -> Lockfile:
+    from dataclasses import replace
+
+    return replace(_read_v4(h, body), format=5, pins=read_header(list(h.lines), where))
+
+
+_READERS: dict[int, Callable[[_Header, str], Lockfile]] = {3: _read_v3, 4: _read_v4, 5: _read_v5}
 
 
 def _version(h: _Header) -> str | None:
@@ -180,13 +209,40 @@ def read(text: str, where: str, fix: str) -> Lockfile:
             f"{where} is lock format {comment_safe(version[:20])!r}, which envbuilder "
             f"{__version__} does not read (it reads formats {reads}): "
             + ("upgrade envbuilder to the one that wrote it, or " if newer else "") + fix)
+    if reader is _read_v5:
+        return _read_v5(h, body, where)
     return reader(h, body)
 
 
 def dump(stack: Stack, cmd: str, inputs: LockInputs, uv_version: str, body: str,
-         made_by_command: str | None = None) -> str:
+         made_by_command: str | None = None, *, epoch: int,
+         system: SystemPins | None = None) -> str:
     """The lock's text in the current format (FORMAT): the header, then uv's ``body``."""
-    return header(stack, cmd, inputs, uv_version, body, made_by_command) + body
+    return header(stack, cmd, inputs, uv_version, body, made_by_command, epoch=epoch,
+                  system=system) + body
+
+
+def with_pins(text: str, *, epoch: int, system: SystemPins | None) -> str:
+    """The lock ``text`` (format 5) with its date and system pins replaced: the entries, the
+    inputs and their digests as they were (``lock --system`` on a lock that is kept)."""
+    head, body = split(text)
+    lines = head.splitlines()
+    keep: list[str] = []
+    skipping = False
+    for ln in lines:
+        if ln.startswith(("# source date epoch: ", "# pins digest: ")):
+            skipping = False
+            continue
+        if ln.startswith("# system pins ("):
+            skipping = True
+            continue
+        if skipping and ln.startswith(_RECORD_LINE):
+            continue
+        skipping = False
+        keep.append(ln)
+    at = next((i for i, ln in enumerate(keep) if ln.startswith("# install: ")), len(keep))
+    keep[at:at] = header_lines(epoch, system)
+    return "\n".join(keep) + "\n" + body
 
 
 def lock_path_fix(path: str | Path) -> str:
@@ -195,7 +251,8 @@ def lock_path_fix(path: str | Path) -> str:
 
 
 def header(stack: Stack, cmd: str, inputs: LockInputs, uv_version: str, body: str,
-            made_by_command: str | None = None) -> str:
+           made_by_command: str | None = None, *, epoch: int,
+           system: SystemPins | None = None) -> str:
     idx = inputs.idx
     if made_by_command is not None:  # the exact invocation, pins included (core.spec)
         made_by = f"# made by: {comment_safe(made_by_command)}"
@@ -226,6 +283,7 @@ def header(stack: Stack, cmd: str, inputs: LockInputs, uv_version: str, body: st
         *record_lines,
         f"{INPUTS_DIGEST}{inputs.digest}",
         f"{PACKAGES_DIGEST}{packages_digest(body)}",
+        *header_lines(epoch, system),
         f"# install: {INSTALL_HINT}",
         "#   (add --index-url/--extra-index-url for the index above)",
         "",

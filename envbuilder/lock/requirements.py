@@ -91,6 +91,7 @@ from envbuilder.lock.inputs import (LIST_KEYS, LockInputs, input_requirements, l
 from envbuilder.lock.layers import layer_pins, split_by_layer, stack_layer_names
 from envbuilder.lock.model import Lockfile, LockFormatError, dump, packages_digest, read
 from envbuilder.lock.pkgdiff import package_diff, pinned
+from envbuilder.lock.system import lock_epoch
 from envbuilder.lock.team import (parse_requirement_lines, pip_args_options, pip_line_problem,
                                   team_requirements)
 
@@ -183,6 +184,9 @@ def lock_drift(stack: Stack, text: str, where: str, inputs: LockInputs,
         problems.append(f"{where}: the package entries were edited after envbuilder lock wrote "
                         f"them (packages digest {_short(lf.packages_digest)} recorded, "
                         f"{_short(packages_digest(lf.body))} now)")
+    if not lf.pins_intact:
+        problems.append(f"{where}: the date or the system pins in its header were edited (their "
+                        f"digest is not {_short(lf.pins.recorded if lf.pins else None)})")
     problems += lock_problems(text, where, python=stack.python)
     try:
         pkgs = read_lock(text)
@@ -229,7 +233,8 @@ def resolve(stack: Stack, inputs: LockInputs, *, command: str | None = None, uv:
                              f"{problems[0]}", step="lock", details=problems[:20])
     pkgs = read_lock(body)
     shown = _uv.shown(cmd, LOCK_NAME)
-    text = dump(stack, shown, inputs, _uv.version(uv_bin), body, command)
+    text = dump(stack, shown, inputs, _uv.version(uv_bin), body, command,
+                epoch=lock_epoch(stack, inputs.exclude_newer))
     return text, pkgs, shown
 
 
