@@ -20,7 +20,7 @@ from envbuilder.core.resolve import Stack
 from envbuilder.core.spec import TargetSpec
 from envbuilder.errors import InputError
 from envbuilder.labels import PREFIX
-from envbuilder.render.plan import BuildPlan, make_plan
+from envbuilder.render.plan import BuildPlan, Pinned, make_plan
 from envbuilder.render.templating import render_files
 
 if TYPE_CHECKING:
@@ -112,6 +112,22 @@ def with_team_compiled(spec: TargetSpec, stack: Stack) -> Stack:
     return replace(stack, warnings=stack.warnings + tuple(more))
 
 
+def lock_pins(spec: TargetSpec, stack: Stack, lock_text: str, lock_source: str = LOCK_NAME) -> Pinned:
+    """What the lock pins beyond Python, for the plan: its date (format 5; an older lock's
+    builds take the stack's), its images by digest and apt packages by version (lock
+    --system), and ``--apt-snapshot`` as of the date the system pins were resolved."""
+    from envbuilder.lock.requirements import read_lockfile
+
+    lf = read_lockfile(lock_text, lock_source, stack)
+    system = lf.system
+    if system is None:
+        return Pinned(source_date_epoch=lf.source_date_epoch, apt_snapshot=spec.apt_snapshot)
+    date = system.resolved_at.replace("-", "").replace(":", "") or None
+    return Pinned(source_date_epoch=lf.source_date_epoch, image_digests=dict(system.images),
+                  apt_pins={s: system.apt_versions(s) for s in system.apt},
+                  apt_snapshot=spec.apt_snapshot, snapshot_date=date)
+
+
 def folder_files(spec: TargetSpec, stack: Stack, *, lock_text: str | None = None,
                  lock_source: str = LOCK_NAME, wheelhouse: bool = False,
                  image: str | None = None) -> tuple[BuildPlan, dict[str, str | bytes]]:
@@ -139,7 +155,7 @@ def folder_files(spec: TargetSpec, stack: Stack, *, lock_text: str | None = None
     extra: dict[str, object] = {}
     layer_reqs = None
     if lock_text is None:
-        plan = make_plan(stack, **plan_kw)
+        plan = make_plan(stack, pinned=Pinned(apt_snapshot=spec.apt_snapshot), **plan_kw)
     else:
         from envbuilder.lock.requirements import (check_lock_text, cross_check, read_lock,
                                                   split_by_layer)
@@ -148,7 +164,8 @@ def folder_files(spec: TargetSpec, stack: Stack, *, lock_text: str | None = None
         cross_check(stack, read_lock(lock_text), lock_source)
         digest = "sha256:" + hashlib.sha256(lock_text.encode()).hexdigest()
         # the image names the lock it was installed from (envbuilder inspect shows it)
-        plan = make_plan(stack, hashes=True, labels={PREFIX + "lock-digest": digest}, **plan_kw)
+        plan = make_plan(stack, hashes=True, labels={PREFIX + "lock-digest": digest},
+                         pinned=lock_pins(spec, stack, lock_text, lock_source), **plan_kw)
         layer_reqs = split_by_layer(lock_text, plan)
         extra["lock"] = {"file": LOCK_NAME, "digest": digest}
     if image_tag(spec, stack) != stack.tag:
@@ -160,6 +177,11 @@ def folder_files(spec: TargetSpec, stack: Stack, *, lock_text: str | None = None
                              "cuda_arch_list": list(plan.cuda_arch)}
     extra["smoke"] = {"world_size": nproc, "layouts": [lm.fmt(x) for x in lays],
                       "jobs": "jobs/layouts.json"}
+    # what makes a build of this folder reproducible: its date, and the lock's system pins
+    extra["reproducible"] = {"source_date_epoch": plan.source_date_epoch,
+                             "images": dict(plan.image_digests),
+                             "apt_pinned": {s: len(p) for s, p in plan.apt_pins.items()},
+                             "apt_snapshot": plan.apt_snapshot.url if plan.apt_snapshot else None}
     files = render_files(plan, layer_requirements=layer_reqs, stack_extra=extra)
     if lock_text is not None:
         files[LOCK_NAME] = lock_text

@@ -105,6 +105,15 @@ def _url(v: str, what: str) -> str:
     return validate.url(v, what)
 
 
+def _snapshot_url(v: str, what: str) -> str:
+    import re
+
+    if not isinstance(v, str) or not re.fullmatch(r"https?://[A-Za-z0-9._~:/-]+", v):
+        raise InputError(f"{what} {v!r} is not an http(s) URL of letters, digits and ._~:/- "
+                         f"(a snapshot archive's root, e.g. http://snapshot.debian.org/archive)")
+    return v
+
+
 def _urls(v: Sequence[str], what: str) -> tuple[str, ...]:
     return tuple(_url(u, what) for u in v)
 
@@ -215,6 +224,13 @@ OPTIONS: tuple[Option, ...] = (
            "-march of compiled CPU code (DeepSpeed CPU ops): x86-64-v3 (default), x86-64-v4, x86-64-v2.",
            "images", {"description": "-march of compiled CPU code (DeepSpeed CPU ops): x86-64-v3 (default), "
                                      "x86-64-v4, x86-64-v2.", **_STR}, metavar="ISA"),
+    Option("apt_snapshot", "build", "--apt-snapshot", "apt_snapshot", "str",
+           "Point apt at a snapshot archive of the mirror as of the lock's date for the build: each "
+           "source's http(s)://HOST/ARCHIVE becomes URL/ARCHIVE/DATE/ (e.g. "
+           "http://snapshot.debian.org/archive, https://snapshot.ubuntu.com).", "images",
+           {"description": "A snapshot archive's root apt reads during the build, as of the lock's date "
+                           "(e.g. http://snapshot.debian.org/archive).", **_URL}, metavar="URL",
+           check=_snapshot_url),
     Option("pip_index_url", "build", "--pip-index-url", "pip_index_url", "str",
            "The package index (a PyPI mirror) to install and lock from (default: the project's).", "index",
            {"description": "The package index (a PyPI mirror) to install and lock from.", **_URL}, check=_url),

@@ -54,6 +54,7 @@ class TargetSpec:
     builder_image: str | None = None
     cuda_arch: tuple[str, ...] = ()
     cpu_isa: str | None = None
+    apt_snapshot: str | None = None  # --apt-snapshot: apt reads a snapshot archive (build)
     pip_index_url: str | None = None
     extra_index_urls: tuple[str, ...] = ()
     exclude_newer: str | None = None
@@ -126,6 +127,7 @@ class Overrides:
     builder_image: str | None = None
     cuda_arch: tuple[str, ...] = ()
     cpu_isa: str | None = None
+    apt_snapshot: str | None = None
     pip_index_url: str | None = None
     extra_index_urls: tuple[str, ...] = ()
     exclude_newer: str | None = None

@@ -77,6 +77,13 @@ class BuildPlan:
     cuda_arch: tuple[str, ...] = ()  # TORCH_CUDA_ARCH_LIST entries compiled code is built for
     fabric: str = "none"  # the RDMA user space in the runtime stage: ib | efa | none
     compiled_packages: tuple[str, ...] = ()  # the team's packages compiled against torch (canonical)
+    # reproducible builds: the date of every file and of the image (a lock's, else the stack's:
+    # stack_epoch), and with a lock's system pins the images by digest (stage -> NAME@sha256:...)
+    # and each stage's apt packages by version (stage -> name -> version)
+    source_date_epoch: int = 0
+    image_digests: Mapping[str, str] = field(default_factory=dict)
+    apt_pins: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    apt_snapshot: os_packages.Snapshot | None = None  # --apt-snapshot: the mirror as of a date
 
     @property
     def host_nproc(self) -> int:
@@ -153,13 +160,43 @@ class BuildPlan:
         return "\n".join(lines) + "\n"
 
 
+def stack_epoch(stack: Stack) -> int:
+    """The newest release date among the stack's torch, NCCL, CUDA toolkit and components (the
+    matrix's ``released:``), as SOURCE_DATE_EPOCH: an unlocked build's date (a lock keeps its
+    own, lock.system); 0 when the matrix dates none of them."""
+    from datetime import datetime
+
+    epochs = []
+    for rel in stack.assignment.values():
+        d = getattr(rel, "released", None)
+        if isinstance(d, str) and d:
+            try:
+                epochs.append(int(datetime.fromisoformat(d.replace("Z", "+00:00")).timestamp()))
+            except ValueError:
+                continue
+    return max(epochs, default=0)
+
+
+@dataclass(frozen=True)
+class Pinned:
+    """What a lock pins beyond Python, for the plan (lock.system, as plain data): the date,
+    the images by digest (stage -> NAME@sha256:...), each stage's apt packages (stage -> name
+    -> version), and ``--apt-snapshot``'s archive root with the date it reads."""
+
+    source_date_epoch: int | None = None
+    image_digests: Mapping[str, str] = field(default_factory=dict)
+    apt_pins: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    apt_snapshot: str | None = None
+    snapshot_date: str | None = None  # YYYYMMDDTHHMMSSZ
+
+
 def make_plan(stack: Stack, *, base_image: str | None = None, builder_image: str | None = None,  # noqa: C901, PLR0912, PLR0915 - component knowledge inline: one object per component (issue 27 item 2) makes it a loop
               pip_index_url: str | None = None, extra_index_urls: tuple[str, ...] = (),
               wheelhouse: bool = False, hashes: bool = False,
               labels: Mapping[str, str] | None = None, smoke_nproc: int = 12,
               host_nproc: int | None = None, cuda_arch: tuple[str, ...] | None = None, cpu_isa: str | None = None,
               team_requirements: tuple[str, ...] = (),
-              compiled: tuple[str, ...] = ()) -> BuildPlan:
+              compiled: tuple[str, ...] = (), pinned: Pinned | None = None) -> BuildPlan:
     """Turn a resolved stack and the build options into a plan.
 
     ``team_requirements`` (PEP 508 lines, validated by the caller) are a team's own packages:
@@ -219,11 +256,17 @@ def make_plan(stack: Stack, *, base_image: str | None = None, builder_image: str
     else:
         builder = builder_image or base_image or stack.builder_image
     extra_labels = {k: v for c in components for k, v in c.labels(ctx).items()}
+    runtime_image = base_image or stack.runtime_image
+    pin = pinned or Pinned()
+    digests = _pinned_images(pin, builder, runtime_image)
+    sde = pin.source_date_epoch if pin.source_date_epoch is not None else stack_epoch(stack)
+    if "runtime" in digests:  # the OCI annotation of the base's digest, as a label
+        extra_labels["org.opencontainers.image.base.digest"] = digests["runtime"].split("@", 1)[1]
     return BuildPlan(
         target=stack.target,
         stack=stack,
-        builder_image=builder,
-        runtime_image=base_image or stack.runtime_image,
+        builder_image=digests.get("builder", builder),
+        runtime_image=digests.get("runtime", runtime_image),
         os_family=stack.os.family,
         python=stack.python,
         python_apt=tuple(os_py.packages),
@@ -243,7 +286,46 @@ def make_plan(stack: Stack, *, base_image: str | None = None, builder_image: str
         cuda_arch=tuple(arch),
         fabric=stack.fabric,
         compiled_packages=split.names,
+        source_date_epoch=sde,
+        image_digests=digests,
+        apt_pins={k: dict(v) for k, v in pin.apt_pins.items()} if stack.os.package_manager == "apt" else {},
+        apt_snapshot=_snapshot(pin, stack, sde),
     )
+
+
+def _pinned_images(pin: Pinned, builder: str, runtime: str) -> dict[str, str]:
+    """The lock's images by digest for this plan's images: a pin made for another image (the
+    lock predates a --base-image) is refused, naming both (exit 2)."""
+    out: dict[str, str] = {}
+    for stage, image in (("builder", builder), ("runtime", runtime)):
+        ref = pin.image_digests.get(stage)
+        if ref is None:
+            continue
+        validate.image_ref(ref, f"the lock's {stage} image")
+        name = ref.split("@", 1)[0]
+        if name != image.split("@", 1)[0]:
+            raise InputError(f"the lock pins the {stage} image {name} by digest, and this build's "
+                             f"{stage} image is {image}: lock again with --system for it")
+        out[stage] = ref
+    return out
+
+
+def _snapshot(pin: Pinned, stack: Stack, sde: int) -> os_packages.Snapshot | None:
+    """--apt-snapshot URL: the archive as of the lock's system pins (``snapshot_date``), else
+    as of the plan's date."""
+    if pin.apt_snapshot is None:
+        return None
+    if stack.os.package_manager != "apt":
+        raise InputError(f"--apt-snapshot points apt at a snapshot archive; {stack.os.name} "
+                         f"installs with {stack.os.package_manager}")
+    if not os_packages.SNAPSHOT_URL_RE.fullmatch(pin.apt_snapshot):
+        raise InputError(f"--apt-snapshot {pin.apt_snapshot!r} is not an http(s) URL of letters, "
+                         f"digits and ._~:/- (a snapshot archive's root, e.g. "
+                         f"http://snapshot.debian.org/archive)")
+    from datetime import datetime, timezone
+
+    date = pin.snapshot_date or datetime.fromtimestamp(sde, tz=timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    return os_packages.Snapshot(pin.apt_snapshot, date)
 
 
 def _builder(ctx: PlanContext, components: tuple[Component, ...], os_py: OsPython,

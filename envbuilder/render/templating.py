@@ -74,23 +74,57 @@ def _pip_source(plan: BuildPlan, layer: PipLayer) -> list[str]:
     return out
 
 
-def make_steps(plan: BuildPlan) -> Steps:
-    py, pm = plan.python, plan.package_manager
-    builder: list[str] = []
+@dataclass(frozen=True)
+class AptStep:
+    """One stage's OS packages as its install step asks for them: the stage's image, what
+    runs before (the PPA, the archive's other components), the packages (``lock --system``
+    resolves each stage's in its image: envbuilder.run.system)."""
+
+    image: str
+    setup: tuple[str, ...]
+    packages: tuple[str, ...]
+    sources_from: str | None = None  # the stage whose apt sources it copies (the PPA's)
+
+
+def _builder_setup(plan: BuildPlan) -> list[str]:
+    """What the builder stage runs before its install step: the PPA, the other components."""
+    out: list[str] = []
     if plan.ppa:
-        builder += ["apt-get update",
-                    "apt-get install -y --no-install-recommends software-properties-common gpg-agent",
-                    f"add-apt-repository -y {_q(plan.ppa)}"]
+        out += ["apt-get update",
+                "apt-get install -y --no-install-recommends software-properties-common gpg-agent",
+                f"add-apt-repository -y {_q(plan.ppa)}"]
     if plan.builder.apt_components:
         # the OS archive's CUDA toolkit lives in other components (Debian: contrib non-free);
         # they are enabled in the builder stage only
         comps = " ".join(plan.builder.apt_components)
-        builder += [
+        out += [
             "if [ -f /etc/apt/sources.list.d/debian.sources ]; then sed -i -E "
             f"'s/^Components: main$/Components: main {comps}/' /etc/apt/sources.list.d/debian.sources; fi",
             "if [ -f /etc/apt/sources.list ]; then sed -i -E "
             f"'s/^(deb [^#]* main)$/\\1 {comps}/' /etc/apt/sources.list; fi"]
-    builder += pm.install(plan.builder_apt)
+    return out
+
+
+def _runtime_packages(plan: BuildPlan) -> list[str]:
+    pkgs = [p for p in plan.python_apt if not p.endswith("-venv")]
+    # the fabric's RDMA user space (verbs, providers, rdmacm, ibv_devinfo) with the runtime's
+    # own packages, and what the OS's base may lack (dnf: shadow-utils' useradd): one layer
+    return pkgs + [*plan.rdma_apt, *plan.package_manager.runtime_tools]
+
+
+def apt_steps(plan: BuildPlan) -> dict[str, AptStep]:
+    """The builder's and the runtime's install steps (apt stacks only; {} for dnf)."""
+    if plan.package_manager.name != "apt":
+        return {}
+    return {"builder": AptStep(plan.builder_image, tuple(_builder_setup(plan)), tuple(plan.builder_apt)),
+            "runtime": AptStep(plan.runtime_image, (), tuple(_runtime_packages(plan)),
+                               sources_from="builder" if plan.ppa else None)}
+
+
+def make_steps(plan: BuildPlan) -> Steps:
+    py, pm = plan.python, plan.package_manager
+    builder: list[str] = _builder_setup(plan)
+    builder += pm.install(plan.builder_apt, pins=plan.apt_pins.get("builder"), snapshot=plan.apt_snapshot)
     builder += [*pm.trust_ca(), f"python{py} -m venv {plan.venv}"]
     if plan.builder.pip_toolkit:
         # NVIDIA's CUDA 13 wheels carry nvcc; composed into one CUDA_HOME (nvcc.profile links
@@ -101,12 +135,10 @@ def make_steps(plan: BuildPlan) -> Steps:
                     f"ln -s lib {home}/lib64", f"ln -s libcudart.so.13 {home}/lib/libcudart.so",
                     f"{home}/bin/nvcc --version"]
 
-    runtime_pkgs = [p for p in plan.python_apt if not p.endswith("-venv")]
-    # the fabric's RDMA user space (verbs, providers, rdmacm, ibv_devinfo) with the runtime's
-    # own packages, and what the OS's base may lack (dnf: shadow-utils' useradd): one layer
-    runtime_pkgs += [*plan.rdma_apt, *pm.runtime_tools]
+    runtime_pkgs = _runtime_packages(plan)
     # Apptainer runs as the calling user: the account is the Dockerfile's only
-    runtime = Run(cmds(*pm.install(runtime_pkgs)) + docker_only(
+    runtime = Run(cmds(*pm.install(runtime_pkgs, pins=plan.apt_pins.get("runtime"),
+                                   snapshot=plan.apt_snapshot)) + docker_only(
         f"if getent passwd {plan.uid} >/dev/null; then userdel --remove \"$(getent passwd {plan.uid} | cut -d: -f1)\"; fi",
         f"useradd --no-log-init --create-home --uid {plan.uid} --shell /bin/bash {plan.user}"))
     stages, copies, after = _component_stages(plan)

@@ -24,9 +24,11 @@ def root(context, missing=missing):
     yield str(environment.getattr(environment.getattr((undefined(name='plan') if l_0_plan is missing else l_0_plan), 'stack'), 'tag'))
     yield ').\n# Matrix '
     yield str(environment.getattr(environment.getattr(environment.getattr((undefined(name='plan') if l_0_plan is missing else l_0_plan), 'stack'), 'matrix'), 'digest'))
-    yield '.\n# Build from this folder, as your user (a definition file builds with --fakeroot):\n#   apptainer build '
+    yield '.\n# Build from this folder, as your user (a definition file builds with --fakeroot):\n#   SOURCE_DATE_EPOCH='
+    yield str(environment.getattr((undefined(name='plan') if l_0_plan is missing else l_0_plan), 'source_date_epoch'))
+    yield ' apptainer build '
     yield str(environment.getattr(environment.getattr((undefined(name='plan') if l_0_plan is missing else l_0_plan), 'stack'), 'tag'))
-    yield '.sif envbuilder.def\n# Base of the builder stage: Bootstrap: docker, the registry image '
+    yield ".sif envbuilder.def\n# (SOURCE_DATE_EPOCH dates the root file system's files, as mksquashfs reads it; %post sets it too)\n# Base of the builder stage: Bootstrap: docker, the registry image "
     yield str(environment.getattr((undefined(name='plan') if l_0_plan is missing else l_0_plan), 'builder_image'))
     yield " (the Dockerfile's).\n# Base of the runtime stage: Bootstrap: docker, the registry image "
     yield str(environment.getattr((undefined(name='plan') if l_0_plan is missing else l_0_plan), 'runtime_image'))
@@ -72,7 +74,9 @@ def root(context, missing=missing):
     yield str((undefined(name='build_env_dir') if l_0_build_env_dir is missing else l_0_build_env_dir))
     yield '/build.env ]; then set -a; . '
     yield str((undefined(name='build_env_dir') if l_0_build_env_dir is missing else l_0_build_env_dir))
-    yield '/build.env; set +a; fi\n'
+    yield '/build.env; set +a; fi\n    export SOURCE_DATE_EPOCH="${SOURCE_DATE_EPOCH:-'
+    yield str(environment.getattr((undefined(name='plan') if l_0_plan is missing else l_0_plan), 'source_date_epoch'))
+    yield '}"\n'
     if environment.getattr((undefined(name='plan') if l_0_plan is missing else l_0_plan), 'pip_index_default'):
         pass
         yield '    export PIP_INDEX_URL="${PIP_INDEX_URL:-'
@@ -157,7 +161,9 @@ def root(context, missing=missing):
     yield str((undefined(name='build_env_dir') if l_0_build_env_dir is missing else l_0_build_env_dir))
     yield '/build.env ]; then set -a; . '
     yield str((undefined(name='build_env_dir') if l_0_build_env_dir is missing else l_0_build_env_dir))
-    yield '/build.env; set +a; fi\n'
+    yield '/build.env; set +a; fi\n    export SOURCE_DATE_EPOCH="${SOURCE_DATE_EPOCH:-'
+    yield str(environment.getattr((undefined(name='plan') if l_0_plan is missing else l_0_plan), 'source_date_epoch'))
+    yield '}"\n'
     yield str(context.call(environment.getattr(environment.getattr((undefined(name='steps') if l_0_steps is missing else l_0_steps), 'runtime_system'), 'render'), 'apptainer'))
     yield str(context.call(environment.getattr(environment.getattr((undefined(name='steps') if l_0_steps is missing else l_0_steps), 'runtime_after'), 'render'), 'apptainer'))
     yield '\n%environment\n'
@@ -185,4 +191,4 @@ def root(context, missing=missing):
     yield '\n'
 
 blocks = {}
-debug_info = '3=20&4=26&6=28&7=30&8=32&11=34&13=38&17=40&21=42&22=47&23=61&29=72&30=76&31=81&32=87&33=97&34=99&35=101&36=108&37=119&38=127&41=132&45=134&48=136&49=140&53=145&54=147&55=149&56=155&62=157&63=161&65=164&68=168&74=178&77=180&78=184'
+debug_info = '3=20&4=26&6=28&8=32&9=34&12=36&14=40&18=42&22=44&23=49&24=63&30=74&31=78&32=80&33=85&34=91&35=101&36=103&37=105&38=112&39=123&40=131&43=136&47=138&50=140&51=144&55=149&56=151&57=153&58=159&64=161&65=165&66=167&68=170&71=174&77=184&80=186&81=190'

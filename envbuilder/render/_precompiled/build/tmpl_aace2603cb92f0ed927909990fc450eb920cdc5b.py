@@ -27,7 +27,10 @@ def root(context, missing=missing):
     yield str(environment.getattr(environment.getattr(environment.getattr((undefined(name='plan') if l_0_plan is missing else l_0_plan), 'stack'), 'matrix'), 'digest'))
     yield '. Re-render instead of editing: envbuilder render '
     yield str(environment.getattr((undefined(name='plan') if l_0_plan is missing else l_0_plan), 'target'))
-    yield '\n# Builds with the legacy builder and with BuildKit. Build arguments: BUILDER_IMAGE, RUNTIME_IMAGE,\n# PIP_INDEX_URL, and the predefined HTTP_PROXY/HTTPS_PROXY/NO_PROXY.\n'
+    yield '\n# Builds with the legacy builder and with BuildKit. Build arguments: BUILDER_IMAGE, RUNTIME_IMAGE,\n# PIP_INDEX_URL, SOURCE_DATE_EPOCH, and the predefined HTTP_PROXY/HTTPS_PROXY/NO_PROXY.\n# Reproducible bit for bit with BuildKit 0.13+ (envbuilder build does this): docker buildx build\n#   --provenance=false --output type=oci,dest=-,name=NAME,rewrite-timestamp=true,oci-mediatypes=true . | docker load\n'
+    if environment.getattr((undefined(name='plan') if l_0_plan is missing else l_0_plan), 'image_digests'):
+        pass
+        yield '# The lock pins the base images by digest and every apt package by version (lock --system).\n'
     if environment.getattr((undefined(name='plan') if l_0_plan is missing else l_0_plan), 'index_build_args'):
         pass
         yield '# The package index carries credentials: they are in no file here. Give them at build time,\n# e.g. --build-arg '
@@ -37,6 +40,8 @@ def root(context, missing=missing):
     yield str(environment.getattr((undefined(name='plan') if l_0_plan is missing else l_0_plan), 'builder_image'))
     yield '\nARG RUNTIME_IMAGE='
     yield str(environment.getattr((undefined(name='plan') if l_0_plan is missing else l_0_plan), 'runtime_image'))
+    yield "\n# the date of every file and of the image (a lock's date, else the newest release in the stack);\n# each stage declares it, so pip and CPython see it too (hash-checked .pyc files)\nARG SOURCE_DATE_EPOCH="
+    yield str(environment.getattr((undefined(name='plan') if l_0_plan is missing else l_0_plan), 'source_date_epoch'))
     yield '\n\n'
     yield from context.blocks['builder'][0](context)
     yield '\n'
@@ -80,7 +85,7 @@ def block_builder(context, missing=missing):
     else:
         pass
         yield 'FROM ${BUILDER_IMAGE} AS builder\n'
-    yield 'SHELL ["/bin/bash", "-o", "pipefail", "-c"]\nARG DEBIAN_FRONTEND=noninteractive\nARG PIP_INDEX_URL'
+    yield 'SHELL ["/bin/bash", "-o", "pipefail", "-c"]\nARG DEBIAN_FRONTEND=noninteractive\nARG SOURCE_DATE_EPOCH\nARG PIP_INDEX_URL'
     if environment.getattr((undefined(name='plan') if l_0_plan is missing else l_0_plan), 'pip_index_default'):
         pass
         yield '='
@@ -135,7 +140,7 @@ def block_layer(context, missing=missing):
     yield str(('builder' if environment.getattr((undefined(name='loop') if l_0_loop is missing else l_0_loop), 'first') else environment.getattr(environment.getitem(environment.getattr((undefined(name='plan') if l_0_plan is missing else l_0_plan), 'layers'), (environment.getattr((undefined(name='loop') if l_0_loop is missing else l_0_loop), 'index0') - 1)), 'stage')))
     yield ' AS '
     yield str(environment.getattr((undefined(name='layer') if l_0_layer is missing else l_0_layer), 'stage'))
-    yield '\nARG PIP_INDEX_URL'
+    yield '\nARG SOURCE_DATE_EPOCH\nARG PIP_INDEX_URL'
     if environment.getattr((undefined(name='plan') if l_0_plan is missing else l_0_plan), 'pip_index_default'):
         pass
         yield '='
@@ -175,7 +180,7 @@ def block_stage(context, missing=missing):
     yield str(environment.getattr(environment.getattr((undefined(name='plan') if l_0_plan is missing else l_0_plan), 'torch_layer'), 'stage'))
     yield ' AS '
     yield str(environment.getattr((undefined(name='stage') if l_0_stage is missing else l_0_stage), 'name'))
-    yield '\nSHELL ["/bin/bash", "-o", "pipefail", "-c"]\nARG DEBIAN_FRONTEND=noninteractive\n'
+    yield '\nSHELL ["/bin/bash", "-o", "pipefail", "-c"]\nARG DEBIAN_FRONTEND=noninteractive\nARG SOURCE_DATE_EPOCH\n'
     yield str(context.call(environment.getattr(environment.getattr((undefined(name='stage') if l_0_stage is missing else l_0_stage), 'run'), 'render'), 'docker', _block_vars=_block_vars))
     yield '\n'
 
@@ -199,7 +204,7 @@ def block_runtime(context, missing=missing):
     else:
         pass
         yield 'FROM ${RUNTIME_IMAGE} AS runtime\n'
-    yield 'SHELL ["/bin/bash", "-o", "pipefail", "-c"]\nARG DEBIAN_FRONTEND=noninteractive\n'
+    yield 'SHELL ["/bin/bash", "-o", "pipefail", "-c"]\nARG DEBIAN_FRONTEND=noninteractive\nARG SOURCE_DATE_EPOCH\n'
     if environment.getattr((undefined(name='plan') if l_0_plan is missing else l_0_plan), 'ppa'):
         pass
         yield 'COPY --from=builder /etc/apt/sources.list.d/ /etc/apt/sources.list.d/\nCOPY --from=builder /etc/apt/trusted.gpg.d/ /etc/apt/trusted.gpg.d/\n'
@@ -261,4 +266,4 @@ def block_runtime(context, missing=missing):
     yield '/bin/entrypoint.sh"]\nCMD ["/bin/bash"]'
 
 blocks = {'builder': block_builder, 'layer': block_layer, 'stage': block_stage, 'runtime': block_runtime}
-debug_info = '4=21&5=27&8=31&10=34&13=37&14=39&16=41&41=44&42=48&55=51&58=55&67=58&16=61&18=73&19=76&21=78&27=84&28=89&32=97&33=99&35=101&36=104&37=106&39=108&42=110&43=129&44=135&45=139&46=144&48=152&49=154&50=157&52=159&58=162&59=173&60=175&63=179&67=182&69=194&71=197&77=203&81=206&82=208&83=209&84=211&86=214&87=216&89=219&91=222&93=224&94=230&95=234&97=241&98=244&100=256&101=258&102=260'
+debug_info = '4=21&5=27&10=31&13=34&15=37&18=40&19=42&22=44&24=46&50=49&51=53&65=56&68=60&78=63&24=66&26=78&27=81&29=83&36=89&37=94&41=102&42=104&44=106&45=109&46=111&48=113&51=115&52=134&53=140&55=144&56=149&58=157&59=159&60=162&62=164&68=167&69=178&70=180&74=184&78=187&80=199&82=202&89=208&93=211&94=213&95=214&96=216&98=219&99=221&101=224&103=227&105=229&106=235&107=239&109=246&110=249&112=261&113=263&114=265'
