@@ -20,6 +20,7 @@ from envbuilder import SMOKE_TIMEOUT
 from envbuilder.errors import EXIT_FAILED, EXIT_INCOMPATIBLE
 from envbuilder.ui import daily
 from envbuilder.ui import diagnose as diagnose_ui
+from envbuilder.ui import rebuild as rebuild_ui
 from envbuilder.ui.options import (CASCADE, COMPONENT_CHECKED, COMPONENT_NAMES, COMPONENTS, BackendOpt, DriverOpt, FlavourOpt,
                                    JsonOpt, MatrixOpt, NcclOpt, OsOpt, PythonOpt, ShmOpt,
                                    SmokeTimeoutOpt, TorchOpt, complete_axis, complete_target,
@@ -173,7 +174,7 @@ def render(target: Optional[str] = TargetArg, out: Optional[Path] = OutOpt,
 
 @app.command(help="Write each target's hash-pinned lock (kept when its inputs are unchanged; --upgrade resolves again); --check verifies it offline (the CI gate)." + CASCADE)
 @command
-@spec_options("pins", "overlay", "requirements", "index", "exclude_newer")
+@spec_options("pins", "overlay", "requirements", "index", "exclude_newer", "base_image", "builder_image")
 def lock(target: Optional[str] = TargetArg, out: Optional[Path] = OutOpt,
          all_: bool = AllOpt, only: Optional[List[str]] = OnlyOpt,
          check_: bool = typer.Option(False, "--check", help="Verify offline that the lock matches its inputs (exit 1 naming what changed); never reaches an index."),
@@ -181,12 +182,13 @@ def lock(target: Optional[str] = TargetArg, out: Optional[Path] = OutOpt,
          conda: bool = typer.Option(False, "--conda", help="Also write environment.yml and conda-lock.yml (extra: conda)."),
          conda_channel: Optional[List[str]] = typer.Option(None, "--conda-channel", help="Conda channel (default conda-forge)."),
          sbom: bool = typer.Option(False, "--sbom", help="Also write a CycloneDX SBOM (sbom.cdx.json)."),
+         system: bool = typer.Option(False, "--system", help="Also pin the base and builder images by digest and every apt package by version, resolved in those images through the Docker engine; with --check, compare them with the images and the mirror now (online)."),
          over: Any = None, matrix: Optional[str] = MatrixOpt, as_json: bool = JsonOpt) -> None:
     from envbuilder.api import lock as lock_specs
 
     specs = _specs(target, over, all_=all_, only=only, command="lock", matrix=matrix)
     outcomes = lock_specs(specs, out, single=target is not None, matrix_dir=matrix, check=check_,
-                          upgrade=upgrade, conda=conda, sbom=sbom,
+                          upgrade=upgrade, conda=conda, sbom=sbom, system=system,
                           conda_channels=tuple(conda_channel or ("conda-forge",)))
     done = [o.value.to_dict() for o in outcomes if o.value is not None]
     if as_json and (target is None or done):
@@ -275,6 +277,7 @@ def build(target: Optional[str] = TargetArg, all_: bool = AllOpt, only: Optional
           sign: bool = typer.Option(False, "--sign", help="After verify, the smoke job and the push passed: sign the pushed digest with cosign and attach the verify, smoke, SBOM and provenance attestations."),
           key: Optional[str] = typer.Option(None, "--key", help="--sign's key: a cosign key file or KMS URI (default ENVBUILDER_COSIGN_KEY; its password from COSIGN_PASSWORD)."),
           keyless: bool = typer.Option(False, "--keyless", help="--sign without a key: Sigstore's public Fulcio and Rekor (needs their network)."),
+          builder: str = typer.Option("auto", "--builder", help="auto (BuildKit when the engine builds reproducibly: SOURCE_DATE_EPOCH, timestamps rewritten; else the legacy builder, the report says why), buildkit, or legacy."),
           over: Any = None, matrix: Optional[str] = MatrixOpt, as_json: bool = JsonOpt) -> None:
     from envbuilder import api
 
@@ -286,7 +289,7 @@ def build(target: Optional[str] = TargetArg, all_: bool = AllOpt, only: Optional
         push=push, smoke=not no_smoke, backend=backend, smoke_timeout=smoke_timeout,
         shm_size=shm_size, context=context, alias=not no_alias, lock=lock_file, lock_legacy=lock_legacy,
         fmt=fmt, sif=sif, apptainer=apptainer, metrics_file=metrics_file, pushgateway=pushgateway, several=target is None,
-        sign=sign, key=key, keyless=keyless)
+        sign=sign, key=key, keyless=keyless, builder=builder)
     specs = _specs(target, over, all_=all_, only=only, command="build", matrix=matrix)
     todo = api.preflight(specs, matrix_dir=matrix) if target is not None else specs
     with Progress(not as_json) as prog:
@@ -474,6 +477,7 @@ def matrix_show(axis: str = typer.Argument(..., autocompletion=complete_axis, he
 
 
 daily.register(app)
+rebuild_ui.register(app)
 readable_metavars(app)
 argument_types_off()
 

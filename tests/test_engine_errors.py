@@ -18,14 +18,14 @@ from envbuilder.errors import OperationError
      "base image could not be found"),
 ])
 def test_build_errors(msg, expect):
-    assert expect in engine._build_error(msg, ["Step 7/27 : RUN pip install"])
+    assert expect in engine.build_error(msg, ["Step 7/27 : RUN pip install"])
 
 
 def test_build_error_on_tls_interception_suggests_ca_cert():
     tail = ["WARNING: Retrying ... SSLError(SSLCertVerificationError(1, '[SSL: "
             "CERTIFICATE_VERIFY_FAILED] certificate verify failed: self-signed certificate in "
             "certificate chain (_ssl.c:1006)'))"]
-    assert "--ca-cert" in engine._build_error("returned a non-zero code: 1", tail)
+    assert "--ca-cert" in engine.build_error("returned a non-zero code: 1", tail)
 
 
 @pytest.mark.parametrize("msg, expect", [

@@ -27,6 +27,7 @@ import re
 import shlex
 import shutil
 import signal
+import struct
 import subprocess
 import tempfile
 import time
@@ -196,6 +197,10 @@ class SifBuild:
     cached: bool = False
     seconds: float = 0.0
     log_tail: str = ""
+    # the root file system's partition (squashfs) digest: what two builds of the same inputs
+    # share, where the SIF's own sha256 differs (its header's creation time and UUIDs)
+    rootfs_sha256: str | None = None
+    source_date_epoch: int | None = None
     # the built definition's header lines naming each stage's base (Apptainer keeps no comments
     # in the definition it embeds in the SIF)
     header: list[str] = field(default_factory=list)
@@ -203,6 +208,7 @@ class SifBuild:
     def to_dict(self) -> dict[str, Any]:
         return {"sif": self.sif, "sha256": self.sha256, "size_bytes": self.size_bytes,
                 "inputs": self.inputs, "bases": self.bases, "cached": self.cached,
+                "rootfs_sha256": self.rootfs_sha256, "source_date_epoch": self.source_date_epoch,
                 "definition_header": self.header, "seconds": round(self.seconds, 3)}
 
 
@@ -229,12 +235,15 @@ def read_paths(definition: str) -> list[str]:
     return list(dict.fromkeys(paths))
 
 
-def inputs_digest(ctx: Path, definition: str, base_ids: Mapping[str, str]) -> str:
-    """What the SIF is built from: the definition, the base images' ids and every file its
-    ``%files`` sections copy from the folder. Nothing else of the folder counts: stack.json
-    records where the matrix was read (a path that differs between checkouts) and the SIF
-    does not hold it."""
+def inputs_digest(ctx: Path, definition: str, base_ids: Mapping[str, str],
+                  source_date_epoch: int | None = None) -> str:
+    """What the SIF is built from: the definition, the base images' ids, SOURCE_DATE_EPOCH and
+    every file its ``%files`` sections copy from the folder. Nothing else of the folder counts:
+    stack.json records where the matrix was read (a path that differs between checkouts) and
+    the SIF does not hold it."""
     h = hashlib.sha256(definition.encode() + b"\0")
+    if source_date_epoch is not None:
+        h.update(f"SOURCE_DATE_EPOCH={int(source_date_epoch)}\0".encode())
     for image, ident in sorted(base_ids.items()):
         h.update(f"{image}={ident}\0".encode())
     for src in read_paths(definition):
@@ -244,6 +253,55 @@ def inputs_digest(ctx: Path, definition: str, base_ids: Mapping[str, str]) -> st
         for q in files:
             rel = q.relative_to(ctx).as_posix()
             h.update(rel.encode() + b"\0" + (_sha256(q) if q.is_file() else "missing").encode() + b"\0")
+    return "sha256:" + h.hexdigest()
+
+
+# The SIF format (https://github.com/apptainer/sif, pkg/sif/sif.go and descriptor.go): a
+# 128-byte global header (launch script, "SIF_MAGIC", version, arch, UUID, then eight
+# little-endian int64s: created, modified, free and total descriptors, the descriptors' offset
+# and size, the data's offset and size), then descriptors of 585 bytes (data type int32, used
+# bool, id, group, link uint32, offset, size, ... int64, a 128-byte name and 384 bytes of
+# type-specific data: a partition's file system and partition type as int32s).
+_SIF_MAGIC = b"SIF_MAGIC\0"
+_SIF_DESCRIPTOR = struct.Struct("<i?IIIqqqqqqq128s384s")  # 585 bytes
+_DATA_PARTITION, _FS_SQUASH, _PART_PRIMSYS = 0x4004, 1, 2
+
+
+def rootfs_digest(sif: Path) -> str | None:
+    """The sha256 of the SIF's primary system partition (its squashfs root file system): the
+    part two builds of the same inputs share, where the header's creation time and UUIDs (and
+    so the file's own sha256) differ. None when the file is no SIF with such a partition."""
+    try:
+        with open(sif, "rb") as f:
+            head = f.read(128)
+            if len(head) < 128 or head[32:42] != _SIF_MAGIC:
+                return None
+            total, off = struct.unpack_from("<qq", head, 88)
+            if not 0 < total <= 4096:
+                return None
+            f.seek(off)
+            table = f.read(total * _SIF_DESCRIPTOR.size)
+            for i in range(len(table) // _SIF_DESCRIPTOR.size):
+                d = _SIF_DESCRIPTOR.unpack_from(table, i * _SIF_DESCRIPTOR.size)
+                dtype, used, start, size, extra = d[0], d[1], d[5], d[6], d[13]
+                fstype, parttype = struct.unpack_from("<ii", extra, 0)
+                if used and dtype == _DATA_PARTITION and fstype == _FS_SQUASH and parttype == _PART_PRIMSYS:
+                    return _range_sha256(f, start, size)
+    except (OSError, struct.error):
+        return None
+    return None
+
+
+def _range_sha256(f: Any, start: int, size: int) -> str:
+    h = hashlib.sha256()
+    f.seek(start)
+    left = size
+    while left > 0:
+        chunk = f.read(min(left, 1 << 20))
+        if not chunk:
+            break
+        h.update(chunk)
+        left -= len(chunk)
     return "sha256:" + h.hexdigest()
 
 
@@ -355,9 +413,12 @@ def _failure(log: str, code: int, timed_out: bool) -> str:
 
 def build_sif(cmd: Sequence[str], plan: BuildPlan, ctx: Path, out: Path, *,
               client: DockerClient | None = None, build_env: Mapping[str, str] | None = None,
+              source_date_epoch: int | None = None,
               on_line: Callable[[str], None] | None = None) -> SifBuild:
     """``apptainer build`` of ``ctx/envbuilder.def`` (its local bases bootstrapped as
-    ``local_bases`` says) into ``out``, or the SIF already there when its inputs are unchanged."""
+    ``local_bases`` says) into ``out``, or the SIF already there when its inputs are unchanged.
+    ``source_date_epoch``: in apptainer's environment (mksquashfs dates the root file system's
+    files with it) and %post's (build.env)."""
     out = Path(out).absolute()
     if out.suffix != ".sif" or not out.parent.is_dir():
         raise InputError(f"--sif {out}: name a .sif file in an existing folder")
@@ -373,13 +434,17 @@ def build_sif(cmd: Sequence[str], plan: BuildPlan, ctx: Path, out: Path, *,
         bases, ids = local_bases(client, [plan.builder_image, plan.runtime_image], shared)
         text = localize(rendered, bases)
         # the archives' paths are temporary: the digest takes the images' ids instead
-        digest = inputs_digest(ctx, localize(rendered, {i: (b[0], ids[i], b[2]) for i, b in bases.items()}), ids)
+        digest = inputs_digest(ctx, localize(rendered, {i: (b[0], ids[i], b[2]) for i, b in bases.items()}), ids,
+                               source_date_epoch)
+        sde_env = {} if source_date_epoch is None else {"SOURCE_DATE_EPOCH": str(int(source_date_epoch))}
+        build_env = {**(build_env or {}), **sde_env}
         shown = {i: bases[i][0] if i in bases else "docker" for i in (plan.builder_image, plan.runtime_image)}
         header = [ln for ln in text.splitlines() if ln.startswith("# Base of the ")]
         doc = _cached(out, digest)
         if doc is not None:
             return SifBuild(str(out), doc["sha256"], out.stat().st_size, digest, shown, cached=True,
-                            seconds=time.monotonic() - started, header=header)
+                            seconds=time.monotonic() - started, header=header,
+                            rootfs_sha256=doc.get("rootfs_sha256"), source_date_epoch=source_date_epoch)
         (shared / "envbuilder.def").write_text(text)
         if build_env:
             (env_dir / "build.env").write_text(
@@ -389,21 +454,24 @@ def build_sif(cmd: Sequence[str], plan: BuildPlan, ctx: Path, out: Path, *,
         code, log, timed_out = _run(
             [*cmd, "build", "--fakeroot", "--bind", f"{env_dir}:{APPTAINER_BUILD_ENV_DIR}:ro",
              str(tmp_sif), str(shared / "envbuilder.def")],
-            cwd=ctx, timeout=BUILD_TIMEOUT_S, on_line=on_line, step="apptainer")
+            cwd=ctx, env=sde_env, timeout=BUILD_TIMEOUT_S, on_line=on_line, step="apptainer")
         if code != 0 or not tmp_sif.is_file():
             raise OperationError(_failure(log, code, timed_out), step="apptainer",
                                  details=log.splitlines()[-40:])
         sha = _sha256(tmp_sif)
+        rootfs = rootfs_digest(tmp_sif)
         # the record is written beside the SIF in the private folder and renamed into place:
         # a rename replaces whatever has the name, it never writes through a link
         record = shared / (out.name + SIDECAR)
         record.write_text(json.dumps({"inputs": digest, "sha256": sha, "bases": shown,
+                                      "rootfs_sha256": rootfs,
                                       "written_by": "envbuilder"}, indent=2) + "\n")
         os.chmod(record, 0o644)
         os.replace(tmp_sif, out)
         os.replace(record, _sidecar(out))
         return SifBuild(str(out), sha, out.stat().st_size, digest, shown,
-                        seconds=time.monotonic() - started, log_tail=log[-2000:], header=header)
+                        seconds=time.monotonic() - started, log_tail=log[-2000:], header=header,
+                        rootfs_sha256=rootfs, source_date_epoch=source_date_epoch)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

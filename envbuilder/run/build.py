@@ -49,6 +49,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from envbuilder.run.sign import SignOptions
 
 STEPS = ("render", "build", "verify", "smoke", "push")
+BUILDERS = ("auto", "buildkit", "legacy")
 
 
 @dataclass(frozen=True)
@@ -76,6 +77,14 @@ class BuildOptions:
     sif: Path | None = None  # where the SIF goes (default ./<tag>.sif)
     apptainer: str | None = None  # the apptainer command (default $ENVBUILDER_APPTAINER, PATH)
     sign: SignOptions | None = None  # --sign: sign and attest the pushed digest (run.sign)
+    # --builder: auto (BuildKit when the engine builds reproducibly, else the legacy builder,
+    # saying why), buildkit (refuse otherwise), legacy (the engine's legacy builder)
+    builder: str = "auto"
+    # what a rebuild (run.rebuild) takes from the image's provenance instead of making it: the
+    # date, the images by digest as build arguments, the labels the engine added
+    source_date_epoch: int | None = None
+    image_args: Mapping[str, str] = field(default_factory=dict)
+    labels: Mapping[str, str] = field(default_factory=dict)
 
     # what checking the options found, kept so no step reads or looks up again
     ca_pem: bytes | None = field(default=None, init=False, repr=False, compare=False)  # ca_cert's bytes
@@ -87,6 +96,8 @@ class BuildOptions:
         bundle is read here, once (``ca_pem``), and the apptainer command found once."""
         if self.backend not in ("auto", "nccl", "gloo"):
             raise InputError(f"--backend {self.backend!r} is not one of auto, nccl, gloo")
+        if self.builder not in BUILDERS:
+            raise InputError(f"--builder {self.builder!r} is not one of {', '.join(BUILDERS)}")
         if self.push:
             validate.repository(self.push, "--push")
         for t in self.tags:
@@ -149,6 +160,13 @@ class BuildReport:
     labels: dict[str, str] = field(default_factory=dict)
     apptainer: dict | None = None  # --runtime apptainer|both: the SIF, its verify and smoke
     signed: dict | None = None  # --sign: the signed ref and its attestations (run.sign)
+    # reproducibility (run.buildkit): the builder, whether two builds of these inputs make
+    # these bits and why (not), the date of every file, the manifest digest built
+    builder: str | None = None  # "buildkit" | "legacy"
+    reproducible: bool | None = None
+    reproducible_why: str = ""
+    source_date_epoch: int | None = None
+    digest: str | None = None  # the manifest digest BuildKit made: the one a push sends
     error: str | None = None
     failed_step: str | None = None
     exit_code: int = 0  # the failure's (1 an operation failed, 2 bad input, 3 refused)
@@ -194,7 +212,7 @@ def _read_ca(path: Path) -> bytes:
     return data
 
 
-def _proxy_args(opts: BuildOptions) -> dict[str, str]:
+def proxy_args(opts: BuildOptions) -> dict[str, str]:
     out = {}
     for k in ("HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY"):
         v = opts.proxies.get(k) or os.environ.get(k) or os.environ.get(k.lower())
@@ -306,6 +324,7 @@ class _Build:
     ctx_dir: Path
     plan: BuildPlan | None = None
     smoke: SmokeResult | None = None
+    build_labels: dict[str, str] = field(default_factory=dict)  # the labels the engine added
 
     @property
     def image(self) -> str:
@@ -348,25 +367,72 @@ def _build_image(b: _Build) -> None:
         _require_builder(client, plan.builder_image, stack)
     elif plan.compiled_packages and "-devel-" in plan.builder_image:  # the team's compiled packages
         _require_builder(client, plan.builder_image, stack, plan.compiled_packages)
-    labels = image_labels.build_labels(
-        base_digest=_base_digest(client, spec.base_image or stack.runtime_image),
+    labels = b.build_labels = dict(opts.labels) or image_labels.build_labels(
+        base_digest=_base_digest(client, plan.runtime_image),
         lock_digest=lock_digest(b.lock) if b.lock is not None else None)
-    res = engine.build(client, b.ctx_dir, tag=b.image, nocache=opts.nocache,
-                       # index credentials travel as build arguments, in no file
-                       buildargs={**_proxy_args(opts), **plan.index_build_args},
-                       labels=labels,
-                       on_step=lambda i, n, text: b.emit("build-step", (i, n, text)),
-                       on_line=lambda ln: b.emit("build-line", ln))
-    report.image_id = res.image_id
+    sde = report.source_date_epoch = opts.source_date_epoch or source_date_epoch(plan, locked=b.lock is not None)
+    # index credentials travel as build arguments, in no file; a rebuild names the images it
+    # was built from by digest (BUILDER_IMAGE, RUNTIME_IMAGE)
+    args = {**proxy_args(opts), **plan.index_build_args, **opts.image_args,
+            "SOURCE_DATE_EPOCH": str(sde)}
+    use_buildkit, why = choose_builder(client, opts.builder)
+    report.builder, report.reproducible, report.reproducible_why = (
+        "buildkit" if use_buildkit else "legacy", use_buildkit, why)
+    on_step = lambda i, n, text: b.emit("build-step", (i, n, text))  # noqa: E731
+    on_line = lambda ln: b.emit("build-line", ln)  # noqa: E731
+    if use_buildkit:
+        from envbuilder.run import buildkit
+
+        bk = buildkit.build(client, b.ctx_dir, image=b.image, build_args=args, labels=labels,
+                            source_date_epoch=sde, nocache=opts.nocache, on_step=on_step,
+                            on_line=on_line)
+        report.digest = bk.manifest_digest
+        image_id = engine.image_id(client, b.image)
+        report.cached_steps, report.total_steps = bk.cached_steps, bk.steps
+    else:
+        res = engine.build(client, b.ctx_dir, tag=b.image, nocache=opts.nocache, buildargs=args,
+                           labels=labels, on_step=on_step, on_line=on_line)
+        image_id = res.image_id
+        report.cached_steps, report.total_steps = res.cached_steps, res.steps
+        report.stage_images = list(res.stage_images)
+    report.image_id = image_id
     report.local_tags = [b.image]
     if image_tag(spec, stack) != stack.tag:  # a project target's own tag (its job files')
-        report.local_tags.append(engine.tag(client, res.image_id, "envbuilder", image_tag(spec, stack)))
+        report.local_tags.append(engine.tag(client, image_id, "envbuilder", image_tag(spec, stack)))
     for name, t in (validate.tag_ref(v, "--tag") for v in opts.tags):
-        report.local_tags.append(engine.tag(client, res.image_id, name or "envbuilder", t))
-    report.cached_steps, report.total_steps = res.cached_steps, res.steps
-    report.stage_images = list(res.stage_images)
-    report.labels = engine.image_labels(client, res.image_id)
-    report.size_bytes = engine.image_size(client, res.image_id)
+        report.local_tags.append(engine.tag(client, image_id, name or "envbuilder", t))
+    report.labels = engine.image_labels(client, image_id)
+    report.size_bytes = engine.image_size(client, image_id)
+
+
+def source_date_epoch(plan: BuildPlan, *, locked: bool) -> int:
+    """The build's SOURCE_DATE_EPOCH: the plan's (a lock's date, else the stack's newest
+    release); an unlocked build takes $SOURCE_DATE_EPOCH when it is set (the convention's
+    variable, https://reproducible-builds.org/specs/source-date-epoch/), a locked one never."""
+    env = os.environ.get("SOURCE_DATE_EPOCH", "").strip()
+    if not locked and env:
+        if not env.isdigit():
+            raise InputError(f"SOURCE_DATE_EPOCH={env[:40]!r} is not a number of seconds since "
+                             f"1970-01-01 (unset it, or give an integer)")
+        return int(env)
+    return plan.source_date_epoch
+
+
+def choose_builder(client: DockerClient, wanted: str) -> tuple[bool, str]:
+    """(BuildKit or not, why): ``auto`` takes BuildKit when the engine builds reproducibly
+    (run.buildkit.support) and says why not otherwise; ``buildkit`` refuses an engine that
+    cannot (exit 1 naming why); ``legacy`` is asked for."""
+    if wanted == "legacy":
+        return False, "--builder legacy: the engine's legacy builder dates every file at build time"
+    from envbuilder.run import buildkit
+
+    sup = buildkit.support(client)
+    if sup.ok:
+        return True, f"{sup.why}: SOURCE_DATE_EPOCH and rewrite-timestamp=true"
+    if wanted == "buildkit":
+        raise OperationError(f"--builder buildkit: this engine cannot build reproducibly: {sup.why}",
+                             step="build")
+    return False, f"the legacy builder dates every file at build time: {sup.why}"
 
 
 def _verify(b: _Build) -> None:
@@ -419,8 +485,10 @@ def _apptainer(b: _Build) -> None:
                            "seconds": {}}
     b.report.apptainer = app
     app["steps"]["build"] = "failed"
+    sde = source_date_epoch(plan, locked=b.lock is not None)
     built = apptainer.build_sif(cmd, plan, b.ctx_dir, sif, client=client,
-                                build_env={**_proxy_args(opts), **plan.index_build_args},
+                                build_env={**proxy_args(opts), **plan.index_build_args},
+                                source_date_epoch=sde,
                                 on_line=lambda ln: b.emit("build-line", ln))
     app.update({k: v for k, v in built.to_dict().items() if k != "seconds"})
     app["steps"]["build"] = "cached" if built.cached else "ok"
@@ -471,6 +539,10 @@ def _push(b: _Build) -> None:
         if not engine.verify_pushed(client, opts.push, digest):
             raise OperationError(f"the registry did not confirm {opts.push}@{digest} after "
                                  f"the push; nothing was recorded as published", step="push")
+        if report.reproducible and report.digest and digest != report.digest:
+            report.reproducible = False  # the engine sent other bits than BuildKit made
+            report.reproducible_why = (f"the registry got {digest}, not the manifest BuildKit "
+                                       f"built ({report.digest}): the engine recompressed it")
         report.pushed.append({"repository": opts.push, "tag": t, "digest": digest,
                               "ref": f"{opts.push}@{digest}"})
     if opts.context is not None:  # the kept build folder's jobs/ pull the digest
@@ -493,13 +565,17 @@ def _sign(b: _Build) -> None:
         "sbom": sign.sbom_predicate(stack, lock=b.lock, debs=debs, os_id=os_id, python=python),
         "provenance": sign.provenance_predicate(
             target=spec.name, stack=stack,
-            build_args={**_proxy_args(opts), **plan.index_build_args},
+            build_args={**proxy_args(opts), **plan.index_build_args},
             base_image=spec.base_image or stack.runtime_image,
             base_digest=report.labels.get(image_labels.BASE_DIGEST, ""),
             builder_image=plan.builder_image,
             builder_digest=_base_digest(client, plan.builder_image),
             lock_digest=report.labels.get(image_labels.LOCK_DIGEST), push=str(opts.push),
-            seconds=sum(report.seconds.values()), image_id=image_id),
+            seconds=sum(report.seconds.values()), image_id=image_id,
+            reproducible={"builder": report.builder or "legacy", "reproducible": bool(report.reproducible),
+                          "why": report.reproducible_why, "digest": report.digest,
+                          "source_date_epoch": int(report.source_date_epoch or 0)},
+            rebuild=rebuild_inputs(b)),
     }
     commands: list[str] = []
 
@@ -509,6 +585,38 @@ def _sign(b: _Build) -> None:
 
     signed = sign.sign_and_attest(ref, opts.sign, predicates, cosign=sign.Cosign(on_command=echo))
     report.signed = {**signed.to_dict(), "commands": commands}
+
+
+def rebuild_inputs(b: _Build) -> dict[str, Any]:
+    """What ``envbuilder rebuild`` builds this image again from (the provenance's
+    ``externalParameters.rebuild``): the target, its pins and build options, the team's
+    requirement lines, the lock's text, the images by digest, the labels the engine added,
+    SOURCE_DATE_EPOCH. Index URLs are recorded without credentials."""
+    from envbuilder.errors import redact
+
+    spec, stack, plan = b.job.spec, b.job.stack, b.rendered()
+    client, _ = b.built()
+    options: dict[str, Any] = {
+        "base_image": spec.base_image, "builder_image": spec.builder_image,
+        "cuda_arch": list(spec.cuda_arch), "cpu_isa": spec.cpu_isa, "apt_snapshot": spec.apt_snapshot,
+        "pip_index_url": redact(spec.pip_index_url) if spec.pip_index_url else None,
+        "extra_index_urls": [redact(u) for u in spec.extra_index_urls], "nproc": spec.nproc,
+        "layouts": list(spec.layouts), "compiled": list(spec.compiled)}
+    team: tuple[str, ...] = ()
+    if spec.requirements_file is not None or spec.requirements:
+        from envbuilder.lock.requirements import team_requirements
+
+        team = team_requirements(stack, requirements_file=spec.requirements_file,
+                                 lines=spec.requirements, source=spec.requirements_source)
+    return {"target": spec.target,
+            "pins": {k: list(v) if isinstance(v, tuple) else v for k, v in vars(spec.pins).items()
+                     if v not in (None, (), "")},
+            "options": {k: v for k, v in options.items() if v not in (None, [], "")},
+            "requirements": list(team), "wheelhouse": b.opts.wheelhouse is not None,
+            "lock": _read_lock(b.lock), "source_date_epoch": int(b.report.source_date_epoch or 0),
+            "images": {"BUILDER_IMAGE": _base_digest(client, plan.builder_image),
+                       "RUNTIME_IMAGE": _base_digest(client, plan.runtime_image)},
+            "labels": dict(b.build_labels)}
 
 
 def _docker(b: _Build) -> bool:

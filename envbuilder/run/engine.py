@@ -132,7 +132,7 @@ class _BuildLog:
         if "error" in chunk or "errorDetail" in chunk:
             msg = chunk.get("error") or chunk.get("errorDetail", {}).get("message", "")
             self.tail.append(msg)
-            raise OperationError(_build_error(msg, self.tail), step="build", details=self.tail[-30:])
+            raise OperationError(build_error(msg, self.tail), step="build", details=self.tail[-30:])
         for ln in (chunk.get("stream") or "").splitlines():
             if ln.strip():
                 self._line(ln)
@@ -217,7 +217,11 @@ def _pip_package(lines: list[str]) -> str | None:
     return None
 
 
-def _build_error(msg: str, tail: list[str]) -> str:
+def build_error(msg: str, tail: list[str], *, step: str | None = None) -> str:
+    """A failed build in one sentence, from the error and the log's last lines: the disk, TLS
+    certificates, a missing base, the package pip was installing, else the step and the error.
+    ``step``: the step that failed (BuildKit names it; the legacy log's last ``Step`` line
+    otherwise)."""
     low = msg.lower() + " ".join(tail[-20:]).lower()
     if "no space left on device" in low:
         return ("the build ran out of disk space (no space left on device): free space in the "
@@ -227,7 +231,8 @@ def _build_error(msg: str, tail: list[str]) -> str:
                 "pass your CA bundle with --ca-cert FILE")
     if re.search(r"pull access denied|manifest unknown|not found: manifest|repository does not exist", low):
         return f"the base image could not be found: {msg.strip()}; pass --base-image with one the engine has"
-    step = next((ln for ln in reversed(tail) if ln.startswith("Step ")), "")
+    if step is None:
+        step = next((ln for ln in reversed(tail) if ln.startswith("Step ")), "")
     if re.search(r"pip install|pip3 install|-m pip", step) or any(
             "ERROR: " in ln and ("pip" in ln or "requirement" in ln or "Max retries" in ln)
             for ln in tail[-30:]):
@@ -241,6 +246,17 @@ def _build_error(msg: str, tail: list[str]) -> str:
             return (f"the build failed installing {pkg}: {why} (see the log above); check the "
                     f"index (--pip-index-url) and build again{' at ' + step if step else ''}")
     return f"the build failed{' at ' + step if step else ''}: {msg.strip()[:400]}"
+
+
+def image_id(client: DockerClient, image: str) -> str:
+    """The engine's ID of ``image`` (a name it has)."""
+    docker = _docker()
+    try:
+        return str(client.images.get(image).id)
+    except docker.errors.ImageNotFound:
+        raise OperationError(f"the build made no image {image} in the engine", step="build") from None
+    except docker.errors.DockerException as e:
+        raise OperationError(f"cannot inspect image {image}: {_short(e)}", step="engine") from None
 
 
 def image_labels(client: DockerClient, image: str) -> dict[str, str]:

@@ -160,6 +160,12 @@ def print_build(d: dict) -> None:
         out.write(f"  {step:7} {state}{f' ({secs:.1f} s)' if secs else ''}\n")
     if d.get("image_id"):
         out.write(f"  image   {d['image_id'][:19]} {' '.join(d['local_tags'])}\n")
+    if d.get("builder"):
+        from envbuilder._safety import terminal_safe
+
+        sde = d.get("source_date_epoch")
+        out.write(terminal_safe(f"  builder {d['builder']}: {'reproducible' if d.get('reproducible') else 'not reproducible'}"
+                                f" (SOURCE_DATE_EPOCH {sde}; {d.get('reproducible_why', '')})") + "\n")
     s = d.get("smoke")
     if s:
         bw = max((b.get("busbw_gbps", 0) for b in s.get("bandwidth") or []
@@ -229,6 +235,16 @@ def print_lock(d: dict, check_: bool, named: bool) -> None:
         if extra in d:
             v = d[extra]
             sys.stdout.write(f"{extra}: {v if isinstance(v, str) else ', '.join(str(x) for k, x in v.items() if k.endswith(('path', 'file')))}\n")
+    sysd = d.get("system")
+    if sysd:
+        from envbuilder._safety import terminal_safe
+
+        how = "checked against the images and the mirror now" if sysd.get("checked") else sysd.get("status", "")
+        sys.stdout.write(terminal_safe(f"system pins ({how}; resolved {sysd['resolved_at']}):") + "\n")
+        for stage, ref in sysd["images"].items():
+            n = len(sysd["apt"].get(stage, []))
+            sys.stdout.write(terminal_safe(f"  {stage}: {ref} ({sysd['image_source'].get(stage, '?')}), "
+                                           f"{n} apt packages by version") + "\n")
 
 
 def print_package_diff(d: Optional[dict], when: str) -> None:
