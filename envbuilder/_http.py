@@ -25,7 +25,7 @@ import threading
 import time
 import urllib.parse
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import BinaryIO, Any, Mapping
 
 from envbuilder.errors import OperationError, redact
 
@@ -195,10 +195,12 @@ class Client:
 
     def request(self, url: str, headers: Mapping[str, str], *, limit: int,
                 auth: str | None = None, auth_origin: str | None = None,
-                what: str = "answer", plain_http: bool = False) -> Response:
+                what: str = "answer", plain_http: bool = False,
+                sink: BinaryIO | None = None) -> Response:
         """GET ``url``, following redirects by hand: ``auth`` (an Authorization value) goes
         only to ``auth_origin``; ``plain_http`` allows plain HTTP for ``url`` itself (one the
-        user gave), not for a redirect."""
+        user gave), not for a redirect. ``sink``: a 2xx answer's body is written there as it
+        arrives (a layer blob of gigabytes), not kept (the Response's body is then empty)."""
         start = time.monotonic()
         for hop in range(MAX_REDIRECTS + 1):
             check_url(url, "URL" if hop == 0 else "redirect", plain_http=plain_http and hop == 0,
@@ -211,7 +213,7 @@ class Client:
             remaining, self._by_command = min(own, left), left < own
             if remaining <= 0:
                 raise self._late(url)
-            status, rh, body = self._once(url, hdrs, remaining, limit, what)
+            status, rh, body = self._once(url, hdrs, remaining, limit, what, sink)
             if status in (301, 302, 303, 307, 308):
                 loc = rh.get("location")
                 if not loc:
@@ -244,7 +246,7 @@ class Client:
         return self._pools[proxy]
 
     def _once(self, url: str, headers: dict[str, str], remaining: float, limit: int,
-              what: str) -> tuple[int, dict[str, str], bytes]:
+              what: str, sink: BinaryIO | None = None) -> tuple[int, dict[str, str], bytes]:
         import http.client
 
         import urllib3
@@ -263,9 +265,16 @@ class Client:
             if clen.isdigit() and int(clen) > limit:
                 raise _fail(f"{url}: the {what} is {int(clen)} bytes, more than {limit}", self.step)
             body = bytearray()  # the bytes as stored (no Content-Encoding undone): what is hashed
+            streamed = 0
+            to_sink = sink is not None and 200 <= resp.status < 300
             for chunk in resp.stream(1 << 16, decode_content=False):
-                body += chunk
-                if len(body) > limit:
+                if to_sink:
+                    assert sink is not None
+                    sink.write(chunk)
+                    streamed += len(chunk)
+                else:
+                    body += chunk
+                if len(body) + streamed > limit:
                     raise _fail(f"{url}: the {what} is more than {limit} bytes", self.step)
             if watch.fired:
                 raise self._late(url)

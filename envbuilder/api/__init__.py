@@ -88,6 +88,7 @@ _WHERE: dict[str, str] = {
     "build_target": "envbuilder.api.builds",
     "metrics_target": "envbuilder.api.builds",
     "preflight": "envbuilder.api.builds",
+    "rebuild": "envbuilder.api.builds",
     "sign_options": "envbuilder.api.builds",
     "write_report": "envbuilder.api.builds",
     # envbuilder.api.targets
@@ -141,7 +142,7 @@ if TYPE_CHECKING:  # the same names, for type checkers (tests/test_api_lazy.py k
         spec_files)
     from envbuilder.api.locking import (lock, lock_target)
     from envbuilder.api.builds import (build, build_options, build_summary, build_target,
-        metrics_target, preflight, sign_options, write_report)
+        metrics_target, preflight, rebuild, sign_options, write_report)
     from envbuilder.api.targets import (github_matrix, list_targets, write_ci)
     from envbuilder.api.smoketest import (smoke)
     from envbuilder.api.diagnosis import (apptainer_available, check_signed, doctor, image_labels,
@@ -161,7 +162,7 @@ __all__ = ["BakeReport", "BuildFailed", "BuildOptions", "BuildSummary", "COMMAND
            "diff_lines", "doctor", "explain", "explain_learn", "explain_report", "find_project",
            "github_matrix", "image_labels", "image_source", "init_project", "inspect_image",
            "inspect_lines", "list_targets", "load", "lock", "lock_target", "make_spec",
-           "metrics_target", "out_dir", "preflight", "render", "render_all", "render_target",
+           "metrics_target", "out_dir", "preflight", "rebuild", "render", "render_all", "render_target",
            "request", "resolve_each", "resolve_spec", "resolve_target", "safe_text", "show_axis",
            "sign_options", "smoke", "smoke_proof", "spec_files", "spec_matrix", "target_specs",
            "verify_image", "verify_matrix", "write_ci", "write_report", "write_verify_overlay"]

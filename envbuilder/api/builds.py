@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from docker import DockerClient
 
     from envbuilder.run.build import BuildOptions, BuildReport, Prepared
+    from envbuilder.run.rebuild import RebuildReport
 
 
 def build(specs: Sequence[TargetSpec | Prepared], opts: BuildOptions, *, jobs: int = 1,
@@ -120,3 +121,25 @@ def write_report(path: str | Path, data: Mapping[str, Any]) -> None:
 
     write_file_atomic(Path(path), json.dumps(data, indent=2, default=str) + "\n", step="report",
                       option="--report")
+
+
+def rebuild(image: str, *, key: str | None = None, wheelhouse: str | Path | None = None,
+            ca_cert: str | Path | None = None, proxies: Mapping[str, str | None] | None = None,
+            keep: str | Path | None = None, matrix_dir: str | Path | None = None,
+            on_event: Callable[[str, Any], None] | None = None) -> RebuildReport:
+    """``envbuilder rebuild IMAGE@DIGEST``: build the image again from its provenance, without
+    cache, and compare bit for bit (run.rebuild.RebuildReport: ``reproduced``, else the first
+    layer that differs and its files)."""
+    from envbuilder.run.rebuild import RebuildOptions, rebuild as run_rebuild
+
+    if wheelhouse is not None and not Path(wheelhouse).is_dir():
+        raise InputError(f"--wheelhouse {wheelhouse} is not a folder of wheels")
+    if ca_cert is not None and not Path(ca_cert).is_file():
+        raise InputError(f"--ca-cert {ca_cert} is not a file")
+    if keep is not None and Path(keep).exists() and any(Path(keep).iterdir()):
+        raise InputError(f"--keep {keep} is not empty: name a new or empty folder")
+    opts = RebuildOptions(key=key, wheelhouse=Path(wheelhouse) if wheelhouse else None,
+                          ca_cert=Path(ca_cert) if ca_cert else None,
+                          proxies={k: v for k, v in (proxies or {}).items() if v},
+                          keep=Path(keep) if keep else None)
+    return run_rebuild(image, opts, matrix_dir=matrix_dir, on_event=on_event)

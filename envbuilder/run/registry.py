@@ -49,7 +49,7 @@ import os
 import re
 import urllib.parse
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, BinaryIO, Mapping
 
 from envbuilder._http import Client, Response, check_url, is_loopback, origin
 from envbuilder.errors import InputError, OperationError, redact
@@ -225,11 +225,12 @@ class RegistryClient(Client):
 
     # -- the registry's own requests, with its credentials ---------------------------------
     def get(self, url: str, accept: str, *, limit: int = MAX_BYTES,
-            what: str = "answer") -> Response:
-        """GET ``url`` of this registry, answering one authentication challenge."""
+            what: str = "answer", sink: BinaryIO | None = None) -> Response:
+        """GET ``url`` of this registry, answering one authentication challenge (``sink``: the
+        body goes there, _http.Client.request)."""
         for attempt in range(2):
             r = self.request(url, {"Accept": accept}, limit=limit, auth=self.auth,
-                             auth_origin=self.origin, what=what)
+                             auth_origin=self.origin, what=what, sink=sink)
             if r.status == 401 and attempt == 0 and self._authenticate(r):
                 continue
             if 200 <= r.status < 300:
@@ -308,6 +309,32 @@ class RegistryClient(Client):
                      what="blob")
         verify(r.body, digest, f"{self.ref.registry}/{self.ref.repository} blob")
         return Fetched(r.body, r.media_type, digest)
+
+
+    def blob_to(self, digest: str, path: Any, *, limit: int = 1 << 40) -> None:
+        """The blob ``digest`` (a layer: gigabytes) written to the file ``path`` as it arrives;
+        its bytes must have that digest (the file is removed otherwise)."""
+        import os
+
+        if DIGEST_RE.match(digest) is None or not digest.startswith("sha256:"):
+            raise _fail(f"{self.ref}: {digest[:150]!r} is not a sha256 digest")
+        h = hashlib.sha256()
+
+        class Hashing:
+            def __init__(self, f: BinaryIO) -> None:
+                self.f = f
+
+            def write(self, b: bytes) -> int:
+                h.update(b)
+                return self.f.write(b)
+
+        with open(path, "wb") as f:
+            self.get(self.ref.url("blobs", digest), "application/octet-stream, */*", limit=limit,
+                     what="blob", sink=Hashing(f))  # type: ignore[arg-type]
+        if "sha256:" + h.hexdigest() != digest:
+            os.unlink(path)
+            raise _fail(f"{self.ref.registry}/{self.ref.repository} blob {digest}: the bytes "
+                        f"have sha256:{h.hexdigest()}")
 
 
 # -- typed reading of what registries answer ----------------------------------------------

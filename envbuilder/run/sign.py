@@ -402,8 +402,13 @@ def _iso(t: datetime) -> str:
 def provenance_predicate(*, target: str, stack: Any, build_args: Mapping[str, str],
                          base_image: str, base_digest: str, builder_image: str,
                          builder_digest: str, lock_digest: str | None, push: str,
-                         seconds: float, image_id: str) -> dict:
-    """SLSA provenance v1 of one build (see the provenance schema's description)."""
+                         seconds: float, image_id: str,
+                         reproducible: Mapping[str, Any] | None = None,
+                         rebuild: Mapping[str, Any] | None = None) -> dict:
+    """SLSA provenance v1 of one build (see the provenance schema's description).
+    ``reproducible``: the builder, whether two builds of these inputs make these bits and why
+    (not), SOURCE_DATE_EPOCH; ``rebuild``: what ``envbuilder rebuild`` builds again from (the
+    target and its options, the lock's text, the images by digest, the date)."""
     now = datetime.now(timezone.utc)
     deps: list[dict[str, Any]] = []
     for name, uri, dig in (("base-image", base_image, base_digest),
@@ -418,11 +423,13 @@ def provenance_predicate(*, target: str, stack: Any, build_args: Mapping[str, st
         "buildDefinition": {
             "buildType": "https://envbuilder.dev/buildtypes/docker/v1",
             "externalParameters": {"target": target, "stack": stack.target, "tag": stack.tag,
-                                   "push": push, "build_args": redact_build_args(build_args)},
+                                   "push": push, "build_args": redact_build_args(build_args),
+                                   **({"rebuild": dict(rebuild)} if rebuild else {})},
             "internalParameters": {"envbuilder_version": __version__,
                                    "matrix_digest": stack.matrix.digest,
                                    "lock_digest": lock_digest, "base_image": base_image,
-                                   "builder_image": builder_image},
+                                   "builder_image": builder_image,
+                                   **({"reproducible": dict(reproducible)} if reproducible else {})},
             "resolvedDependencies": deps},
         "runDetails": {
             "builder": {"id": f"https://envbuilder.dev/builder/envbuilder@{__version__}",
@@ -599,6 +606,27 @@ def _check_attestation(c: Cosign, ref: str, pub: str, p: Predicate, digest: str)
         return out
     out.update(ok=True, predicate=pred)
     return out
+
+
+def read_predicate(ref: str, digest: str, name: str, pub: str | None = None, *,
+                   cosign: Cosign | None = None) -> tuple[dict[str, Any] | None, bool]:
+    """(the ``name`` predicate attached to ``ref`` (REPO@DIGEST) for ``digest``, verified):
+    checked with the public key ``pub`` when given (None when none this key signed matches),
+    else as stored, unverified (the last one that names the digest and fits its schema)."""
+    c = cosign or Cosign()
+    p = BY_NAME[name]
+    if pub is not None:
+        check_key(pub, "--key", private=False)
+        a = _check_attestation(c, ref, pub, p, digest)
+        return (dict(a["predicate"]) if a["ok"] else None), True
+    want = digest.split(":", 1)[1]
+    for s in reversed(c.download_attestations(ref)):
+        if s.get("predicateType") == p.type and any(
+                (sub.get("digest") or {}).get("sha256") == want for sub in s.get("subject") or ()):
+            pred = s.get("predicate")
+            if check_predicate(p, pred) is None:
+                return dict(pred), False
+    return None, False
 
 
 def list_attestations(image: str, *, digest: str | None = None,

@@ -1,0 +1,59 @@
+"""``envbuilder rebuild IMAGE@DIGEST`` (issue 42): the image built again from its provenance and
+compared bit for bit; registered on the app by envbuilder.cli (one api call; the work is
+envbuilder.run.rebuild's)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from envbuilder.errors import EXIT_FAILED
+from envbuilder.ui.options import JsonOpt, MatrixOpt
+from envbuilder.ui.output import Progress, command, echo_json
+
+
+def rebuild(image: str = typer.Argument(..., help="The image by digest, as build --push reports it: REPO@sha256:..."),
+            key: Optional[str] = typer.Option(None, "--key", help="A cosign public key: read the provenance only if this key signed it (default: as stored, unverified)."),
+            wheelhouse: Optional[Path] = typer.Option(None, "--wheelhouse", help="The wheels of an image built offline (the lock's hashes check them)."),
+            ca_cert: Optional[Path] = typer.Option(None, "--ca-cert", help="A PEM CA bundle for the builder stage (this network's proxy)."),
+            http_proxy: Optional[str] = typer.Option(None, "--http-proxy", help="HTTP proxy for the rebuild's downloads."),
+            https_proxy: Optional[str] = typer.Option(None, "--https-proxy", help="HTTPS proxy for the rebuild's downloads."),
+            keep: Optional[Path] = typer.Option(None, "--keep", metavar="DIR", help="Keep the build folder and the rebuilt OCI layout (rebuilt.oci.tar) in this new folder."),
+            matrix: Optional[str] = MatrixOpt, as_json: bool = JsonOpt) -> None:
+    """Build IMAGE again from what its provenance says it was built from, without cache, and compare bit for bit: exit 0 "reproduced", exit 1 naming the first layer that differs and its files."""
+    from envbuilder import api
+    from envbuilder._safety import terminal_safe
+
+    with Progress(not as_json) as prog:
+        r = api.rebuild(image, key=key, wheelhouse=wheelhouse, ca_cert=ca_cert,
+                        proxies={"HTTP_PROXY": http_proxy, "HTTPS_PROXY": https_proxy}, keep=keep,
+                        matrix_dir=matrix, on_event=lambda kind, data: prog.event("rebuild", kind, data))
+    d = r.to_dict()
+    if as_json:
+        echo_json(d)
+    else:
+        out = sys.stdout
+        out.write(terminal_safe(r.summary()) + "\n")
+        out.write(f"  provenance {'verified with ' + key if r.provenance_verified and key else 'read as stored (unverified: --key PUB verifies it)'}\n")
+        out.write(f"  target {r.target}, SOURCE_DATE_EPOCH {r.source_date_epoch}, {r.seconds:.0f} s\n")
+        if r.first_layer is not None:
+            fl = r.first_layer
+            out.write(f"  layer {fl['index'] + 1}: original {fl['original']}, rebuilt {fl['rebuilt']}\n")
+            for f in r.files:
+                out.write(terminal_safe(f"  {f.line()}") + "\n")
+            if r.files_total > len(r.files):
+                out.write(f"  ... and {r.files_total - len(r.files)} more files (--json lists {len(r.files)})\n")
+        for c in r.config:
+            out.write(terminal_safe(f"  config {c}") + "\n")
+    if not r.reproduced:
+        if not as_json:
+            sys.stderr.write(f"envbuilder: error: {terminal_safe(r.summary())}\n")
+        raise typer.Exit(EXIT_FAILED)
+
+
+def register(app: typer.Typer) -> None:
+    """Add rebuild to the app."""
+    app.command("rebuild")(command(rebuild))
