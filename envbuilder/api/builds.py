@@ -126,6 +126,7 @@ def write_report(path: str | Path, data: Mapping[str, Any]) -> None:
 def rebuild(image: str, *, key: str | None = None, wheelhouse: str | Path | None = None,
             ca_cert: str | Path | None = None, proxies: Mapping[str, str | None] | None = None,
             keep: str | Path | None = None, matrix_dir: str | Path | None = None,
+            source_date_epoch: int | None = None,
             on_event: Callable[[str, Any], None] | None = None) -> RebuildReport:
     """``envbuilder rebuild IMAGE@DIGEST``: build the image again from its provenance, without
     cache, and compare bit for bit (run.rebuild.RebuildReport: ``reproduced``, else the first
@@ -141,5 +142,5 @@ def rebuild(image: str, *, key: str | None = None, wheelhouse: str | Path | None
     opts = RebuildOptions(key=key, wheelhouse=Path(wheelhouse) if wheelhouse else None,
                           ca_cert=Path(ca_cert) if ca_cert else None,
                           proxies={k: v for k, v in (proxies or {}).items() if v},
-                          keep=Path(keep) if keep else None)
+                          keep=Path(keep) if keep else None, source_date_epoch=source_date_epoch)
     return run_rebuild(image, opts, matrix_dir=matrix_dir, on_event=on_event)

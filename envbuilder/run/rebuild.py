@@ -187,6 +187,8 @@ class RebuildOptions:
     ca_cert: Path | None = None
     proxies: Mapping[str, str] = field(default_factory=dict)
     keep: Path | None = None  # keep the build folder and the rebuilt OCI tar here
+    # a rebuild as if one input had changed (to see what it changes): another date
+    source_date_epoch: int | None = None
 
 
 def _check_ref(image: str) -> None:
@@ -272,8 +274,9 @@ def rebuild(image: str, opts: RebuildOptions, *, matrix_dir: str | Path | None =
     if rb.get("wheelhouse") and opts.wheelhouse is None:
         raise InputError(f"{image} was built offline from a wheelhouse: pass --wheelhouse DIR with "
                          f"the same wheels (the lock's hashes check them)")
+    sde = int(rb["source_date_epoch"]) if opts.source_date_epoch is None else int(opts.source_date_epoch)
     report = RebuildReport(image=ref, digest=digest, target=str(rb["target"]),
-                           source_date_epoch=int(rb["source_date_epoch"]), provenance_verified=verified)
+                           source_date_epoch=sde, provenance_verified=verified)
     job = b.prepare(spec_of(rb), matrix=matrix)
     client = client or engine.connect()
     if not buildkit.support(client).ok:
@@ -287,7 +290,7 @@ def rebuild(image: str, opts: RebuildOptions, *, matrix_dir: str | Path | None =
             lock.write_text(str(rb["lock"]), encoding="utf-8")
         bopts = b.BuildOptions(wheelhouse=opts.wheelhouse, ca_cert=opts.ca_cert, proxies=dict(opts.proxies),
                                nocache=True, lock=lock, smoke=False, verify=False, builder="buildkit",
-                               source_date_epoch=int(rb["source_date_epoch"]),
+                               source_date_epoch=sde,
                                image_args=dict(rb.get("images") or {}), labels=dict(rb.get("labels") or {}))
         ctx = (opts.keep or work) / "context"
         _, plan = b.prepare_context(job.spec, job.stack, bopts, ctx, lock=lock)

@@ -21,6 +21,7 @@ def rebuild(image: str = typer.Argument(..., help="The image by digest, as build
             ca_cert: Optional[Path] = typer.Option(None, "--ca-cert", help="A PEM CA bundle for the builder stage (this network's proxy)."),
             http_proxy: Optional[str] = typer.Option(None, "--http-proxy", help="HTTP proxy for the rebuild's downloads."),
             https_proxy: Optional[str] = typer.Option(None, "--https-proxy", help="HTTPS proxy for the rebuild's downloads."),
+            source_date_epoch: Optional[int] = typer.Option(None, "--source-date-epoch", min=0, metavar="SECONDS", help="Rebuild as if the date had been this one (what one changed input changes; the digest then differs)."),
             keep: Optional[Path] = typer.Option(None, "--keep", metavar="DIR", help="Keep the build folder and the rebuilt OCI layout (rebuilt.oci.tar) in this new folder."),
             matrix: Optional[str] = MatrixOpt, as_json: bool = JsonOpt) -> None:
     """Build IMAGE again from what its provenance says it was built from, without cache, and compare bit for bit: exit 0 "reproduced", exit 1 naming the first layer that differs and its files."""
@@ -30,6 +31,7 @@ def rebuild(image: str = typer.Argument(..., help="The image by digest, as build
     with Progress(not as_json) as prog:
         r = api.rebuild(image, key=key, wheelhouse=wheelhouse, ca_cert=ca_cert,
                         proxies={"HTTP_PROXY": http_proxy, "HTTPS_PROXY": https_proxy}, keep=keep,
+                        source_date_epoch=source_date_epoch,
                         matrix_dir=matrix, on_event=lambda kind, data: prog.event("rebuild", kind, data))
     d = r.to_dict()
     if as_json:
