@@ -321,3 +321,31 @@ def test_index_credentials_reach_post_through_a_bound_file_only(cpu_sif, docker_
     with pytest.raises(OperationError):
         build_sif(cmd, plan, ctx, tmp_path / "out" / "c.sif", client=docker_client, on_line=lines.append)
     assert any("set PIP_EXTRA_INDEX_URL_1" in ln for ln in lines)
+
+
+@pytest.mark.docker
+@pytest.mark.slow
+def test_the_sif_built_twice_has_one_root_file_system(cpu_sif, docker_client, base_image, wheelhouse,
+                                                      ca_bundle, tmp_path):
+    """Issue 42: the same inputs and SOURCE_DATE_EPOCH, built again into another SIF (no cache:
+    a new path), give the same root file system (the squashfs partition) byte for byte; the SIF
+    files differ only in their header (creation time, UUIDs)."""
+    from envbuilder.api import make_spec
+    from envbuilder.run.apptainer import rootfs_digest
+    from envbuilder.run.build import BuildOptions, build_target
+
+    a = cpu_sif.apptainer
+    first = Path(a["sif"])
+    assert a["source_date_epoch"] and rootfs_digest(first) is not None
+    out = tmp_path / "again"
+    out.mkdir()
+    os.chmod(out, 0o777)  # the wrapper's unprivileged user writes here
+    opts = BuildOptions(wheelhouse=wheelhouse, ca_cert=ca_bundle, context=tmp_path / "ctx",
+                        runtime="apptainer", sif=out / f"{CPU}.sif", verify=False, smoke=False)
+    spec = make_spec(CPU, base_image=base_image, extra_index_urls=[SIF_INDEX])
+    r = build_target(spec, opts, client=docker_client)
+    b = r.apptainer
+    assert r.ok and b["steps"]["build"] == "ok", r.error  # built, not the cached one
+    assert b["inputs"] == a["inputs"] and b["source_date_epoch"] == a["source_date_epoch"]
+    assert b["rootfs_sha256"] == rootfs_digest(first) == rootfs_digest(Path(b["sif"]))
+    assert b["sha256"] != a["sha256"]  # the header: its times and UUID

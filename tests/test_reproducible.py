@@ -9,6 +9,7 @@ The engine tests (tests/test_reproducible_engine.py) build for real."""
 from __future__ import annotations
 
 import gzip
+import json
 import io
 import subprocess
 import tarfile
@@ -267,3 +268,56 @@ def test_what_is_not_a_sif_has_no_root_file_system_digest(tmp_path):
     p.write_bytes(b"#!/usr/bin/env run-singularity\n" + b"\0" * 200)
     assert rootfs_digest(p) is None
     assert rootfs_digest(tmp_path / "missing.sif") is None
+
+
+def test_the_provenance_records_what_a_rebuild_needs_and_fits_its_schema():
+    from envbuilder.run.rebuild import _inputs, spec_of
+    from envbuilder.run.sign import BY_NAME, check_predicate, provenance_predicate
+
+    stack = resolve_target(TARGET)
+    rebuild = {"target": TARGET, "pins": {"python": "3.10"}, "options": {"base_image": "debian:12", "cuda_arch": ["8.0"]},
+               "requirements": ["six==1.16.0"], "wheelhouse": False, "lock": "# a lock\n",
+               "source_date_epoch": 1717200000,
+               "images": {"BUILDER_IMAGE": f"debian@{DIGEST_A}", "RUNTIME_IMAGE": f"debian@{DIGEST_A}"},
+               "labels": {"io.envbuilder.base-digest": f"debian@{DIGEST_A}"}}
+    pred = provenance_predicate(
+        target=TARGET, stack=stack, build_args={"PIP_INDEX_URL": "https://u:tok@idx/simple"},
+        base_image="debian:12", base_digest=f"debian@{DIGEST_A}", builder_image="debian:12",
+        builder_digest=f"debian@{DIGEST_A}", lock_digest=None, push="127.0.0.1:5000/x", seconds=1.0,
+        image_id=DIGEST_B, reproducible={"builder": "buildkit", "reproducible": True, "why": "BuildKit",
+                                         "digest": DIGEST_B, "source_date_epoch": 1717200000},
+        rebuild=rebuild)
+    assert check_predicate(BY_NAME["provenance"], pred) is None
+    assert "tok" not in str(pred["buildDefinition"]["externalParameters"]["build_args"])
+    rb = _inputs("x@sha256:...", pred, stack.matrix.digest)
+    spec = spec_of(rb)
+    assert spec.target == TARGET and spec.base_image == "debian:12" and spec.cuda_arch == ("8.0",)
+    assert spec.requirements == ("six==1.16.0",) and spec.pins.python == "3.10"
+    # another matrix, another envbuilder or a legacy build: refused before any work (exit 2)
+    with pytest.raises(InputError, match="was built against the matrix"):
+        _inputs("x", pred, "sha256:other")
+    legacy = json.loads(json.dumps(pred))
+    legacy["buildDefinition"]["internalParameters"]["reproducible"].update(
+        builder="legacy", reproducible=False, why="the legacy builder dates every file")
+    with pytest.raises(InputError, match="was not built reproducibly .the legacy builder"):
+        _inputs("x", legacy, stack.matrix.digest)
+    old = json.loads(json.dumps(pred))
+    old["buildDefinition"]["internalParameters"]["envbuilder_version"] = "0.0.9"
+    with pytest.raises(InputError, match="was built by envbuilder 0.0.9"):
+        _inputs("x", old, stack.matrix.digest)
+
+
+def test_a_rebuild_report_says_reproduced_or_names_the_layer_and_the_first_file():
+    from envbuilder.run.rebuild import Entry, FileDiff, RebuildReport
+
+    ok = RebuildReport(image="r/x@" + DIGEST_A, digest=DIGEST_A, rebuilt_digest=DIGEST_A, reproduced=True)
+    assert ok.summary() == f"reproduced: r/x@{DIGEST_A} is {DIGEST_A}, bit for bit"
+    e1 = Entry("etc/shadow", "file", 25, "sha256:" + "a" * 64, 0o640, "0:42", 100)
+    e2 = Entry("etc/shadow", "file", 25, "sha256:" + "b" * 64, 0o640, "0:42", 100)
+    bad = RebuildReport(image="r/x", digest=DIGEST_A, rebuilt_digest=DIGEST_B, layers=6,
+                        first_layer={"index": 1, "original": DIGEST_A, "rebuilt": DIGEST_B},
+                        files=[FileDiff("etc/shadow", ("content",), e1, e2)], files_total=9)
+    assert bad.summary() == (f"r/x: the rebuild is {DIGEST_B}; layer 2 of 6 is the first that differs "
+                             f"(9 files): etc/shadow: content (original 25 B sha256:aaaaaaaaaaaa...; "
+                             f"rebuilt 25 B sha256:bbbbbbbbbbbb...)")
+    assert bad.to_dict()["files"][0]["original"]["sha256"] == "sha256:" + "a" * 64

@@ -166,6 +166,47 @@ def test_build_sign_leaves_a_signature_and_four_attestations_cosign_accepts(sign
 
 
 @engine
+def test_rebuild_of_the_signed_image_reproduces_it_bit_for_bit(signed, keys, wheelhouse, ca_bundle):
+    """Issue 42: the provenance says what the image was built from; built again without cache
+    from that alone, it is the pushed digest (exit 0, "reproduced")."""
+    (_, pub), _ = keys
+    d = signed["report"]
+    # the push sent the manifest BuildKit built
+    assert d["builder"] == "buildkit" and d["reproducible"], d["reproducible_why"]
+    assert d["digest"] == signed["digest"]
+    p = _cli("rebuild", signed["ref"], "--key", str(pub), "--wheelhouse", str(wheelhouse),
+             "--ca-cert", str(ca_bundle), "--json", timeout=1800)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    r = json.loads(p.stdout)
+    assert r["reproduced"] and r["rebuilt_digest"] == signed["digest"] and r["provenance_verified"]
+    assert r["source_date_epoch"] == d["source_date_epoch"] and r["target"] == CPU_TARGET
+    assert r["files"] == [] and r["first_layer"] is None
+
+
+@engine
+def test_rebuild_with_another_date_names_the_first_layer_and_its_files(signed, wheelhouse, ca_bundle):
+    """One changed input (SOURCE_DATE_EPOCH a day later): exit 1, the first layer the build
+    made named, and its files with their path, size and sha256 on both sides."""
+    sde = signed["report"]["source_date_epoch"]
+    j = _cli("rebuild", signed["ref"], "--wheelhouse", str(wheelhouse), "--ca-cert", str(ca_bundle),
+             "--source-date-epoch", str(sde + 86400), "--json", timeout=1800)
+    assert "Traceback" not in j.stderr
+    r = json.loads(j.stdout)
+    assert j.returncode == 1 and not r["reproduced"] and r["rebuilt_digest"] != signed["digest"]
+    assert not r["provenance_verified"]  # no --key: the provenance as stored
+    assert r["first_layer"]["index"] == 1  # the base's layer is the same; the first one built is not
+    assert r["files_total"] >= len(r["files"]) > 0
+    files = {f["path"]: f for f in r["files"]}
+    for f in files.values():  # path, size and digest on both sides
+        if f["original"] and f["rebuilt"] and f["original"]["kind"] == "file":
+            assert f["original"]["size"] >= 0 and f["original"]["sha256"].startswith("sha256:")
+            assert f["rebuilt"]["sha256"].startswith("sha256:")
+    assert any("mtime" in f["differs"] for f in files.values())
+    # useradd dated the account by SOURCE_DATE_EPOCH: a day later is another /etc/shadow
+    assert "content" in files["etc/shadow"]["differs"], files.get("etc/shadow")
+
+
+@engine
 def test_envbuilder_check_passes_prints_what_was_proven_and_refuses_another_key(signed, keys):
     (_, pub), (_, other_pub) = keys
     p = _cli("verify", signed["ref"], "--key", str(pub))

@@ -106,7 +106,9 @@ class FileDiff:
 
 
 def diff_entries(a: Mapping[str, Entry], b: Mapping[str, Entry]) -> list[FileDiff]:
-    """Every path whose entry differs between layer ``a`` (the original) and ``b``, sorted."""
+    """Every path whose entry differs between layer ``a`` (the original) and ``b``: those whose
+    content differs, or that only one side has, first (what a user looks for the cause in),
+    then those that differ in their metadata only; by path within each."""
     out: list[FileDiff] = []
     for path in sorted(set(a) | set(b)):
         x, y = a.get(path), b.get(path)
@@ -119,7 +121,8 @@ def diff_entries(a: Mapping[str, Entry], b: Mapping[str, Entry]) -> list[FileDif
             ("link", x.link, y.link)) if u != v]
         if what:
             out.append(FileDiff(path, tuple(what), x, y))
-    return out
+    return sorted(out, key=lambda f: (not ({"content", "size", "kind", "link"} & set(f.differs)
+                                           or f.original is None or f.rebuilt is None), f.path))
 
 
 def config_diff(a: Mapping[str, Any], b: Mapping[str, Any], prefix: str = "") -> list[str]:
