@@ -1,4 +1,6 @@
 """The legacy builder's stage images, which are its cache: keep the CPU ones, drop the CUDA ones.
+(Since issue 42 the suite builds through BuildKit, whose stages are its build cache, bounded by
+its garbage collection: ``stage_images`` is then empty, and ``make_room`` prunes that cache too.)
 
 A multi-stage build leaves each earlier stage's last image untagged. They are the build cache of
 the next run: without the CPU torch layer's stage a warm run installs torch again (about a
@@ -35,9 +37,10 @@ CUDA_BUILD_NEEDS_GB = 35
 
 def make_room(client, need_gb: int = CUDA_BUILD_NEEDS_GB) -> bool:
     """Before a build of many GB: when the engine's data root has less than ``need_gb`` free,
-    the untagged images (other builds' stages: the next run's cache) go first, since a cache is
-    worth less than a build that runs out of disk. True when it pruned. A remote engine's disk is
-    not read (its data root is not a path here)."""
+    the untagged images (the legacy builder's stages) and BuildKit's build cache (the stages
+    of BuildKit's builds: the next run's cache) go first, since a cache is worth less than a
+    build that runs out of disk. True when it pruned. A remote engine's disk is not read (its
+    data root is not a path here)."""
     try:
         st = os.statvfs(client.info()["DockerRootDir"])
     except (OSError, KeyError, TypeError):
@@ -45,4 +48,6 @@ def make_room(client, need_gb: int = CUDA_BUILD_NEEDS_GB) -> bool:
     if st.f_bavail * st.f_frsize >= need_gb << 30:
         return False
     client.images.prune(filters={"dangling": True})
+    with contextlib.suppress(Exception):  # an engine without BuildKit has no build cache
+        client.api.prune_builds(all=True)
     return True

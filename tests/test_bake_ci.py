@@ -92,7 +92,9 @@ def test_bake_names_every_target(baked, names):
         assert t["labels"] == stack["image"]["labels"]
         assert t["labels"]["org.opencontainers.image.version"] == stack["tag"]
         assert t["args"] == {"BUILDER_IMAGE": stack["image"]["builder"],
-                             "RUNTIME_IMAGE": stack["image"]["runtime"]}
+                             "RUNTIME_IMAGE": stack["image"]["runtime"],
+                             "SOURCE_DATE_EPOCH": str(stack["reproducible"]["source_date_epoch"])}
+        assert t["attest"] == ["type=provenance,disabled=true", "type=sbom,disabled=true"]
         ctx = t.get("contexts")
         if ctx:  # a shared builder stage: it must exist and build the builder stage
             ref = ctx["builder"]

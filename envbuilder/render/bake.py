@@ -193,6 +193,8 @@ def _image(name: str, folder: Path, files: Mapping[str, str | bytes], share: boo
             "alias": validate.tag(stack.get("torch_variant") or name, "alias"),
             "labels": img["labels"], "builder": builder, "runtime": runtime,
             "platform": validate.platform(stack["platform"]) if stack.get("platform") else None,
+            # the date of every file (render: the lock's, else the stack's newest release)
+            "sde": str(int((stack.get("reproducible") or {}).get("source_date_epoch") or 0)),
             "key": _builder_key(files, dockerfile, builder) if share else None}
 
 
@@ -289,6 +291,8 @@ def bake_hcl(targets: Sequence[tuple[str, Path, Mapping[str, str | bytes]]], pat
     blocks = [
         f"# Rendered by envbuilder {__version__}: docker buildx bake -f {Path(path).name}   (run from this folder)\n"
         "# Builds every target below; `--load` to load them, `--push` to push their version tags.\n"
+        "# Bit for bit (each target's SOURCE_DATE_EPOCH; BuildKit 0.13+): push with\n"
+        "#   docker buildx bake --set '*.output=type=registry,rewrite-timestamp=true,oci-mediatypes=true'\n"
         "# The moving alias tags are not among them: `envbuilder build --push` moves each only after\n"
         "# its smoke job passed." + ("\n" + "\n".join(aliases) if aliases else ""),
         _block("group", "default", [("targets", [i["name"] for i in images])]),
@@ -302,7 +306,10 @@ def bake_hcl(targets: Sequence[tuple[str, Path, Mapping[str, str | bytes]]], pat
         fields: list[tuple[str, object]] = [
             ("context", _rel(i["folder"], base)), ("dockerfile", "Dockerfile"),
             ("target", "runtime"), ("tags", i["tags"]), ("labels", i["labels"]),
-            ("args", {"BUILDER_IMAGE": i["builder"], "RUNTIME_IMAGE": i["runtime"]}),
+            ("args", {"BUILDER_IMAGE": i["builder"], "RUNTIME_IMAGE": i["runtime"],
+                      "SOURCE_DATE_EPOCH": i["sde"]}),
+            # BuildKit's own attestations hold the build's clock (envbuilder's are signed apart)
+            ("attest", ["type=provenance,disabled=true", "type=sbom,disabled=true"]),
             ("cache-from", None if docker_driver else i["cache"][0]),
             ("cache-to", None if docker_driver else i["cache"][1])]
         if i["platform"]:  # the stack's own platform (amd64 is the default and stays implicit)
