@@ -614,9 +614,16 @@ def rebuild_inputs(b: _Build) -> dict[str, Any]:
             "options": {k: v for k, v in options.items() if v not in (None, [], "")},
             "requirements": list(team), "wheelhouse": b.opts.wheelhouse is not None,
             "lock": _read_lock(b.lock), "source_date_epoch": int(b.report.source_date_epoch or 0),
-            "images": {"BUILDER_IMAGE": _base_digest(client, plan.builder_image),
-                       "RUNTIME_IMAGE": _base_digest(client, plan.runtime_image)},
+            "images": {"BUILDER_IMAGE": _by_digest(client, plan.builder_image),
+                       "RUNTIME_IMAGE": _by_digest(client, plan.runtime_image)},
             "labels": dict(b.build_labels)}
+
+
+def _by_digest(client: DockerClient, image: str) -> str:
+    """``image`` (NAME[:TAG]) with the digest the engine has for it: NAME[:TAG]@sha256:..."""
+    ref = _base_digest(client, image)
+    digest = ref.rpartition("@")[2] if "@sha256:" in ref else ref if ref.startswith("sha256:") else None
+    return f"{image.split('@', 1)[0]}@{digest}" if digest else image
 
 
 def _docker(b: _Build) -> bool:
