@@ -92,7 +92,7 @@ def test_the_legacy_builder_builds_and_says_why_it_is_not_reproducible(cpu_build
     finally:
         from engine_stages import drop_stages
 
-        drop_stages(docker_client, r.stage_images)
+        drop_stages(docker_client, [*r.stage_images, r.image_id])  # untagged now: all of it goes
 
 
 @pytest.mark.network

@@ -236,7 +236,8 @@ def render_files(plan: BuildPlan, *, layer_requirements: Mapping[str, str] | Non
         "Dockerfile": env.get_template("Dockerfile.j2").render(ctx),
         "envbuilder.def": env.get_template("apptainer.def.j2").render(ctx),
         "requirements.in": plan.requirements_in(),
-        ".dockerignore": "# the build context is this folder; keep locks and job files out of it\njobs/\n*.sif\n",
+        ".dockerignore": "# the build context is this folder; keep locks and job files out of it\njobs/\n*.sif\n"
+                         ".envbuilder-sif-bases/\n",
         "ca-certificates/README": "Put extra CA certificates here as *.crt (envbuilder build --ca-cert FILE does);\n"
                                   "they are trusted in the builder stage only.\n",
     }
@@ -266,8 +267,19 @@ def render_files(plan: BuildPlan, *, layer_requirements: Mapping[str, str] | Non
     return out
 
 
+def build_date(epoch: int) -> str:
+    """Apptainer's ``org.label-schema.build-date`` format for ``epoch`` (UTC), as its build
+    writes it from the clock (Apptainer 1.4) or SOURCE_DATE_EPOCH (1.5): the definition sets
+    it, so two builds of one definition agree."""
+    from datetime import datetime, timezone
+
+    t = datetime.fromtimestamp(int(epoch), tz=timezone.utc)
+    return f"{t:%A}_{t.day}_{t:%B}_{t.year}_{t.hour}:{t.minute}:{t.second}_UTC"
+
+
 def _context(plan: BuildPlan, steps: Steps) -> dict:
     return {"plan": plan, "steps": steps, "version": __version__, "cxx_wrapper": CXX_WRAPPER,
+            "build_date": build_date(plan.source_date_epoch),
             "render_all": render_all,
             "stage_dir": APPTAINER_STAGE_DIR, "build_env_dir": APPTAINER_BUILD_ENV_DIR,
             "smoke_command": APPTAINER_SMOKE.format(sif="IMAGE.sif", home=plan.home)}

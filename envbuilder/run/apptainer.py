@@ -46,6 +46,7 @@ if TYPE_CHECKING:
     from envbuilder.run.verify import VerifyReport
 
 ENV_COMMAND = "ENVBUILDER_APPTAINER"
+BASES_DIR = ".envbuilder-sif-bases"  # in the build folder while a SIF builds: its bases' archives
 BUILD_TIMEOUT_S = 4 * 3600
 SIDECAR = ".envbuilder.json"
 _MARKER = re.compile(r"^envbuilder: (stage \S+, .+)$")
@@ -430,8 +431,15 @@ def build_sif(cmd: Sequence[str], plan: BuildPlan, ctx: Path, out: Path, *,
     _written_by_us(out)
     started = time.monotonic()
     work, shared, env_dir = _private_work(out.parent)
+    # the base archives at one path relative to the build folder (apptainer's working folder):
+    # the definition the SIF keeps, and its deffile.from label, are then the same every build
+    bases_dir = Path(ctx) / BASES_DIR
+    shutil.rmtree(bases_dir, ignore_errors=True)  # a crashed build's
+    bases_dir.mkdir()
+    os.chmod(bases_dir, 0o755)
     try:
-        bases, ids = local_bases(client, [plan.builder_image, plan.runtime_image], shared)
+        bases, ids = local_bases(client, [plan.builder_image, plan.runtime_image], bases_dir)
+        bases = {i: (b[0], f"{BASES_DIR}/{Path(b[1]).name}", b[2]) for i, b in bases.items()}
         text = localize(rendered, bases)
         # the archives' paths are temporary: the digest takes the images' ids instead
         digest = inputs_digest(ctx, localize(rendered, {i: (b[0], ids[i], b[2]) for i, b in bases.items()}), ids,
@@ -451,8 +459,10 @@ def build_sif(cmd: Sequence[str], plan: BuildPlan, ctx: Path, out: Path, *,
                 "".join(f"{k}={shlex.quote(v)}\n" for k, v in sorted(build_env.items())))
             os.chmod(env_dir / "build.env", 0o644)
         tmp_sif = shared / out.name
+        # --force: the definition's %labels win over Apptainer's own (its build-date is the
+        # wall clock before Apptainer 1.5; the definition dates it SOURCE_DATE_EPOCH)
         code, log, timed_out = _run(
-            [*cmd, "build", "--fakeroot", "--bind", f"{env_dir}:{APPTAINER_BUILD_ENV_DIR}:ro",
+            [*cmd, "build", "--fakeroot", "--force", "--bind", f"{env_dir}:{APPTAINER_BUILD_ENV_DIR}:ro",
              str(tmp_sif), str(shared / "envbuilder.def")],
             cwd=ctx, env=sde_env, timeout=BUILD_TIMEOUT_S, on_line=on_line, step="apptainer")
         if code != 0 or not tmp_sif.is_file():
@@ -474,6 +484,7 @@ def build_sif(cmd: Sequence[str], plan: BuildPlan, ctx: Path, out: Path, *,
                         rootfs_sha256=rootfs, source_date_epoch=source_date_epoch)
     finally:
         shutil.rmtree(work, ignore_errors=True)
+        shutil.rmtree(bases_dir, ignore_errors=True)
 
 
 # -- in the SIF -----------------------------------------------------------------------------

@@ -14,6 +14,7 @@ def root(context, missing=missing):
     l_0_steps = resolve('steps')
     l_0_stage_dir = resolve('stage_dir')
     l_0_render_all = resolve('render_all')
+    l_0_build_date = resolve('build_date')
     l_0_smoke_command = resolve('smoke_command')
     pass
     yield '# Rendered by envbuilder '
@@ -180,7 +181,9 @@ def root(context, missing=missing):
         yield str(l_1_v)
         yield '\n'
     l_1_k = l_1_v = missing
-    yield '\n%runscript\n    exec "$@"\n\n%test\n    '
+    yield '    org.label-schema.build-date '
+    yield str((undefined(name='build_date') if l_0_build_date is missing else l_0_build_date))
+    yield '\n\n%runscript\n    exec "$@"\n\n%test\n    '
     yield str(environment.getattr((undefined(name='plan') if l_0_plan is missing else l_0_plan), 'venv'))
     yield '/bin/python -c "import torch, torch.distributed as d; print(\'torch\', torch.__version__, \'gloo\', d.is_gloo_available())"\n\n%help\n    envbuilder image for '
     yield str(environment.getattr((undefined(name='plan') if l_0_plan is missing else l_0_plan), 'target'))
@@ -191,4 +194,4 @@ def root(context, missing=missing):
     yield '\n'
 
 blocks = {}
-debug_info = '3=20&4=26&6=28&8=32&9=34&12=36&14=40&18=42&22=44&23=49&24=63&30=74&31=78&32=80&33=85&34=91&35=101&36=103&37=105&38=112&39=123&40=131&43=136&47=138&50=140&51=144&55=149&56=151&57=153&58=159&64=161&65=165&66=167&68=170&71=174&77=184&80=186&81=190'
+debug_info = '3=21&4=27&6=29&8=33&9=35&12=37&14=41&18=43&22=45&23=50&24=64&30=75&31=79&32=81&33=86&34=92&35=102&36=104&37=106&38=113&39=124&40=132&43=137&47=139&50=141&51=145&55=150&56=152&57=154&58=160&64=162&65=166&66=168&68=171&71=175&72=185&78=187&81=189&82=193'
