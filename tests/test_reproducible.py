@@ -321,3 +321,24 @@ def test_a_rebuild_report_says_reproduced_or_names_the_layer_and_the_first_file(
                              f"(9 files): etc/shadow: content (original 25 B sha256:aaaaaaaaaaaa...; "
                              f"rebuilt 25 B sha256:bbbbbbbbbbbb...)")
     assert bad.to_dict()["files"][0]["original"]["sha256"] == "sha256:" + "a" * 64
+
+
+def test_a_push_from_the_containerd_image_store_names_its_digest_in_a_status_line():
+    """Recorded: dockerd 28.5's push stream (containerd image store) has no aux.Digest; the
+    digest is in its last status line."""
+    from envbuilder.run import engine
+
+    recorded = [
+        {"status": "The push refers to repository [127.0.0.1:45999/t/deb]"},
+        {"status": "Pushing", "progressDetail": {"current": 23068672, "total": 50935695},
+         "id": "d3c36508889e"},
+        {"status": "Pushed", "progressDetail": {}, "id": "d3c36508889e"},
+        {"status": "1: digest: sha256:184e53df1c60f38564789aea5a7fd2a925358d57c8b2e2f65effc516145e83ef size: 406"}]
+
+    class Api:
+        def push(self, *a, **kw):
+            return iter(recorded)
+
+    client = type("C", (), {"api": Api()})()
+    assert engine.push(client, "127.0.0.1:45999/t/deb", "1") == \
+        "sha256:184e53df1c60f38564789aea5a7fd2a925358d57c8b2e2f65effc516145e83ef"

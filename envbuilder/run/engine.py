@@ -6,7 +6,8 @@ always removed on exit.
 The docker SDK is imported here and only here (lazily). Every engine failure becomes an
 OperationError with one sentence naming the step and what to do; push failures reported inside
 the stream (``errorDetail``) are read chunk by chunk, and the pushed digest is recorded only
-when the registry confirmed it (``aux.Digest``) and answers for it afterwards.
+when the registry confirmed it (``aux.Digest``, or with the containerd image store the
+"TAG: digest: sha256:... size: N" status line) and answers for it afterwards.
 """
 
 from __future__ import annotations
@@ -360,6 +361,9 @@ def push(client: DockerClient, repository: str, tag_: str, *, retries: int = 2,
             time.sleep(min(2 ** attempt, 10))
 
 
+_PUSHED_RE = re.compile(r"^\S+: digest: (sha256:[0-9a-f]{64}) size: \d+$")
+
+
 def _push_once(client: DockerClient, repository: str, tag_: str,
                on_progress: Callable[[str], None] | None) -> str:
     auth = registry_auth(repository)
@@ -373,6 +377,11 @@ def _push_once(client: DockerClient, repository: str, tag_: str,
             aux = chunk.get("aux")
             if isinstance(aux, dict) and aux.get("Digest"):
                 digest = aux["Digest"]
+            # the containerd image store's engine names it in a status line only:
+            # "TAG: digest: sha256:... size: N"
+            m = _PUSHED_RE.search(str(chunk.get("status") or ""))
+            if digest is None and m:
+                digest = m.group(1)
             if on_progress and chunk.get("status"):
                 on_progress(f"{chunk.get('id', '')} {chunk['status']}".strip())
     except OperationError:
