@@ -684,6 +684,21 @@ def load_matrix(path: str | Path | None = None, overlay: str | Path | None = Non
     return _keep(key, m)
 
 
+def load_floors(path: str | Path | None = None) -> Any:
+    """The bandwidth floors (``matrices/bandwidth.yaml``, schema ``schema.BANDWIDTH``) of the
+    matrix folder ``path``, or of the built-in matrix when ``path`` is None or has no such file
+    (a team's matrix folder may leave it out): a ``core.floors.Floors``."""
+    from envbuilder.core import floors
+
+    root = Path(path) if path is not None else matrices_dir()
+    file = root / schema.BANDWIDTH_FILE
+    if not file.exists() and path is not None:
+        file = matrices_dir() / schema.BANDWIDTH_FILE
+    data = _parse(file, _read_text(file))
+    _validate(file, data, schema.BANDWIDTH)
+    return floors.build(data, file)
+
+
 def _read_overlay(over_root: Path, digest: Any) -> dict[str, str]:
     """The overlay folder's matrix files (name -> text), added to ``digest``."""
     if not over_root.is_dir():
