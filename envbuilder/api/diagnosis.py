@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from envbuilder.errors import InputError
 from envbuilder.core.matrix import load_matrix
@@ -99,7 +99,7 @@ def image_labels(image: str, client: DockerClient | None = None) -> Mapping[str,
     return _labels(client or connect(), image)
 
 
-def check_signed(image: str, key: str) -> CheckReport:
+def check_signed(image: str, key: str, require: Sequence[str] = ()) -> CheckReport:
     """``envbuilder verify IMAGE --key PUB``: the signature and the four attestations of
     ``image``'s digest, verified from its registry with cosign (no layer pulled), and what the
     smoke attestation says the digest was proven to do (run.sign.check_image)."""
@@ -107,7 +107,7 @@ def check_signed(image: str, key: str) -> CheckReport:
     from envbuilder.run.sign import check_image
 
     validate.image_ref(image, "IMAGE")
-    return check_image(image, key)
+    return check_image(image, key, require=require)
 
 
 def verify_matrix(*, matrix_dir: str | Path | None = None, pypi: str = "https://pypi.org/simple",

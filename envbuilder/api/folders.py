@@ -76,7 +76,8 @@ def _admission_files(spec: TargetSpec) -> dict[str, str]:
         raise InputError(f"project file {proj.path}, key signing_key: the admission policy "
                          f"names the images it admits: set registry too")
     key = read_text_capped(proj.signing_key, "project file key signing_key", limit=64 << 10)
-    return {FILE: render_policy(name=spec.name, repository=spec.registry, public_key=key)}
+    return {FILE: render_policy(name=spec.name, repository=spec.registry, public_key=key,
+                                require=proj.admission_require)}
 
 
 def _lock_text(spec: TargetSpec, stack: Stack) -> str:

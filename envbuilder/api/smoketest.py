@@ -54,7 +54,8 @@ def _smoke_layout(layout: str | None, nproc: int | None, nnodes: int | None,
 def smoke(image: str | None, *, host: bool = False, nproc: int | None = None,  # noqa: C901 - one branch per way to run the job (records, nodes, host, container)
           nnodes: int | None = None,
           layout: str | None = None, backend: str = "auto", timeout: int = SMOKE_TIMEOUT,
-          progressive: bool = False, min_busbw: float | None = None, shm_size: str = "2g",
+          progressive: bool = False, min_busbw: float | str | None = None, shm_size: str = "2g",
+          fabric: str | None = None, max_size: str | None = None, matrix_dir: str | None = None,
           gpus: bool | None = None, records: str | None = None,
           metrics_file: str | Path | None = None, pushgateway: str | None = None,
           labels: Sequence[str] | None = None,
@@ -65,7 +66,11 @@ def smoke(image: str | None, *, host: bool = False, nproc: int | None = None,  #
     ``layout``: ``NxM`` (N nodes of M ranks: ``--nnodes N --nproc-per-node M``) or an uneven
     split ``7,5`` (ranks on each node). ``nproc`` defaults to 12 ranks per node, ``nnodes`` to 1
     (or the nodes the layout names). Returns (the result, every size run with ``progressive``,
-    likely causes of a failure, what was exported or None) as a SmokeRun."""
+    likely causes of a failure, what was exported or None) as a SmokeRun. ``fabric`` (ib, efa,
+    roce, socket) is the fabric the run must use between nodes (check ``transport``);
+    ``min_busbw`` a number of GB/s, or ``auto`` (the default on GPUs): each size against the
+    published floor of matrices/bandwidth.yaml (``matrix_dir``'s when it has one); ``max_size``
+    the largest all-reduce of the GPU sweep."""
     from envbuilder.core.validate import image_ref
     from envbuilder.run import metrics as mx
     from envbuilder.run import smoke as sm
@@ -76,6 +81,9 @@ def smoke(image: str | None, *, host: bool = False, nproc: int | None = None,  #
     metrics_to = mx.check_target(metrics_file, pushgateway)
     overrides = mx.parse_label_overrides(list(labels) if labels else None)
     nproc, nnodes, counts = _smoke_layout(layout, nproc, nnodes, progressive)
+    script_args = _payload_args(max_size)
+    gate = _busbw_gate(min_busbw)
+    _check_fabric(fabric)
     if records is not None and (host or image is not None or progressive):
         raise InputError("--records judges a finished run: give no IMAGE, --host or --progressive")
     if records is None and host == (image is not None):
@@ -100,10 +108,11 @@ def smoke(image: str | None, *, host: bool = False, nproc: int | None = None,  #
         def run_one(n: int) -> SmokeResult:
             return run_smoke_multinode(ref, nnodes=nnodes, nproc_per_node=n, layout=counts,
                                        backend=mn_backend, timeout=timeout, shm_size=shm_size,
-                                       gpus=gpus)
+                                       gpus=gpus, script_args=script_args)
     elif host:
         def run_one(n: int) -> SmokeResult:
-            return sm.run_smoke_host(nproc=n, backend=backend, timeout=timeout)
+            return sm.run_smoke_host(nproc=n, backend=backend, timeout=timeout,
+                                     script_args=script_args)
     else:
         from envbuilder.run.engine import connect
 
@@ -112,14 +121,14 @@ def smoke(image: str | None, *, host: bool = False, nproc: int | None = None,  #
 
         def run_one(n: int) -> SmokeResult:
             return sm.run_smoke_container(c, ref, nproc=n, backend=backend,
-                                          timeout=timeout, gpus=gpus, shm_size=shm_size)
+                                          timeout=timeout, gpus=gpus, shm_size=shm_size,
+                                          script_args=script_args)
     runs: list[SmokeResult] = []
     if progressive:
         result, runs = sm.run_progressive(run_one, nproc)
     else:
         result = run_one(nproc)
-    if min_busbw is not None:
-        result = sm.check_min_busbw(result, min_busbw)
+    result = sm.judge(result, fabric=fabric, min_busbw=gate, matrix_dir=matrix_dir)
     if metrics_to.wanted and image is not None and client is None:
         from envbuilder.run.engine import connect
 
@@ -127,3 +136,42 @@ def smoke(image: str | None, *, host: bool = False, nproc: int | None = None,  #
     exported = mx.export_run(result, metrics_to, image=image, client=client, overrides=overrides)
     causes = [] if result.ok else explain_log(result.log, details=result.details)
     return SmokeRun(result=result, runs=runs, causes=causes, exported=exported)
+
+
+def _payload_args(max_size: str | None) -> list[str]:
+    """The smoke payload's arguments for the options of ``smoke`` it takes itself."""
+    if max_size is None:
+        return []
+    from envbuilder.run.payload.ddp_smoke import parse_size
+
+    try:
+        n = parse_size(max_size)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise InputError(f"--max-size {max_size[:40]!r} is not a size: bytes or a K/M/G suffix, e.g. 4G")
+    return ["--max-size", str(n)]
+
+
+def _busbw_gate(value: float | str | None) -> float | str | None:
+    """--min-busbw: a number of GB/s, ``auto`` (the published floors), or None (auto on GPUs)."""
+    if value is None or isinstance(value, (int, float)):
+        return value
+    if str(value).strip().lower() == "auto":
+        return "auto"
+    try:
+        gbps = float(value)
+    except ValueError:
+        gbps = -1.0
+    if not gbps >= 0:
+        raise InputError(f"--min-busbw {str(value)[:40]!r} is not a bandwidth: GB/s (e.g. 40) or auto "
+                         f"(the published floor of matrices/bandwidth.yaml)")
+    return gbps
+
+
+def _check_fabric(fabric: str | None) -> None:
+    from envbuilder.run.transport import FABRICS
+
+    if fabric is not None and fabric not in FABRICS:
+        raise InputError(f"--fabric {fabric[:40]!r} is not one of {', '.join(FABRICS)} (the fabric "
+                         f"the run must use between nodes)")

@@ -44,7 +44,7 @@ COMPONENT_PLAN_ORDER = ("horovod", "deepspeed")
 OPS_COMPONENT = "deepspeed"
 OPS_KEY = "deepspeed_ops"
 # what a project file holds besides options: its targets, and settings of the project itself
-PROJECT_ONLY_KEYS = ("targets", "jobs", "signing_key", "explain_cases")
+PROJECT_ONLY_KEYS = ("targets", "jobs", "signing_key", "admission_require", "explain_cases")
 TARGET_ONLY_KEYS = ("name", "target", "jobs")
 # the options of the command line that are not a target's: what to act on, where to write,
 # how to print. Every other option `render --help` shows is a project key (tests/test_options.py)

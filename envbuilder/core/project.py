@@ -50,6 +50,7 @@ class Project:
     exclude_newer: str | None = None
     explain_cases: Path | None = None  # the team's explain cases folder (explain --learn)
     signing_key: Path | None = None  # the cosign public key: render writes the admission policy
+    admission_require: tuple[str, ...] = ()  # smoke attestation fields that policy demands
     jobs: jobs_mod.JobsConfig = field(default_factory=jobs_mod.JobsConfig)  # [jobs]
     compiled: tuple[str, ...] = ()  # requirements that compile against torch (render.compiled)
     # every option the top level sets (core.options), as fields of Pins and TargetSpec
@@ -215,6 +216,7 @@ def parse_project(path: Path, data: dict[str, Any]) -> Project:
                    exclude_newer=values.get("exclude_newer"), jobs=pjobs,
                    explain_cases=root / data["explain_cases"] if "explain_cases" in data else None,
                    signing_key=root / data["signing_key"] if "signing_key" in data else None,
+                   admission_require=tuple(data.get("admission_require", ())),
                    compiled=values.get("compiled", ()), values=values)
 
 

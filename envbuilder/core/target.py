@@ -62,16 +62,23 @@ FABRICS = ("ib", "efa", "none")
 # https://github.com/deepspeedai/DeepSpeed/blob/v0.16.9/deepspeed/runtime/engine.py
 # (_configure_basic_optimizer: FusedAdam, or DeepSpeedCPUAdam when the optimizer is offloaded)
 DEFAULT_DS_OPS = ("fused_adam", "cpu_adam")
+# on a CPU target, DeepSpeed's CPU accelerator: the op deepspeed.init_distributed() builds at
+# start-up (comm/torch.py build_shm_op -> op_builder/cpu/comm.py ShareMemCommBuilder) and CPU Adam
+# (DeepSpeedCPUAdam: ZeRO with the optimizer offloaded, as CPU jobs run it)
+# https://github.com/deepspeedai/DeepSpeed/blob/v0.16.9/deepspeed/comm/torch.py
+DEFAULT_CPU_DS_OPS = ("deepspeed_shm_comm", "cpu_adam")
 
 
 def ds_ops_of(req: Request, matrix: Matrix) -> tuple[str, ...]:
     """The DeepSpeed ops a request pre-builds: the ones asked for (--ds-ops; none = JIT), else
-    on a CUDA target that wants DeepSpeed DEFAULT_DS_OPS (those the matrix knows)."""
+    for a target that wants DeepSpeed DEFAULT_DS_OPS on CUDA, DEFAULT_CPU_DS_OPS on CPU (those
+    the matrix knows)."""
     if req.ds_ops is not None:
         return req.ds_ops
-    if req.cpu or not req.wants(OPS_COMPONENT):
+    if not req.wants(OPS_COMPONENT):
         return ()
-    return tuple(o for o in DEFAULT_DS_OPS if o in matrix.toolchains.deepspeed_ops)
+    defaults = DEFAULT_CPU_DS_OPS if req.cpu else DEFAULT_DS_OPS
+    return tuple(o for o in defaults if o in matrix.toolchains.deepspeed_ops)
 
 
 @dataclass(frozen=True)

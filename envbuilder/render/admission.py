@@ -37,6 +37,76 @@ predicate: {
 """
 
 
+# Fields of the smoke attestation a policy (or `verify IMAGE --key PUB --require`) can demand:
+# name -> (its path in the predicate, its kind). A requirement is NAME=VALUE, or NAME>=NUMBER for
+# the numeric ones; floor_pct is the lowest percentage of the published busbw floor reached.
+REQUIRABLE: dict[str, tuple[tuple[str, ...], str]] = {
+    "backend": (("backend",), "word"),  # nccl, gloo
+    "device": (("device", "kind"), "word"),  # cuda, cpu
+    "transport": (("transport", "fabric_used"), "word"),  # ib, roce, efa, socket, none, tcp
+    "world_size": (("layout", "world_size"), "int"),
+    "nnodes": (("layout", "nnodes"), "int"),
+    "floor_pct": (("bandwidth_floor", "rows"), "pct"),
+}
+_REQ = re.compile(r"^([a-z_]+)(>=|=)([A-Za-z0-9_.-]{1,40})$")
+
+
+def parse_requirement(text: str, what: str = "--require") -> tuple[str, str, str]:
+    """``"backend=nccl"`` -> ("backend", "=", "nccl"); exit 2 naming ``what`` otherwise."""
+    m = _REQ.match(text.strip())
+    if m is None or m.group(1) not in REQUIRABLE:
+        raise InputError(f"{what} {text[:60]!r}: give FIELD=VALUE or FIELD>=NUMBER with a field of "
+                         f"{', '.join(REQUIRABLE)} (e.g. backend=nccl, transport=ib, floor_pct>=80)")
+    name, op, value = m.groups()
+    kind = REQUIRABLE[name][1]
+    if kind != "word" and not re.fullmatch(r"[0-9]+(\.[0-9]+)?", value):
+        raise InputError(f"{what} {text[:60]!r}: {name} is a number")
+    if kind == "pct" and op != ">=":
+        raise InputError(f"{what} {text[:60]!r}: floor_pct takes >= (e.g. floor_pct>=80)")
+    if kind == "word" and op != "=":
+        raise InputError(f"{what} {text[:60]!r}: {name} takes = (e.g. {name}=...)")
+    return name, op, value
+
+
+def _lookup(pred: Any, path: tuple[str, ...]) -> Any:
+    for k in path:
+        pred = pred.get(k) if isinstance(pred, dict) else None
+    return pred
+
+
+def check_requirement(pred: Any, req: tuple[str, str, str]) -> tuple[bool, Any]:
+    """(met, the value the attestation holds) of one parsed requirement."""
+    name, op, want = req
+    path, kind = REQUIRABLE[name]
+    got = _lookup(pred, path)
+    if kind == "pct":
+        pcts = [float(r["percent"]) for r in got or () if isinstance(r, dict) and r.get("percent") is not None]
+        got = min(pcts) if pcts else None
+        return got is not None and float(got) >= float(want), got
+    if got is None:
+        return False, None
+    if kind == "int":
+        return (int(got) >= int(float(want)) if op == ">=" else int(got) == int(float(want))), got
+    return str(got) == want, got
+
+
+def _cue(req: tuple[str, str, str]) -> str:
+    name, op, want = req
+    path, kind = REQUIRABLE[name]
+    if kind == "pct":
+        return f"bandwidth_floor: rows: [{{percent: >={want}}}, ...{{percent: >={want}}}]"
+    value = f'"{want}"' if kind == "word" else (f">={int(float(want))}" if op == ">=" else str(int(float(want))))
+    return ": ".join(path) + f": {value}"
+
+
+def smoke_cue(require: tuple[tuple[str, str, str], ...] = ()) -> str:
+    """The CUE policy of the smoke attestation: SMOKE_CUE and each requirement."""
+    if not require:
+        return SMOKE_CUE
+    head, _, tail = SMOKE_CUE.rpartition("}")
+    return head + "".join(f"  {_cue(r)}\n" for r in require) + "}" + tail
+
+
 def public_key_pem(text: str, what: str) -> str:
     """``text`` as one PEM public key (exit 2 naming ``what`` otherwise): it goes into YAML."""
     pem = text.replace("\r\n", "\n").strip() + "\n"
@@ -46,8 +116,11 @@ def public_key_pem(text: str, what: str) -> str:
     return pem
 
 
-def cluster_image_policy(*, name: str, repository: str, public_key: str) -> dict[str, Any]:
-    """The ClusterImagePolicy document (see the module docstring)."""
+def cluster_image_policy(*, name: str, repository: str, public_key: str,
+                         require: tuple[str, ...] = ()) -> dict[str, Any]:
+    """The ClusterImagePolicy document (see the module docstring); ``require``: fields the smoke
+    attestation must hold (REQUIRABLE: ``backend=nccl``, ``transport=ib``, ``floor_pct>=80``)."""
+    reqs = tuple(parse_requirement(r, "project file key admission_require:") for r in require)
     if not repository or any(c.isspace() or c in "\"'`$*" for c in repository):
         raise InputError(f"registry {repository!r} is not a repository for an image policy")
     meta = _NAME.sub("-", f"envbuilder-{name}".lower()).strip("-")[:63].rstrip("-")
@@ -64,14 +137,16 @@ def cluster_image_policy(*, name: str, repository: str, public_key: str) -> dict
                         "hashAlgorithm": "sha256"},
                 "signatureFormat": "bundle",
                 "attestations": [{"name": "smoke", "predicateType": SMOKE_TYPE,
-                                  "policy": {"type": "cue", "data": SMOKE_CUE}}],
+                                  "policy": {"type": "cue", "data": smoke_cue(reqs)}}],
             }],
         },
     }
 
 
-def render_policy(*, name: str, repository: str, public_key: str) -> str:
-    doc = cluster_image_policy(name=name, repository=repository, public_key=public_key)
+def render_policy(*, name: str, repository: str, public_key: str,
+                  require: tuple[str, ...] = ()) -> str:
+    doc = cluster_image_policy(name=name, repository=repository, public_key=public_key,
+                               require=require)
     head = ("# Admit only images of this repository signed by the project's key whose smoke\n"
             "# attestation says the job passed (envbuilder build --push REPO --sign --key K).\n"
             "# Sigstore policy-controller: kubectl apply -f this file, and label namespaces\n"
