@@ -559,7 +559,6 @@ class Smoke(object):
         else:
             self.device = torch.device("cpu")
         self.watchdog.start()
-        self.run_check("shm", self.check_shm)  # before NCCL creates its own segments
         self.watchdog.arm("rendezvous", args.timeout + 30)
         start = time.monotonic()
         try:
@@ -579,6 +578,9 @@ class Smoke(object):
         self.watchdog.disarm()
         init_s = time.monotonic() - start
         self.rendezvous_seconds = round(init_s, 4)
+        # every rank has started; NCCL creates its communicator (and its SHM segments) only at
+        # the first collective, after this
+        self.run_check("shm", self.check_shm)
 
         self.run_check("rendezvous", lambda: self.check_rendezvous(init_s))
         if args.progressive:
