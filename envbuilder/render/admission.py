@@ -48,6 +48,8 @@ REQUIRABLE: dict[str, tuple[tuple[str, ...], str]] = {
     "nnodes": (("layout", "nnodes"), "int"),
     "floor_pct": (("bandwidth_floor", "rows"), "pct"),
 }
+WORDS = {"backend": ("nccl", "gloo"), "device": ("cuda", "cpu"),
+         "transport": ("ib", "roce", "efa", "socket", "none", "tcp")}
 _REQ = re.compile(r"^([a-z_]+)(>=|=)([A-Za-z0-9_.-]{1,40})$")
 
 
@@ -65,6 +67,8 @@ def parse_requirement(text: str, what: str = "--require") -> tuple[str, str, str
         raise InputError(f"{what} {text[:60]!r}: floor_pct takes >= (e.g. floor_pct>=80)")
     if kind == "word" and op != "=":
         raise InputError(f"{what} {text[:60]!r}: {name} takes = (e.g. {name}=...)")
+    if kind == "word" and value not in WORDS[name]:
+        raise InputError(f"{what} {text[:60]!r}: {name} is one of {', '.join(WORDS[name])}")
     return name, op, value
 
 
