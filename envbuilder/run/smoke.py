@@ -89,6 +89,8 @@ class SmokeResult:
         kind = self.fact("device_kind")
         if kind:
             return str(kind)
+        if self.backend == "nccl":  # records of an older envbuilder: NCCL runs on GPUs only
+            return "cuda"
         return "cuda" if any(str(r.get("device") or "").startswith("cuda") for r in self.ranks) else "cpu"
 
     def hosts(self) -> dict[int, str]:
