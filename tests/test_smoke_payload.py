@@ -271,3 +271,25 @@ def test_a_rank_stopped_before_its_rendezvous_still_leaves_the_cause(tmp_path):
     assert "SIGTERM" in summary["details"]["launch"]
     causes = explain_log(log)
     assert causes and causes[0]["category"] == "network_interface", causes[:2]
+
+
+def test_large_sizes_follow_the_device_and_max_size():
+    M, G = ddp_smoke.MIB, ddp_smoke.GIB
+    assert ddp_smoke.large_sizes(32 * M, True, None) == [128 * M, 1 * G, 4 * G, 16 * G]
+    assert ddp_smoke.large_sizes(2 * M, False, None) == []  # CPU: only when asked
+    assert ddp_smoke.large_sizes(2 * M, False, 40 * M) == [8 * M, 32 * M]
+
+
+@needs_torch
+def test_the_sweep_goes_on_to_max_size_and_stops_where_a_call_takes_too_long(tmp_path):
+    """The large-message path of the GPU sweep, on CPU ranks with an explicit --max-size: the
+    all-reduce goes on past the default sizes to 8M (the limit), all-gather and reduce-scatter
+    stay on the default sweep; every rank runs the same sizes (the decisions use the slowest
+    rank's time, the same on all)."""
+    proc = run_job(tmp_path, 2, timeout=60, extra=("--iters", "1", "--warmup", "1", "--max-size", "8M"))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    ar = [b["bytes"] for b in summary["bandwidth"] if b["collective"] == "all_reduce"]
+    assert ar == list(ddp_smoke.DEFAULT_CPU_SIZES) + [8 * ddp_smoke.MIB]
+    ag = [b["bytes"] for b in summary["bandwidth"] if b["collective"] == "all_gather"]
+    assert len(ag) == len(ddp_smoke.DEFAULT_CPU_SIZES)

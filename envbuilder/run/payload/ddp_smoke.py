@@ -251,6 +251,18 @@ def progressive_sizes(n):
     return out + [n]
 
 
+def large_sizes(largest, cuda, max_size):
+    """The all-reduce sizes after the default sweep: on GPUs DEFAULT_GPU_LARGE_SIZES (up to
+    --max-size, 16G by default); on CPU only with an explicit --max-size, x4 steps up to it."""
+    if cuda:
+        return [n for n in DEFAULT_GPU_LARGE_SIZES if n > largest]
+    out, n = [], largest * 4
+    while max_size and n <= max_size:
+        out.append(n)
+        n *= 4
+    return out
+
+
 def size_text(nbytes):
     """1048576 -> '1.0 MiB', 9637888 -> '9.2 MiB'."""
     for unit, size in (("GiB", GIB), ("MiB", MIB), ("KiB", KIB)):
@@ -1124,8 +1136,7 @@ class Smoke(object):
         the free GPU memory of the tightest rank and LARGE_CALL_SECONDS a call."""
         cuda = self.device.type == "cuda"
         sizes = list(self.args.sizes or (DEFAULT_GPU_SIZES if cuda else DEFAULT_CPU_SIZES))
-        large = [] if self.args.sizes or not cuda else [
-            n for n in DEFAULT_GPU_LARGE_SIZES if n > max(sizes)]
+        large = large_sizes(max(sizes), cuda, self.args.max_size) if not self.args.sizes else []
         rows, unsupported, skipped = [], [], []
         for coll in COLLECTIVES:
             for nbytes in sizes:
@@ -1149,15 +1160,18 @@ class Smoke(object):
         """All-reduce rows at the large sizes every rank can hold and time (see check_bandwidth);
         what is left out goes to ``skipped`` with the reason."""
         torch, dist = self.torch, self.dist
-        free = torch.cuda.mem_get_info(self.device)[0] if hasattr(torch.cuda, "mem_get_info") else 0
+        cuda = self.device.type == "cuda"
+        limit = self.args.max_size or DEFAULT_MAX_SIZE
+        free = (torch.cuda.mem_get_info(self.device)[0] if cuda and hasattr(torch.cuda, "mem_get_info")
+                else limit * 2)  # on CPU (an explicit --max-size) the limit alone bounds it
         room = torch.tensor([free // 2], dtype=torch.int64, device=self.device)
         self.coll(dist.all_reduce, room, op=dist.ReduceOp.MIN)  # every rank runs the same sizes
         room = int(room.item())
         out = []
         last = [r for r in rows if r["collective"] == "all_reduce"][-1:]
         for nbytes in large:
-            if nbytes > self.args.max_size:
-                skipped.append("%s and up (--max-size %s)" % (_human(nbytes), _human(self.args.max_size)))
+            if nbytes > limit:
+                skipped.append("%s and up (--max-size %s)" % (_human(nbytes), _human(limit)))
                 break
             if nbytes > room:
                 skipped.append("%s and up (half the free GPU memory of the tightest rank: %s)"
@@ -1171,7 +1185,8 @@ class Smoke(object):
             row = self._time_collective("all_reduce", nbytes)
             out.append(row)
             last = [row]
-            torch.cuda.empty_cache()
+            if cuda:
+                torch.cuda.empty_cache()
         return out
 
     def _collective(self, coll, size_elems, lists=False):
@@ -1390,9 +1405,9 @@ def parse_args(argv=None):
     p.add_argument("--ddp-steps", dest="ddp_steps", type=int, default=3)
     p.add_argument("--sizes", type=parse_sizes, default=None,
                    help="bandwidth message sizes, e.g. 1M,8M,32M (default: by device)")
-    p.add_argument("--max-size", dest="max_size", type=parse_size, default=DEFAULT_MAX_SIZE,
-                   help="largest all-reduce of the GPU sweep (default 16G; also bounded by free "
-                        "GPU memory and by time)")
+    p.add_argument("--max-size", dest="max_size", type=parse_size, default=None,
+                   help="largest all-reduce of the sweep (GPUs: default 16G, also bounded by free "
+                        "GPU memory and by time; CPU: the sweep goes on to it only when given)")
     p.add_argument("--progressive", action="store_true",
                    default=os.environ.get("ENVBUILDER_SMOKE_PROGRESSIVE", "") not in ("", "0"),
                    help="before the full job, all-reduce in the first 2, 4, 8 ... ranks and stop at "
