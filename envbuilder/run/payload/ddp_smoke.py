@@ -1462,11 +1462,17 @@ def _deepspeed_facts(deepspeed, optimizer):
         known = dict(installed_ops)
     except Exception:  # noqa: BLE001 - older DeepSpeed
         known = {}
+    try:  # every op DeepSpeed's builders loaded, pre-built (a deepspeed.ops module) or JIT-built
+        from deepspeed.ops.op_builder.builder import OpBuilder
+        loaded = dict(getattr(OpBuilder, "_loaded_ops", {}))
+    except Exception:  # noqa: BLE001 - another layout of DeepSpeed: the pre-built modules alone
+        loaded = {}
+    for name, mod in loaded.items():
+        prebuilt = known.get(name) and str(getattr(mod, "__name__", "")).startswith("deepspeed.ops.")
+        ops[name] = "pre-built" if prebuilt else "built at run time"
     for name in list(sys.modules):
         if name.startswith("deepspeed.ops.") and name.endswith("_op"):
-            ops[name.rsplit(".", 1)[1][:-3]] = "pre-built"
-        elif name in known:
-            ops[name] = "built at run time"
+            ops.setdefault(name.rsplit(".", 1)[1][:-3], "pre-built")
     try:
         from deepspeed.accelerator import get_accelerator
         accel = get_accelerator().device_name()

@@ -26,7 +26,7 @@ for step in range(3):
     loss = torch.nn.functional.mse_loss(engine(x), y)
     engine.backward(loss)
     engine.step()
-    losses.append(round(float(loss), 6))
+    losses.append(round(loss.item(), 6))
 inner = getattr(optimizer, "optimizer", optimizer)
 if dist.get_rank() == 0:
     print("TRAINED " + json.dumps({"steps": len(losses), "losses": losses,
