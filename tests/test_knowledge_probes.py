@@ -285,9 +285,9 @@ def test_exclude_newer_cli_and_bad_date():
 # -- class 9: DeepSpeed's nvcc of torch's exact CUDA minor (CUDA 13) ---------------------------
 
 def test_deepspeed_ops_get_nvcc_of_torch_cuda_minor():
-    st = resolve_target("cu132-debian12", pins=Pins(ds_ops="fused_adam"))
+    st = resolve_target("cu132-debian12", pins=Pins.of(ds_ops="fused_adam"))
     assert str(st.builder.nvcc).startswith("13.2")
-    st = resolve_target("cu130-debian12", pins=Pins(ds_ops="fused_adam"))
+    st = resolve_target("cu130-debian12", pins=Pins.of(ds_ops="fused_adam"))
     assert str(st.builder.nvcc).startswith("13.0")
 
 
@@ -300,7 +300,7 @@ def test_deepspeed_refuses_a_minor_mismatch_on_cuda_13():
     m = replace(M, toolchains=replace(tc, builder_toolkits=tuple(
         k for k in tc.builder_toolkits if str(k.cuda) != "13.2.86")))
     with pytest.raises(IncompatibleError) as ei:
-        core_resolve("cu132-debian12", m, Pins(ds_ops="fused_adam"))
+        core_resolve("cu132-debian12", m, Pins.of(ds_ops="fused_adam"))
     assert "exact CUDA 13.2" in str(ei.value) + " ".join(ei.value.details)
 
 

@@ -218,7 +218,7 @@ def test_facts_from_non_vendor_sources_are_listed_and_the_list_only_shrinks():
     facts = [(f"cuda {t.version}", t.source) for t in m.toolkits]
     facts += [(f"base {b.cuda} {'/'.join(b.os)}", b.source) for b in m.base_images]
     facts += [(f"torch {t.version}", t.source) for t in m.torch]
-    facts += [(f"{c.component} {c.version}", c.source) for c in m.deepspeed.releases + m.horovod.releases]
+    facts += [(f"{c.component} {c.version}", c.source) for c in m.component("deepspeed").releases + m.component("horovod").releases]
     facts += [(f"incompatibility {x.id}", x.source) for x in m.incompatibilities]
     facts += [(f"advisory {x.id}", x.source) for x in m.advisories]
     weak = {name for name, src in facts if not any(any(v in s for v in VENDOR) for s in src)}

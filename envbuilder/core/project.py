@@ -88,7 +88,7 @@ class Project:
     def to_dict(self) -> dict[str, Any]:
         return {"path": str(self.path),
                 "targets": [{"name": t.name, "target": t.target,
-                             "pins": {k: v for k, v in vars(t.pins).items() if v}}
+                             "pins": {k: v for k, v in t.pins.values().items() if v}}
                             for t in self.targets],
                 "requirements": (str(self.requirements_file) if self.requirements_file
                                  else list(self.requirements)),
@@ -198,7 +198,7 @@ def parse_project(path: Path, data: dict[str, Any]) -> Project:
         seen.add(t["name"])
         _check_registry(path, t, f"{at}targets.{t['name']}.registry")
         settings = options_mod.project_values(t, path, f"{at}targets.{t['name']}.")
-        pins = Pins(**{n: settings[n] for n in options_mod.PIN_NAMES if n in settings})
+        pins = Pins.of(**{n: settings[n] for n in options_mod.PIN_NAMES if n in settings})
         if "jobs" in t:  # the target's own jobs table over the project's, key by key
             settings["jobs"] = pjobs.merged(jobs_mod.parse(
                 t["jobs"], f"project file {path}, key {at}targets.{t['name']}.jobs."))

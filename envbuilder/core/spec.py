@@ -96,20 +96,19 @@ class TargetSpec:
 
 def pin_args(pins: Pins) -> list[str]:
     """``pins`` as the command-line options that state them (core.options.pin_flags)."""
-    return options_mod.pin_flags(vars(pins))
+    return options_mod.pin_flags(pins.values())
 
 
 def merge_pins(base: Pins, over: Pins) -> Pins:
     """``over``'s pins win per axis; components are merged (``--without`` drops a ``with``)."""
     values, _ = options_mod.cascade([_pin_layer(base), _pin_layer(over)], {})
     kw: dict[str, Any] = {n: values.get(n) for n in options_mod.PIN_NAMES}
-    return Pins(**kw,
-                exclude_newer=over.exclude_newer or base.exclude_newer)
+    return Pins.of(**{**kw, "exclude_newer": over.exclude_newer or base.exclude_newer})
 
 
 def _pin_layer(pins: Pins) -> dict[str, Any]:
     """The pins given (not None, not empty) as a layer of the cascade."""
-    return {n: getattr(pins, n) for n in options_mod.PIN_NAMES if getattr(pins, n) not in (None, ())}
+    return {n: pins.get(n) for n in options_mod.PIN_NAMES if pins.get(n) not in (None, ())}
 
 
 @dataclass(frozen=True)
@@ -166,7 +165,7 @@ def make_spec(name: str, *, project: Project | None = None,
     layers.append({**_pin_layer(o.pins), **o.given()})
     values, where = options_mod.cascade(layers, _SPEC_DEFAULTS)
     options_mod.check_values(values, where)
-    pins = Pins(**{n: values.pop(n, None) for n in options_mod.PIN_NAMES if n in values})
+    pins = Pins.of(**{n: values.pop(n, None) for n in options_mod.PIN_NAMES if n in values})
     values = {k: v for k, v in values.items() if k in _SPEC_DEFAULTS or k in ("jobs",)}
     # one date for the resolver's candidates and uv's files: the cascade's (a pin otherwise)
     values["exclude_newer"] = values.get("exclude_newer") or o.pins.exclude_newer

@@ -373,7 +373,7 @@ def _verify(b: _Build) -> None:
     from envbuilder.run.verify import verify_image_labels
 
     client, image_id = b.built()
-    vr = verify_image_labels(client, image_id, b.report.labels, b.job.matrix.toolchains.op_modules)
+    vr = verify_image_labels(client, image_id, b.report.labels, b.job.matrix)
     b.report.verify = vr.to_dict()
     if not vr.ok:
         raise OperationError(f"{b.job.stack.tag} is not what its labels say: {vr.summary()}",
@@ -430,7 +430,7 @@ def _apptainer(b: _Build) -> None:
     if opts.verify:
         t0 = time.monotonic()
         app["steps"]["verify"] = "failed"
-        vr = apptainer.verify_sif(cmd, Path(built.sif), app["labels"], b.job.matrix.toolchains.op_modules)
+        vr = apptainer.verify_sif(cmd, Path(built.sif), app["labels"], b.job.matrix)
         app["verify"] = vr.to_dict()
         app["seconds"]["verify"] = round(time.monotonic() - t0, 3)
         if not vr.ok:
@@ -622,7 +622,7 @@ def _require_builder(client: DockerClient, image: str, stack: Stack, team: Seque
     """A compiling build needs its devel builder: refuse before building when it is missing."""
     if engine.image_available(client, image):
         return
-    what = " and ".join(compiled_parts(stack.assignment, stack.ds_ops)
+    what = " and ".join(compiled_parts(stack.assignment, stack.matrix, stack.ops)
                         + ([f"the team's {', '.join(team)}"] if team else []))
     raise InputError(f"the builder image {image} (CUDA {stack.cuda} devel, to compile {what}) is not "
                      f"available to this engine and cannot be pulled: pass --builder-image with a "
