@@ -29,7 +29,7 @@ from core_helpers import (
 from envbuilder import __version__
 from envbuilder.api import Pins, render_all, render_target, resolve_target
 from envbuilder.errors import IncompatibleError, InputError
-from envbuilder.render.plan import make_plan
+from envbuilder.render.plan import PlanOptions, make_plan
 from envbuilder.render.templating import render_files, write_tree
 
 UPDATE = os.environ.get("ENVBUILDER_UPDATE_GOLDEN") == "1"
@@ -38,7 +38,7 @@ UPDATE = os.environ.get("ENVBUILDER_UPDATE_GOLDEN") == "1"
 def rendered(target: str, **plan_kw) -> dict[str, str | bytes]:
     m = builtin()
     pins = plan_kw.pop("pins", None)
-    return render_files(make_plan(resolve_target(target, matrix=m, pins=pins), **plan_kw))
+    return render_files(make_plan(resolve_target(target, matrix=m, pins=pins), PlanOptions.of(**plan_kw)))
 
 
 @pytest.fixture(scope="module")

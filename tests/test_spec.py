@@ -234,3 +234,26 @@ def test_lock_check_fix_command_keeps_the_pins(tmp_path, uv_cache):
     p = cli("lock", *args, "--check", cwd=tmp_path, **env)
     assert p.returncode == 0, p.stderr
     assert "\ndeepspeed==0.16" in (tmp_path / "d" / "requirements.lock").read_text()
+
+
+def test_a_spec_cannot_be_made_unchecked():
+    """Validate once: a TargetSpec checks its options when it is made (whatever makes it), so
+    no consumer (the plan, the build, the lock) checks them again."""
+    from dataclasses import replace
+
+    from envbuilder.core.spec import TargetSpec
+    from envbuilder.errors import InputError
+
+    for field, bad, flag in (("base_image", "ubuntu; id", "--base-image"),
+                             ("builder_image", "x$(id)", "--builder-image"),
+                             ("pip_index_url", "http://x/ $(id)", "--pip-index-url"),
+                             ("extra_index_urls", ("https://x/`id`",), "--extra-index-url"),
+                             ("nproc", 0, "--nproc"), ("registry", "Bad Repo", "--registry")):
+        with pytest.raises(InputError, match=flag.replace("$", "\\$")):
+            TargetSpec(name="t", target="cu121", **{field: bad})
+    ok = TargetSpec(name="t", target="cu121", base_image="ubuntu:22.04")
+    with pytest.raises(InputError, match="--base-image"):
+        replace(ok, base_image="ubuntu:22.04\nRUN id")
+    # the cascade names where a value came from
+    with pytest.raises(InputError, match="project file"):
+        TargetSpec(name="t", target="cu121", base_image="x y", origin={"base_image": "project file p, key base_image:"})

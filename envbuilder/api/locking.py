@@ -21,7 +21,6 @@ def lock(specs: Sequence[TargetSpec], out: str | Path | None = None, *, single: 
          sbom: bool = False) -> list[Outcome[LockResult]]:
     """Write (or with ``check`` verify offline against its inputs) each spec's hash-pinned
     lock; keep going past a target that fails and name it (core.spec.run_each)."""
-    from envbuilder.core import validate
     from envbuilder.lock import requirements as lockreq
     from envbuilder.lock.write import write_locks
 
@@ -31,12 +30,6 @@ def lock(specs: Sequence[TargetSpec], out: str | Path | None = None, *, single: 
     if check and (conda or sbom):
         raise InputError("lock --check verifies requirements.lock only: drop --conda/--sbom "
                          "(run lock without --check to rewrite them)")
-    for s in specs:  # bad input: exit 2 before any work
-        lockreq.parse_exclude_newer(s.exclude_newer)
-        if s.pip_index_url:
-            validate.url(s.pip_index_url, "--pip-index-url")
-        for u in s.extra_index_urls:
-            validate.url(u, "--extra-index-url")
 
     def one(s: TargetSpec) -> LockResult:
         dest = out_dir(s, out, single=single)

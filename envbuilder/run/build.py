@@ -113,20 +113,6 @@ class BuildOptions:
             object.__setattr__(self, "apptainer_argv", tuple(apptainer_command(self.apptainer)))
 
 
-def validate_spec(spec: TargetSpec) -> None:
-    """The spec's build inputs, before any work (exit 2 naming the option)."""
-    if spec.base_image:
-        validate.image_ref(spec.base_image, "--base-image")
-    if spec.builder_image:
-        validate.image_ref(spec.builder_image, "--builder-image")
-    if spec.pip_index_url:
-        validate.url(spec.pip_index_url, "--pip-index-url")
-    for u in spec.extra_index_urls:
-        validate.url(u, "--extra-index-url")
-    if spec.nproc is not None and spec.nproc < 1:
-        raise InputError(f"--nproc {spec.nproc} must be at least 1")
-
-
 @dataclass
 class BuildReport:
     target: str
@@ -216,9 +202,8 @@ class Prepared:
 
 def prepare(spec: TargetSpec, *, matrix_dir: str | Path | None = None,
             matrix: Matrix | None = None) -> Prepared:
-    """``spec`` checked (bad input: exit 2 naming the option) and resolved (refused: exit 3),
+    """``spec`` (checked when it was made: core.spec.TargetSpec) resolved (refused: exit 3),
     with the team's compiled packages (assemble.with_team_compiled), once, before any work."""
-    validate_spec(spec)
     m = matrix or load_matrix(matrix_dir, spec.matrix_overlay)
     return Prepared(spec, with_team_compiled(spec, resolve_target(spec.target, m, spec.pins)), m)
 
