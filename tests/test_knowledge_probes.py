@@ -87,7 +87,7 @@ def test_check_uses_the_variant_nccl():
 # -- class 3: DeepSpeed floors and breakages from their tags ---------------------------------
 
 def test_deepspeed_0_19_1_torch_floor_is_read_from_its_tag():
-    ds = next(c for c in M.deepspeed.releases if str(c.version) == "0.19.1")
+    ds = next(c for c in M.component("deepspeed").releases if str(c.version) == "0.19.1")
     assert str(ds.requires["torch"]) == ">=2.0.0"
     assert any("v0.19.1/requirements/requirements.txt" in s for s in ds.source)
     with pytest.raises(IncompatibleError):
@@ -263,7 +263,7 @@ def test_cu12_gets_a_useful_message_cli():
 
 def test_every_release_carries_its_upload_date():
     assert all(t.released for t in M.torch)
-    assert all(c.released for c in M.deepspeed.releases + M.horovod.releases)
+    assert all(c.released for c in M.component("deepspeed").releases + M.component("horovod").releases)
     assert all(n.released for n in M.nccl if any("." not in c for c in n.cuda))  # PyPI wheels
 
 

@@ -248,7 +248,7 @@ def test_verify_write_overlay_is_loaded_by_matrix_overlay(tmp_path: Path):
     versions = {str(t.version) for t in m2.torch}
     assert {"2.15.0", "2.15.1", "2.16.0"} <= versions
     assert "cu134" in next(t for t in m2.torch if str(t.version) == "2.15.0").variants
-    assert "0.19.9" in {str(c.version) for c in m2.deepspeed.releases}
+    assert "0.19.9" in {str(c.version) for c in m2.component("deepspeed").releases}
     assert "2.30.9" in {str(n.version) for n in m2.nccl}
     assert "13.5.1" in {str(t.version) for t in m2.toolkits}
     assert all(e["action"] in ("added", "replaced") and e["source"] for e in m2.overlay)
