@@ -127,3 +127,14 @@ def test_it_renders_as_a_layer_of_its_own(toy, tmp_path):
     assert "toy==1.0.1" in (out / "requirements.in").read_text() and "TOY_CUDA_EXT" in definition
     stack = json.loads((out / "stack.json").read_text())
     assert stack["toy"] == "1.0.1" and stack["builder"]["nvcc"] is not None
+
+
+def test_a_team_overlay_can_add_the_component_file(toy, tmp_path):
+    overlay = tmp_path / "overlay"
+    overlay.mkdir()
+    (overlay / "toy.yaml").write_text(MATRIX_FILE)
+    m = load_matrix(FROZEN, overlay)
+    assert "toy" in m.component_names
+    assert [e["action"] for e in m.overlay] == ["added"]
+    st = resolve_target("cu121-toy1.0", matrix=m)
+    assert str(st.component("toy").version) == "1.0.1"

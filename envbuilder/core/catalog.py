@@ -64,12 +64,20 @@ def component_files(folder: Path) -> list[Path]:
     return sorted(p for p in folder.glob("*.yaml") if p.name not in CORE_FILES)
 
 
-def identity(path: Path, text: str | None = None) -> Identity:
-    """A component file's ``component:`` line (``text``: the file's, when already read)."""
+def check_name(path: Path) -> str:
+    """The component a file names (its stem), or MatrixError when it cannot name one."""
     name = path.stem
     if NAME_RE.fullmatch(name) is None or name in RESERVED:
         raise MatrixError(f"matrix file {path}: {name!r} cannot name a component (lower-case letters, "
                           f"digits and _, not one of {', '.join(sorted(RESERVED))})")
+    return name
+
+
+def identity(path: Path, text: str | None = None) -> Identity:
+    """A component file's ``component:`` line (``text``: the file's, when already read). The
+    built-in matrix's files keep it on one line (a test checks); a team's matrix folder is read
+    by core.matrix with YAML, where any style of the mapping does."""
+    name = check_name(path)
     found = _LINE.search(text if text is not None else path.read_text(encoding="utf-8"))
     if found is None:
         raise MatrixError(f"matrix file {path}: a component file starts with its component: line, "

@@ -699,16 +699,11 @@ def load_matrix(path: str | Path | None = None, overlay: str | Path | None = Non
     for name in texts:
         data = _parse(root / name, texts[name])
         _validate(root / name, data, _file_schema(name))
-        if name not in schema.FILES:
-            _same_identity(root / name, texts[name], data)
         raw[name] = data
     entries: list[dict[str, Any]] = []
     if over_root is not None:
         for name, text in over_texts.items():
-            data = _parse(over_root / name, text)
-            if name not in schema.FILES and name not in raw:
-                _same_identity(over_root / name, text, data)
-            entries += _apply_overlay(over_root / name, data, raw, name)
+            entries += _apply_overlay(over_root / name, _parse(over_root / name, text), raw, name)
     m = _build(root, raw, hexdigest)
     if over_root is not None:
         m = replace(m, overlay_path=over_root, overlay=tuple(entries))
@@ -718,18 +713,7 @@ def load_matrix(path: str | Path | None = None, overlay: str | Path | None = Non
 
 def _file_names(root: Path) -> list[str]:
     """The matrix folder's files: the core files, then its components' (core.catalog)."""
-    return sorted(schema.FILES) + [p.name for p in catalog.component_files(root)]
-
-
-def _same_identity(path: Path, text: str, data: Mapping[str, Any]) -> None:
-    """A component file's component: line is one line of JSON that says what YAML reads
-    (core.catalog reads it without YAML)."""
-    ident = catalog.identity(path, text)
-    c = data["component"]
-    if (ident.tag, ident.title, ident.order, ident.checks, ident.ops_default) != (
-            c["tag"], c["title"], c["order"], c["checks"],
-            None if "ops_default" not in c else tuple(c["ops_default"])):
-        raise MatrixError(f"matrix file {path}, key component: write it on one line, as JSON")
+    return sorted(schema.FILES) + [p.name for p in catalog.component_files(root) if catalog.check_name(p)]
 
 
 def _read_overlay(over_root: Path, digest: Any) -> dict[str, str]:
