@@ -13,6 +13,7 @@ it does not assemble folders.
 from __future__ import annotations
 
 import hashlib
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from envbuilder.core import layouts as lm
@@ -20,7 +21,7 @@ from envbuilder.core.resolve import Stack
 from envbuilder.core.spec import TargetSpec
 from envbuilder.errors import InputError
 from envbuilder.labels import PREFIX
-from envbuilder.render.plan import BuildPlan, make_plan
+from envbuilder.render.plan import BuildPlan, PlanOptions, make_plan
 from envbuilder.render.templating import render_files
 
 if TYPE_CHECKING:
@@ -99,7 +100,6 @@ def with_team_compiled(spec: TargetSpec, stack: Stack) -> Stack:
 
     from envbuilder.lock.requirements import team_requirements
     from envbuilder.components import team_compiled as rc
-    from envbuilder.render.plan import make_plan
 
     team = team_requirements(stack, requirements_file=spec.requirements_file,
                              lines=spec.requirements, source=spec.requirements_source)
@@ -107,7 +107,7 @@ def with_team_compiled(spec: TargetSpec, stack: Stack) -> Stack:
     if not split:
         return stack
     b = rc.refuse_unbuildable(stack, split)
-    plan = make_plan(stack, **spec.plan_options(), team_requirements=team, compiled=_compiled_names(spec))
+    plan = make_plan(stack, PlanOptions(spec=spec, team_requirements=team, compiled=_compiled_names(spec)))
     more = rc.warnings(stack, split, b, plan.cuda_arch, spec.pip_index_url)
     return replace(stack, warnings=stack.warnings + tuple(more))
 
@@ -133,13 +133,12 @@ def folder_files(spec: TargetSpec, stack: Stack, *, lock_text: str | None = None
 
         team = team_requirements(stack, requirements_file=spec.requirements_file,
                                  lines=spec.requirements, source=spec.requirements_source)
-    plan_kw = dict(spec.plan_options(), smoke_nproc=nproc, team_requirements=team,
-                   wheelhouse=wheelhouse, host_nproc=host_ranks(spec, lays, nproc),
-                   compiled=_compiled_names(spec))
+    options = PlanOptions(spec=spec, smoke_nproc=nproc, team_requirements=team, wheelhouse=wheelhouse,
+                          host_nproc=host_ranks(spec, lays, nproc), compiled=_compiled_names(spec))
     extra: dict[str, object] = {}
     layer_reqs = None
     if lock_text is None:
-        plan = make_plan(stack, **plan_kw)
+        plan = make_plan(stack, options)
     else:
         from envbuilder.lock.requirements import (check_lock_text, cross_check, read_lock,
                                                   split_by_layer)
@@ -148,7 +147,7 @@ def folder_files(spec: TargetSpec, stack: Stack, *, lock_text: str | None = None
         cross_check(stack, read_lock(lock_text), lock_source)
         digest = "sha256:" + hashlib.sha256(lock_text.encode()).hexdigest()
         # the image names the lock it was installed from (envbuilder inspect shows it)
-        plan = make_plan(stack, hashes=True, labels={PREFIX + "lock-digest": digest}, **plan_kw)
+        plan = make_plan(stack, replace(options, hashes=True, labels={PREFIX + "lock-digest": digest}))
         layer_reqs = split_by_layer(lock_text, plan)
         extra["lock"] = {"file": LOCK_NAME, "digest": digest}
     if image_tag(spec, stack) != stack.tag:

@@ -130,7 +130,7 @@ def check(cuda: Optional[str] = typer.Option(None, "--cuda", help="CUDA version,
 
     r = check_combination(matrix_dir=matrix, cuda=cuda, driver=driver, torch=torch,
                           python=python, nccl=nccl, os=os_, flavour=flavour, matrix_overlay=matrix_overlay,
-                          **{c: getattr(over.pins, c) for c in COMPONENTS}).to_dict()
+                          **{c: over.pins.get(c) for c in COMPONENTS}).to_dict()
     if as_json:
         return echo_json(r)
     given = ", ".join(f"{k} {v}" for k, v in r["given"].items())

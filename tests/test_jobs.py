@@ -26,7 +26,7 @@ from envbuilder.api import Pins, resolve_target
 from envbuilder.core.jobs import KINDS, JobsConfig
 from envbuilder.errors import InputError
 from envbuilder.render.jobs import DEFAULT_LAYOUTS, job_name, render_jobs
-from envbuilder.render.plan import make_plan
+from envbuilder.render.plan import PlanOptions, make_plan
 from hostile_helpers import assert_clean_failure, cli
 
 DATA = Path(__file__).parent / "data"
@@ -53,8 +53,8 @@ def files(plan):
 def by_world(files):
     """The job files of 12 (default layouts), 16 (render --layout 1x16,2x8,4x4) and 8 ranks
     (render --nproc 8: the default layouts of 8)."""
-    p16 = make_plan(resolve_target("cu121", pins=NO_FABRIC), smoke_nproc=16)
-    p8 = make_plan(resolve_target("cu121", pins=NO_FABRIC), smoke_nproc=8)
+    p16 = make_plan(resolve_target("cu121", pins=NO_FABRIC), PlanOptions.of(smoke_nproc=16))
+    p8 = make_plan(resolve_target("cu121", pins=NO_FABRIC), PlanOptions.of(smoke_nproc=8))
     return {12: files, 16: render_jobs(p16, image=DIGEST, layouts=((1, 16), (2, 8), (4, 4)),
                                        jobs=ALL_KINDS),
             8: render_jobs(p8, image=DIGEST, jobs=ALL_KINDS)}
@@ -531,7 +531,7 @@ def tailored():
     """A 4x8 project's job files (32 ranks), every [jobs] key set."""
     from envbuilder.core.jobs import parse
 
-    plan = make_plan(resolve_target("cu121", pins=NO_FABRIC), smoke_nproc=32)
+    plan = make_plan(resolve_target("cu121", pins=NO_FABRIC), PlanOptions.of(smoke_nproc=32))
     return render_jobs(plan, image=DIGEST, layouts=((4, 8),), jobs=parse(TAILORED),
                        name="train-a")
 

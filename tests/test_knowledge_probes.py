@@ -87,7 +87,7 @@ def test_check_uses_the_variant_nccl():
 # -- class 3: DeepSpeed floors and breakages from their tags ---------------------------------
 
 def test_deepspeed_0_19_1_torch_floor_is_read_from_its_tag():
-    ds = next(c for c in M.deepspeed.releases if str(c.version) == "0.19.1")
+    ds = next(c for c in M.component("deepspeed").releases if str(c.version) == "0.19.1")
     assert str(ds.requires["torch"]) == ">=2.0.0"
     assert any("v0.19.1/requirements/requirements.txt" in s for s in ds.source)
     with pytest.raises(IncompatibleError):
@@ -263,7 +263,7 @@ def test_cu12_gets_a_useful_message_cli():
 
 def test_every_release_carries_its_upload_date():
     assert all(t.released for t in M.torch)
-    assert all(c.released for c in M.deepspeed.releases + M.horovod.releases)
+    assert all(c.released for c in M.component("deepspeed").releases + M.component("horovod").releases)
     assert all(n.released for n in M.nccl if any("." not in c for c in n.cuda))  # PyPI wheels
 
 
@@ -285,9 +285,9 @@ def test_exclude_newer_cli_and_bad_date():
 # -- class 9: DeepSpeed's nvcc of torch's exact CUDA minor (CUDA 13) ---------------------------
 
 def test_deepspeed_ops_get_nvcc_of_torch_cuda_minor():
-    st = resolve_target("cu132-debian12", pins=Pins(ds_ops="fused_adam"))
+    st = resolve_target("cu132-debian12", pins=Pins.of(ds_ops="fused_adam"))
     assert str(st.builder.nvcc).startswith("13.2")
-    st = resolve_target("cu130-debian12", pins=Pins(ds_ops="fused_adam"))
+    st = resolve_target("cu130-debian12", pins=Pins.of(ds_ops="fused_adam"))
     assert str(st.builder.nvcc).startswith("13.0")
 
 
@@ -300,7 +300,7 @@ def test_deepspeed_refuses_a_minor_mismatch_on_cuda_13():
     m = replace(M, toolchains=replace(tc, builder_toolkits=tuple(
         k for k in tc.builder_toolkits if str(k.cuda) != "13.2.86")))
     with pytest.raises(IncompatibleError) as ei:
-        core_resolve("cu132-debian12", m, Pins(ds_ops="fused_adam"))
+        core_resolve("cu132-debian12", m, Pins.of(ds_ops="fused_adam"))
     assert "exact CUDA 13.2" in str(ei.value) + " ".join(ei.value.details)
 
 

@@ -20,7 +20,8 @@ def test_live_matrix_loads_and_is_the_builtin_one():
     m = live()
     assert m.path == LIVE
     assert load_matrix(None).digest == m.digest
-    assert {p.name for p in LIVE.glob("*.yaml")} == set(schema.FILES)
+    comps = {f"{c}.yaml" for c in m.component_names}
+    assert {p.name for p in LIVE.glob("*.yaml")} == set(schema.FILES) | comps and comps
 
 
 def test_frozen_copy_still_passes_the_schema():

@@ -18,7 +18,7 @@ from envbuilder.lock.requirements import (LOCK_NAME, cross_check, lock_digest, l
                                           parse_exclude_newer, read_lock,
                                           read_lockfile, split_by_layer)
 from envbuilder.lock.write import lock_stack
-from envbuilder.render.plan import make_plan
+from envbuilder.render.plan import PlanOptions, make_plan
 from envbuilder.render.templating import render_files
 
 TARGET = "cu121-torch2.1-py310"
@@ -430,7 +430,7 @@ def test_joint_resolution_frees_torchs_small_dependencies(uv_cache, tmp_path):
 
     def layers(d: Path) -> dict[str, str]:
         text = (d / LOCK_NAME).read_text()
-        return split_by_layer(text, make_plan(st, hashes=True, team_requirements=("x",)))
+        return split_by_layer(text, make_plan(st, PlanOptions.of(hashes=True, team_requirements=("x",))))
 
     a, b, c = layers(tmp_path / "a"), layers(tmp_path / "b"), layers(tmp_path / "c")
     assert a["torch"] == b["torch"] == c["torch"]  # the stack layer: the same bytes
@@ -561,7 +561,7 @@ def test_split_by_layer_real_deepspeed_lock(uv_cache, tmp_path):
     st = resolve_target("cu121-torch2.1-py310-ds0.14")
     r = lock_stack(st, tmp_path / "ds")
     text = Path(r.path).read_text()
-    plan = make_plan(st, hashes=True)
+    plan = make_plan(st, PlanOptions.of(hashes=True))
     parts = split_by_layer(text, plan)
     assert list(parts) == ["torch", "deepspeed.build", "deepspeed", "team"]
     names = {k: {p.name for p in read_lock(v)} for k, v in parts.items()}
@@ -606,14 +606,14 @@ def test_split_by_layer_horovod_and_extras(stack):
         _entry("rich", "13.0"),
         _entry("markdown-it-py", "3.0", ["rich"]),
     ])
-    from envbuilder.components import deepspeed, horovod
     from envbuilder.render.plan import PipLayer
 
-    plan = make_plan(stack, hashes=True)
+    plan = make_plan(stack, PlanOptions.of(hashes=True))
+    build = {c: stack.matrix.component(c).compiles.build for c in ("horovod", "deepspeed")}  # their files'
     plan = replace(plan, layers=(plan.layers[0],
-                                 PipLayer("horovod", ("horovod==0.28.1",), None, build_deps=horovod.BUILD_DEPS),
+                                 PipLayer("horovod", ("horovod==0.28.1",), None, build_deps=build["horovod"]),
                                  PipLayer("deepspeed", ("deepspeed==0.14.5",), None,
-                                          build_deps=deepspeed.BUILD_DEPS)))
+                                          build_deps=build["deepspeed"])))
     parts = split_by_layer(text, plan)
     assert list(parts) == ["torch", "horovod.build", "horovod", "deepspeed.build", "deepspeed"]
     names = {k: [p.name for p in read_lock(v)] for k, v in parts.items()}

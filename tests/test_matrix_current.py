@@ -218,7 +218,7 @@ def test_facts_from_non_vendor_sources_are_listed_and_the_list_only_shrinks():
     facts = [(f"cuda {t.version}", t.source) for t in m.toolkits]
     facts += [(f"base {b.cuda} {'/'.join(b.os)}", b.source) for b in m.base_images]
     facts += [(f"torch {t.version}", t.source) for t in m.torch]
-    facts += [(f"{c.component} {c.version}", c.source) for c in m.deepspeed.releases + m.horovod.releases]
+    facts += [(f"{c.component} {c.version}", c.source) for c in m.component("deepspeed").releases + m.component("horovod").releases]
     facts += [(f"incompatibility {x.id}", x.source) for x in m.incompatibilities]
     facts += [(f"advisory {x.id}", x.source) for x in m.advisories]
     weak = {name for name, src in facts if not any(any(v in s for v in VENDOR) for s in src)}
@@ -248,7 +248,7 @@ def test_verify_write_overlay_is_loaded_by_matrix_overlay(tmp_path: Path):
     versions = {str(t.version) for t in m2.torch}
     assert {"2.15.0", "2.15.1", "2.16.0"} <= versions
     assert "cu134" in next(t for t in m2.torch if str(t.version) == "2.15.0").variants
-    assert "0.19.9" in {str(c.version) for c in m2.deepspeed.releases}
+    assert "0.19.9" in {str(c.version) for c in m2.component("deepspeed").releases}
     assert "2.30.9" in {str(n.version) for n in m2.nccl}
     assert "13.5.1" in {str(t.version) for t in m2.toolkits}
     assert all(e["action"] in ("added", "replaced") and e["source"] for e in m2.overlay)

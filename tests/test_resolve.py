@@ -14,7 +14,7 @@ from packaging.version import Version
 from core_helpers import builtin
 from envbuilder.api import Pins, request, resolve_target
 from envbuilder.errors import IncompatibleError, InputError
-from envbuilder.core.resolve import AXIS_ORDER, resolve
+from envbuilder.core.resolve import axis_order, resolve
 from envbuilder.core.rules import Context, all_rules
 from envbuilder.core.target import parse_target
 
@@ -76,14 +76,14 @@ def test_options_pin_like_target_parts():
 
 def test_with_adds_a_component_and_without_removes_it():
     m = builtin()
-    s = resolve_target("cu121", matrix=m, pins=Pins(with_=("deepspeed",), ds_ops="none"))
+    s = resolve_target("cu121", matrix=m, pins=Pins.of(with_=("deepspeed",), ds_ops="none"))
     assert s.deepspeed is not None and s.builder is None, "JIT ops (--ds-ops none) compile nothing"
     assert s.builder_image == s.runtime_image == f"nvidia/cuda:12.1.1-base-{s.os.name}"
     s = resolve_target("cu121", matrix=m, pins=Pins(with_=("deepspeed",)))
-    assert s.ds_ops == ("fused_adam", "cpu_adam"), "a standard ZeRO config's ops, pre-built"
+    assert s.ops["deepspeed"] == ("fused_adam", "cpu_adam"), "a standard ZeRO config's ops, pre-built"
     assert s.builder is not None and s.builder.image_kind == "devel"
-    s = resolve_target("cu121", matrix=m, pins=Pins(ds_ops="fused_adam"))
-    assert s.deepspeed is not None and s.ds_ops == ("fused_adam",), "--ds-ops implies DeepSpeed"
+    s = resolve_target("cu121", matrix=m, pins=Pins.of(ds_ops="fused_adam"))
+    assert s.deepspeed is not None and s.ops["deepspeed"] == ("fused_adam",), "--ds-ops implies DeepSpeed"
     assert s.builder is not None and s.builder.image_kind == "devel" and str(s.builder.nvcc) == "12.1.1"
     assert s.builder_image == f"nvidia/cuda:12.1.1-devel-{s.os.name}"
     assert s.runtime_image.endswith("-base-" + s.os.name)
@@ -202,7 +202,7 @@ def test_to_dict_keys_choices_and_sources():
     assert isinstance(d["driver_min"], dict) and d["driver_min"]["version"] == "530.30.02"
     assert d["driver_min"]["minor_compat"] == "525.60.13" and _is_url(d["driver_min"]["source"])
     assert d["matrix"]["digest"] == m.digest
-    assert set(d["choices"]) == set(AXIS_ORDER)
+    assert set(d["choices"]) == set(axis_order(m))
     for axis, c in d["choices"].items():
         assert c["reason"], axis
         assert isinstance(c["source"], list)
@@ -238,8 +238,8 @@ def _targets(draw):
                 else st.sampled_from(m.cuda_minors))
     line = draw(st.none() | st.just(rel.line) | st.sampled_from(lines))
     py = draw(st.none() | st.sampled_from(rel.python) | st.sampled_from(m.pythons))
-    ds = sorted({r.line for r in m.deepspeed.releases}, key=Version)
-    hvd = sorted({r.line for r in m.horovod.releases}, key=Version)
+    ds = sorted({r.line for r in m.component("deepspeed").releases}, key=Version)
+    hvd = sorted({r.line for r in m.component("horovod").releases}, key=Version)
     comp = draw(st.none() | st.tuples(st.just("deepspeed"), st.sampled_from(ds))
                 | st.tuples(st.just("horovod"), st.sampled_from(hvd)))
     os_name = draw(st.none() | st.none() | st.sampled_from(sorted(m.os)))
@@ -319,7 +319,7 @@ def test_property_resolution_is_consistent(t):
         assert all(v.severity == "error" for v in e.violations)
         return
     a = s.assignment
-    assert set(a) == set(AXIS_ORDER)
+    assert set(a) == set(axis_order(m))
     ctx = Context(m, driver=req.driver, nccl_pin=req.nccl.text if req.nccl else None)
     for r in all_rules(m):
         errors = [v for v in r.check(a, ctx) if v.severity == "error"]
@@ -410,18 +410,18 @@ def test_a_compiling_stack_without_a_same_major_nvcc_is_refused():
     assert "builder" in {v.rule for v in ei.value.violations} or \
         "known_incompatibility" in {v.rule for v in ei.value.violations}
     with pytest.raises(IncompatibleError) as ei:
-        resolve_target("cu124-torch2.6-debian12", matrix=builtin(), pins=Pins(ds_ops="fused_adam"))
+        resolve_target("cu124-torch2.6-debian12", matrix=builtin(), pins=Pins.of(ds_ops="fused_adam"))
     v = [v for v in ei.value.violations if v.rule == "builder"]
     assert v and "CUDA 12.x" in v[0].message and "debian12" in v[0].message
 
 
 def test_deepspeed_ops_on_debian13_and_cuda13_wheels():
-    s = resolve_target("cu124-torch2.6-debian13", matrix=builtin(), pins=Pins(ds_ops="fused_adam,cpu_adam"))
-    assert s.ds_ops == ("fused_adam", "cpu_adam") and str(s.builder.nvcc) == "12.4.131"
+    s = resolve_target("cu124-torch2.6-debian13", matrix=builtin(), pins=Pins.of(ds_ops="fused_adam,cpu_adam"))
+    assert s.ops["deepspeed"] == ("fused_adam", "cpu_adam") and str(s.builder.nvcc) == "12.4.131"
     assert s.builder.gcc == 13, "nvcc 12.4 accepts GCC <= 13; Debian 13's default is 14"
     assert not s.warnings
-    s = resolve_target("cu130-torch2.11-debian12", matrix=builtin(), pins=Pins(ds_ops="fused_adam"))
+    s = resolve_target("cu130-torch2.11-debian12", matrix=builtin(), pins=Pins.of(ds_ops="fused_adam"))
     assert s.builder.toolkit.install == "pip" and str(s.builder.nvcc).startswith("13.0")
     with pytest.raises(InputError) as ei:
-        resolve_target("cu121", matrix=builtin(), pins=Pins(ds_ops="fused_adm"))
+        resolve_target("cu121", matrix=builtin(), pins=Pins.of(ds_ops="fused_adm"))
     assert "fused_adam" in str(ei.value)

@@ -37,8 +37,9 @@ def hvd_strict(m: Matrix) -> Matrix:
     """The built-in matrix with Horovod 0.28 declaring torch <2.0 (no built-in Horovod release
     declares a torch or Python bound the matrix's torch/Python versions can break)."""
     rels = tuple(replace(r, requires={**r.requires, "torch": SpecifierSet(">=1.5.0,<2.0")})
-                 if r.line == "0.28" else r for r in m.horovod.releases)
-    return replace(m, horovod=replace(m.horovod, releases=rels))
+                 if r.line == "0.28" else r for r in m.component("horovod").releases)
+    return replace(m, components=tuple(replace(c, releases=rels) if c.name == "horovod" else c
+                                        for c in m.components))
 
 
 # (id, rule, expectation, build(m) -> (assignment, context kwargs, matrix or None), message needles)
@@ -119,7 +120,7 @@ CASES: list[Case] = [
     ("cu124-ds-ops-debian13-apt-nvcc12.4", "builder", ACCEPT,
      lambda m: (base(m, cuda=toolkit(m, "12.4.1"), torch=torch(m, "2.6.0"), os=os_(m, "debian13"),
                      python="3.13", flavour="os", deepspeed=component(m, "deepspeed", "0.16.9")),
-                {"ds_ops": ("fused_adam", "cpu_adam")}, None), ()),
+                {"ops": {"deepspeed": ("fused_adam", "cpu_adam")}}, None), ()),
     # nccl_pin: torch 2.1.2 cu121 bundles NCCL 2.18.1
     ("cu121-torch2.1-nccl2.18", "nccl_pin", ACCEPT,
      lambda m: (base(m), {"nccl_pin": "2.18"}, None), ()),
@@ -260,8 +261,8 @@ def test_needs_devel():
     assert not needs_devel(base(m), m)
     ds = base(m, deepspeed=component(m, "deepspeed", "0.16.9"))
     assert not needs_devel(ds, m), "DeepSpeed without --ds-ops JIT-compiles: nothing to build"
-    assert needs_devel(ds, m, ("fused_adam",))
-    assert needs_devel(ds, m, ("cpu_adam",)), "on a CUDA torch, CPU ops link cudart and cuBLAS"
+    assert needs_devel(ds, m, {"deepspeed": ("fused_adam",)})
+    assert needs_devel(ds, m, {"deepspeed": ("cpu_adam",)}), "on a CUDA torch, CPU ops link cudart and cuBLAS"
     assert needs_devel(base(m, horovod=component(m, "horovod", "0.28.1")), m)
     assert not needs_devel(base(m, cuda=None, horovod=component(m, "horovod", "0.28.1")), m)
 
@@ -280,7 +281,7 @@ def test_base_image_without_devel_refuses_compiling_stacks(tmp_path):
     assert not _run("builder", m, plain, {})
     ds = base(m, cuda=toolkit(m, "11.8.0"), deepspeed=component(m, "deepspeed", "0.16.9"))
     assert not _run("builder", m, ds, {}), "JIT ops (no --ds-ops) compile nothing"
-    vs = _run("builder", m, ds, {"ds_ops": ("fused_adam",)})
+    vs = _run("builder", m, ds, {"ops": {"deepspeed": ("fused_adam",)}})
     assert vs and "devel" in vs[0].message and "fused_adam" in vs[0].message
 
 

@@ -24,7 +24,7 @@ from conftest import CPU_TARGET
 from envbuilder.api import resolve_target
 from envbuilder.core.jobs import JobsConfig
 from envbuilder.render.jobs import render_jobs
-from envbuilder.render.plan import make_plan
+from envbuilder.render.plan import PlanOptions, make_plan
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
@@ -71,7 +71,7 @@ def job_files():
     stack = resolve_target(CPU_TARGET)
     image = "envbuilder:" + stack.tag
     files = render_jobs(make_plan(stack), image=image, gpus=True, layouts=((1, 12), (3, 4)))
-    files.update(render_jobs(make_plan(stack, smoke_nproc=3), image=image, gpus=True,
+    files.update(render_jobs(make_plan(stack, PlanOptions.of(smoke_nproc=3)), image=image, gpus=True,
                              layouts=((3, 1),), jobs=JobsConfig(command="python /shared/train.py")))
     return files
 

@@ -52,7 +52,7 @@ def test_cascade_defaults_project_target_command_line(tmp_path):
     proj = find_project(_project(tmp_path / "p"))
     train = make_spec("train", project=proj)
     # the project's keys, then the target's own table
-    assert (train.target, train.pins.deepspeed, train.registry) == ("cu121", "0.16",
+    assert (train.target, train.pins.get("deepspeed"), train.registry) == ("cu121", "0.16",
                                                                      "registry.example.com/team/train")
     assert train.layouts == ("1x4", "2x2") and train.pip_index_url == "https://mirror.example.com/simple"
     ev = make_spec("eval", project=proj)
@@ -60,7 +60,7 @@ def test_cascade_defaults_project_target_command_line(tmp_path):
     # the command line wins, pins merged per axis
     (s,) = specs("train", project=proj, overrides=Overrides(
         pins=Pins(python="3.10", with_=("horovod",)), registry="reg.example/other", nproc=8))
-    assert (s.pins.deepspeed, s.pins.python, s.pins.with_) == ("0.16", "3.10", ("horovod",))
+    assert (s.pins.get("deepspeed"), s.pins.python, s.pins.with_) == ("0.16", "3.10", ("horovod",))
     assert (s.registry, s.nproc) == ("reg.example/other", 8)
     # a plain target inside a project gets the project's defaults, not a target's table
     plain = make_spec("cu118", project=proj)
@@ -81,7 +81,7 @@ def test_the_invocation_reproduces_the_pins():
 def test_alias_with_more_parts_resolves():
     st = resolve_spec(make_spec("cu121-torch2.5-ds"))
     assert str(st.torch.version).startswith("2.5") and st.deepspeed is not None
-    assert st.ds_ops  # the alias's pre-built ops come along
+    assert st.ops["deepspeed"]  # the alias's pre-built ops come along
 
 
 # -- a project target's name works with every option and command -------------------------------
@@ -234,3 +234,26 @@ def test_lock_check_fix_command_keeps_the_pins(tmp_path, uv_cache):
     p = cli("lock", *args, "--check", cwd=tmp_path, **env)
     assert p.returncode == 0, p.stderr
     assert "\ndeepspeed==0.16" in (tmp_path / "d" / "requirements.lock").read_text()
+
+
+def test_a_spec_cannot_be_made_unchecked():
+    """Validate once: a TargetSpec checks its options when it is made (whatever makes it), so
+    no consumer (the plan, the build, the lock) checks them again."""
+    from dataclasses import replace
+
+    from envbuilder.core.spec import TargetSpec
+    from envbuilder.errors import InputError
+
+    for field, bad, flag in (("base_image", "ubuntu; id", "--base-image"),
+                             ("builder_image", "x$(id)", "--builder-image"),
+                             ("pip_index_url", "http://x/ $(id)", "--pip-index-url"),
+                             ("extra_index_urls", ("https://x/`id`",), "--extra-index-url"),
+                             ("nproc", 0, "--nproc"), ("registry", "Bad Repo", "--registry")):
+        with pytest.raises(InputError, match=flag.replace("$", "\\$")):
+            TargetSpec(name="t", target="cu121", **{field: bad})
+    ok = TargetSpec(name="t", target="cu121", base_image="ubuntu:22.04")
+    with pytest.raises(InputError, match="--base-image"):
+        replace(ok, base_image="ubuntu:22.04\nRUN id")
+    # the cascade names where a value came from
+    with pytest.raises(InputError, match="project file"):
+        TargetSpec(name="t", target="cu121", base_image="x y", origin={"base_image": "project file p, key base_image:"})

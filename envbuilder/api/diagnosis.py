@@ -89,7 +89,7 @@ def verify_image(image: str, *, matrix_dir: str | Path | None = None,
     validate.image_ref(image, "IMAGE")
     c = client or connect()
     m = load_matrix(matrix_dir)
-    return verify_image_labels(c, image, _labels(c, image), m.toolchains.op_modules)
+    return verify_image_labels(c, image, _labels(c, image), m)
 
 
 def image_labels(image: str, client: DockerClient | None = None) -> Mapping[str, str]:

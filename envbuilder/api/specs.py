@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from envbuilder.errors import InputError
-from envbuilder.core.matrix import COMPONENTS, Matrix, load_matrix
+from envbuilder.core.matrix import Matrix, load_matrix
 from envbuilder.core.options import OPTIONS
 from envbuilder.core.project import Project, find_project
 from envbuilder.core import resolve
@@ -122,28 +122,15 @@ def check_combination(*, matrix_dir: str | Path | None = None, cuda: str | None 
                       driver: str | None = None, torch: str | None = None,
                       python: str | None = None, nccl: str | None = None,
                       os: str | None = None, flavour: str | None = None,
-                      matrix_overlay: str | Path | None = None,
-                      **components: str | None) -> CheckResult:
+                      matrix_overlay: str | Path | None = None, **components: str | None) -> CheckResult:
     """Judge a partial combination using only the axes given (envbuilder check), against the
     matrix with the overlay given (default: the project's); exit 3 naming every violated rule.
-    ``components``: a version pin per component of the matrix (core.matrix.COMPONENTS), by name."""
-    return CheckResult.from_dict(_check_combination(
-        matrix_dir=matrix_dir, cuda=cuda, driver=driver, torch=torch, python=python, nccl=nccl,
-        os=os, flavour=flavour, matrix_overlay=matrix_overlay, **components))
-
-
-def _check_combination(*, matrix_dir: str | Path | None = None, cuda: str | None = None,
-                      driver: str | None = None, torch: str | None = None,
-                      python: str | None = None, nccl: str | None = None,
-                      os: str | None = None, flavour: str | None = None,
-                      matrix_overlay: str | Path | None = None, **components: str | None) -> dict:
-    """Judge a partial combination using only the axes given (envbuilder check), against the
-    matrix with the overlay given (default: the project's)."""
-    unknown = set(components) - set(COMPONENTS)
-    if unknown:
-        raise TypeError(f"check_combination: no component {', '.join(sorted(unknown))}")
+    ``components``: a version pin per component of the matrix, by name."""
     over = Overrides(matrix_overlay=Path(matrix_overlay) if matrix_overlay is not None else None)
     m = load_matrix(matrix_dir, spec_mod.settings(find_project(), over)["matrix_overlay"])
+    unknown = set(components) - set(m.component_names)
+    if unknown:
+        raise TypeError(f"check_combination: no component {', '.join(sorted(unknown))}")
     given = {ax for ax, v in (("cuda", cuda), ("torch", torch), ("python", python), ("nccl", nccl),
                               *components.items(), ("os", os), ("flavour", flavour)) if v is not None}
     if cuda is None and driver is not None and torch is None:
@@ -151,7 +138,7 @@ def _check_combination(*, matrix_dir: str | Path | None = None, cuda: str | None
                          "version, or against the CUDA builds of a torch release")
     if not given:
         raise InputError("check needs at least one of --cuda, --torch, --python, --nccl, "
-                         + "".join(f"--{c}, " for c in COMPONENTS) + "--os, --flavour")
+                         + "".join(f"--{c}, " for c in m.component_names) + "--os, --flavour")
     req = Request(target="check")
     req = apply_options(req, m, cuda=cuda, driver=driver, torch=torch, python=python,
                         nccl=nccl, os=os, flavour=flavour, **components)
@@ -159,14 +146,16 @@ def _check_combination(*, matrix_dir: str | Path | None = None, cuda: str | None
         from dataclasses import replace as _replace
 
         resolve.check(_replace(req, driver=None), m, given)  # the other pins, as without a driver
-        return resolve.driver_check(req, m)
+        d = resolve.driver_check(req, m)
+        return CheckResult(given=d["given"], satisfied_by=d["satisfied_by"], warnings=d["warnings"],
+                           driver=d["driver"])
     assignment, warnings = resolve.check(req, m, given)
-    runs = {}
+    runs = None
     if driver is not None and assignment.get("cuda") is not None:  # native | minor-compat | forward-compat
         from envbuilder.core.rules import driver_mode
-        runs = {"runs": driver_mode(m, assignment["cuda"], req.driver or driver)}
-    return runs | {"ok": True,
-            "given": {k: v for k, v in req.pins().items()} | ({"driver": driver} if driver else {}),
-            "satisfied_by": {k: "cpu" if k == "cuda" and v is None else resolve._show(v)
-                             for k, v in assignment.items() if k in given},
-            "warnings": [w.to_dict() for w in warnings]}
+        runs = driver_mode(m, assignment["cuda"], req.driver or driver)
+    return CheckResult(
+        given={k: v for k, v in req.pins().items()} | ({"driver": driver} if driver else {}),
+        satisfied_by={k: "cpu" if k == "cuda" and v is None else resolve._show(v)
+                      for k, v in assignment.items() if k in given},
+        warnings=[w.to_dict() for w in warnings], runs=runs)

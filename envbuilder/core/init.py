@@ -23,9 +23,9 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from envbuilder.core import layouts, validate
-from envbuilder.core.matrix import COMPONENT_TITLES, Matrix
+from envbuilder.core.matrix import Matrix
 from envbuilder.core.resolve import Stack, resolve_target
-from envbuilder.core.target import COMPONENTS, Pins
+from envbuilder.core.target import Pins
 from envbuilder.errors import EnvbuilderError, IncompatibleError, InputError
 
 PROJECT_FILE = "envbuilder.toml"
@@ -53,8 +53,8 @@ class Choice:
                 "why": self.why, "also_native": self.others, "not_chosen": self.refused,
                 "minor_compat": self.minor_compat, "warnings": self.warnings,
                 "stack": {k: d[k] for k in ("cuda_toolkit", "driver_min", "torch",
-                                            "torch_variant", "python", "nccl", *COMPONENTS,
-                                            "os", "base_image")}}
+                                            "torch_variant", "python", "nccl",
+                                            *self.stack.matrix.component_names, "os", "base_image")}}
 
 
 def _arch(cap: str) -> str:
@@ -83,8 +83,8 @@ def choose(matrix: Matrix, *, driver: str, gpus_per_node: int, nodes: int,
         registry = validate.repository(registry, "--registry")
     wanted = tuple(dict.fromkeys(c.strip().lower() for w in with_ for c in w.split(",") if c.strip()))
     for c in wanted:
-        if c not in COMPONENTS:
-            raise InputError(f"--with {c!r}: expected {' or '.join(COMPONENTS)}")
+        if c not in matrix.component_names:
+            raise InputError(f"--with {c!r}: expected {' or '.join(matrix.component_names)}")
     _check_facts(compute_caps, torch)
     need = sorted({_arch(c) for c in compute_caps if c})
     pins = Pins(driver=driver, with_=wanted, torch=torch)
@@ -206,7 +206,8 @@ def project_toml(c: Choice, *, name: str = "train", source: str) -> str:
         lines.append(line)
     lines.append(_comment(f"resolves to torch {d['torch']} ({d['torch_variant']}), Python "
                           f"{d['python']}, {d['os']}, NCCL {d['nccl']}"
-                          + "".join(f", {COMPONENT_TITLES[k]} {d[k]}" for k in COMPONENTS if d[k])))
+                          + "".join(f", {k.title} {d[k.name]}" for k in c.stack.matrix.components
+                                    if d[k.name])))
     if c.others:
         lines.append(_comment(f"also native on this driver: {', '.join(c.others)}"))
     if c.minor_compat:

@@ -20,29 +20,21 @@ Kinds: ``pin`` pins an axis of the stack (``Pins``); ``spec`` says what to resol
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
+from envbuilder.core import catalog
 from envbuilder.errors import InputError
 
 KINDS = ("pin", "spec", "build", "job")
-# the matrix's components: an axis, a <name>.yaml matrix file and a pin option each, in the order
-# pins, targets, image tags and stack.json name them, with the part that names their version in
-# targets and tags (ds0.16) and their name in sentences. Declared here, with the option table
-# (stdlib only: --help imports no resolver), and read from here by core.matrix: the one list
-# generic code iterates instead of naming a component
-COMPONENT_TAGS = {"deepspeed": "ds", "horovod": "hvd"}
-COMPONENT_TITLES = {"deepspeed": "DeepSpeed", "horovod": "Horovod"}
-COMPONENTS = tuple(COMPONENT_TAGS)
-# what verify checks of each (the help of verify names them)
-COMPONENT_CHECKS = {"deepspeed": "DeepSpeed's pre-built ops", "horovod": "Horovod's NCCL"}
-# the order the resolver assigns them and the plan installs their layers (components' ORDER)
-COMPONENT_PLAN_ORDER = ("horovod", "deepspeed")
-# the component whose pre-built ops the plan compiles (--ds-ops; toolchains.yaml's ops), and
-# their key in stack.json, plans and diffs
-OPS_COMPONENT = "deepspeed"
-OPS_KEY = "deepspeed_ops"
+# the matrix's components: a pin option (and a project key) each, and a --TAG-ops option for a
+# component with pre-built ops, read from the built-in matrix's component files
+# (core.catalog: their one-line identity, without PyYAML: --help imports no resolver)
+COMPONENTS = tuple(c.name for c in catalog.builtin())
+COMPONENT_TITLES = {c.name: c.title for c in catalog.builtin()}  # their names in sentences
+COMPONENT_CHECKS = {c.name: c.checks for c in catalog.builtin()}  # what verify checks of each
 # what a project file holds besides options: its targets, and settings of the project itself
 PROJECT_ONLY_KEYS = ("targets", "jobs", "signing_key", "explain_cases")
 TARGET_ONLY_KEYS = ("name", "target", "jobs")
@@ -65,7 +57,7 @@ _REQUIREMENTS = {"oneOf": [
 class Option:
     """One option: what it is, how the command line and the project file spell it."""
 
-    name: str  # the field: of Pins (kind "pin"), else of TargetSpec
+    name: str  # the field: of Pins (kind "pin"; a component's pin or ops: Pins.of), else of TargetSpec
     kind: str  # pin | spec | build | job
     flag: str | None  # the command-line flag (None: a project key only)
     key: str | None  # the project key (None: the command line only); "jobs.command": a subkey
@@ -138,13 +130,28 @@ def _exclude_newer(v: str, what: str) -> str:
     return v
 
 
+def _ops_option(c: catalog.Identity) -> Option:
+    """``--TAG-ops``: the ops of component ``c`` to pre-build (a list in a project file)."""
+    ops = ",".join(c.ops_default or ())
+    return Option(c.ops_option, "pin", f"--{c.ops_option.replace('_', '-')}", c.ops_option, "csv",
+                  f"{c.title} ops to pre-build, e.g. {ops} (default on CUDA: {ops}); "
+                  "none: JIT (needs nvcc in the runtime).", _P,
+                  {"description": f"{c.title} ops to pre-build, e.g. {json.dumps(list(c.ops_default or ()))} (as "
+                                  "in matrices/targets.yaml); [] builds none (JIT: needs nvcc in the runtime).",
+                   "type": "array", "maxItems": 32, "items": {"type": "string", "minLength": 1, "maxLength": 64}},
+                  metavar="OPS")
+
+
+# the options that name a component's ops to pre-build, to the component they belong to
+OPS_OPTIONS = {c.ops_option: c.name for c in catalog.builtin() if c.ops_default is not None}
+
 _P = "pins"
 OPTIONS: tuple[Option, ...] = (
     # -- pins: the axes a target's parts pin (core.target.apply_options checks them) ------------
     Option("torch", "pin", "--torch", "torch", "str", "Pin torch: a line (2.1) or a version (2.1.2).", _P, _STR),
     Option("python", "pin", "--python", "python", "str", "Pin Python, e.g. 3.10.", _P, _STR),
-    *(Option(c, "pin", f"--{c}", c, "str", f"Pin {COMPONENT_TITLES[c]} (and include it).", _P, _STR)
-      for c in COMPONENTS),
+    *(Option(c.name, "pin", f"--{c.name}", c.name, "str", f"Pin {c.title} (and include it).", _P, _STR)
+      for c in catalog.builtin()),
     Option("nccl", "pin", "--nccl", "nccl", "str", "Pin NCCL (must be the one torch bundles).", _P, _STR),
     Option("os", "pin", "--os", "os", "str", "Pin the base OS, e.g. ubuntu22.04.", _P, _STR, param="os_"),
     Option("driver", "pin", "--driver", "driver", "str",
@@ -154,13 +161,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("flavour", "pin", "--flavour", "flavour", "str",
            "Runtime base flavour: cuda-base (default), cuda-runtime, cudnn-runtime or os.", _P, _STR,
            metavar="NAME", complete="flavour"),
-    Option("ds_ops", "pin", "--ds-ops", "ds_ops", "csv",
-           "DeepSpeed ops to pre-build, e.g. fused_adam,cpu_adam (default on CUDA: fused_adam,cpu_adam); "
-           "none: JIT (needs nvcc in the runtime).", _P,
-           {"description": "DeepSpeed ops to pre-build, e.g. [\"fused_adam\", \"cpu_adam\"] (as in "
-                           "matrices/targets.yaml); [] builds none (JIT: needs nvcc in the runtime).",
-            "type": "array", "maxItems": 32, "items": {"type": "string", "minLength": 1, "maxLength": 64}},
-           metavar="OPS"),
+    *(_ops_option(c) for c in catalog.builtin() if c.ops_default is not None),
     Option("platform", "pin", "--platform", "platform", "str",
            "The image's platform: linux/amd64 (default) or linux/arm64.", _P,
            {"description": "The image's platform.", "enum": ["linux/amd64", "linux/arm64"]}),
@@ -212,8 +213,8 @@ OPTIONS: tuple[Option, ...] = (
                            "torch's own).", "type": "array", "maxItems": 32,
             "items": {"type": "string", "minLength": 1, "maxLength": 16}}, metavar="LIST"),
     Option("cpu_isa", "build", "--cpu-isa", "cpu_isa", "str",
-           "-march of compiled CPU code (DeepSpeed CPU ops): x86-64-v3 (default), x86-64-v4, x86-64-v2.",
-           "images", {"description": "-march of compiled CPU code (DeepSpeed CPU ops): x86-64-v3 (default), "
+           "-march of compiled CPU code (pre-built CPU ops): x86-64-v3 (default), x86-64-v4, x86-64-v2.",
+           "images", {"description": "-march of compiled CPU code (pre-built CPU ops): x86-64-v3 (default), "
                                      "x86-64-v4, x86-64-v2.", **_STR}, metavar="ISA"),
     Option("pip_index_url", "build", "--pip-index-url", "pip_index_url", "str",
            "The package index (a PyPI mirror) to install and lock from (default: the project's).", "index",
@@ -317,7 +318,7 @@ def project_value(opt: Option, value: Any, path: Path, where: str) -> dict[str, 
         if opt.name == "matrix_overlay" and not p.is_dir():
             raise InputError(f"project file {path}, key {where}: {p} is not a folder")
         return {opt.name: p}
-    if opt.name == "ds_ops":  # a list, as in matrices/targets.yaml; [] = none (JIT)
+    if opt.name in OPS_OPTIONS:  # a list, as in matrices/targets.yaml; [] = none (JIT)
         return {opt.name: ",".join(value) if value else "none"}
     if opt.value in ("list", "csv"):
         return {opt.name: tuple(value)}

@@ -8,14 +8,14 @@ reads is assigned, so the same rules judge a full stack (``resolve``) and a part
 
 An assignment maps axis names to matrix objects:
 ``cuda`` Toolkit | None (CPU), ``torch`` TorchRelease, ``python`` str, ``os`` OsInfo,
-``nccl`` NcclRelease | None, ``deepspeed``/``horovod`` ComponentRelease | None.
+``nccl`` NcclRelease | None, and each component of the matrix (by name) ComponentRelease | None.
 ``flavour`` str (the runtime base flavour: cuda-base, cuda-runtime, cudnn-runtime, os).
 """
 
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Mapping
 
 from packaging.version import Version
@@ -56,7 +56,8 @@ class Context:
     matrix: Matrix
     driver: str | None = None
     nccl_pin: str | None = None
-    ds_ops: tuple[str, ...] = ()  # DeepSpeed ops pre-built at install time (--ds-ops)
+    # the ops each component with ops pre-builds at install time (--<tag>-ops), by name
+    ops: Mapping[str, tuple[str, ...]] = field(default_factory=dict, hash=False)
     platform: str = "linux/amd64"  # the image's platform (--platform)
     # components whose advised-against releases (critical/high advisories) the search steers
     # around: those the request does not pin to an exact version
@@ -73,14 +74,16 @@ class Rule:
     doc: str
     check: CheckFn
     unless: tuple[str, ...] = ()  # not applied when these axes are part of the search
+    components: bool = False  # it also reads every component of the matrix (all_rules adds them)
 
 
 RULES: list[Rule] = []
 
 
-def rule(name: str, *axes: str, unless: tuple[str, ...] = ()) -> Callable[[CheckFn], CheckFn]:
+def rule(name: str, *axes: str, unless: tuple[str, ...] = (),
+         components: bool = False) -> Callable[[CheckFn], CheckFn]:
     def deco(fn: CheckFn) -> CheckFn:
-        RULES.append(Rule(name, tuple(axes), (fn.__doc__ or "").strip(), fn, unless))
+        RULES.append(Rule(name, tuple(axes), (fn.__doc__ or "").strip(), fn, unless, components))
         return fn
     return deco
 
@@ -89,9 +92,9 @@ def variant_of(cuda: Toolkit | None) -> str:
     return "cpu" if cuda is None else cuda.variant
 
 
-def needs_devel(a: Assignment, m: Matrix, ds_ops: tuple[str, ...] = ()) -> bool:
-    """Something compiles against CUDA: Horovod, or DeepSpeed's pre-built ops (--ds-ops)."""
-    return compiled(a, m, ds_ops)[1]
+def needs_devel(a: Assignment, m: Matrix, ops: Mapping[str, tuple[str, ...]] | None = None) -> bool:
+    """Something compiles against CUDA: a component that compiles, or pre-built ops."""
+    return compiled(a, m, ops or {})[1]
 
 
 # -- driver ---------------------------------------------------------------------------------
@@ -346,12 +349,12 @@ def _base_image(a: Assignment, ctx: Context) -> list[Violation]:
     return []
 
 
-@rule("builder", "cuda", "os", "flavour", "horovod", "deepspeed")
+@rule("builder", "cuda", "os", "flavour", components=True)
 def _builder(a: Assignment, ctx: Context) -> list[Violation]:
-    """What compiles (Horovod, DeepSpeed ops) needs a builder with nvcc of torch's CUDA major
-    and a host GCC that nvcc accepts."""
+    """What compiles (a compiled component, pre-built ops) needs a builder with nvcc of torch's
+    CUDA major and a host GCC that nvcc accepts."""
     try:
-        b = builder_for(a, ctx.matrix, ctx.ds_ops)
+        b = builder_for(a, ctx.matrix, ctx.ops)
     except NoBuilder as e:
         return [Violation("builder", str(e), e.source, e.fix)]
     if b is None:
@@ -428,7 +431,7 @@ def _nccl_cuda(a: Assignment, ctx: Context) -> list[Violation]:
                       n.source, "use the NCCL that torch bundles for this CUDA")]
 
 
-# -- DeepSpeed and Horovod ------------------------------------------------------------------
+# -- what each component's releases declare -------------------------------------------------
 
 def _requires_value(axis: str, a: Assignment) -> Version | None:
     if axis == "python":
@@ -437,9 +440,12 @@ def _requires_value(axis: str, a: Assignment) -> Version | None:
     return None if value is None else value.version
 
 
+REQUIRES_AXES = ("torch", "python", "cuda", "nccl")  # what a release's requires: may name
+
+
 def _requires(comp: str, axis: str) -> CheckFn:
-    # One rule per (component, axis), so that `check` judges e.g. --torch with --deepspeed
-    # without needing --python (a rule applies only once every axis it reads is assigned).
+    # One rule per (component, axis), so that `check` judges e.g. --torch with a component's
+    # pin without needing --python (a rule applies only once every axis it reads is assigned).
     def check(a: Assignment, ctx: Context) -> list[Violation]:
         c: ComponentRelease | None = a[comp]
         if c is None:
@@ -459,9 +465,11 @@ def _requires(comp: str, axis: str) -> CheckFn:
     return check
 
 
-for _comp in ("deepspeed", "horovod"):
-    for _axis in ("torch", "python", "cuda", "nccl"):
-        rule(f"{_comp}_requires", _comp, _axis)(_requires(_comp, _axis))
+def requires_rules(matrix: Matrix) -> list[Rule]:
+    """Each component's requires: rules (its releases' torch, Python, CUDA and NCCL ranges)."""
+    return [Rule(f"{c}_requires", (c, axis), f"{c} declares the torch, Python (and CUDA, NCCL) "
+                 f"versions it supports.", _requires(c, axis))
+            for c in matrix.component_names for axis in REQUIRES_AXES]
 
 
 def _images_source(m: Matrix, toolkit: Version) -> tuple[str, ...]:
@@ -580,9 +588,9 @@ def _candidates(axis: str, pins: Mapping[str, Any], m: Matrix,
                 included: frozenset[str]) -> list[Version | str | None]:
     """The values an axis can take under the request's pins (None: a CPU build, or a
     component the request leaves out)."""
-    from envbuilder.core.target import COMPONENTS, Pin
+    from envbuilder.core.target import Pin
     pin = pins.get(axis)
-    if axis in COMPONENTS and pin is None and axis not in included:
+    if axis in m.component_names and pin is None and axis not in included:
         return [None]
     if axis == "cuda":
         if pin == "cpu":
@@ -595,7 +603,7 @@ def _candidates(axis: str, pins: Mapping[str, Any], m: Matrix,
         known = [t.version for t in m.torch]
     elif axis == "python":
         known = [Version(p) for p in m.pythons]
-    elif axis in COMPONENTS:
+    elif axis in m.component_names:
         known = [c.version for c in m.component(axis).releases]
     else:  # nccl
         known = [n.version for n in m.nccl]
@@ -651,9 +659,11 @@ def all_rules(matrix: Matrix) -> list[Rule]:
     Matrix: render --all resolves every target against the same one)."""
     if _LAST_RULES and _LAST_RULES[0] is matrix:
         return list(_LAST_RULES[1])
-    rules = RULES + [_incompat_rule(x) for x in matrix.incompatibilities] + [
+    names = matrix.component_names
+    rules = [replace(r, axes=r.axes + names) if r.components else r for r in RULES]
+    rules += requires_rules(matrix) + [_incompat_rule(x) for x in matrix.incompatibilities] + [
         _advisory_rule(x) for x in matrix.advisories if x.component in (
-            "torch", "nccl", "cuda", "deepspeed", "horovod", "driver")]
+            "torch", "nccl", "cuda", *names, "driver")]
     _LAST_RULES[:] = [matrix, rules]
     return list(rules)
 

@@ -10,7 +10,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from envbuilder.core.options import COMPONENT_PLAN_ORDER, COMPONENTS
+from envbuilder.core import compiles
 
 _VERSION = {"type": "string", "pattern": r"^[0-9]+(\.[0-9]+)*$"}
 _SPEC = {"type": "string", "pattern": r"^[<>=!~,.0-9* ]+$"}
@@ -123,33 +123,50 @@ TORCH = _file(
     {"index": {"type": "string", "pattern": r"^https?://\S*\{variant\}\S*$"}, "note": _NOTE},
 )
 
+# a component's file (matrices/<name>.yaml beside the core files: core.catalog)
 COMPONENT = _file(
     "releases",
     _obj(["line", "versions", "requires", "source"],
          {"line": _VERSION, "versions": {"type": "array", "items": _VERSION, "minItems": 1},
           "requires": _obj([], {"torch": _SPEC, "python": _SPEC, "cuda": _SPEC, "nccl": _SPEC}),
           "released": _RELEASED, "source": _SOURCE, "note": _NOTE}),
-    {"needs_nvcc": {"type": "boolean"},
+    {"component": _obj(["tag", "title", "order", "checks"], {
+        "tag": {"type": "string", "pattern": r"^[a-z][a-z0-9]{0,15}$"},
+        "title": {"type": "string", "pattern": r"^[A-Za-z0-9][A-Za-z0-9 .+_-]{0,63}$"},
+        "order": {"type": "integer", "minimum": 1, "maximum": 79},
+        "checks": {"type": "string", "minLength": 1, "maxLength": 200},
+        "ops_default": {"type": "array", "items": {"type": "string", "pattern": r"^[a-z][a-z0-9_]*$"}}}),
+     "compiles": compiles.SCHEMA,
      # a component with no release for years: still resolvable, marked and warned about
      "legacy": _obj(["since", "reason", "source"], {
          "since": {"type": "string", "pattern": r"^[0-9]{4}-[0-9]{2}(-[0-9]{2})?$"},
          "reason": {"type": "string"}, "source": _SOURCE, "note": _NOTE}),
+     # CUDA majors in which its build accepts an nvcc of another minor than torch's CUDA
      "cuda_minor_mismatch": _obj(["majors", "source"], {
          "majors": {"type": "array", "items": {"type": "integer"}}, "source": _SOURCE,
          "note": _NOTE}),
-     "build_env": {"type": "object",
-     "additionalProperties": {"type": "string", "pattern": r"^[A-Za-z0-9_.,;:/=+-]*$"}},
+     # the named ops it can pre-build at install time (the component's ops option), and where
+     # its default (the component line's ops_default) comes from
+     "ops": {"type": "array", "items": _obj(
+         ["name", "env", "cuda", "source"],
+         {"name": {"type": "string", "pattern": r"^[a-z][a-z0-9_]*$"},
+          "env": {"type": "string", "pattern": r"^[A-Z][A-Z0-9_]*$"},
+          "cuda": {"type": "boolean"}, "module": {"type": "string", "pattern": r"^[a-z0-9_.]+$"},
+          "source": _SOURCE, "note": _NOTE})},
+     "ops_default_source": _SOURCE,
      "note": _NOTE, "source": _SOURCE},
 )
+COMPONENT["required"] = [*COMPONENT["required"], "component"]
 
-_AXES = ["cuda", "torch", "python", "nccl", *COMPONENTS, "os"]
+# the axes a breakage may name besides the matrix's components (core.matrix checks those)
+CORE_AXES = ("cuda", "torch", "python", "nccl", "os")
 
 INCOMPATIBILITIES = _file(
     "incompatibilities",
     _obj(["id", "when", "reason", "fix", "source"],
          {"id": {"type": "string", "pattern": r"^[a-z0-9][a-z0-9.-]*$"},
           "when": {"type": "object", "minProperties": 1,
-                   "propertyNames": {"enum": _AXES},
+                   "propertyNames": {"pattern": r"^[a-z][a-z0-9_]*$"},
                    "additionalProperties": {"type": "string"}},
           "reason": {"type": "string"}, "fix": {"type": "string"},
           "severity": {"enum": ["error", "warning"]},
@@ -158,7 +175,7 @@ INCOMPATIBILITIES = _file(
     {"advisories": {"type": "array", "items": _obj(
         ["id", "component", "affected", "severity", "symptom", "source"],
         {"id": {"type": "string", "pattern": r"^[a-z0-9][a-z0-9.-]*$"},
-         "component": {"enum": ["torch", "nccl", "cuda", "cublas", "driver", *COMPONENTS]},
+         "component": {"type": "string", "pattern": r"^[a-z][a-z0-9_]*$"},
          "affected": _SPEC,
          "fixed": {"oneOf": [_VERSION, {"type": "null"}]},
          "severity": {"enum": ["critical", "high", "medium", "low"]},
@@ -169,11 +186,13 @@ INCOMPATIBILITIES = _file(
 
 TARGETS = _file(
     "targets",
-    _obj(["name"], {"name": {"type": "string", "pattern": r"^[a-z0-9][a-z0-9.-]*$"},
-                    "target": {"type": "string", "pattern": r"^[a-z0-9][a-z0-9.-]*$"},
-                    "flavour": {"type": "string", "pattern": r"^[a-z-]+$"},
-                    "ds_ops": {"type": "array", "items": {"type": "string", "pattern": r"^[a-z][a-z0-9_]*$"}},
-                    "description": {"type": "string"}}),
+    {**_obj(["name"], {"name": {"type": "string", "pattern": r"^[a-z0-9][a-z0-9.-]*$"},
+                       "target": {"type": "string", "pattern": r"^[a-z0-9][a-z0-9.-]*$"},
+                       "flavour": {"type": "string", "pattern": r"^[a-z-]+$"},
+                       "description": {"type": "string"}}),
+     # <tag>_ops: the ops of the component of that tag to pre-build (core.matrix checks them)
+     "patternProperties": {r"^[a-z][a-z0-9]*_ops$": {
+         "type": "array", "items": {"type": "string", "pattern": r"^[a-z][a-z0-9_]*$"}}}},
 )
 
 _ENV = {"type": "object", "propertyNames": {"pattern": r"^[A-Z_][A-Z0-9_]*$"},
@@ -182,7 +201,7 @@ _PKG = {"type": "string", "pattern": r"^[A-Za-z0-9][A-Za-z0-9.+_-]*([=<>~!]=?[0-
 
 TOOLCHAINS = _obj(
     ["schema_version", "flavours", "nvcc_host_gcc", "builder_toolkits", "host_compilers",
-     "deepspeed_ops", "cpu_isas"],
+     "cpu_isas"],
     {"schema_version": {"const": 1}, "note": _NOTE,
      "flavours": {"type": "array", "minItems": 1, "items": _obj(
          ["name", "nvidia_tag", "cudnn", "forward_compat", "description", "source"],
@@ -208,25 +227,15 @@ TOOLCHAINS = _obj(
           "packages": {"type": "object", "patternProperties": {r"^[0-9]+$": {
               "type": "array", "minItems": 1, "items": _PKG}}, "additionalProperties": False},
           "source": _SOURCE, "note": _NOTE})},
-     "deepspeed_ops": {"type": "array", "items": _obj(
-         ["name", "env", "cuda", "source"],
-         {"name": {"type": "string", "pattern": r"^[a-z][a-z0-9_]*$"},
-          "env": {"type": "string", "pattern": r"^DS_BUILD_[A-Z0-9_]+$"},
-          "cuda": {"type": "boolean"}, "module": {"type": "string", "pattern": r"^[a-z0-9_.]+$"},
-          "source": _SOURCE, "note": _NOTE})},
      "cpu_isas": {"type": "array", "minItems": 1, "items": _obj(
          ["name", "simd", "source"],
          {"name": {"type": "string", "pattern": r"^[a-z0-9-]+$"},
           "simd": {"enum": ["__SCALAR__", "__AVX256__", "__AVX512__"]},
           "source": _SOURCE, "note": _NOTE})},
-     "build_tools": {"type": "array", "items": _obj(
-         ["component", "versions", "env", "reason", "source"],
-         {"component": {"enum": [*COMPONENT_PLAN_ORDER]}, "versions": _SPEC, "env": _ENV,
-          "hide_modules": {"type": "array", "items": {"type": "string", "pattern": r"^[a-z_][a-z0-9_]*$"}},
-          "reason": {"type": "string"}, "source": _SOURCE, "note": _NOTE})},
      },
 )
 
+# the matrix's own files (core.catalog.CORE_FILES); every other <name>.yaml is a COMPONENT file
 FILES: dict[str, dict[str, Any]] = {
     "toolchains.yaml": TOOLCHAINS,
     "cuda.yaml": CUDA,
@@ -234,7 +243,6 @@ FILES: dict[str, dict[str, Any]] = {
     "nccl.yaml": NCCL,
     "os.yaml": OS,
     "torch.yaml": TORCH,
-    **{f"{c}.yaml": COMPONENT for c in COMPONENTS},
     "incompatibilities.yaml": INCOMPATIBILITIES,
     "targets.yaml": TARGETS,
 }

@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import MISSING, dataclass, field, fields, replace
 import re
 from pathlib import Path
-from typing import Any, Callable, Generic, Sequence, TypeVar
+from typing import Any, Callable, Generic, Mapping, Sequence, TypeVar
 
 from envbuilder.core import options as options_mod
 from envbuilder.core.jobs import JobsConfig
@@ -35,7 +35,9 @@ T = TypeVar("T")
 
 @dataclass(frozen=True)
 class TargetSpec:
-    """Everything a command needs to know about one target, frozen.
+    """Everything a command needs to know about one target, frozen, and checked when it is
+    made (``__post_init__``: every option's check of core.options, naming where its value came
+    from): a spec cannot be made unchecked, so no consumer checks its values again.
 
     What to resolve (``target``, ``pins``, ``matrix_overlay``), what to add (the team's
     requirements), how to build and test it (images, indexes, layouts, registry, smoke)."""
@@ -70,12 +72,12 @@ class TargetSpec:
     project: Path | None = None
     from_project: bool = False  # ``name`` is one of the project's targets
     cli_pins: Pins = field(default_factory=Pins)
+    # where each option's value came from ("--base-image", or the project file's key), for the
+    # errors of the check below
+    origin: Mapping[str, str] = field(default_factory=dict, compare=False, hash=False, repr=False)
 
-    def plan_options(self) -> dict[str, Any]:
-        """make_plan's options that come from the spec."""
-        return {"base_image": self.base_image, "builder_image": self.builder_image,
-                "pip_index_url": self.pip_index_url, "extra_index_urls": self.extra_index_urls,
-                "cuda_arch": self.cuda_arch or None, "cpu_isa": self.cpu_isa}
+    def __post_init__(self) -> None:
+        options_mod.check_values({f.name: getattr(self, f.name) for f in fields(self)}, self.origin)
 
     def invocation(self, command: str, out: str | Path | None = None) -> str:
         """The command line that makes this spec again: the name as given, the pins the
@@ -96,20 +98,19 @@ class TargetSpec:
 
 def pin_args(pins: Pins) -> list[str]:
     """``pins`` as the command-line options that state them (core.options.pin_flags)."""
-    return options_mod.pin_flags(vars(pins))
+    return options_mod.pin_flags(pins.values())
 
 
 def merge_pins(base: Pins, over: Pins) -> Pins:
     """``over``'s pins win per axis; components are merged (``--without`` drops a ``with``)."""
     values, _ = options_mod.cascade([_pin_layer(base), _pin_layer(over)], {})
     kw: dict[str, Any] = {n: values.get(n) for n in options_mod.PIN_NAMES}
-    return Pins(**kw,
-                exclude_newer=over.exclude_newer or base.exclude_newer)
+    return Pins.of(**{**kw, "exclude_newer": over.exclude_newer or base.exclude_newer})
 
 
 def _pin_layer(pins: Pins) -> dict[str, Any]:
     """The pins given (not None, not empty) as a layer of the cascade."""
-    return {n: getattr(pins, n) for n in options_mod.PIN_NAMES if getattr(pins, n) not in (None, ())}
+    return {n: pins.get(n) for n in options_mod.PIN_NAMES if pins.get(n) not in (None, ())}
 
 
 @dataclass(frozen=True)
@@ -165,14 +166,13 @@ def make_spec(name: str, *, project: Project | None = None,
         layers.append(dict(t.settings))
     layers.append({**_pin_layer(o.pins), **o.given()})
     values, where = options_mod.cascade(layers, _SPEC_DEFAULTS)
-    options_mod.check_values(values, where)
-    pins = Pins(**{n: values.pop(n, None) for n in options_mod.PIN_NAMES if n in values})
+    pins = Pins.of(**{n: values.pop(n, None) for n in options_mod.PIN_NAMES if n in values})
     values = {k: v for k, v in values.items() if k in _SPEC_DEFAULTS or k in ("jobs",)}
     # one date for the resolver's candidates and uv's files: the cascade's (a pin otherwise)
     values["exclude_newer"] = values.get("exclude_newer") or o.pins.exclude_newer
     return TargetSpec(name=name, target=t.target if t is not None else name,
                       pins=replace(pins, exclude_newer=values["exclude_newer"]), cli_pins=o.pins,
-                      from_project=t is not None, **values)
+                      from_project=t is not None, origin=where, **values)
 
 
 def settings(project: Project | None, overrides: Overrides | None = None) -> dict[str, Any]:

@@ -2,15 +2,15 @@
 
 BASE is ``cuXY[Z]`` (CUDA major+minor: cu118 = 11.8), ``cpu``, or ``any`` (the resolver picks
 the CUDA: with ``--driver``, the newest stack the driver runs natively); each PART pins one axis:
-``torch2.1`` / ``torch2.1.2``, ``py310`` / ``py3.10``, ``ds0.14``, ``hvd0.28``, ``nccl2.18``,
-or an OS name such as ``ubuntu22.04``. Options pin the same axes; a target part and an option
+``torch2.1`` / ``torch2.1.2``, ``py310`` / ``py3.10``, ``nccl2.18``, a component's tag and
+version (the tags are the matrix's: core.catalog), or an OS name such as ``ubuntu22.04``. Options pin the same axes; a target part and an option
 that disagree are an input error. Named aliases come from the matrix's ``targets.yaml``.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any, Mapping
 
@@ -18,8 +18,6 @@ from packaging.version import Version
 
 from envbuilder.core import validate
 from envbuilder.errors import InputError
-from envbuilder.core.options import COMPONENT_TAGS, COMPONENT_TITLES, OPS_COMPONENT
-from envbuilder.core.options import COMPONENTS as COMPONENTS  # what generic code iterates over
 
 if TYPE_CHECKING:  # annotations only: parsing a project's pins does not load the matrix
     from envbuilder.core.matrix import Matrix
@@ -56,22 +54,23 @@ class Pin:
 
 
 FABRICS = ("ib", "efa", "none")
-# the DeepSpeed ops a standard ZeRO config loads, pre-built by default on CUDA targets:
-# FusedAdam (DeepSpeed's optimizer for "type": "Adam"/"AdamW" on GPUs) and DeepSpeedCPUAdam
-# (the same config with "offload_optimizer": {"device": "cpu"})
-# https://github.com/deepspeedai/DeepSpeed/blob/v0.16.9/deepspeed/runtime/engine.py
-# (_configure_basic_optimizer: FusedAdam, or DeepSpeedCPUAdam when the optimizer is offloaded)
-DEFAULT_DS_OPS = ("fused_adam", "cpu_adam")
+CORE_PINS = ("torch", "python", "nccl")  # the version axes besides the matrix's components
 
 
-def ds_ops_of(req: Request, matrix: Matrix) -> tuple[str, ...]:
-    """The DeepSpeed ops a request pre-builds: the ones asked for (--ds-ops; none = JIT), else
-    on a CUDA target that wants DeepSpeed DEFAULT_DS_OPS (those the matrix knows)."""
-    if req.ds_ops is not None:
-        return req.ds_ops
-    if req.cpu or not req.wants(OPS_COMPONENT):
-        return ()
-    return tuple(o for o in DEFAULT_DS_OPS if o in matrix.toolchains.deepspeed_ops)
+def ops_of(req: Request, matrix: Matrix) -> dict[str, tuple[str, ...]]:
+    """The ops each component with ops pre-builds: the ones asked for (``--<tag>-ops``; none =
+    JIT), else on a CUDA target that wants the component its default (core.catalog)."""
+    out: dict[str, tuple[str, ...]] = {}
+    for c in matrix.components:
+        if not c.has_ops:
+            continue
+        if c.name in req.ops:
+            out[c.name] = req.ops[c.name]
+        elif not req.cpu and req.wants(c.name):
+            out[c.name] = tuple(o for o in c.ops_default or () if o in c.ops)
+        else:
+            out[c.name] = ()
+    return out
 
 
 @dataclass(frozen=True)
@@ -84,15 +83,16 @@ class Request:
     torch: Pin | None = None
     python: Pin | None = None
     nccl: Pin | None = None
-    deepspeed: Pin | None = None
-    horovod: Pin | None = None
     os: str | None = None
     flavour: str | None = None  # the runtime base flavour (--flavour)
     driver: str | None = None
     with_: frozenset[str] = field(default_factory=frozenset)
     without: frozenset[str] = field(default_factory=frozenset)
-    ds_ops: tuple[str, ...] | None = None  # DeepSpeed ops to pre-build (--ds-ops); () = JIT
-    # (--ds-ops none); None = not asked: a CUDA target's DeepSpeed gets DEFAULT_DS_OPS
+    # each pinned component's version, by name (a target part or its --NAME option)
+    versions: Mapping[str, Pin] = field(default_factory=dict, hash=False)
+    # the ops a component with ops pre-builds (--<tag>-ops), by component; () = JIT (none); a
+    # component left out gets its default on a CUDA target (ops_of)
+    ops: Mapping[str, tuple[str, ...]] = field(default_factory=dict, hash=False)
     exclude_newer: str | None = None  # RFC 3339 UTC: releases uploaded later are no candidates
     platform: str = "linux/amd64"  # the image's platform (--platform)
     fabric: str = "ib"  # the RDMA user space in CUDA images (--fabric): ib | efa | none
@@ -103,9 +103,9 @@ class Request:
             out["cuda"] = "cpu"
         elif self.cuda:
             out["cuda"] = self.cuda
-        for axis in ("torch", "python", "nccl", *COMPONENTS):
-            pin = getattr(self, axis)
-            if pin is not None:
+        for axis in (*CORE_PINS, *sorted(self.versions)):
+            pin = self.pin(axis)
+            if isinstance(pin, Pin):
                 out[axis] = pin.text
         if self.os:
             out["os"] = self.os
@@ -113,27 +113,41 @@ class Request:
             out["flavour"] = self.flavour
         return out
 
+    def pin(self, axis: str) -> Pin | str | None:
+        """The pin of an axis: torch, python, nccl, os, or a component of the matrix."""
+        if axis in (*CORE_PINS, "os"):
+            return getattr(self, axis)  # type: ignore[no-any-return]
+        return self.versions.get(axis)
+
+    def pinned(self, axis: str, pin: Pin | str | None) -> Request:
+        """This request with ``axis`` pinned to ``pin`` (None: not pinned)."""
+        if axis in (*CORE_PINS, "os"):
+            return replace(self, **{axis: pin})  # type: ignore[arg-type]
+        versions = {k: v for k, v in self.versions.items() if k != axis}
+        if isinstance(pin, Pin):
+            versions[axis] = pin
+        return replace(self, versions=dict(sorted(versions.items())))
+
     def wants(self, component: str) -> bool:
         return component not in self.without and (
-            component in self.with_ or getattr(self, component) is not None)
+            component in self.with_ or component in self.versions)
 
     def without_pin(self, axis: str) -> Request:
         if axis == "cuda":
             return replace(self, cuda=None, cpu=False)
-        if axis in COMPONENTS:
-            return replace(self, **{axis: None}, with_=self.with_ - {axis})  # type: ignore[arg-type]
-        return replace(self, **{axis: None})  # type: ignore[arg-type]
+        if axis in self.versions:
+            return replace(self.pinned(axis, None), with_=self.with_ - {axis})
+        return self.pinned(axis, None)
 
-    def canonical(self) -> str:
+    def canonical(self, matrix: Matrix) -> str:
         """The target string that states every pin of this request."""
         parts = ["cpu" if self.cpu else ("cu" + self.cuda.replace(".", "") if self.cuda else "any")]
         if self.torch:
             parts.append(f"torch{self.torch}")
         if self.python:
             parts.append("py" + self.python.text.replace(".", ""))
-        for c in COMPONENTS:
-            if getattr(self, c):
-                parts.append(f"{COMPONENT_TAGS[c]}{getattr(self, c)}")
+        for name, pin in sorted(self.versions.items()):
+            parts.append(f"{matrix.component(name).tag}{pin}")
         if self.nccl:
             parts.append(f"nccl{self.nccl}")
         if self.os:
@@ -145,9 +159,16 @@ _BASE_RE = re.compile(r"cu([0-9]{2,3})")
 _PART_RES: list[tuple[str, re.Pattern[str]]] = [
     ("torch", re.compile(r"torch([0-9][0-9.]*)")),
     ("python", re.compile(r"py(3)\.?([0-9]{1,2})")),
-    *((c, re.compile(COMPONENT_TAGS[c] + r"([0-9][0-9.]*)")) for c in COMPONENTS),
     ("nccl", re.compile(r"nccl([0-9][0-9.]*)")),
 ]
+
+
+def _part_res(matrix: Matrix) -> list[tuple[str, re.Pattern[str]]]:
+    """The parts a target may have: torch, Python, each component's tag and NCCL."""
+    comps = [(c.name, re.compile(re.escape(c.tag) + r"([0-9][0-9.]*)")) for c in matrix.components]
+    return [*_PART_RES[:2], *comps, _PART_RES[2]]
+
+
 _NAME_RE = re.compile(r"[a-z0-9][a-z0-9.-]{0,99}")
 
 
@@ -213,23 +234,23 @@ def _alias_with_parts(text: str, matrix: Matrix) -> Request | None:
         if j in best[0]:
             continue
         axis, pin = _parse_part(part, text, matrix)
-        current = getattr(req, axis)
+        current = req.pin(axis)
         if current is not None and str(current) != str(pin):
             raise InputError(f"target {text!r}: {part} conflicts with {current} in the alias "
                              f"{best[1]!r}")
-        req = replace(req, **{axis: pin})  # type: ignore[arg-type]
+        req = req.pinned(axis, pin)
     return replace(req, target=text)
 
 
 def _parse_target(text: str, matrix: Matrix) -> Request:
     alias = matrix.alias(text)
-    if alias is not None and (alias.target != text or alias.flavour or alias.ds_ops):
+    if alias is not None and (alias.target != text or alias.flavour or alias.ops):
         req = parse_target(alias.target, matrix) if alias.target != text else parse_target(
             text, replace(matrix, targets=tuple(t for t in matrix.targets if t.name != text)))
         req = replace(req, target=text)
-        if alias.flavour or alias.ds_ops:
+        if alias.flavour or alias.ops:
             req = apply_options(req, matrix, flavour=alias.flavour,
-                                ds_ops=",".join(alias.ds_ops) if alias.ds_ops else None)
+                                **{k: ",".join(v) for k, v in alias.ops.items() if v})
         return req
     base, *parts = text.split("-")
     kw: dict[str, Any] = {"target": text}
@@ -256,16 +277,17 @@ def _parse_target(text: str, matrix: Matrix) -> Request:
             raise InputError(f"target {text!r}: CUDA {cuda} is not in the matrix"
                              f"{_nearest_cuda(cuda, matrix)}; known: {', '.join(_known_bases(matrix))}")
         kw["cuda"] = cuda
+    req = Request(**kw)
     for part in parts:
         axis, pin = _parse_part(part, text, matrix)
-        if axis in kw:
+        if req.pin(axis) is not None:
             raise InputError(f"target {text!r} pins {axis} twice")
-        kw[axis] = pin
-    return Request(**kw)
+        req = req.pinned(axis, pin)
+    return req
 
 
 def _parse_part(part: str, text: str, matrix: Matrix) -> tuple[str, Pin | str]:
-    for axis, rx in _PART_RES:
+    for axis, rx in _part_res(matrix):
         m = rx.fullmatch(part)
         if m:
             if axis == "python":
@@ -273,19 +295,23 @@ def _parse_part(part: str, text: str, matrix: Matrix) -> tuple[str, Pin | str]:
             return axis, Pin.parse(m.group(1), f"target {text!r}: {axis} version")
     if part in matrix.os:
         return "os", part
-    tags = [COMPONENT_TAGS[c] for c in COMPONENTS]
-    choices = ["torch2.1", "py310", *(f"{t}0.{n}" for t, n in zip(tags, (14, 28))), "nccl2.18", *matrix.os]
+    tags = [c.tag for c in matrix.components]
+    choices = ["torch2.1", "py310", *(f"{c.tag}{c.releases[0].line}" for c in matrix.components if c.releases),
+               "nccl2.18", *matrix.os]
     raise InputError(f"target {text!r}: unknown part {part!r}{validate.suggest(part, choices)}; "
                      f"parts are torchX.Y[.Z], pyXY, {''.join(t + 'X.Y, ' for t in tags)}ncclX.Y or an OS "
                      f"({', '.join(sorted(matrix.os))})")
 
 
 def _put(req: Request, updates: dict[str, Any], axis: str, value: Any) -> None:
-    current = getattr(req, axis)
+    current = req.pin(axis) if axis != "cuda" else req.cuda
     if current is not None and str(current) != str(value):
         raise InputError(f"--{axis} {value} conflicts with {current} in target {req.target!r}: "
                          f"give the version once")
-    updates[axis] = value
+    if axis in (*CORE_PINS, "os", "cuda"):
+        updates[axis] = value
+    else:
+        updates["versions"] = {**updates.get("versions", req.versions), axis: value}
 
 
 def _flavour(req: Request, m: Matrix, v: str, up: dict[str, Any]) -> None:
@@ -303,21 +329,25 @@ def _fabric(req: Request, m: Matrix, v: str, up: dict[str, Any]) -> None:
     up["fabric"] = v
 
 
-def _ds_ops(req: Request, m: Matrix, v: str, up: dict[str, Any]) -> None:
-    if v.strip() == "none":
-        up["ds_ops"] = ()  # JIT: the runtime must carry nvcc (render.plan refuses otherwise)
-        return
-    ops = tuple(dict.fromkeys(o.strip() for o in v.split(",") if o.strip()))
-    known = m.toolchains.deepspeed_ops
-    for op in ops:
-        if op not in known:
-            raise InputError(f"--ds-ops: {op[:40]!r} is not a DeepSpeed op envbuilder can pre-build"
-                             f"{validate.suggest(op, known)}; known: {', '.join(known)}")
-    if ops and OPS_COMPONENT in req.without:
-        raise InputError(f"--ds-ops conflicts with --without {OPS_COMPONENT}")
-    up["ds_ops"] = ops
-    if ops:  # pre-built ops imply their component
-        up["with_"] = req.with_ | {OPS_COMPONENT}
+def _ops(component: str) -> Any:
+    """The check of a component's ``--<tag>-ops`` (comma-separated op names, or none: JIT)."""
+    def apply(req: Request, m: Matrix, v: str, up: dict[str, Any]) -> None:
+        c = m.component(component)
+        flag = f"--{c.ops_option.replace('_', '-')}"
+        ops: tuple[str, ...] = ()
+        if v.strip() != "none":  # none: JIT (the runtime must carry nvcc; the component refuses otherwise)
+            ops = tuple(dict.fromkeys(o.strip() for o in v.split(",") if o.strip()))
+        for op in ops:
+            if op not in c.ops:
+                raise InputError(f"{flag}: {op[:40]!r} is not a {c.title} op envbuilder can pre-build"
+                                 f"{validate.suggest(op, c.ops)}; known: {', '.join(c.ops)}")
+        if ops and c.name in req.without:
+            raise InputError(f"{flag} conflicts with --without {c.name}")
+        up["ops"] = {**up.get("ops", req.ops), c.name: ops}
+        if ops:  # pre-built ops imply their component
+            up["with_"] = up.get("with_", req.with_) | {c.name}
+
+    return apply
 
 
 def _cuda(req: Request, m: Matrix, v: str, up: dict[str, Any]) -> None:
@@ -358,15 +388,16 @@ def _os(req: Request, m: Matrix, v: str, up: dict[str, Any]) -> None:
 
 def _components(req: Request, m: Matrix, v: Mapping[str, bool], up: dict[str, Any]) -> None:
     w, wo = set(up.get("with_", req.with_)), set(req.without)
+    names = m.component_names
     for comp, on in v.items():
-        if comp not in COMPONENTS:
+        if comp not in names:
             raise InputError(f"--with/--without {comp!r} is not a component"
-                             f"{validate.suggest(comp, COMPONENTS)}; use {' or '.join(COMPONENTS)}")
+                             f"{validate.suggest(comp, names)}; use {' or '.join(names)}")
         if on:
             w.add(comp)
             wo.discard(comp)
         else:
-            if getattr(req, comp) is not None or comp in up:
+            if comp in req.versions or comp in up.get("versions", {}):
                 raise InputError(f"--without {comp} conflicts with the {comp} pin in "
                                  f"target {req.target!r}")
             wo.add(comp)
@@ -375,10 +406,10 @@ def _components(req: Request, m: Matrix, v: Mapping[str, bool], up: dict[str, An
 
 
 # each pin option's check and merge into a request (core.options: the pin options), in the
-# order they are judged (the first bad one is the error)
+# order they are judged (the first bad one is the error); a component's pin and its ops option
+# come from the matrix (_appliers)
 _APPLY: dict[str, Any] = {
-    "flavour": _flavour, "fabric": _fabric, "ds_ops": _ds_ops, "cuda": _cuda,
-    "torch": _version_pin("torch"), **{c: _version_pin(c) for c in COMPONENTS},
+    "flavour": _flavour, "fabric": _fabric, "cuda": _cuda, "torch": _version_pin("torch"),
     "nccl": _version_pin("nccl"), "python": _python,
     "os": _os, "driver": lambda req, m, v, up: up.update(driver=validate.driver_version(v)),
     "exclude_newer": lambda req, m, v, up: up.update(exclude_newer=validate.exclude_newer(v)),
@@ -387,14 +418,25 @@ _APPLY: dict[str, Any] = {
 }
 
 
+def _appliers(m: Matrix) -> dict[str, Any]:
+    """The table above with the matrix's components, in the order they are judged."""
+    head = ("flavour", "fabric")
+    ops = {c.ops_option: _ops(c.name) for c in m.components if c.has_ops}
+    pins = {c.name: _version_pin(c.name) for c in m.components}
+    return {**{k: _APPLY[k] for k in head}, **ops, "cuda": _APPLY["cuda"], "torch": _APPLY["torch"],
+            **pins, **{k: v for k, v in _APPLY.items() if k not in (*head, "cuda", "torch")}}
+
+
 def apply_options(req: Request, matrix: Matrix, **values: Any) -> Request:
     """Merge pin options (core.options' pins by name, ``cuda``, and ``components``: the merged
     --with/--without) into a request; a conflict with the target is an input error."""
-    unknown = set(values) - set(_APPLY)
+    table = _appliers(matrix)
+    unknown = set(values) - set(table)
     if unknown:
-        raise TypeError(f"apply_options: no pin option {', '.join(sorted(unknown))}")
+        raise InputError(f"no pin option {', '.join(sorted(unknown))} for this matrix (its components: "
+                         f"{', '.join(matrix.component_names) or 'none'})")
     updates: dict[str, Any] = {}
-    for name, apply in _APPLY.items():
+    for name, apply in table.items():
         value = values.get(name)
         if value is not None and (name != "components" or value):
             apply(req, matrix, value, updates)
@@ -407,7 +449,7 @@ def known_values(axis: str, matrix: Matrix) -> list[Version]:
         return [t.version for t in matrix.torch]
     if axis == "python":
         return [Version(p) for p in matrix.pythons]
-    if axis in COMPONENTS:
+    if axis in matrix.component_names:
         return [c.version for c in matrix.component(axis).releases]
     if axis == "nccl":
         vs = {n.version for n in matrix.nccl}
@@ -419,8 +461,9 @@ def known_values(axis: str, matrix: Matrix) -> list[Version]:
 def unknown_pins(req: Request, matrix: Matrix) -> dict[str, Pin]:
     """The pins that match no version the matrix lists, by axis."""
     out: dict[str, Pin] = {}
-    for axis in ("torch", "python", *COMPONENTS, "nccl"):
-        pin = getattr(req, axis)
+    for axis in ("torch", "python", *matrix.component_names, "nccl"):
+        pin = req.pin(axis)
+        assert pin is None or isinstance(pin, Pin)
         if axis == "python" and pin is not None and pin.text.endswith("t"):
             if pin.text not in matrix.pythons_ft:
                 out[axis] = pin
@@ -432,7 +475,8 @@ def unknown_pins(req: Request, matrix: Matrix) -> dict[str, Pin]:
 
 def check_pins_known(req: Request, matrix: Matrix) -> None:
     """A pin the matrix has never heard of is bad input (exit 2), not an incompatibility."""
-    names = {"torch": "torch", "python": "Python", **COMPONENT_TITLES, "nccl": "NCCL"}
+    names = {"torch": "torch", "python": "Python", **{c.name: c.title for c in matrix.components},
+             "nccl": "NCCL"}
     for axis, pin in unknown_pins(req, matrix).items():
         label = names[axis]
         if axis == "python" and pin.text.endswith("t"):
@@ -449,24 +493,43 @@ def check_pins_known(req: Request, matrix: Matrix) -> None:
 
 @dataclass(frozen=True)
 class Pins:
-    """Options that pin axes (the same axes a target's parts pin): the CLI's pin options."""
+    """Options that pin axes (the same axes a target's parts pin): the CLI's pin options. A
+    component's pin (``--NAME``) and ops (``--<tag>-ops``) are kept by name (``Pins.of``)."""
 
     torch: str | None = None
     python: str | None = None
-    deepspeed: str | None = None
-    horovod: str | None = None
     nccl: str | None = None
     os: str | None = None
     driver: str | None = None
     with_: tuple[str, ...] = ()
     without: tuple[str, ...] = ()
     flavour: str | None = None  # the runtime base flavour
-    ds_ops: str | None = None  # DeepSpeed ops to pre-build, comma-separated; "none": JIT
     exclude_newer: str | None = None  # leave out releases uploaded after this date (ISO)
     platform: str | None = None  # linux/amd64 (default) or linux/arm64
     fabric: str | None = None  # the RDMA user space of CUDA images: ib (default), efa, none
+    # a component's pin or ops option (core.options: its name, or <tag>_ops) -> its value
+    components: Mapping[str, str] = field(default_factory=dict, hash=False)
 
-    def components(self) -> dict[str, bool]:
+    @classmethod
+    def of(cls, **values: Any) -> Pins:
+        """Pins from option names: the fields above, and any other pin option of the table
+        (a component's ``NAME`` or ``<tag>_ops``) kept in ``components``."""
+        own = {f.name for f in fields(cls)} - {"components"}
+        comps = {k: v for k, v in values.items() if k not in own and v is not None}
+        return cls(**{k: v for k, v in values.items() if k in own}, components=dict(sorted(comps.items())))
+
+    def get(self, name: str) -> Any:
+        """The value of pin option ``name`` (None or () when not given)."""
+        if name in self.components:
+            return self.components[name]
+        return getattr(self, name, None)
+
+    def values(self) -> dict[str, Any]:
+        """Every pin option given or not, by the option table's names."""
+        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "components"}
+        return {**out, **self.components}
+
+    def with_components(self) -> dict[str, bool]:
         from envbuilder.core.options import with_without
 
         return with_without(self.with_, self.without)
@@ -476,5 +539,5 @@ def request(target: str, matrix: Matrix, pins: Pins | None = None) -> Request:
     """The request a target name and the pin options make together."""
     pins = pins or Pins()
     req = parse_target(target, matrix)
-    given = {k: v for k, v in vars(pins).items() if k not in ("with_", "without")}
-    return apply_options(req, matrix, components=pins.components(), **given)
+    given = {k: v for k, v in pins.values().items() if k not in ("with_", "without")}
+    return apply_options(req, matrix, components=pins.with_components(), **given)

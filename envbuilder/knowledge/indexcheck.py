@@ -11,7 +11,7 @@ reach, the index's own data is compared with the matrix:
   runtime pin names the variant that ``pypi_default`` says;
 * releases on the index that the matrix does not list are reported as new.
 
-For each component of the matrix (core.target.COMPONENTS), the project's page on the simple
+For each component of the matrix (core.options.COMPONENTS), the project's page on the simple
 index (PyPI or a mirror; the JSON form carries each file's ``requires-python`` and ``yanked``,
 the HTML form the same as ``data-requires-python`` / ``data-yanked``) is compared with the
 matrix:
@@ -52,7 +52,7 @@ from packaging.version import InvalidVersion, Version
 
 from envbuilder.core import validate
 from envbuilder.core.matrix import Component, Matrix, TorchRelease
-from envbuilder.core.target import COMPONENTS
+from envbuilder.core.options import COMPONENTS
 from envbuilder.errors import InputError
 
 PYPI = "https://pypi.org/simple"

@@ -20,7 +20,7 @@ import yaml
 from packaging.version import Version
 
 from envbuilder.core.matrix import Matrix, minor
-from envbuilder.core.target import COMPONENTS
+from envbuilder.core.options import COMPONENTS
 
 _REVIEW = "candidate written by envbuilder matrix verify --write-overlay on {day}: review before merging"
 

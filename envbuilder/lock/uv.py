@@ -83,11 +83,10 @@ class Indexes:
 
 
 def indexes(stack: Stack, index_url: str | None, extra_index_urls: Sequence[str]) -> Indexes:
-    """Where a stack's packages come from: PyPI (or a mirror) and PyTorch's index."""
-    from envbuilder.core import validate
-
-    mirrors = tuple(validate.url(u, "--extra-index-url") for u in extra_index_urls)
-    base = validate.url(index_url, "--pip-index-url") if index_url else PYPI
+    """Where a stack's packages come from: PyPI (or a mirror) and PyTorch's index (the URLs a
+    spec checked when it was made: core.spec.TargetSpec)."""
+    mirrors = tuple(extra_index_urls)
+    base = index_url or PYPI
     torch_index = stack.torch_index
     if torch_index == PYPI:
         return Indexes(base, mirrors, bool(mirrors))

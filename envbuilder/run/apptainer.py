@@ -40,6 +40,7 @@ from envbuilder.render.templating import APPTAINER_BUILD_ENV_DIR, APPTAINER_SMOK
 if TYPE_CHECKING:
     from docker import DockerClient
 
+    from envbuilder.core.matrix import Matrix
     from envbuilder.render.plan import BuildPlan
     from envbuilder.run.smoke import SmokeResult
     from envbuilder.run.verify import VerifyReport
@@ -431,7 +432,7 @@ def _exec_folder(sif: Path) -> tuple[Path, Path]:
 
 
 def verify_sif(cmd: Sequence[str], sif: Path, labels: Mapping[str, str],
-               ds_op_modules: Mapping[str, str] | None = None) -> VerifyReport:
+               matrix: Matrix | None = None) -> VerifyReport:
     """The verification payload run in the SIF with ``apptainer exec``, against its labels."""
     from envbuilder.run.payload import verify_image
     from envbuilder.run.smoke import shell_wrap
@@ -442,7 +443,7 @@ def verify_sif(cmd: Sequence[str], sif: Path, labels: Mapping[str, str],
         script = shared / "verify_image.py"
         shutil.copyfile(verify_image.__file__, script)
         os.chmod(script, 0o644)
-        line = shell_wrap(["PY", str(script), *payload_args(labels, ds_op_modules)])
+        line = shell_wrap(["PY", str(script), *payload_args(labels, matrix)])
         started = time.monotonic()
         code, log, timed_out = _run([*cmd, "exec", "--bind", str(shared), str(sif), "sh", "-c", line],
                                     cwd=shared, timeout=TIMEOUT_S, step="verify")
@@ -453,7 +454,7 @@ def verify_sif(cmd: Sequence[str], sif: Path, labels: Mapping[str, str],
         why = f"ran past {TIMEOUT_S} s" if timed_out else f"exit {code}"
         raise OperationError(f"the verification payload reported nothing in {sif} ({why}): "
                              f"{log.strip()[-400:]}", step="verify")
-    return VerifyReport(str(sif), compare(facts, labels, ds_op_modules), facts,
+    return VerifyReport(str(sif), compare(facts, labels, matrix), facts,
                         time.monotonic() - started, dict(labels))
 
 

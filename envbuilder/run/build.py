@@ -113,20 +113,6 @@ class BuildOptions:
             object.__setattr__(self, "apptainer_argv", tuple(apptainer_command(self.apptainer)))
 
 
-def validate_spec(spec: TargetSpec) -> None:
-    """The spec's build inputs, before any work (exit 2 naming the option)."""
-    if spec.base_image:
-        validate.image_ref(spec.base_image, "--base-image")
-    if spec.builder_image:
-        validate.image_ref(spec.builder_image, "--builder-image")
-    if spec.pip_index_url:
-        validate.url(spec.pip_index_url, "--pip-index-url")
-    for u in spec.extra_index_urls:
-        validate.url(u, "--extra-index-url")
-    if spec.nproc is not None and spec.nproc < 1:
-        raise InputError(f"--nproc {spec.nproc} must be at least 1")
-
-
 @dataclass
 class BuildReport:
     target: str
@@ -216,9 +202,8 @@ class Prepared:
 
 def prepare(spec: TargetSpec, *, matrix_dir: str | Path | None = None,
             matrix: Matrix | None = None) -> Prepared:
-    """``spec`` checked (bad input: exit 2 naming the option) and resolved (refused: exit 3),
+    """``spec`` (checked when it was made: core.spec.TargetSpec) resolved (refused: exit 3),
     with the team's compiled packages (assemble.with_team_compiled), once, before any work."""
-    validate_spec(spec)
     m = matrix or load_matrix(matrix_dir, spec.matrix_overlay)
     return Prepared(spec, with_team_compiled(spec, resolve_target(spec.target, m, spec.pins)), m)
 
@@ -373,7 +358,7 @@ def _verify(b: _Build) -> None:
     from envbuilder.run.verify import verify_image_labels
 
     client, image_id = b.built()
-    vr = verify_image_labels(client, image_id, b.report.labels, b.job.matrix.toolchains.op_modules)
+    vr = verify_image_labels(client, image_id, b.report.labels, b.job.matrix)
     b.report.verify = vr.to_dict()
     if not vr.ok:
         raise OperationError(f"{b.job.stack.tag} is not what its labels say: {vr.summary()}",
@@ -430,7 +415,7 @@ def _apptainer(b: _Build) -> None:
     if opts.verify:
         t0 = time.monotonic()
         app["steps"]["verify"] = "failed"
-        vr = apptainer.verify_sif(cmd, Path(built.sif), app["labels"], b.job.matrix.toolchains.op_modules)
+        vr = apptainer.verify_sif(cmd, Path(built.sif), app["labels"], b.job.matrix)
         app["verify"] = vr.to_dict()
         app["seconds"]["verify"] = round(time.monotonic() - t0, 3)
         if not vr.ok:
@@ -622,7 +607,7 @@ def _require_builder(client: DockerClient, image: str, stack: Stack, team: Seque
     """A compiling build needs its devel builder: refuse before building when it is missing."""
     if engine.image_available(client, image):
         return
-    what = " and ".join(compiled_parts(stack.assignment, stack.ds_ops)
+    what = " and ".join(compiled_parts(stack.assignment, stack.matrix, stack.ops)
                         + ([f"the team's {', '.join(team)}"] if team else []))
     raise InputError(f"the builder image {image} (CUDA {stack.cuda} devel, to compile {what}) is not "
                      f"available to this engine and cannot be pulled: pass --builder-image with a "

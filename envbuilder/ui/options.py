@@ -16,7 +16,7 @@ from envbuilder import SMOKE_TIMEOUT
 # the table itself (pure data, stdlib only): the one import of core the CLI makes, so that
 # `--help` and completion stay as light as before (pyproject.toml: the thin-CLI contract)
 from envbuilder.core.options import BY_NAME as OPTIONS_BY_NAME, GROUPS as OPTION_GROUPS, OPTIONS
-# the matrix's components, by name, and their names in sentences
+# the built-in matrix's components (core.catalog), by name, and their names in sentences
 from envbuilder.core.options import COMPONENT_TITLES as COMPONENT_TITLES
 from envbuilder.core.options import COMPONENTS as COMPONENTS
 from envbuilder.core.options import COMPONENT_CHECKS
@@ -102,7 +102,7 @@ def overrides(values: dict[str, Any]) -> Any:
                 pin_kw[o.name] = v
             else:
                 kw[o.fields[0]] = v
-    return Overrides(pins=Pins(**pin_kw), **kw)
+    return Overrides(pins=Pins.of(**pin_kw), **kw)
 
 
 def spec_options(*groups: str, before: str | None = None) -> Callable[[Callable], Callable]:
