@@ -34,7 +34,8 @@ from envbuilder.diagnose.retrieval import default_index  # noqa: E402
 CORPUS = ROOT / "tests" / "explain_corpus"
 NONE = "-"
 HELD: set[str] = set()
-UNSEEN: set[str] = set()  # repositories of the "-unseen" batches
+UNSEEN: set[str] = set()  # repositories of the "-unseen" and "-fresh" batches
+BLIND = ("-unseen", "-fresh")  # batches measured with none of their kind in the index
 
 
 def repository(source: str) -> str:
@@ -64,7 +65,7 @@ def known_cases(case: dict, held: set[str]):
     an unseen batch (those parts stay unseen)."""
     repo = repository(case["source"])
     strict = repo in held
-    unseen = str(case.get("batch", "")).endswith("-unseen")
+    unseen = str(case.get("batch", "")).endswith(BLIND)
     key = (repo, strict, unseen)
     if key not in _INDEXES:
         _INDEXES[key] = default_index().without(
@@ -132,7 +133,7 @@ def main() -> int:
         print(f"cases.yaml names unknown categories: {sorted(unknown)}", file=sys.stderr)
         return 2
     HELD.update(heldout_repositories())
-    UNSEEN.update(repository(c["source"]) for c in cases if str(c.get("batch", "")).endswith("-unseen"))
+    UNSEEN.update(repository(c["source"]) for c in cases if str(c.get("batch", "")).endswith(BLIND))
     batched = [c for c in cases if c.get("batch")]
     held, dev = split([c for c in cases if not c.get("batch")])
     parts = {"heldout": score(held), "development": score(dev), "all": score(cases)}

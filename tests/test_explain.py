@@ -46,6 +46,7 @@ UNHANDLED = ("RuntimeError: NCCL error in: ../torch/csrc/distributed/c10d/Proces
 WATCHDOG_SEQ1 = ("[Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=1, "
                  "OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600047 "
                  "milliseconds before timing out.")
+BLIND = ("-unseen", "-fresh")  # batches measured with no case of such a batch in the index
 WATCHDOG_LATE = WATCHDOG_SEQ1.replace("SeqNum=1,", "SeqNum=48213,")
 
 
@@ -84,11 +85,11 @@ def measuring_index(case: dict) -> object:
         data = yaml.safe_load((CORPUS / "heldout.yaml").read_text())
         _SPLITS.append({r.lower() for r in data["repositories"] or ()})
         _SPLITS.append({repository(c["source"]) for c in load_cases()
-                        if str(c.get("batch", "")).endswith("-unseen")})
+                        if str(c.get("batch", "")).endswith(BLIND)})
     held, unseen = _SPLITS
     repo = repository(case["source"])
     strict = repo in held
-    blind = str(case.get("batch", "")).endswith("-unseen")
+    blind = str(case.get("batch", "")).endswith(BLIND)
     if (repo, blind) not in _MEASURING:
         _MEASURING[(repo, blind)] = default_index().without(
             lambda k: k.repository == repo or (strict and k.repository in held) or (blind and k.repository in unseen))

@@ -54,7 +54,7 @@ CATEGORIES: tuple[str, ...] = (
     "deepspeed_op_build", "nccl_timeout", "p2p_topology", "rendezvous", "fabric_manager",
     "arch_mismatch", "oom", "invalid_device_ordinal", "gpu_visibility", "duplicate_gpu",
     "mpi_mismatch", "container_build", "horovod_build", "lib_shadowing", "container_runtime",
-    "gpu_device_access", "gpu_xid",
+    "gpu_device_access", "gpu_xid", "compute_mode", "slurm_gpu_binding", "extension_arch",
 )
 
 DEFAULT_SIGNATURES = data_path("signatures.yaml")
