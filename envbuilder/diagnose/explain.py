@@ -619,15 +619,12 @@ class _Analysis:
         weight 2 or more on a line that is not a warning, a deprecation notice or an INFO line;
         never on a deprecation notice, and on torch's own INFO lines or a banner (facts.QUIET)
         only with weight 6 or more (a device plugin logs "could not load NVML library" at INFO)."""
-        if DEPRECATION.search(line):
+        new = [(sig, weight) for sig in found if sig.id not in self.failing and sig.evidence
+               and (weight := max(sig.adds.values(), default=0.0)) >= 2]
+        if not new or DEPRECATION.search(line):  # (a huge log's repeated kinds cost nothing here)
             return
         plain = quiet = None
-        for sig in found:
-            if sig.id in self.failing or not sig.evidence:
-                continue
-            weight = max(sig.adds.values(), default=0.0)
-            if weight < 2:
-                continue
+        for sig, weight in new:
             if weight < 6:
                 if quiet is None:
                     quiet = QUIET.search(line) is not None
