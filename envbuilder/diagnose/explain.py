@@ -746,9 +746,12 @@ class _Analysis:
         from envbuilder.diagnose import nearest, ranking
 
         scores, contributors = self.scores()
-        if not self._failed(contributors):
+        failed = self._failed(contributors)
+        if not failed and not (self.cases is not None and any(c.team for c in self.cases.cases)):
             return None
         near = nearest.neighbours(self.cases, self.terms, self.collector.facts, ranking.NEIGHBOURS)
+        if not failed and not nearest.team_match(near):  # a team's own case is evidence of its own
+            return None
         facts = {cat: sum(w for w, k in contrib if k.startswith("fact:")) for cat, contrib in contributors.items()}
         rows = ranking.features(scores, facts, [(n.case.category, n.similarity) for n in near])
         return scores, contributors, near, rows

@@ -18,7 +18,7 @@ from typing import Any
 
 from envbuilder.diagnose.retrieval import MIN_SIMILARITY, CaseIndex, LogTerms, Neighbour, confidence
 
-__all__ = ["neighbours", "weigh"]
+__all__ = ["neighbours", "team_match", "weigh"]
 
 _TEAM_BONUS = 0.1
 _AGREE_BONUS = 0.04  # each further near case of the same family
@@ -35,6 +35,11 @@ def neighbours(index: CaseIndex | None, terms: LogTerms, facts: Any, k: int) -> 
     return index.nearest(counts, k) if counts else []
 
 
+def team_match(near: list[Neighbour]) -> bool:
+    """Whether the nearest case is one of the team's own, near enough to count."""
+    return bool(near) and near[0].case.team and near[0].similarity >= MIN_SIMILARITY
+
+
 def weigh(found: dict[str, Any], confidences: dict[str, float], order: list[str],
           near: list[Neighbour], index: CaseIndex | None, terms: LogTerms,
           categories: dict[str, dict[str, str]], floor: float) -> list[Any]:
@@ -48,7 +53,7 @@ def weigh(found: dict[str, Any], confidences: dict[str, float], order: list[str]
     for n in near:
         if n.similarity >= MIN_SIMILARITY:
             by_family.setdefault(n.case.category, []).append(n)
-    team = near[0] if near and near[0].case.team and near[0].similarity >= MIN_SIMILARITY else None
+    team = near[0] if team_match(near) else None
     out = []
     for family in order:
         conf = confidences[family]
