@@ -25,9 +25,10 @@ def explain(logs: Sequence[str], *, top: int = 5) -> list[Cause]:
 
 
 def explain_report(logs: Sequence[str], *, top: int = 5) -> Report:
-    """The facts read from the logs (and flight-recorder dumps) and the likely causes, best
-    first (``report.to_dict()`` is the ``explain --json`` document). Inside a project the
-    team's own learned cases are searched too (explain --learn)."""
+    """The facts read from the logs (and flight-recorder dumps), the likely causes and the
+    low-confidence guesses, best first, and the verdict (``report.to_dict()`` is the ``explain
+    --json`` document). Inside a project the team's own learned cases are searched too
+    (explain --learn)."""
     from dataclasses import replace
 
     from envbuilder.diagnose.explain import analyse_files
@@ -38,7 +39,7 @@ def explain_report(logs: Sequence[str], *, top: int = 5) -> Report:
     except InputError:  # a broken project file does not stop explain (other commands say it)
         folder = None
     report = analyse_files(list(logs), cases=team_index(folder))
-    return replace(report, causes=report.causes[:top])
+    return replace(report, causes=report.causes[:top], guesses=report.guesses[:top])
 
 
 def _explain_cases_dir(start: str | Path | None) -> Path | None:

@@ -277,7 +277,8 @@ def signatures_schema(categories: Sequence[str], settings: Sequence[str]) -> dic
                 "items": _obj(["id", "pattern", "adds"],
                               {"id": _TEXT, "pattern": _TEXT, "adds": _WEIGHTS, "unless": _TEXT,
                                "scale": _WEIGHTS, "evidence": {"type": "boolean"},
-                               "requires": {"type": "array", "items": {"type": "string"}}})},
+                               "requires": {"type": "array", "items": {"type": "string"}},
+                               "fix": _TEXT, "source": _URL})},
         },
     }
 

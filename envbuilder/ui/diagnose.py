@@ -21,7 +21,8 @@ def explain(logs: Optional[List[str]] = typer.Argument(None, help="Log files, or
             cause: Optional[str] = typer.Option(None, "--cause", metavar="TEXT", help="--learn: what the team found (the root cause)."),
             as_json: bool = JsonOpt) -> None:
     """Name the likely causes of a failed distributed job from its logs, with fixes.
-    Exit 0: a cause was found; 1: nothing matched; 2: bad input."""
+    Exit 0: a cause was found with confidence; 1: none (no failure found, only low-confidence
+    guesses, or nothing matched); 2: bad input."""
     from envbuilder.errors import InputError
 
     if learn is not None:

@@ -88,7 +88,7 @@ def _interrupted(e: KeyboardInterrupt) -> int:
 
 def print_explain(report: Any) -> None:
     """explain's human output: one line of facts, then each cause with its reasons, evidence,
-    check, fix and source."""
+    check, fix and source, then the low-confidence guesses, marked as such."""
     from envbuilder._safety import terminal_safe as safe
 
     summary = report.facts.summary()
@@ -97,22 +97,43 @@ def print_explain(report: Any) -> None:
     for i, c in enumerate(report.causes, 1):
         team = " [team case]" if getattr(c, "team_match", False) else ""
         sys.stdout.write(f"{i}. {c.category} ({c.confidence:.0%}){team}: {c.title}\n")
-        for reason in c.reasons[:3]:
-            said = reason if reason.startswith("like ") else f"because {reason}"
-            sys.stdout.write(safe(f"   {said}") + "\n")
-        for ev in c.evidence[:4]:
-            sys.stdout.write(safe(f"   {ev.file}:{ev.line_no}: {ev.text.strip()[:160]}") + "\n")
-        sys.stdout.write(f"   check: {c.check}\n   fix:   {c.fix}\n   see:   {c.source}\n")
+        _print_detail(c, reasons=3, lines=4)
+    guesses = getattr(report, "guesses", ())
+    if guesses:
+        sys.stdout.write("low-confidence guesses (too little evidence to name a cause):\n")
+        for c in guesses:
+            sys.stdout.write(f"?  {c.category} ({c.confidence:.0%}): {c.title}\n")
+            _print_detail(c, reasons=1, lines=2)
+
+
+def _print_detail(c: Any, *, reasons: int, lines: int) -> None:
+    from envbuilder._safety import terminal_safe as safe
+
+    for reason in c.reasons[:reasons]:
+        said = reason if reason.startswith("like ") else f"because {reason}"
+        sys.stdout.write(safe(f"   {said}") + "\n")
+    for ev in c.evidence[:lines]:
+        sys.stdout.write(safe(f"   {ev.file}:{ev.line_no}: {ev.text.strip()[:160]}") + "\n")
+    sys.stdout.write(f"   check: {c.check}\n   fix:   {c.fix}\n   see:   {c.source}\n")
+
+
+_NO_CAUSE = {
+    "no failure found": "no failure found in the log (warnings, deprecation notices, banners and INFO "
+                        "lines are not evidence of one)",
+    "low confidence": "no cause found with confidence (the guesses above are not a diagnosis)",
+}
 
 
 def explain_logs(logs: list[str], top: int, as_json: bool) -> None:
-    """``explain LOG...``: the report, then exit 1 (:class:`Exit`) when nothing matched."""
+    """``explain LOG...``: the report; exit 1 (:class:`Exit`) unless a cause was found with
+    confidence (the verdict says why: no failure found, low confidence, nothing matched)."""
     from envbuilder.api.explaining import explain_report
 
     report = explain_report(logs, top=top)
     echo_json(report.to_dict()) if as_json else print_explain(report)
     if not report.causes:
-        sys.stderr.write("envbuilder: nothing in the log matched a known failure\n")
+        said = _NO_CAUSE.get(getattr(report, "verdict", ""), "nothing in the log matched a known failure")
+        sys.stderr.write(f"envbuilder: {said}\n")
         raise Exit(EXIT_FAILED)
 
 
