@@ -23,7 +23,10 @@ tries an uneven split locally).
 
 Every value that reaches a template is validated here or in core.jobs (image references, names,
 quantities, label keys, paths, the command's words); the templates under ``templates/jobs/``
-only format them (strings are emitted JSON-quoted in YAML and shell-quoted in scripts).
+only format them: every value goes through the one YAML emitter (``render.yamlemit``): a
+string is a double-quoted YAML scalar (``| q``) or a shell word (``| sh``), and any other value
+a template prints (in a comment, say) is escaped onto its line, so nothing a value holds (a
+U+2028, a C1 control, an emoji) can end a comment, add a key or a document, or break a parser.
 
 How the launcher is wired, per format:
 
@@ -69,7 +72,7 @@ from envbuilder.errors import InputError
 from envbuilder.components import registry
 from envbuilder.components.base import Component
 from envbuilder.render.plan import BuildPlan
-from envbuilder.render import precompiled
+from envbuilder.render import precompiled, yamlemit
 from envbuilder.render.bccache import environment
 
 DEFAULT_LAYOUTS: tuple[tuple[int, int], ...] = ((1, 12), (2, 6), (3, 4))  # default_layouts(12)
@@ -86,17 +89,9 @@ _SHELL_SAFE = re.compile(r"^[A-Za-z0-9._/:@#+=-]+$")  # needs no quoting inside 
 _NAME_MAX = 40  # leaves room for "-worker-NN" / "-NN" suffixes within DNS label limits (63)
 
 
-def _q(value) -> str:
-    """A YAML double-quoted scalar (JSON string syntax is valid YAML): what json.dumps gives
-    for a string, from json's C string encoder directly (the job files quote thousands)."""
-    return _json_str(str(value))
-
-
-_json_str = json.encoder.encode_basestring_ascii  # type: ignore[attr-defined]
-
-
-def _sh(value) -> str:
-    return shlex.quote(str(value))
+def _sh(value: Any) -> Any:
+    """A shell word (emitted: the template prints it as it is)."""
+    return yamlemit.emitted(shlex.quote(str(value)))
 
 
 def _env():
@@ -107,10 +102,13 @@ def make_env(loader):
     """The environment of the job files' templates (also what compiles them ahead of time)."""
     import jinja2
 
+    # every value through the one YAML emitter (render.yamlemit): `q` quotes a scalar, `sh`
+    # a shell word; any other value is written on one line, escaped
+    opts = yamlemit.jinja_options()
     env = jinja2.Environment(loader=loader, undefined=jinja2.StrictUndefined,
-                             keep_trailing_newline=True, autoescape=False, trim_blocks=True,
-                             lstrip_blocks=True)
-    env.filters["q"] = _q
+                             keep_trailing_newline=True, trim_blocks=True, lstrip_blocks=True,
+                             **opts["environment"])
+    env.filters.update(opts["filters"])
     env.filters["sh"] = _sh
     return env
 
@@ -244,7 +242,7 @@ def _tailoring(cfg: JobsConfig) -> dict[str, Any]:
     """The project's [jobs] keys as template values (already validated by core.jobs)."""
     return {"queue": cfg.queue, "priority_class": cfg.priority_class,
             "node_selector": sorted((cfg.node_selector or {}).items()),
-            "tolerations": [json.dumps(dict(t)) for t in (cfg.tolerations or ())],
+            "tolerations": [dict(t) for t in (cfg.tolerations or ())],
             "image_pull_secrets": list(cfg.image_pull_secrets or ()),
             "extra_resources": sorted((cfg.resources or {}).items()),
             "host_network": bool(cfg.host_network),
@@ -449,13 +447,13 @@ def _layout_values(plan: BuildPlan, name: str, n: int, p: int, program: list[str
         "cpus": p * cpus_per_proc, "memory": pod_memory(shm_size, p, mem_per_proc)}
 
 
-def _program_sh(program: list[str], runtime: str) -> str:
+def _program_sh(program: list[str], runtime: str) -> Any:
     """The program's words for a Slurm script: shell-quoted; on the node's own environment
     (no container mount) the records go straight to ``$out``."""
-    words = [_sh(w) for w in program]
+    words = [shlex.quote(w) for w in program]
     if runtime == "host":
         words = ['"$out"' if w == OUT_DIR else w for w in words]
-    return " ".join(words)
+    return yamlemit.emitted(" ".join(words))
 
 
 def _launching(plan: BuildPlan) -> list[Component]:

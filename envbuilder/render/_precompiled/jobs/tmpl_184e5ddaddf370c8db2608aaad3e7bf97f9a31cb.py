@@ -48,55 +48,55 @@ def root(context, missing=missing):
     context.vars['pod'] = l_0_pod
     context.exported_vars.discard('pod')
     yield '# Rendered by envbuilder '
-    yield str((undefined(name='version') if l_0_version is missing else l_0_version))
+    yield escape(environment.finalize((undefined(name='version') if l_0_version is missing else l_0_version)))
     yield ': '
-    yield str((undefined(name='what') if l_0_what is missing else l_0_what))
+    yield escape(environment.finalize((undefined(name='what') if l_0_what is missing else l_0_what)))
     yield ' for '
-    yield str((undefined(name='target') if l_0_target is missing else l_0_target))
+    yield escape(environment.finalize((undefined(name='target') if l_0_target is missing else l_0_target)))
     yield ' ('
-    yield str((undefined(name='tag') if l_0_tag is missing else l_0_tag))
+    yield escape(environment.finalize((undefined(name='tag') if l_0_tag is missing else l_0_tag)))
     yield ')\n# as '
-    yield str((undefined(name='nnodes') if l_0_nnodes is missing else l_0_nnodes))
+    yield escape(environment.finalize((undefined(name='nnodes') if l_0_nnodes is missing else l_0_nnodes)))
     yield ' node(s) x '
-    yield str((undefined(name='nproc') if l_0_nproc is missing else l_0_nproc))
+    yield escape(environment.finalize((undefined(name='nproc') if l_0_nproc is missing else l_0_nproc)))
     yield ' process(es), a Kubeflow PyTorchJob (training operator, kubeflow.org/v1):\n# legacy (jobs.kubernetes = ["legacy"]); Kubeflow Trainer v2\'s TrainJob is the current API.\n# Submit:  kubectl apply -f '
-    yield str((undefined(name='file') if l_0_file is missing else l_0_file))
+    yield escape(environment.finalize((undefined(name='file') if l_0_file is missing else l_0_file)))
     yield '\n# Watch:   kubectl get pytorchjob '
-    yield str((undefined(name='name') if l_0_name is missing else l_0_name))
+    yield escape(environment.finalize((undefined(name='name') if l_0_name is missing else l_0_name)))
     yield ' -w; kubectl logs '
-    yield str((undefined(name='name') if l_0_name is missing else l_0_name))
+    yield escape(environment.finalize((undefined(name='name') if l_0_name is missing else l_0_name)))
     yield '-master-0 | grep ENVBUILDER_SMOKE_SUMMARY\n# Image:   '
-    yield str((undefined(name='pull_note') if l_0_pull_note is missing else l_0_pull_note))
+    yield escape(environment.finalize((undefined(name='pull_note') if l_0_pull_note is missing else l_0_pull_note)))
     yield '\n'
     if (undefined(name='is_smoke') if l_0_is_smoke is missing else l_0_is_smoke):
         pass
         yield '# Metrics: kubectl logs '
-        yield str((undefined(name='name') if l_0_name is missing else l_0_name))
+        yield escape(environment.finalize((undefined(name='name') if l_0_name is missing else l_0_name)))
         yield '-master-0 | envbuilder smoke --records - --pushgateway http://PUSHGATEWAY:9091 --label target='
-        yield str((undefined(name='target') if l_0_target is missing else l_0_target))
+        yield escape(environment.finalize((undefined(name='target') if l_0_target is missing else l_0_target)))
         yield ' --label image='
-        yield str((undefined(name='image') if l_0_image is missing else l_0_image))
+        yield escape(environment.finalize((undefined(name='image') if l_0_image is missing else l_0_image)))
         yield "\n#          (see monitoring/README.md; DCGM's GPU series carry this job's pod names)\n"
     yield "# restartPolicy Never and backoffLimit 0: a smoke job must fail, not retry. torchrun's static\n# rendezvous cannot readmit a restarted node, so a restart would only hide the first error.\napiVersion: kubeflow.org/v1\nkind: PyTorchJob\nmetadata:\n  name: "
-    yield str(t_2((undefined(name='name') if l_0_name is missing else l_0_name)))
+    yield escape(environment.finalize(t_2((undefined(name='name') if l_0_name is missing else l_0_name))))
     yield '\n  labels:\n'
     for (l_1_k, l_1_v) in context.call(environment.getattr((undefined(name='job_labels') if l_0_job_labels is missing else l_0_job_labels), 'items')):
         _loop_vars = {}
         pass
         yield '    '
-        yield str(t_2(l_1_k))
+        yield escape(environment.finalize(t_2(l_1_k)))
         yield ': '
-        yield str(t_2(l_1_v))
+        yield escape(environment.finalize(t_2(l_1_v)))
         yield '\n'
     l_1_k = l_1_v = missing
     yield '  annotations:\n    "envbuilder.io/target": '
-    yield str(t_2((undefined(name='target') if l_0_target is missing else l_0_target)))
+    yield escape(environment.finalize(t_2((undefined(name='target') if l_0_target is missing else l_0_target))))
     yield '\n    "envbuilder.io/layout": '
-    yield str(t_2((undefined(name='layout') if l_0_layout is missing else l_0_layout)))
+    yield escape(environment.finalize(t_2((undefined(name='layout') if l_0_layout is missing else l_0_layout))))
     yield '\nspec:\n  nprocPerNode: '
-    yield str(t_2(t_3((undefined(name='nproc') if l_0_nproc is missing else l_0_nproc))))
+    yield escape(environment.finalize(t_2(t_3((undefined(name='nproc') if l_0_nproc is missing else l_0_nproc)))))
     yield '\n  runPolicy:\n    backoffLimit: 0\n    # Running: stop pods still running (a hung rank) when the job ends; finished pods and their\n    # logs stay until the TTL\n    cleanPodPolicy: Running\n    activeDeadlineSeconds: '
-    yield str((undefined(name='deadline') if l_0_deadline is missing else l_0_deadline))
+    yield escape(environment.finalize((undefined(name='deadline') if l_0_deadline is missing else l_0_deadline)))
     yield '\n    ttlSecondsAfterFinished: 86400\n  pytorchReplicaSpecs:\n'
     for (l_1_rtype, l_1_replicas) in ([('Master', 1)] + ([('Worker', ((undefined(name='nnodes') if l_0_nnodes is missing else l_0_nnodes) - 1))] if ((undefined(name='nnodes') if l_0_nnodes is missing else l_0_nnodes) > 1) else [])):
         l_1_ptj_args = resolve('ptj_args')
@@ -104,11 +104,11 @@ def root(context, missing=missing):
         _loop_vars = {}
         pass
         yield '    '
-        yield str(l_1_rtype)
+        yield escape(environment.finalize(l_1_rtype))
         yield ':\n      replicas: '
-        yield str(l_1_replicas)
+        yield escape(environment.finalize(l_1_replicas))
         yield '\n      restartPolicy: Never\n      template:\n        '
-        yield str(t_1(context.call((undefined(name='pod') if l_0_pod is missing else l_0_pod), (undefined(name='ptj_args') if l_1_ptj_args is missing else l_1_ptj_args), [('pytorchjob-port', (undefined(name='master_port') if l_1_master_port is missing else l_1_master_port))], _loop_vars=_loop_vars), 8))
+        yield escape(environment.finalize(t_1(context.call((undefined(name='pod') if l_0_pod is missing else l_0_pod), (undefined(name='ptj_args') if l_1_ptj_args is missing else l_1_ptj_args), [('pytorchjob-port', (undefined(name='master_port') if l_1_master_port is missing else l_1_master_port))], _loop_vars=_loop_vars), 8)))
         yield '\n'
     l_1_rtype = l_1_replicas = l_1_ptj_args = l_1_master_port = missing
 

@@ -46,85 +46,85 @@ def root(context, missing=missing):
     context.vars['pod'] = l_0_pod
     context.exported_vars.discard('pod')
     yield '# Rendered by envbuilder '
-    yield str((undefined(name='version') if l_0_version is missing else l_0_version))
+    yield escape(environment.finalize((undefined(name='version') if l_0_version is missing else l_0_version)))
     yield ': '
-    yield str((undefined(name='what') if l_0_what is missing else l_0_what))
+    yield escape(environment.finalize((undefined(name='what') if l_0_what is missing else l_0_what)))
     yield ' for '
-    yield str((undefined(name='target') if l_0_target is missing else l_0_target))
+    yield escape(environment.finalize((undefined(name='target') if l_0_target is missing else l_0_target)))
     yield ' ('
-    yield str((undefined(name='tag') if l_0_tag is missing else l_0_tag))
+    yield escape(environment.finalize((undefined(name='tag') if l_0_tag is missing else l_0_tag)))
     yield ')\n# as '
-    yield str((undefined(name='nnodes') if l_0_nnodes is missing else l_0_nnodes))
+    yield escape(environment.finalize((undefined(name='nnodes') if l_0_nnodes is missing else l_0_nnodes)))
     yield ' node(s) x '
-    yield str((undefined(name='nproc') if l_0_nproc is missing else l_0_nproc))
+    yield escape(environment.finalize((undefined(name='nproc') if l_0_nproc is missing else l_0_nproc)))
     yield ' process(es), an indexed Job (batch/v1, no operator needed).\n# Pod i is '
-    yield str((undefined(name='name') if l_0_name is missing else l_0_name))
+    yield escape(environment.finalize((undefined(name='name') if l_0_name is missing else l_0_name)))
     yield '-i, reachable as '
-    yield str((undefined(name='name') if l_0_name is missing else l_0_name))
+    yield escape(environment.finalize((undefined(name='name') if l_0_name is missing else l_0_name)))
     yield '-i.'
-    yield str((undefined(name='service') if l_0_service is missing else l_0_service))
+    yield escape(environment.finalize((undefined(name='service') if l_0_service is missing else l_0_service)))
     yield " through the headless Service below;\n# torchrun's c10d rendezvous runs on pod 0, port "
-    yield str((undefined(name='rdzv_port') if l_0_rdzv_port is missing else l_0_rdzv_port))
+    yield escape(environment.finalize((undefined(name='rdzv_port') if l_0_rdzv_port is missing else l_0_rdzv_port)))
     yield '.\n# Submit:  kubectl apply -f '
-    yield str((undefined(name='file') if l_0_file is missing else l_0_file))
+    yield escape(environment.finalize((undefined(name='file') if l_0_file is missing else l_0_file)))
     yield '\n# Watch:   kubectl logs -f job/'
-    yield str((undefined(name='name') if l_0_name is missing else l_0_name))
+    yield escape(environment.finalize((undefined(name='name') if l_0_name is missing else l_0_name)))
     yield '; delete with kubectl delete -f '
-    yield str((undefined(name='file') if l_0_file is missing else l_0_file))
+    yield escape(environment.finalize((undefined(name='file') if l_0_file is missing else l_0_file)))
     yield '\n# Image:   '
-    yield str((undefined(name='pull_note') if l_0_pull_note is missing else l_0_pull_note))
+    yield escape(environment.finalize((undefined(name='pull_note') if l_0_pull_note is missing else l_0_pull_note)))
     yield '\n'
     if (undefined(name='is_smoke') if l_0_is_smoke is missing else l_0_is_smoke):
         pass
         yield '# Metrics: kubectl logs -l job-name='
-        yield str((undefined(name='name') if l_0_name is missing else l_0_name))
+        yield escape(environment.finalize((undefined(name='name') if l_0_name is missing else l_0_name)))
         yield ',batch.kubernetes.io/job-completion-index=0 | envbuilder smoke --records - --pushgateway http://PUSHGATEWAY:9091 --label target='
-        yield str((undefined(name='target') if l_0_target is missing else l_0_target))
+        yield escape(environment.finalize((undefined(name='target') if l_0_target is missing else l_0_target)))
         yield ' --label image='
-        yield str((undefined(name='image') if l_0_image is missing else l_0_image))
+        yield escape(environment.finalize((undefined(name='image') if l_0_image is missing else l_0_image)))
         yield "\n#          (pod index 0 holds rank 0's summary; see monitoring/README.md)\n"
     yield 'apiVersion: v1\nkind: Service\nmetadata:\n  name: '
-    yield str(t_2((undefined(name='service') if l_0_service is missing else l_0_service)))
+    yield escape(environment.finalize(t_2((undefined(name='service') if l_0_service is missing else l_0_service))))
     yield '\n  labels:\n'
     for (l_1_k, l_1_v) in context.call(environment.getattr((undefined(name='labels') if l_0_labels is missing else l_0_labels), 'items')):
         _loop_vars = {}
         pass
         yield '    '
-        yield str(t_2(l_1_k))
+        yield escape(environment.finalize(t_2(l_1_k)))
         yield ': '
-        yield str(t_2(l_1_v))
+        yield escape(environment.finalize(t_2(l_1_v)))
         yield '\n'
     l_1_k = l_1_v = missing
     yield 'spec:\n  clusterIP: None\n  # DNS records before readiness: every pod resolves pod 0 while the rendezvous starts\n  publishNotReadyAddresses: true\n  selector:\n    "app.kubernetes.io/instance": '
-    yield str(t_2((undefined(name='name') if l_0_name is missing else l_0_name)))
+    yield escape(environment.finalize(t_2((undefined(name='name') if l_0_name is missing else l_0_name))))
     yield '\n  ports:\n  - name: c10d\n    port: '
-    yield str((undefined(name='rdzv_port') if l_0_rdzv_port is missing else l_0_rdzv_port))
+    yield escape(environment.finalize((undefined(name='rdzv_port') if l_0_rdzv_port is missing else l_0_rdzv_port)))
     yield '\n    targetPort: '
-    yield str((undefined(name='rdzv_port') if l_0_rdzv_port is missing else l_0_rdzv_port))
+    yield escape(environment.finalize((undefined(name='rdzv_port') if l_0_rdzv_port is missing else l_0_rdzv_port)))
     yield '\n    protocol: TCP\n---\napiVersion: batch/v1\nkind: Job\nmetadata:\n  name: '
-    yield str(t_2((undefined(name='name') if l_0_name is missing else l_0_name)))
+    yield escape(environment.finalize(t_2((undefined(name='name') if l_0_name is missing else l_0_name))))
     yield '\n  labels:\n'
     for (l_1_k, l_1_v) in context.call(environment.getattr((undefined(name='job_labels') if l_0_job_labels is missing else l_0_job_labels), 'items')):
         _loop_vars = {}
         pass
         yield '    '
-        yield str(t_2(l_1_k))
+        yield escape(environment.finalize(t_2(l_1_k)))
         yield ': '
-        yield str(t_2(l_1_v))
+        yield escape(environment.finalize(t_2(l_1_v)))
         yield '\n'
     l_1_k = l_1_v = missing
     yield '  annotations:\n    "envbuilder.io/target": '
-    yield str(t_2((undefined(name='target') if l_0_target is missing else l_0_target)))
+    yield escape(environment.finalize(t_2((undefined(name='target') if l_0_target is missing else l_0_target))))
     yield '\n    "envbuilder.io/layout": '
-    yield str(t_2((undefined(name='layout') if l_0_layout is missing else l_0_layout)))
+    yield escape(environment.finalize(t_2((undefined(name='layout') if l_0_layout is missing else l_0_layout))))
     yield '\nspec:\n  completionMode: Indexed\n  completions: '
-    yield str((undefined(name='nnodes') if l_0_nnodes is missing else l_0_nnodes))
+    yield escape(environment.finalize((undefined(name='nnodes') if l_0_nnodes is missing else l_0_nnodes)))
     yield '\n  parallelism: '
-    yield str((undefined(name='nnodes') if l_0_nnodes is missing else l_0_nnodes))
+    yield escape(environment.finalize((undefined(name='nnodes') if l_0_nnodes is missing else l_0_nnodes)))
     yield '\n  # fail, do not retry: one failed pod fails the job (a restarted pod cannot rejoin the group)\n  backoffLimit: 0\n  activeDeadlineSeconds: '
-    yield str((undefined(name='deadline') if l_0_deadline is missing else l_0_deadline))
+    yield escape(environment.finalize((undefined(name='deadline') if l_0_deadline is missing else l_0_deadline)))
     yield '\n  ttlSecondsAfterFinished: 86400\n  template:\n    '
-    yield str(t_1(context.call((undefined(name='pod') if l_0_pod is missing else l_0_pod), (undefined(name='job_args') if l_0_job_args is missing else l_0_job_args), [('c10d', (undefined(name='rdzv_port') if l_0_rdzv_port is missing else l_0_rdzv_port))], subdomain=(undefined(name='service') if l_0_service is missing else l_0_service), restart='Never'), 4))
+    yield escape(environment.finalize(t_1(context.call((undefined(name='pod') if l_0_pod is missing else l_0_pod), (undefined(name='job_args') if l_0_job_args is missing else l_0_job_args), [('c10d', (undefined(name='rdzv_port') if l_0_rdzv_port is missing else l_0_rdzv_port))], subdomain=(undefined(name='service') if l_0_service is missing else l_0_service), restart='Never'), 4)))
     yield '\n'
 
 blocks = {}

@@ -71,122 +71,122 @@ def root(context, missing=missing):
     context.vars['pod_tailoring'] = l_0_pod_tailoring
     context.exported_vars.discard('pod_tailoring')
     yield '# Rendered by envbuilder '
-    yield str((undefined(name='version') if l_0_version is missing else l_0_version))
+    yield escape(environment.finalize((undefined(name='version') if l_0_version is missing else l_0_version)))
     yield ': '
-    yield str((undefined(name='what') if l_0_what is missing else l_0_what))
+    yield escape(environment.finalize((undefined(name='what') if l_0_what is missing else l_0_what)))
     yield ' for '
-    yield str((undefined(name='target') if l_0_target is missing else l_0_target))
+    yield escape(environment.finalize((undefined(name='target') if l_0_target is missing else l_0_target)))
     yield ' ('
-    yield str((undefined(name='tag') if l_0_tag is missing else l_0_tag))
+    yield escape(environment.finalize((undefined(name='tag') if l_0_tag is missing else l_0_tag)))
     yield ')\n# as '
-    yield str((undefined(name='nnodes') if l_0_nnodes is missing else l_0_nnodes))
+    yield escape(environment.finalize((undefined(name='nnodes') if l_0_nnodes is missing else l_0_nnodes)))
     yield ' node(s) x '
-    yield str((undefined(name='nproc') if l_0_nproc is missing else l_0_nproc))
+    yield escape(environment.finalize((undefined(name='nproc') if l_0_nproc is missing else l_0_nproc)))
     yield ' process(es), a Kubeflow Trainer v2 TrainJob\n# (trainer.kubeflow.org/v1alpha1) on the ClusterTrainingRuntime '
-    yield str(t_2((undefined(name='runtime_name') if l_0_runtime_name is missing else l_0_runtime_name)))
+    yield escape(environment.finalize(t_2((undefined(name='runtime_name') if l_0_runtime_name is missing else l_0_runtime_name))))
     yield ': the runtime\n# makes a JobSet of '
-    yield str((undefined(name='nnodes') if l_0_nnodes is missing else l_0_nnodes))
+    yield escape(environment.finalize((undefined(name='nnodes') if l_0_nnodes is missing else l_0_nnodes)))
     yield ' pods and gives each torchrun PET_NNODES, PET_NPROC_PER_NODE,\n# PET_NODE_RANK and PET_MASTER_ADDR/PORT (a static rendezvous on node 0).\n'
     if (undefined(name='queue') if l_0_queue is missing else l_0_queue):
         pass
         yield '# Queued by Kueue: the LocalQueue '
-        yield str(t_2((undefined(name='queue') if l_0_queue is missing else l_0_queue)))
+        yield escape(environment.finalize(t_2((undefined(name='queue') if l_0_queue is missing else l_0_queue))))
         yield ' admits all '
-        yield str((undefined(name='nnodes') if l_0_nnodes is missing else l_0_nnodes))
+        yield escape(environment.finalize((undefined(name='nnodes') if l_0_nnodes is missing else l_0_nnodes)))
         yield ' pods at once (gang admission).\n'
     yield '# Submit:  kubectl apply -f '
-    yield str((undefined(name='file') if l_0_file is missing else l_0_file))
+    yield escape(environment.finalize((undefined(name='file') if l_0_file is missing else l_0_file)))
     yield '\n# Watch:   kubectl get trainjob '
-    yield str((undefined(name='name') if l_0_name is missing else l_0_name))
+    yield escape(environment.finalize((undefined(name='name') if l_0_name is missing else l_0_name)))
     yield ' -w; kubectl logs -l jobset.sigs.k8s.io/jobset-name='
-    yield str((undefined(name='name') if l_0_name is missing else l_0_name))
+    yield escape(environment.finalize((undefined(name='name') if l_0_name is missing else l_0_name)))
     yield ',batch.kubernetes.io/job-completion-index=0\n# Image:   '
-    yield str((undefined(name='pull_note') if l_0_pull_note is missing else l_0_pull_note))
+    yield escape(environment.finalize((undefined(name='pull_note') if l_0_pull_note is missing else l_0_pull_note)))
     yield '\n'
     if (undefined(name='is_smoke') if l_0_is_smoke is missing else l_0_is_smoke):
         pass
         yield '# Metrics: kubectl logs -l jobset.sigs.k8s.io/jobset-name='
-        yield str((undefined(name='name') if l_0_name is missing else l_0_name))
+        yield escape(environment.finalize((undefined(name='name') if l_0_name is missing else l_0_name)))
         yield ',batch.kubernetes.io/job-completion-index=0 | envbuilder smoke --records - --pushgateway http://PUSHGATEWAY:9091 --label target='
-        yield str((undefined(name='target') if l_0_target is missing else l_0_target))
+        yield escape(environment.finalize((undefined(name='target') if l_0_target is missing else l_0_target)))
         yield ' --label image='
-        yield str((undefined(name='image') if l_0_image is missing else l_0_image))
+        yield escape(environment.finalize((undefined(name='image') if l_0_image is missing else l_0_image)))
         yield '\n'
     if (undefined(name='host_network') if l_0_host_network is missing else l_0_host_network):
         pass
         yield "# host_network: a TrainJob's runtime patch cannot set hostNetwork: the ClusterTrainingRuntime\n# "
-        yield str(t_2((undefined(name='runtime_name') if l_0_runtime_name is missing else l_0_runtime_name)))
+        yield escape(environment.finalize(t_2((undefined(name='runtime_name') if l_0_runtime_name is missing else l_0_runtime_name))))
         yield ' must (or use jobset-'
-        yield str((undefined(name='layout') if l_0_layout is missing else l_0_layout))
+        yield escape(environment.finalize((undefined(name='layout') if l_0_layout is missing else l_0_layout)))
         yield '.yaml, which sets it)\n'
     yield 'apiVersion: trainer.kubeflow.org/v1alpha1\nkind: TrainJob\nmetadata:\n  name: '
-    yield str(t_2((undefined(name='name') if l_0_name is missing else l_0_name)))
+    yield escape(environment.finalize(t_2((undefined(name='name') if l_0_name is missing else l_0_name))))
     yield '\n  labels:\n'
     for (l_1_k, l_1_v) in context.call(environment.getattr((undefined(name='trainjob_labels') if l_0_trainjob_labels is missing else l_0_trainjob_labels), 'items')):
         _loop_vars = {}
         pass
         yield '    '
-        yield str(t_2(l_1_k))
+        yield escape(environment.finalize(t_2(l_1_k)))
         yield ': '
-        yield str(t_2(l_1_v))
+        yield escape(environment.finalize(t_2(l_1_v)))
         yield '\n'
     l_1_k = l_1_v = missing
     yield '  annotations:\n    "envbuilder.io/target": '
-    yield str(t_2((undefined(name='target') if l_0_target is missing else l_0_target)))
+    yield escape(environment.finalize(t_2((undefined(name='target') if l_0_target is missing else l_0_target))))
     yield '\n    "envbuilder.io/layout": '
-    yield str(t_2((undefined(name='layout') if l_0_layout is missing else l_0_layout)))
+    yield escape(environment.finalize(t_2((undefined(name='layout') if l_0_layout is missing else l_0_layout))))
     yield '\nspec:\n  runtimeRef:\n    apiGroup: trainer.kubeflow.org\n    kind: ClusterTrainingRuntime\n    name: '
-    yield str(t_2((undefined(name='runtime_name') if l_0_runtime_name is missing else l_0_runtime_name)))
+    yield escape(environment.finalize(t_2((undefined(name='runtime_name') if l_0_runtime_name is missing else l_0_runtime_name))))
     yield '\n  activeDeadlineSeconds: '
-    yield str((undefined(name='deadline') if l_0_deadline is missing else l_0_deadline))
+    yield escape(environment.finalize((undefined(name='deadline') if l_0_deadline is missing else l_0_deadline)))
     yield '\n  trainer:\n    image: '
-    yield str(t_2((undefined(name='image') if l_0_image is missing else l_0_image)))
+    yield escape(environment.finalize(t_2((undefined(name='image') if l_0_image is missing else l_0_image))))
     yield "\n    # the image's entrypoint (NCCL/Gloo interface defaults) runs first: command replaces ENTRYPOINT\n    command:\n"
     for l_1_a in (undefined(name='trainjob_args') if l_0_trainjob_args is missing else l_0_trainjob_args):
         _loop_vars = {}
         pass
         yield '    - '
-        yield str(t_2(l_1_a))
+        yield escape(environment.finalize(t_2(l_1_a)))
         yield '\n'
     l_1_a = missing
     yield '    numNodes: '
-    yield str((undefined(name='nnodes') if l_0_nnodes is missing else l_0_nnodes))
+    yield escape(environment.finalize((undefined(name='nnodes') if l_0_nnodes is missing else l_0_nnodes)))
     yield '\n    numProcPerNode: '
-    yield str((undefined(name='nproc') if l_0_nproc is missing else l_0_nproc))
+    yield escape(environment.finalize((undefined(name='nproc') if l_0_nproc is missing else l_0_nproc)))
     yield '\n    resourcesPerNode:\n      requests:\n        cpu: '
-    yield str(t_2(t_3((undefined(name='cpus') if l_0_cpus is missing else l_0_cpus))))
+    yield escape(environment.finalize(t_2(t_3((undefined(name='cpus') if l_0_cpus is missing else l_0_cpus)))))
     yield '\n        memory: '
-    yield str(t_2((undefined(name='memory') if l_0_memory is missing else l_0_memory)))
+    yield escape(environment.finalize(t_2((undefined(name='memory') if l_0_memory is missing else l_0_memory))))
     yield '\n'
     if (undefined(name='gpus') if l_0_gpus is missing else l_0_gpus):
         pass
         yield '        nvidia.com/gpu: '
-        yield str(t_2(t_3((undefined(name='nproc') if l_0_nproc is missing else l_0_nproc))))
+        yield escape(environment.finalize(t_2(t_3((undefined(name='nproc') if l_0_nproc is missing else l_0_nproc)))))
         yield '\n'
     for (l_1_k, l_1_v) in (undefined(name='extra_resources') if l_0_extra_resources is missing else l_0_extra_resources):
         _loop_vars = {}
         pass
         yield '        '
-        yield str(t_2(l_1_k))
+        yield escape(environment.finalize(t_2(l_1_k)))
         yield ': '
-        yield str(t_2(l_1_v))
+        yield escape(environment.finalize(t_2(l_1_v)))
         yield '\n'
     l_1_k = l_1_v = missing
     yield '      limits:\n        memory: '
-    yield str(t_2((undefined(name='memory') if l_0_memory is missing else l_0_memory)))
+    yield escape(environment.finalize(t_2((undefined(name='memory') if l_0_memory is missing else l_0_memory))))
     yield '\n'
     if (undefined(name='gpus') if l_0_gpus is missing else l_0_gpus):
         pass
         yield '        nvidia.com/gpu: '
-        yield str(t_2(t_3((undefined(name='nproc') if l_0_nproc is missing else l_0_nproc))))
+        yield escape(environment.finalize(t_2(t_3((undefined(name='nproc') if l_0_nproc is missing else l_0_nproc)))))
         yield '\n'
     for (l_1_k, l_1_v) in (undefined(name='extra_resources') if l_0_extra_resources is missing else l_0_extra_resources):
         _loop_vars = {}
         pass
         yield '        '
-        yield str(t_2(l_1_k))
+        yield escape(environment.finalize(t_2(l_1_k)))
         yield ': '
-        yield str(t_2(l_1_v))
+        yield escape(environment.finalize(t_2(l_1_v)))
         yield '\n'
     l_1_k = l_1_v = missing
     if (undefined(name='env_pairs') if l_0_env_pairs is missing else l_0_env_pairs):
@@ -196,9 +196,9 @@ def root(context, missing=missing):
             _loop_vars = {}
             pass
             yield '    - name: '
-            yield str(t_2(l_1_k))
+            yield escape(environment.finalize(t_2(l_1_k)))
             yield '\n      value: '
-            yield str(t_2(l_1_v))
+            yield escape(environment.finalize(t_2(l_1_v)))
             yield '\n'
         l_1_k = l_1_v = missing
     yield "  # the pod settings the runtime does not carry: envbuilder's own patch (one manager entry)\n  runtimePatches:\n  - manager: envbuilder.io/envbuilder\n    trainingRuntimeSpec:\n      template:\n        spec:\n          replicatedJobs:\n          - name: node\n            template:\n              spec:\n                template:\n                  metadata:\n                    labels:\n"
@@ -206,29 +206,29 @@ def root(context, missing=missing):
         _loop_vars = {}
         pass
         yield '                      '
-        yield str(t_2(l_1_k))
+        yield escape(environment.finalize(t_2(l_1_k)))
         yield ': '
-        yield str(t_2(l_1_v))
+        yield escape(environment.finalize(t_2(l_1_v)))
         yield '\n'
     l_1_k = l_1_v = missing
     yield '                  spec:\n'
     if (((undefined(name='node_selector') if l_0_node_selector is missing else l_0_node_selector) or (undefined(name='tolerations') if l_0_tolerations is missing else l_0_tolerations)) or (undefined(name='image_pull_secrets') if l_0_image_pull_secrets is missing else l_0_image_pull_secrets)):
         pass
         yield '                    '
-        yield str(t_1(t_4(context.call((undefined(name='pod_tailoring') if l_0_pod_tailoring is missing else l_0_pod_tailoring), priority=False, host=False)), 20))
+        yield escape(environment.finalize(t_1(t_4(context.call((undefined(name='pod_tailoring') if l_0_pod_tailoring is missing else l_0_pod_tailoring), priority=False, host=False)), 20)))
         yield '\n'
     yield '                    securityContext:\n                      runAsUser: '
-    yield str((undefined(name='uid') if l_0_uid is missing else l_0_uid))
+    yield escape(environment.finalize((undefined(name='uid') if l_0_uid is missing else l_0_uid)))
     yield '\n                      runAsGroup: '
-    yield str((undefined(name='uid') if l_0_uid is missing else l_0_uid))
+    yield escape(environment.finalize((undefined(name='uid') if l_0_uid is missing else l_0_uid)))
     yield '\n                      runAsNonRoot: true\n                    containers:\n                    - name: node\n                      securityContext:\n                        allowPrivilegeEscalation: false\n'
     if (undefined(name='infiniband') if l_0_infiniband is missing else l_0_infiniband):
         pass
         yield '                        capabilities:\n                          add:\n                          - IPC_LOCK\n'
     yield '                      volumeMounts:\n                      - name: dshm\n                        mountPath: /dev/shm\n                      - name: smoke-out\n                        mountPath: '
-    yield str(t_2((undefined(name='out_dir') if l_0_out_dir is missing else l_0_out_dir)))
+    yield escape(environment.finalize(t_2((undefined(name='out_dir') if l_0_out_dir is missing else l_0_out_dir))))
     yield '\n                    volumes:\n                    - name: dshm\n                      emptyDir:\n                        medium: Memory\n                        sizeLimit: '
-    yield str(t_2((undefined(name='shm_size') if l_0_shm_size is missing else l_0_shm_size)))
+    yield escape(environment.finalize(t_2((undefined(name='shm_size') if l_0_shm_size is missing else l_0_shm_size))))
     yield '\n                    - name: smoke-out\n                      emptyDir: {}\n'
 
 blocks = {}

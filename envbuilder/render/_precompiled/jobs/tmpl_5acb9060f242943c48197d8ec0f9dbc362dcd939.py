@@ -37,57 +37,57 @@ def root(context, missing=missing):
             raise TemplateRuntimeError("No filter named 'sh' found.")
     pass
     yield '#!/bin/sh\n# Rendered by envbuilder '
-    yield str((undefined(name='version') if l_0_version is missing else l_0_version))
+    yield escape(environment.finalize((undefined(name='version') if l_0_version is missing else l_0_version)))
     yield ': '
     if (undefined(name='launcher_program') if l_0_launcher_program is missing else l_0_launcher_program):
         pass
-        yield str((undefined(name='what') if l_0_what is missing else l_0_what))
+        yield escape(environment.finalize((undefined(name='what') if l_0_what is missing else l_0_what)))
     else:
         pass
         yield 'a Horovod training command'
     yield ' for '
-    yield str((undefined(name='target') if l_0_target is missing else l_0_target))
+    yield escape(environment.finalize((undefined(name='target') if l_0_target is missing else l_0_target)))
     yield ' ('
-    yield str((undefined(name='tag') if l_0_tag is missing else l_0_tag))
+    yield escape(environment.finalize((undefined(name='tag') if l_0_tag is missing else l_0_tag)))
     yield ")\n# with Horovod's own launcher, as "
-    yield str((undefined(name='nnodes') if l_0_nnodes is missing else l_0_nnodes))
+    yield escape(environment.finalize((undefined(name='nnodes') if l_0_nnodes is missing else l_0_nnodes)))
     yield ' node(s) x '
-    yield str((undefined(name='nproc') if l_0_nproc is missing else l_0_nproc))
+    yield escape(environment.finalize((undefined(name='nproc') if l_0_nproc is missing else l_0_nproc)))
     yield " process(es): horovodrun over Gloo (this image's\n# Horovod is built with Gloo and without MPI: no mpirun, no MPI library is needed).\n# Run it in the image on the first node:\n"
     if (undefined(name='launcher_program') if l_0_launcher_program is missing else l_0_launcher_program):
         pass
         yield '#   HOSTS=node1,node2 sh '
-        yield str((undefined(name='file') if l_0_file is missing else l_0_file))
+        yield escape(environment.finalize((undefined(name='file') if l_0_file is missing else l_0_file)))
         yield "       (default: the Slurm allocation's hosts, else localhost)\n"
     else:
         pass
         yield '#   HOSTS=node1,node2 sh '
-        yield str((undefined(name='file') if l_0_file is missing else l_0_file))
+        yield escape(environment.finalize((undefined(name='file') if l_0_file is missing else l_0_file)))
         yield " python train.py --epochs 1\n#   (no [jobs] command in the project: the command is this script's arguments; default hosts:\n#   the Slurm allocation's, else localhost)\n"
     yield "# horovodrun starts the ranks of the other hosts over ssh: every host needs this image, the same\n# paths, and passwordless ssh between the nodes (port: HOROVOD_SSH_PORT, default 22). One host\n# needs no ssh. NCCL does the GPU all-reduces; Gloo only carries Horovod's control plane.\nset -eu\nnp="
-    yield str((undefined(name='world') if l_0_world is missing else l_0_world))
+    yield escape(environment.finalize((undefined(name='world') if l_0_world is missing else l_0_world)))
     yield '\nif [ -n "${HOSTS:-}" ]; then\n  hosts="$HOSTS"\nelif [ -n "${SLURM_JOB_NODELIST:-}" ]; then\n  hosts="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | paste -sd, -)"\nelse\n  hosts=localhost\nfi\n# host:slots for horovodrun -H: '
-    yield str((undefined(name='nproc') if l_0_nproc is missing else l_0_nproc))
+    yield escape(environment.finalize((undefined(name='nproc') if l_0_nproc is missing else l_0_nproc)))
     yield ' ranks on each of the '
-    yield str((undefined(name='nnodes') if l_0_nnodes is missing else l_0_nnodes))
+    yield escape(environment.finalize((undefined(name='nnodes') if l_0_nnodes is missing else l_0_nnodes)))
     yield ' hosts\nslots="$(printf \'%s\' "$hosts" | tr \',\' \'\\n\' | sed \'s/$/:'
-    yield str((undefined(name='nproc') if l_0_nproc is missing else l_0_nproc))
+    yield escape(environment.finalize((undefined(name='nproc') if l_0_nproc is missing else l_0_nproc)))
     yield '/\' | paste -sd, -)"\ncount="$(printf \'%s\' "$hosts" | tr \',\' \'\\n\' | grep -c .)"\nif [ "$count" -ne '
-    yield str((undefined(name='nnodes') if l_0_nnodes is missing else l_0_nnodes))
+    yield escape(environment.finalize((undefined(name='nnodes') if l_0_nnodes is missing else l_0_nnodes)))
     yield ' ]; then\n  echo "envbuilder: $count host(s) given ($hosts), this layout needs '
-    yield str((undefined(name='nnodes') if l_0_nnodes is missing else l_0_nnodes))
+    yield escape(environment.finalize((undefined(name='nnodes') if l_0_nnodes is missing else l_0_nnodes)))
     yield ': set HOSTS" >&2\n  exit 2\nfi\n'
     if (not (undefined(name='launcher_program') if l_0_launcher_program is missing else l_0_launcher_program)):
         pass
         yield 'if [ "$#" -eq 0 ]; then\n  echo "envbuilder: give the training command, e.g. sh '
-        yield str((undefined(name='file') if l_0_file is missing else l_0_file))
+        yield escape(environment.finalize((undefined(name='file') if l_0_file is missing else l_0_file)))
         yield ' python train.py" >&2\n  exit 2\nfi\n'
     yield 'exec '
-    yield str(t_3((undefined(name='entrypoint') if l_0_entrypoint is missing else l_0_entrypoint)))
+    yield escape(environment.finalize(t_3((undefined(name='entrypoint') if l_0_entrypoint is missing else l_0_entrypoint))))
     yield ' horovodrun --gloo -np "$np" -H "$slots" \\\n  ${HOROVOD_SSH_PORT:+-p "$HOROVOD_SSH_PORT"} '
     if (undefined(name='launcher_program') if l_0_launcher_program is missing else l_0_launcher_program):
         pass
-        yield str(t_1(context.eval_ctx, t_2(context, (undefined(name='launcher_program') if l_0_launcher_program is missing else l_0_launcher_program), 'sh'), ' '))
+        yield escape(environment.finalize(t_1(context.eval_ctx, t_2(context, (undefined(name='launcher_program') if l_0_launcher_program is missing else l_0_launcher_program), 'sh'), ' ')))
     else:
         pass
         yield '"$@"'

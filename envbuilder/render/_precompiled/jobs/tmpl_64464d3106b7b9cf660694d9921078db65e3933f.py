@@ -33,25 +33,25 @@ def root(context, missing=missing):
     l_0_kfiles = l_0_kstems = missing
     pass
     yield '# Jobs for '
-    yield str((undefined(name='target') if l_0_target is missing else l_0_target))
+    yield escape(environment.finalize((undefined(name='target') if l_0_target is missing else l_0_target)))
     yield ' ('
-    yield str((undefined(name='tag') if l_0_tag is missing else l_0_tag))
+    yield escape(environment.finalize((undefined(name='tag') if l_0_tag is missing else l_0_tag)))
     yield ')\n\nRendered by envbuilder '
-    yield str((undefined(name='version') if l_0_version is missing else l_0_version))
+    yield escape(environment.finalize((undefined(name='version') if l_0_version is missing else l_0_version)))
     yield '. Every `*-NxM` file runs the same '
-    yield str((undefined(name='world') if l_0_world is missing else l_0_world))
+    yield escape(environment.finalize((undefined(name='world') if l_0_world is missing else l_0_world)))
     yield '-rank DDP smoke job\n(`'
-    yield str((undefined(name='smoke') if l_0_smoke is missing else l_0_smoke))
+    yield escape(environment.finalize((undefined(name='smoke') if l_0_smoke is missing else l_0_smoke)))
     yield '`) from the image `'
-    yield str((undefined(name='image') if l_0_image is missing else l_0_image))
+    yield escape(environment.finalize((undefined(name='image') if l_0_image is missing else l_0_image)))
     yield '`, laid out as NNODES x NPROC_PER_NODE'
     if (undefined(name='command') if l_0_command is missing else l_0_command):
         pass
         yield ";\nevery `train-*` file runs the team's command (`[jobs] command`: `"
-        yield str((undefined(name='command') if l_0_command is missing else l_0_command))
+        yield escape(environment.finalize((undefined(name='command') if l_0_command is missing else l_0_command)))
         yield "`) with the same\nlayout's torchrun and rendezvous settings"
     yield '.\n\nImage: '
-    yield str((undefined(name='pull_note') if l_0_pull_note is missing else l_0_pull_note))
+    yield escape(environment.finalize((undefined(name='pull_note') if l_0_pull_note is missing else l_0_pull_note)))
     yield '.\n\n'
     l_0_kfiles = {'trainjob': 'TrainJob', 'jobset': 'JobSet', 'indexed-job': 'indexed Job + Service', 'legacy': 'PyTorchJob (legacy)'}
     context.vars['kfiles'] = l_0_kfiles
@@ -64,7 +64,7 @@ def root(context, missing=missing):
         _loop_vars = {}
         pass
         yield ' '
-        yield str(environment.getitem((undefined(name='kfiles') if l_0_kfiles is missing else l_0_kfiles), l_1_k))
+        yield escape(environment.finalize(environment.getitem((undefined(name='kfiles') if l_0_kfiles is missing else l_0_kfiles), l_1_k)))
         yield ' |'
     l_1_k = missing
     yield ' Slurm + Apptainer | Slurm + pyxis | Slurm, nodes running the image |\n| --- | --- |'
@@ -78,35 +78,35 @@ def root(context, missing=missing):
         _loop_vars = {}
         pass
         yield '| '
-        yield str(environment.getattr(l_1_l, 'nnodes'))
+        yield escape(environment.finalize(environment.getattr(l_1_l, 'nnodes')))
         yield ' x '
-        yield str(environment.getattr(l_1_l, 'nproc'))
+        yield escape(environment.finalize(environment.getattr(l_1_l, 'nproc')))
         yield ' | '
-        yield str(environment.getattr(l_1_l, 'fits'))
+        yield escape(environment.finalize(environment.getattr(l_1_l, 'fits')))
         yield ' |'
         for l_2_k in (undefined(name='kinds') if l_0_kinds is missing else l_0_kinds):
             _loop_vars = {}
             pass
             yield ' `'
-            yield str(environment.getitem((undefined(name='kstems') if l_0_kstems is missing else l_0_kstems), l_2_k))
+            yield escape(environment.finalize(environment.getitem((undefined(name='kstems') if l_0_kstems is missing else l_0_kstems), l_2_k)))
             yield '-'
-            yield str(environment.getattr(l_1_l, 'layout'))
+            yield escape(environment.finalize(environment.getattr(l_1_l, 'layout')))
             yield '.yaml` |'
         l_2_k = missing
         yield ' `slurm-apptainer-'
-        yield str(environment.getattr(l_1_l, 'layout'))
+        yield escape(environment.finalize(environment.getattr(l_1_l, 'layout')))
         yield '.sbatch` | `slurm-pyxis-'
-        yield str(environment.getattr(l_1_l, 'layout'))
+        yield escape(environment.finalize(environment.getattr(l_1_l, 'layout')))
         yield '.sbatch` | `slurm-host-'
-        yield str(environment.getattr(l_1_l, 'layout'))
+        yield escape(environment.finalize(environment.getattr(l_1_l, 'layout')))
         yield '.sbatch` |\n'
     l_1_l = missing
     yield '\nA layout needs NPROC_PER_NODE free GPUs on each of its NNODES nodes, so it fits any node with at\nleast that many (a 2 x 6 job uses six GPUs of each of two 8-GPU nodes). `layouts.json` lists the\nsame files for scripts. Other layouts of '
-    yield str((undefined(name='world') if l_0_world is missing else l_0_world))
+    yield escape(environment.finalize((undefined(name='world') if l_0_world is missing else l_0_world)))
     yield ' ranks: `envbuilder render TARGET --layout NxM`\n(any N x M = '
-    yield str((undefined(name='world') if l_0_world is missing else l_0_world))
+    yield escape(environment.finalize((undefined(name='world') if l_0_world is missing else l_0_world)))
     yield '; several at once: `--layout '
-    yield str((undefined(name='other_example') if l_0_other_example is missing else l_0_other_example))
+    yield escape(environment.finalize((undefined(name='other_example') if l_0_other_example is missing else l_0_other_example)))
     yield "`). Another world size is\nanother smoke job: `envbuilder render TARGET --nproc N` (or `--layout` of N ranks). The job files\nrun even layouts only (each launcher starts the same number of ranks on every node); an uneven\nsplit such as 8,4 runs with `envbuilder smoke IMAGE --layout 8,4`.\n\nRank 0 prints one line `ENVBUILDER_SMOKE_SUMMARY {json}`; a rank exits non-zero when one of its\nchecks failed, so the job's own status is the verdict.\n"
     if (undefined(name='gpus') if l_0_gpus is missing else l_0_gpus):
         pass
@@ -115,79 +115,79 @@ def root(context, missing=missing):
         pass
         yield 'The jobs request no GPUs and run the gloo backend.'
     yield "\nJob names carry the target's name ("
-    yield str(environment.getattr((undefined(name='example') if l_0_example is missing else l_0_example), 'name'))
+    yield escape(environment.finalize(environment.getattr((undefined(name='example') if l_0_example is missing else l_0_example), 'name')))
     yield '), so two targets of one CUDA line never\nshare a name. Tailor the files in the project file\'s `[jobs]` table (or a target\'s own `jobs`\ntable), not by hand: envbuilder never overwrites a file you edited, and its refusal names the\n`[jobs]` key that expresses your edit (see docs/user-guide.md, "Jobs").\n\n## Kubernetes\n\n'
     if ('trainjob' in (undefined(name='kinds') if l_0_kinds is missing else l_0_kinds)):
         pass
         yield 'Kubeflow Trainer v2 (`trainer.kubeflow.org/v1alpha1` TrainJob on the ClusterTrainingRuntime\n`'
-        yield str((undefined(name='runtime_name') if l_0_runtime_name is missing else l_0_runtime_name))
+        yield escape(environment.finalize((undefined(name='runtime_name') if l_0_runtime_name is missing else l_0_runtime_name)))
         yield '`, `[jobs] runtime`): the runtime makes a JobSet and gives torchrun its\nPET_NNODES, PET_NPROC_PER_NODE, PET_NODE_RANK and PET_MASTER_ADDR/PORT:\n\n    kubectl apply -f trainjob-'
-        yield str(environment.getattr((undefined(name='example') if l_0_example is missing else l_0_example), 'layout'))
+        yield escape(environment.finalize(environment.getattr((undefined(name='example') if l_0_example is missing else l_0_example), 'layout')))
         yield '.yaml\n    kubectl get trainjob '
-        yield str(environment.getattr((undefined(name='example') if l_0_example is missing else l_0_example), 'name'))
+        yield escape(environment.finalize(environment.getattr((undefined(name='example') if l_0_example is missing else l_0_example), 'name')))
         yield " -w\n\nThe pod settings a runtime does not carry (security context, `/dev/shm`, node selector,\ntolerations, pull secrets) travel in the TrainJob's own `runtimePatches` entry\n(manager `envbuilder.io/envbuilder`). A TrainJob cannot patch `hostNetwork` or\n`priorityClassName`: set those in the runtime; with a queue, the priority goes to Kueue's\n`kueue.x-k8s.io/priority-class` label (a WorkloadPriorityClass).\n\n"
     if ('jobset' in (undefined(name='kinds') if l_0_kinds is missing else l_0_kinds)):
         pass
         yield 'Without the trainer, the JobSet (`jobset.x-k8s.io/v1alpha2`, JobSet controller 0.5+): one Job per\nnode, pod i resolves as `<job>-node-i-0.<job>`, every pod joins a c10d rendezvous on the first\n(port '
-        yield str((undefined(name='rdzv_port') if l_0_rdzv_port is missing else l_0_rdzv_port))
+        yield escape(environment.finalize((undefined(name='rdzv_port') if l_0_rdzv_port is missing else l_0_rdzv_port)))
         yield '); `failurePolicy.maxRestarts: 0`:\n\n    kubectl apply -f jobset-'
-        yield str(environment.getattr((undefined(name='example') if l_0_example is missing else l_0_example), 'layout'))
+        yield escape(environment.finalize(environment.getattr((undefined(name='example') if l_0_example is missing else l_0_example), 'layout')))
         yield '.yaml\n    kubectl get jobset '
-        yield str(environment.getattr((undefined(name='example') if l_0_example is missing else l_0_example), 'name'))
+        yield escape(environment.finalize(environment.getattr((undefined(name='example') if l_0_example is missing else l_0_example), 'name')))
         yield ' -w\n\n'
     if ('indexed-job' in (undefined(name='kinds') if l_0_kinds is missing else l_0_kinds)):
         pass
         yield 'With no operator at all, the indexed Job (Kubernetes 1.24+): it creates a headless Service so pod\n`<job>-<i>` resolves as `<job>-<i>.<job>`, and every pod joins a c10d rendezvous hosted by pod 0\non port '
-        yield str((undefined(name='rdzv_port') if l_0_rdzv_port is missing else l_0_rdzv_port))
+        yield escape(environment.finalize((undefined(name='rdzv_port') if l_0_rdzv_port is missing else l_0_rdzv_port)))
         yield ':\n\n    kubectl apply -f indexed-job-'
-        yield str(environment.getattr((undefined(name='example') if l_0_example is missing else l_0_example), 'layout'))
+        yield escape(environment.finalize(environment.getattr((undefined(name='example') if l_0_example is missing else l_0_example), 'layout')))
         yield '.yaml\n    kubectl logs -f job/<job>          # pod 0 carries the summary\n    kubectl delete -f indexed-job-'
-        yield str(environment.getattr((undefined(name='example') if l_0_example is missing else l_0_example), 'layout'))
+        yield escape(environment.finalize(environment.getattr((undefined(name='example') if l_0_example is missing else l_0_example), 'layout')))
         yield '.yaml\n\n'
     if ('legacy' in (undefined(name='kinds') if l_0_kinds is missing else l_0_kinds)):
         pass
         yield "Legacy: the Kubeflow training operator's `kubeflow.org/v1` PyTorchJob (`[jobs] kubernetes`\nnames `legacy`; the v1 operator is deprecated in favour of Trainer v2):\n\n    kubectl apply -f pytorchjob-"
-        yield str(environment.getattr((undefined(name='example') if l_0_example is missing else l_0_example), 'layout'))
+        yield escape(environment.finalize(environment.getattr((undefined(name='example') if l_0_example is missing else l_0_example), 'layout')))
         yield '.yaml\n    kubectl logs <job>-master-0 | grep ENVBUILDER_SMOKE_SUMMARY\n\n'
     if (undefined(name='queue') if l_0_queue is missing else l_0_queue):
         pass
         yield 'Kueue: every job carries `kueue.x-k8s.io/queue-name: '
-        yield str((undefined(name='queue') if l_0_queue is missing else l_0_queue))
+        yield escape(environment.finalize((undefined(name='queue') if l_0_queue is missing else l_0_queue)))
         yield "`; Kueue admits all of a job's pods\nat once (gang admission: "
-        yield str(environment.getattr((undefined(name='example') if l_0_example is missing else l_0_example), 'nnodes'))
+        yield escape(environment.finalize(environment.getattr((undefined(name='example') if l_0_example is missing else l_0_example), 'nnodes')))
         yield ' pods of '
-        yield str(environment.getattr((undefined(name='example') if l_0_example is missing else l_0_example), 'nproc'))
+        yield escape(environment.finalize(environment.getattr((undefined(name='example') if l_0_example is missing else l_0_example), 'nproc')))
         yield ' GPUs never half-schedule).\n'
     yield 'All use `restartPolicy: Never` and no retries: a smoke job reports the first failure instead of\nretrying (a restarted node cannot rejoin a running torchrun group). Pods run as uid '
-    yield str((undefined(name='uid') if l_0_uid is missing else l_0_uid))
+    yield escape(environment.finalize((undefined(name='uid') if l_0_uid is missing else l_0_uid)))
     yield ', mount a\nmemory-backed `/dev/shm` of '
-    yield str((undefined(name='shm_size') if l_0_shm_size is missing else l_0_shm_size))
+    yield escape(environment.finalize((undefined(name='shm_size') if l_0_shm_size is missing else l_0_shm_size)))
     yield " (it counts against the pod's memory) and keep the\nimage's ENTRYPOINT.\n"
     if (undefined(name='infiniband') if l_0_infiniband is missing else l_0_infiniband):
         pass
         yield 'InfiniBand: the containers add the `IPC_LOCK` capability. It is effective for root; as uid\n'
-        yield str((undefined(name='uid') if l_0_uid is missing else l_0_uid))
+        yield escape(environment.finalize((undefined(name='uid') if l_0_uid is missing else l_0_uid)))
         yield ' the node\'s runtime must give an unlimited memlock ulimit (containerd\'s default). Request\nyour cluster\'s RDMA device resource with `[jobs] resources` (e.g. `{ "rdma/ib" = 1 }`).\n'
     yield '\n## Slurm\n\n    sbatch slurm-apptainer-'
-    yield str(environment.getattr((undefined(name='example') if l_0_example is missing else l_0_example), 'layout'))
+    yield escape(environment.finalize(environment.getattr((undefined(name='example') if l_0_example is missing else l_0_example), 'layout')))
     yield '.sbatch     # ENVBUILDER_SIF=/path/'
-    yield str((undefined(name='sif') if l_0_sif is missing else l_0_sif))
+    yield escape(environment.finalize((undefined(name='sif') if l_0_sif is missing else l_0_sif)))
     yield ' to choose the image file\n    sbatch slurm-pyxis-'
-    yield str(environment.getattr((undefined(name='example') if l_0_example is missing else l_0_example), 'layout'))
+    yield escape(environment.finalize(environment.getattr((undefined(name='example') if l_0_example is missing else l_0_example), 'layout')))
     yield '.sbatch         # ENVBUILDER_IMAGE=... to override the image\n    sbatch slurm-host-'
-    yield str(environment.getattr((undefined(name='example') if l_0_example is missing else l_0_example), 'layout'))
+    yield escape(environment.finalize(environment.getattr((undefined(name='example') if l_0_example is missing else l_0_example), 'layout')))
     yield '.sbatch          # nodes whose slurmd runs in this image\n\nOne task per node (`--ntasks-per-node=1`, `--exclusive`, and `srun --cpus-per-task` repeated:\nSlurm 22.05 to 23.02 does not pass sbatch\'s on); torchrun starts NPROC_PER_NODE ranks on each and\nmeets the others through a c10d rendezvous on the first host of the allocation\n(`scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n1`, port '
-    yield str((undefined(name='rdzv_port') if l_0_rdzv_port is missing else l_0_rdzv_port))
+    yield escape(environment.finalize((undefined(name='rdzv_port') if l_0_rdzv_port is missing else l_0_rdzv_port)))
     yield ") with the Slurm job\nid as the rendezvous id and `--max_restarts=0`. Records go to `ENVBUILDER_SMOKE_OUT` (default\n`./envbuilder-smoke-JOBID`), which must be on a filesystem all nodes share. Partition, account,\nQoS, time and constraint come from `[jobs] slurm`.\n\nApptainer: build the SIF from this folder's definition first, `apptainer build "
-    yield str((undefined(name='sif') if l_0_sif is missing else l_0_sif))
+    yield escape(environment.finalize((undefined(name='sif') if l_0_sif is missing else l_0_sif)))
     yield ' envbuilder.def`\n(or `envbuilder build TARGET --runtime apptainer --sif '
-    yield str((undefined(name='sif') if l_0_sif is missing else l_0_sif))
+    yield escape(environment.finalize((undefined(name='sif') if l_0_sif is missing else l_0_sif)))
     yield '`: it builds, verifies and runs the\nsmoke job in it), and smoke-test it on one node: `apptainer exec --nv '
-    yield str((undefined(name='sif') if l_0_sif is missing else l_0_sif))
+    yield escape(environment.finalize((undefined(name='sif') if l_0_sif is missing else l_0_sif)))
     yield ' sh /opt/envbuilder/smoke/run.sh`.\nPyxis/enroot take `[REGISTRY#]IMAGE[:TAG]`: the registry host is separated by `#`\n(`'
-    yield str((undefined(name='pyxis_image') if l_0_pyxis_image is missing else l_0_pyxis_image))
+    yield escape(environment.finalize((undefined(name='pyxis_image') if l_0_pyxis_image is missing else l_0_pyxis_image)))
     yield '`); an enroot older than 3.4 may not pull by digest, use a tag there. A private\nregistry needs enroot credentials on every node, in `$ENROOT_CONFIG_PATH/.credentials`\n(default `~/.config/enroot/.credentials`), one netrc line per registry:\n`machine '
-    yield str((undefined(name='registry_host') if l_0_registry_host is missing else l_0_registry_host))
+    yield escape(environment.finalize((undefined(name='registry_host') if l_0_registry_host is missing else l_0_registry_host)))
     yield ' login USER password TOKEN`.\n'
     if ('horovodrun' in (undefined(name='launchers') if l_0_launchers is missing else l_0_launchers)):
         pass
@@ -199,7 +199,7 @@ def root(context, missing=missing):
             pass
             yield 'a training command (its arguments)'
         yield " with Horovod's own\nlauncher over Gloo (`horovodrun --gloo -np N -H host1:M,...`; this image's Horovod is built with\nGloo, without MPI): run it in the image on the first node, `HOSTS=node1,node2 sh horovodrun-"
-        yield str(environment.getattr((undefined(name='example') if l_0_example is missing else l_0_example), 'layout'))
+        yield escape(environment.finalize(environment.getattr((undefined(name='example') if l_0_example is missing else l_0_example), 'layout')))
         yield ".sh`\n(inside a Slurm allocation the hosts come from it). horovodrun starts the other hosts' ranks over\nssh, so the nodes need passwordless ssh between them; one host needs none.\n"
 
 blocks = {}

@@ -40,122 +40,122 @@ def root(context, missing=missing):
             raise TemplateRuntimeError("No filter named 'sh' found.")
     pass
     yield '#!/bin/bash\n# Rendered by envbuilder '
-    yield str((undefined(name='version') if l_0_version is missing else l_0_version))
+    yield escape(environment.finalize((undefined(name='version') if l_0_version is missing else l_0_version)))
     yield ': '
-    yield str((undefined(name='what') if l_0_what is missing else l_0_what))
+    yield escape(environment.finalize((undefined(name='what') if l_0_what is missing else l_0_what)))
     yield ' for '
-    yield str((undefined(name='target') if l_0_target is missing else l_0_target))
+    yield escape(environment.finalize((undefined(name='target') if l_0_target is missing else l_0_target)))
     yield ' ('
-    yield str((undefined(name='tag') if l_0_tag is missing else l_0_tag))
+    yield escape(environment.finalize((undefined(name='tag') if l_0_tag is missing else l_0_tag)))
     yield ')\n# as '
-    yield str((undefined(name='nnodes') if l_0_nnodes is missing else l_0_nnodes))
+    yield escape(environment.finalize((undefined(name='nnodes') if l_0_nnodes is missing else l_0_nnodes)))
     yield ' node(s) x '
-    yield str((undefined(name='nproc') if l_0_nproc is missing else l_0_nproc))
+    yield escape(environment.finalize((undefined(name='nproc') if l_0_nproc is missing else l_0_nproc)))
     yield ' process(es) under Slurm, '
-    yield str(environment.getitem({'apptainer': 'Apptainer', 'pyxis': 'pyxis/enroot', 'host': "in the nodes' own environment"}, (undefined(name='runtime') if l_0_runtime is missing else l_0_runtime)))
+    yield escape(environment.finalize(environment.getitem({'apptainer': 'Apptainer', 'pyxis': 'pyxis/enroot', 'host': "in the nodes' own environment"}, (undefined(name='runtime') if l_0_runtime is missing else l_0_runtime))))
     yield '.\n# Submit:  sbatch '
-    yield str((undefined(name='file') if l_0_file is missing else l_0_file))
+    yield escape(environment.finalize((undefined(name='file') if l_0_file is missing else l_0_file)))
     yield '\n'
     if ((undefined(name='runtime') if l_0_runtime is missing else l_0_runtime) == 'apptainer'):
         pass
         yield '# Image:   ENVBUILDER_SIF (default '
-        yield str((undefined(name='sif') if l_0_sif is missing else l_0_sif))
+        yield escape(environment.finalize((undefined(name='sif') if l_0_sif is missing else l_0_sif)))
         yield '); make it with\n#          apptainer build '
-        yield str((undefined(name='sif') if l_0_sif is missing else l_0_sif))
+        yield escape(environment.finalize((undefined(name='sif') if l_0_sif is missing else l_0_sif)))
         yield ' docker://'
-        yield str((undefined(name='image') if l_0_image is missing else l_0_image))
+        yield escape(environment.finalize((undefined(name='image') if l_0_image is missing else l_0_image)))
         yield '\n'
     elif ((undefined(name='runtime') if l_0_runtime is missing else l_0_runtime) == 'host'):
         pass
         yield '# Image:   none: the nodes themselves run '
-        yield str((undefined(name='image') if l_0_image is missing else l_0_image))
+        yield escape(environment.finalize((undefined(name='image') if l_0_image is missing else l_0_image)))
         yield ' (slurmd in containers of this image, as\n#          Slinky or a containerised cluster does); torchrun and '
-        yield str((undefined(name='entrypoint') if l_0_entrypoint is missing else l_0_entrypoint))
+        yield escape(environment.finalize((undefined(name='entrypoint') if l_0_entrypoint is missing else l_0_entrypoint)))
         yield ' are on each node\n'
     else:
         pass
         yield '# Image:   '
-        yield str((undefined(name='image') if l_0_image is missing else l_0_image))
+        yield escape(environment.finalize((undefined(name='image') if l_0_image is missing else l_0_image)))
         yield ' (pyxis form '
-        yield str((undefined(name='pyxis_image') if l_0_pyxis_image is missing else l_0_pyxis_image))
+        yield escape(environment.finalize((undefined(name='pyxis_image') if l_0_pyxis_image is missing else l_0_pyxis_image)))
         yield '); override with ENVBUILDER_IMAGE\n# Private registry: enroot reads credentials from $ENROOT_CONFIG_PATH/.credentials\n#          (default ~/.config/enroot/.credentials) on every node, one netrc line per registry:\n#          machine '
-        yield str((undefined(name='registry_host') if l_0_registry_host is missing else l_0_registry_host))
+        yield escape(environment.finalize((undefined(name='registry_host') if l_0_registry_host is missing else l_0_registry_host)))
         yield ' login USER password TOKEN\n'
     yield '# Pinned:  '
-    yield str((undefined(name='pull_note') if l_0_pull_note is missing else l_0_pull_note))
+    yield escape(environment.finalize((undefined(name='pull_note') if l_0_pull_note is missing else l_0_pull_note)))
     yield '\n'
     if (undefined(name='is_smoke') if l_0_is_smoke is missing else l_0_is_smoke):
         pass
         yield "# Records: ENVBUILDER_SMOKE_OUT (default ./envbuilder-smoke-JOBID, on a filesystem all nodes share)\n# Metrics: after the job, envbuilder (on this batch host's PATH, or ENVBUILDER) turns the records\n#          into ENVBUILDER_METRICS_DIR/"
-        yield str((undefined(name='metrics_job') if l_0_metrics_job is missing else l_0_metrics_job))
+        yield escape(environment.finalize((undefined(name='metrics_job') if l_0_metrics_job is missing else l_0_metrics_job)))
         yield '-'
-        yield str((undefined(name='name') if l_0_name is missing else l_0_name))
+        yield escape(environment.finalize((undefined(name='name') if l_0_name is missing else l_0_name)))
         yield ".prom for node-exporter's textfile\n#          collector (default /var/lib/prometheus/node-exporter) and, when ENVBUILDER_PUSHGATEWAY\n#          is set (http://HOST:9091), pushes them; the job's exit status stays the smoke verdict.\n"
     yield '# One task per node; torchrun starts '
-    yield str((undefined(name='nproc') if l_0_nproc is missing else l_0_nproc))
+    yield escape(environment.finalize((undefined(name='nproc') if l_0_nproc is missing else l_0_nproc)))
     yield " ranks on each and meets the others through a c10d\n# rendezvous on the allocation's first host, port "
-    yield str((undefined(name='rdzv_port') if l_0_rdzv_port is missing else l_0_rdzv_port))
+    yield escape(environment.finalize((undefined(name='rdzv_port') if l_0_rdzv_port is missing else l_0_rdzv_port)))
     yield '. No restarts: a smoke job fails fast.\n#SBATCH --job-name='
-    yield str((undefined(name='name') if l_0_name is missing else l_0_name))
+    yield escape(environment.finalize((undefined(name='name') if l_0_name is missing else l_0_name)))
     yield '\n#SBATCH --nodes='
-    yield str((undefined(name='nnodes') if l_0_nnodes is missing else l_0_nnodes))
+    yield escape(environment.finalize((undefined(name='nnodes') if l_0_nnodes is missing else l_0_nnodes)))
     yield '\n#SBATCH --ntasks-per-node=1\n'
     if (undefined(name='gpus') if l_0_gpus is missing else l_0_gpus):
         pass
         yield '#SBATCH --gpus-per-node='
-        yield str((undefined(name='nproc') if l_0_nproc is missing else l_0_nproc))
+        yield escape(environment.finalize((undefined(name='nproc') if l_0_nproc is missing else l_0_nproc)))
         yield '\n'
     yield '#SBATCH --cpus-per-task='
-    yield str((undefined(name='cpus') if l_0_cpus is missing else l_0_cpus))
+    yield escape(environment.finalize((undefined(name='cpus') if l_0_cpus is missing else l_0_cpus)))
     yield '\n#SBATCH --exclusive\n#SBATCH --time='
-    yield str((undefined(name='time_limit') if l_0_time_limit is missing else l_0_time_limit))
+    yield escape(environment.finalize((undefined(name='time_limit') if l_0_time_limit is missing else l_0_time_limit)))
     yield '\n'
     for (l_1_opt, l_1_v) in (undefined(name='slurm_directives') if l_0_slurm_directives is missing else l_0_slurm_directives):
         _loop_vars = {}
         pass
         yield '#SBATCH --'
-        yield str(l_1_opt)
+        yield escape(environment.finalize(l_1_opt))
         yield '='
-        yield str(l_1_v)
+        yield escape(environment.finalize(l_1_v))
         yield '\n'
     l_1_opt = l_1_v = missing
     yield '#SBATCH --output='
-    yield str((undefined(name='name') if l_0_name is missing else l_0_name))
+    yield escape(environment.finalize((undefined(name='name') if l_0_name is missing else l_0_name)))
     yield '-%j.out\nset -euo pipefail\n# srun is given --cpus-per-task again: from Slurm 22.05 to 23.02 it does not read\n# SLURM_CPUS_PER_TASK (sbatch\'s), and torchrun and all its ranks would share one CPU\ncpus_per_task="${SLURM_CPUS_PER_TASK:-'
-    yield str((undefined(name='cpus') if l_0_cpus is missing else l_0_cpus))
+    yield escape(environment.finalize((undefined(name='cpus') if l_0_cpus is missing else l_0_cpus)))
     yield '}"\n'
     for (l_1_k, l_1_v) in (undefined(name='env_pairs') if l_0_env_pairs is missing else l_0_env_pairs):
         _loop_vars = {}
         pass
         yield 'export '
-        yield str(l_1_k)
+        yield escape(environment.finalize(l_1_k))
         yield '='
-        yield str(t_1(l_1_v))
+        yield escape(environment.finalize(t_1(l_1_v)))
         yield '\n'
     l_1_k = l_1_v = missing
     yield '\nnnodes="${SLURM_NNODES:?submit this script with sbatch}"\nhead_node="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n1)"\nout="${ENVBUILDER_SMOKE_OUT:-$PWD/envbuilder-'
-    yield str(('smoke' if (undefined(name='is_smoke') if l_0_is_smoke is missing else l_0_is_smoke) else 'train'))
+    yield escape(environment.finalize(('smoke' if (undefined(name='is_smoke') if l_0_is_smoke is missing else l_0_is_smoke) else 'train')))
     yield '-$SLURM_JOB_ID}"\nmkdir -p "$out"\n'
     if ((undefined(name='runtime') if l_0_runtime is missing else l_0_runtime) == 'apptainer'):
         pass
         yield 'sif="${ENVBUILDER_SIF:-'
-        yield str((undefined(name='sif') if l_0_sif is missing else l_0_sif))
+        yield escape(environment.finalize((undefined(name='sif') if l_0_sif is missing else l_0_sif)))
         yield '}"\nif [ ! -f "$sif" ]; then\n  echo "envbuilder: $sif not found: apptainer build $sif docker://'
-        yield str((undefined(name='image') if l_0_image is missing else l_0_image))
+        yield escape(environment.finalize((undefined(name='image') if l_0_image is missing else l_0_image)))
         yield '" >&2\n  exit 2\nfi\n'
     elif ((undefined(name='runtime') if l_0_runtime is missing else l_0_runtime) == 'pyxis'):
         pass
         yield 'image="${ENVBUILDER_IMAGE:-'
-        yield str((undefined(name='pyxis_image') if l_0_pyxis_image is missing else l_0_pyxis_image))
+        yield escape(environment.finalize((undefined(name='pyxis_image') if l_0_pyxis_image is missing else l_0_pyxis_image)))
         yield '}"\n'
     yield 'echo "envbuilder '
-    yield str(('smoke' if (undefined(name='is_smoke') if l_0_is_smoke is missing else l_0_is_smoke) else 'job'))
+    yield escape(environment.finalize(('smoke' if (undefined(name='is_smoke') if l_0_is_smoke is missing else l_0_is_smoke) else 'job')))
     yield ': '
-    yield str((undefined(name='target') if l_0_target is missing else l_0_target))
+    yield escape(environment.finalize((undefined(name='target') if l_0_target is missing else l_0_target)))
     yield ' on $nnodes node(s) x '
-    yield str((undefined(name='nproc') if l_0_nproc is missing else l_0_nproc))
+    yield escape(environment.finalize((undefined(name='nproc') if l_0_nproc is missing else l_0_nproc)))
     yield ', rendezvous $head_node:'
-    yield str((undefined(name='rdzv_port') if l_0_rdzv_port is missing else l_0_rdzv_port))
+    yield escape(environment.finalize((undefined(name='rdzv_port') if l_0_rdzv_port is missing else l_0_rdzv_port)))
     yield ', records in $out"\n\nrc=0\n'
     if ((undefined(name='runtime') if l_0_runtime is missing else l_0_runtime) == 'apptainer'):
         pass
@@ -164,35 +164,35 @@ def root(context, missing=missing):
             pass
             yield '--nv '
         yield '--bind "$out:'
-        yield str((undefined(name='out_dir') if l_0_out_dir is missing else l_0_out_dir))
+        yield escape(environment.finalize((undefined(name='out_dir') if l_0_out_dir is missing else l_0_out_dir)))
         yield '" "$sif" \\\n'
     elif ((undefined(name='runtime') if l_0_runtime is missing else l_0_runtime) == 'pyxis'):
         pass
         yield 'srun --nodes="$nnodes" --ntasks-per-node=1 --cpus-per-task="$cpus_per_task" --kill-on-bad-exit=1 \\\n  --container-image="$image" --container-mounts="$out:'
-        yield str((undefined(name='out_dir') if l_0_out_dir is missing else l_0_out_dir))
+        yield escape(environment.finalize((undefined(name='out_dir') if l_0_out_dir is missing else l_0_out_dir)))
         yield '" \\\n'
     else:
         pass
         yield 'srun --nodes="$nnodes" --ntasks-per-node=1 --cpus-per-task="$cpus_per_task" --kill-on-bad-exit=1 \\\n'
     yield '  '
-    yield str(t_1((undefined(name='entrypoint') if l_0_entrypoint is missing else l_0_entrypoint)))
+    yield escape(environment.finalize(t_1((undefined(name='entrypoint') if l_0_entrypoint is missing else l_0_entrypoint))))
     yield ' \\\n  torchrun --nnodes="$nnodes" --nproc_per_node='
-    yield str((undefined(name='nproc') if l_0_nproc is missing else l_0_nproc))
+    yield escape(environment.finalize((undefined(name='nproc') if l_0_nproc is missing else l_0_nproc)))
     yield ' \\\n  --rdzv_backend=c10d --rdzv_endpoint="$head_node:'
-    yield str((undefined(name='rdzv_port') if l_0_rdzv_port is missing else l_0_rdzv_port))
+    yield escape(environment.finalize((undefined(name='rdzv_port') if l_0_rdzv_port is missing else l_0_rdzv_port)))
     yield '" --rdzv_id="$SLURM_JOB_ID" \\\n  --max_restarts=0 \\\n  '
-    yield str((undefined(name='program_sh') if l_0_program_sh is missing else l_0_program_sh))
+    yield escape(environment.finalize((undefined(name='program_sh') if l_0_program_sh is missing else l_0_program_sh)))
     yield ' || rc=$?\n'
     if (undefined(name='is_smoke') if l_0_is_smoke is missing else l_0_is_smoke):
         pass
         yield '\n# the smoke job\'s records as Prometheus metrics (made here, on the host: the image stays lean)\nenvbuilder="${ENVBUILDER:-envbuilder}"\nmetrics_dir="${ENVBUILDER_METRICS_DIR:-/var/lib/prometheus/node-exporter}"\nif command -v "$envbuilder" >/dev/null 2>&1; then\n  push=()\n  if [ -n "${ENVBUILDER_PUSHGATEWAY:-}" ]; then push=(--pushgateway "$ENVBUILDER_PUSHGATEWAY"); fi\n  "$envbuilder" smoke --records "$out" --metrics-file "$metrics_dir/'
-        yield str((undefined(name='metrics_job') if l_0_metrics_job is missing else l_0_metrics_job))
+        yield escape(environment.finalize((undefined(name='metrics_job') if l_0_metrics_job is missing else l_0_metrics_job)))
         yield '-'
-        yield str((undefined(name='name') if l_0_name is missing else l_0_name))
+        yield escape(environment.finalize((undefined(name='name') if l_0_name is missing else l_0_name)))
         yield '.prom" \\\n    --label target='
-        yield str(t_1((undefined(name='target') if l_0_target is missing else l_0_target)))
+        yield escape(environment.finalize(t_1((undefined(name='target') if l_0_target is missing else l_0_target))))
         yield ' --label image="'
-        yield str(context.call(environment.getattr({'apptainer': '$sif', 'pyxis': '$image'}, 'get'), (undefined(name='runtime') if l_0_runtime is missing else l_0_runtime), (undefined(name='image') if l_0_image is missing else l_0_image)))
+        yield escape(environment.finalize(context.call(environment.getattr({'apptainer': '$sif', 'pyxis': '$image'}, 'get'), (undefined(name='runtime') if l_0_runtime is missing else l_0_runtime), (undefined(name='image') if l_0_image is missing else l_0_image))))
         yield '" \\\n    --label node="$head_node" ${push[@]+"${push[@]}"} || true  # it says on stderr what failed\nelse\n  echo "envbuilder: $envbuilder is not on PATH: no metrics written; records stay in $out" >&2\nfi\n'
     yield 'exit "$rc"\n'
 

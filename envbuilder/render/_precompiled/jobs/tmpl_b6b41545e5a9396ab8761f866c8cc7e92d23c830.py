@@ -45,73 +45,73 @@ def root(context, missing=missing):
     context.vars['pod'] = l_0_pod
     context.exported_vars.discard('pod')
     yield '# Rendered by envbuilder '
-    yield str((undefined(name='version') if l_0_version is missing else l_0_version))
+    yield escape(environment.finalize((undefined(name='version') if l_0_version is missing else l_0_version)))
     yield ': '
-    yield str((undefined(name='what') if l_0_what is missing else l_0_what))
+    yield escape(environment.finalize((undefined(name='what') if l_0_what is missing else l_0_what)))
     yield ' for '
-    yield str((undefined(name='target') if l_0_target is missing else l_0_target))
+    yield escape(environment.finalize((undefined(name='target') if l_0_target is missing else l_0_target)))
     yield ' ('
-    yield str((undefined(name='tag') if l_0_tag is missing else l_0_tag))
+    yield escape(environment.finalize((undefined(name='tag') if l_0_tag is missing else l_0_tag)))
     yield ')\n# as '
-    yield str((undefined(name='nnodes') if l_0_nnodes is missing else l_0_nnodes))
+    yield escape(environment.finalize((undefined(name='nnodes') if l_0_nnodes is missing else l_0_nnodes)))
     yield ' node(s) x '
-    yield str((undefined(name='nproc') if l_0_nproc is missing else l_0_nproc))
+    yield escape(environment.finalize((undefined(name='nproc') if l_0_nproc is missing else l_0_nproc)))
     yield ' process(es), a JobSet (jobset.x-k8s.io/v1alpha2) for clusters\n# without the Kubeflow trainer: one replicated Job of '
-    yield str((undefined(name='nnodes') if l_0_nnodes is missing else l_0_nnodes))
+    yield escape(environment.finalize((undefined(name='nnodes') if l_0_nnodes is missing else l_0_nnodes)))
     yield ' single-pod Jobs; pod i is\n# '
-    yield str((undefined(name='name') if l_0_name is missing else l_0_name))
+    yield escape(environment.finalize((undefined(name='name') if l_0_name is missing else l_0_name)))
     yield '-node-i-0.'
-    yield str((undefined(name='name') if l_0_name is missing else l_0_name))
+    yield escape(environment.finalize((undefined(name='name') if l_0_name is missing else l_0_name)))
     yield " (enableDNSHostnames), and torchrun's c10d rendezvous runs on the\n# first, port "
-    yield str((undefined(name='rdzv_port') if l_0_rdzv_port is missing else l_0_rdzv_port))
+    yield escape(environment.finalize((undefined(name='rdzv_port') if l_0_rdzv_port is missing else l_0_rdzv_port)))
     yield '.\n'
     if (undefined(name='queue') if l_0_queue is missing else l_0_queue):
         pass
         yield '# Queued by Kueue: the LocalQueue '
-        yield str(t_2((undefined(name='queue') if l_0_queue is missing else l_0_queue)))
+        yield escape(environment.finalize(t_2((undefined(name='queue') if l_0_queue is missing else l_0_queue))))
         yield ' admits all '
-        yield str((undefined(name='nnodes') if l_0_nnodes is missing else l_0_nnodes))
+        yield escape(environment.finalize((undefined(name='nnodes') if l_0_nnodes is missing else l_0_nnodes)))
         yield ' pods at once (gang admission).\n'
     yield '# Submit:  kubectl apply -f '
-    yield str((undefined(name='file') if l_0_file is missing else l_0_file))
+    yield escape(environment.finalize((undefined(name='file') if l_0_file is missing else l_0_file)))
     yield '\n# Watch:   kubectl get jobset '
-    yield str((undefined(name='name') if l_0_name is missing else l_0_name))
+    yield escape(environment.finalize((undefined(name='name') if l_0_name is missing else l_0_name)))
     yield ' -w; kubectl logs '
-    yield str((undefined(name='name') if l_0_name is missing else l_0_name))
+    yield escape(environment.finalize((undefined(name='name') if l_0_name is missing else l_0_name)))
     yield '-node-0-0-<suffix> (pod 0 carries the summary)\n# Image:   '
-    yield str((undefined(name='pull_note') if l_0_pull_note is missing else l_0_pull_note))
+    yield escape(environment.finalize((undefined(name='pull_note') if l_0_pull_note is missing else l_0_pull_note)))
     yield '\n'
     if (undefined(name='is_smoke') if l_0_is_smoke is missing else l_0_is_smoke):
         pass
         yield '# Metrics: kubectl logs -l jobset.sigs.k8s.io/jobset-name='
-        yield str((undefined(name='name') if l_0_name is missing else l_0_name))
+        yield escape(environment.finalize((undefined(name='name') if l_0_name is missing else l_0_name)))
         yield ',jobset.sigs.k8s.io/job-index=0 | envbuilder smoke --records - --pushgateway http://PUSHGATEWAY:9091 --label target='
-        yield str((undefined(name='target') if l_0_target is missing else l_0_target))
+        yield escape(environment.finalize((undefined(name='target') if l_0_target is missing else l_0_target)))
         yield ' --label image='
-        yield str((undefined(name='image') if l_0_image is missing else l_0_image))
+        yield escape(environment.finalize((undefined(name='image') if l_0_image is missing else l_0_image)))
         yield '\n'
     yield 'apiVersion: jobset.x-k8s.io/v1alpha2\nkind: JobSet\nmetadata:\n  name: '
-    yield str(t_2((undefined(name='name') if l_0_name is missing else l_0_name)))
+    yield escape(environment.finalize(t_2((undefined(name='name') if l_0_name is missing else l_0_name))))
     yield '\n  labels:\n'
     for (l_1_k, l_1_v) in context.call(environment.getattr((undefined(name='job_labels') if l_0_job_labels is missing else l_0_job_labels), 'items')):
         _loop_vars = {}
         pass
         yield '    '
-        yield str(t_2(l_1_k))
+        yield escape(environment.finalize(t_2(l_1_k)))
         yield ': '
-        yield str(t_2(l_1_v))
+        yield escape(environment.finalize(t_2(l_1_v)))
         yield '\n'
     l_1_k = l_1_v = missing
     yield '  annotations:\n    "envbuilder.io/target": '
-    yield str(t_2((undefined(name='target') if l_0_target is missing else l_0_target)))
+    yield escape(environment.finalize(t_2((undefined(name='target') if l_0_target is missing else l_0_target))))
     yield '\n    "envbuilder.io/layout": '
-    yield str(t_2((undefined(name='layout') if l_0_layout is missing else l_0_layout)))
+    yield escape(environment.finalize(t_2((undefined(name='layout') if l_0_layout is missing else l_0_layout))))
     yield '\nspec:\n  network:\n    enableDNSHostnames: true\n    publishNotReadyAddresses: true\n  # fail, do not retry: a restarted node cannot rejoin a running torchrun group\n  failurePolicy:\n    maxRestarts: 0\n  ttlSecondsAfterFinished: 86400\n  replicatedJobs:\n  - name: node\n    replicas: '
-    yield str((undefined(name='nnodes') if l_0_nnodes is missing else l_0_nnodes))
+    yield escape(environment.finalize((undefined(name='nnodes') if l_0_nnodes is missing else l_0_nnodes)))
     yield '\n    template:\n      spec:\n        parallelism: 1\n        completions: 1\n        backoffLimit: 0\n        activeDeadlineSeconds: '
-    yield str((undefined(name='deadline') if l_0_deadline is missing else l_0_deadline))
+    yield escape(environment.finalize((undefined(name='deadline') if l_0_deadline is missing else l_0_deadline)))
     yield '\n        template:\n          '
-    yield str(t_1(context.call((undefined(name='pod') if l_0_pod is missing else l_0_pod), (undefined(name='jobset_args') if l_0_jobset_args is missing else l_0_jobset_args), [('c10d', (undefined(name='rdzv_port') if l_0_rdzv_port is missing else l_0_rdzv_port))], restart='Never'), 10))
+    yield escape(environment.finalize(t_1(context.call((undefined(name='pod') if l_0_pod is missing else l_0_pod), (undefined(name='jobset_args') if l_0_jobset_args is missing else l_0_jobset_args), [('c10d', (undefined(name='rdzv_port') if l_0_rdzv_port is missing else l_0_rdzv_port))], restart='Never'), 10)))
     yield '\n'
 
 blocks = {}

@@ -9,32 +9,38 @@ def root(context, missing=missing):
     if 0: yield None
     l_0_pod = l_0_pod_tailoring = missing
     try:
-        t_1 = environment.filters['indent']
+        t_1 = environment.filters['flow']
     except KeyError:
         @internalcode
         def t_1(*unused):
-            raise TemplateRuntimeError("No filter named 'indent' found.")
+            raise TemplateRuntimeError("No filter named 'flow' found.")
     try:
-        t_2 = environment.filters['q']
+        t_2 = environment.filters['indent']
     except KeyError:
         @internalcode
         def t_2(*unused):
-            raise TemplateRuntimeError("No filter named 'q' found.")
+            raise TemplateRuntimeError("No filter named 'indent' found.")
     try:
-        t_3 = environment.filters['string']
+        t_3 = environment.filters['q']
     except KeyError:
         @internalcode
         def t_3(*unused):
-            raise TemplateRuntimeError("No filter named 'string' found.")
+            raise TemplateRuntimeError("No filter named 'q' found.")
     try:
-        t_4 = environment.filters['trim']
+        t_4 = environment.filters['string']
     except KeyError:
         @internalcode
         def t_4(*unused):
+            raise TemplateRuntimeError("No filter named 'string' found.")
+    try:
+        t_5 = environment.filters['trim']
+    except KeyError:
+        @internalcode
+        def t_5(*unused):
             raise TemplateRuntimeError("No filter named 'trim' found.")
     pass
     def macro(l_1_args, l_1_ports, l_1_subdomain, l_1_restart):
-        t_5 = []
+        t_6 = []
         l_1_labels = resolve('labels')
         l_1_tailored = resolve('tailored')
         l_1_uid = resolve('uid')
@@ -60,147 +66,147 @@ def root(context, missing=missing):
         if l_1_restart is missing:
             l_1_restart = None
         pass
-        t_5.append(
+        t_6.append(
             'metadata:\n  labels:\n',
         )
         for (l_2_k, l_2_v) in context.call(environment.getattr((undefined(name='labels') if l_1_labels is missing else l_1_labels), 'items')):
             _loop_vars = {}
             pass
-            t_5.extend((
+            t_6.extend((
                 '    ',
-                str(t_2(l_2_k)),
+                escape(environment.finalize(t_3(l_2_k))),
                 ': ',
-                str(t_2(l_2_v)),
+                escape(environment.finalize(t_3(l_2_v))),
                 '\n',
             ))
         l_2_k = l_2_v = missing
-        t_5.append(
+        t_6.append(
             'spec:\n',
         )
         if l_1_subdomain:
             pass
-            t_5.extend((
+            t_6.extend((
                 '  subdomain: ',
-                str(t_2(l_1_subdomain)),
+                escape(environment.finalize(t_3(l_1_subdomain))),
                 '\n',
             ))
         if l_1_restart:
             pass
-            t_5.extend((
+            t_6.extend((
                 '  restartPolicy: ',
-                str(l_1_restart),
+                escape(environment.finalize(l_1_restart)),
                 '\n',
             ))
         if (undefined(name='tailored') if l_1_tailored is missing else l_1_tailored):
             pass
-            t_5.extend((
+            t_6.extend((
                 '  ',
-                str(t_1(t_4(context.call((undefined(name='pod_tailoring') if l_0_pod_tailoring is missing else l_0_pod_tailoring))), 2)),
+                escape(environment.finalize(t_2(t_5(context.call((undefined(name='pod_tailoring') if l_0_pod_tailoring is missing else l_0_pod_tailoring))), 2))),
                 '\n',
             ))
-        t_5.extend((
+        t_6.extend((
             '  securityContext:\n    runAsUser: ',
-            str((undefined(name='uid') if l_1_uid is missing else l_1_uid)),
+            escape(environment.finalize((undefined(name='uid') if l_1_uid is missing else l_1_uid))),
             '\n    runAsGroup: ',
-            str((undefined(name='uid') if l_1_uid is missing else l_1_uid)),
+            escape(environment.finalize((undefined(name='uid') if l_1_uid is missing else l_1_uid))),
             '\n    runAsNonRoot: true\n  containers:\n  - name: ',
-            str(t_2((undefined(name='container') if l_1_container is missing else l_1_container))),
+            escape(environment.finalize(t_3((undefined(name='container') if l_1_container is missing else l_1_container)))),
             '\n    image: ',
-            str(t_2((undefined(name='image') if l_1_image is missing else l_1_image))),
+            escape(environment.finalize(t_3((undefined(name='image') if l_1_image is missing else l_1_image)))),
             '\n    # ',
-            str((undefined(name='pull_note') if l_1_pull_note is missing else l_1_pull_note)),
+            escape(environment.finalize((undefined(name='pull_note') if l_1_pull_note is missing else l_1_pull_note))),
             '\n    imagePullPolicy: ',
-            str((undefined(name='pull_policy') if l_1_pull_policy is missing else l_1_pull_policy)),
+            escape(environment.finalize((undefined(name='pull_policy') if l_1_pull_policy is missing else l_1_pull_policy))),
             "\n    # args, not command: the image's ENTRYPOINT picks NCCL/Gloo interface defaults, then execs these\n    args:\n",
         ))
         for l_2_a in l_1_args:
             _loop_vars = {}
             pass
-            t_5.extend((
+            t_6.extend((
                 '    - ',
-                str(t_2(l_2_a)),
+                escape(environment.finalize(t_3(l_2_a))),
                 '\n',
             ))
         l_2_a = missing
         if (undefined(name='env_pairs') if l_1_env_pairs is missing else l_1_env_pairs):
             pass
-            t_5.append(
+            t_6.append(
                 '    env:\n',
             )
             for (l_2_k, l_2_v) in (undefined(name='env_pairs') if l_1_env_pairs is missing else l_1_env_pairs):
                 _loop_vars = {}
                 pass
-                t_5.extend((
+                t_6.extend((
                     '    - name: ',
-                    str(t_2(l_2_k)),
+                    escape(environment.finalize(t_3(l_2_k))),
                     '\n      value: ',
-                    str(t_2(l_2_v)),
+                    escape(environment.finalize(t_3(l_2_v))),
                     '\n',
                 ))
             l_2_k = l_2_v = missing
-        t_5.append(
+        t_6.append(
             '    ports:\n',
         )
         for (l_2_pname, l_2_port) in l_1_ports:
             _loop_vars = {}
             pass
-            t_5.extend((
+            t_6.extend((
                 '    - name: ',
-                str(t_2(l_2_pname)),
+                escape(environment.finalize(t_3(l_2_pname))),
                 '\n      containerPort: ',
-                str(l_2_port),
+                escape(environment.finalize(l_2_port)),
                 '\n      protocol: TCP\n',
             ))
         l_2_pname = l_2_port = missing
-        t_5.extend((
+        t_6.extend((
             "    # CPUs for the ranks; memory for the ranks plus the memory-backed /dev/shm below (it counts\n    # against the pod's memory): requests make the pod Burstable, not BestEffort\n    resources:\n      requests:\n        cpu: ",
-            str(t_2(t_3((undefined(name='cpus') if l_1_cpus is missing else l_1_cpus)))),
+            escape(environment.finalize(t_3(t_4((undefined(name='cpus') if l_1_cpus is missing else l_1_cpus))))),
             '\n        memory: ',
-            str(t_2((undefined(name='memory') if l_1_memory is missing else l_1_memory))),
+            escape(environment.finalize(t_3((undefined(name='memory') if l_1_memory is missing else l_1_memory)))),
             '\n      limits:\n        memory: ',
-            str(t_2((undefined(name='memory') if l_1_memory is missing else l_1_memory))),
+            escape(environment.finalize(t_3((undefined(name='memory') if l_1_memory is missing else l_1_memory)))),
             '\n',
         ))
         if (undefined(name='gpus') if l_1_gpus is missing else l_1_gpus):
             pass
-            t_5.extend((
+            t_6.extend((
                 '        nvidia.com/gpu: ',
-                str(t_2(t_3((undefined(name='nproc') if l_1_nproc is missing else l_1_nproc)))),
+                escape(environment.finalize(t_3(t_4((undefined(name='nproc') if l_1_nproc is missing else l_1_nproc))))),
                 '\n',
             ))
         for (l_2_k, l_2_v) in (undefined(name='extra_resources') if l_1_extra_resources is missing else l_1_extra_resources):
             _loop_vars = {}
             pass
-            t_5.extend((
+            t_6.extend((
                 '        ',
-                str(t_2(l_2_k)),
+                escape(environment.finalize(t_3(l_2_k))),
                 ': ',
-                str(t_2(l_2_v)),
+                escape(environment.finalize(t_3(l_2_v))),
                 '  # jobs.resources (a device resource: requested as limited)\n',
             ))
         l_2_k = l_2_v = missing
-        t_5.append(
+        t_6.append(
             '    securityContext:\n      allowPrivilegeEscalation: false\n',
         )
         if (undefined(name='infiniband') if l_1_infiniband is missing else l_1_infiniband):
             pass
-            t_5.extend((
+            t_6.extend((
                 '      # RDMA registers (locks) memory. The capability is effective for root; for uid ',
-                str((undefined(name='uid') if l_1_uid is missing else l_1_uid)),
+                escape(environment.finalize((undefined(name='uid') if l_1_uid is missing else l_1_uid))),
                 " the\n      # node's container runtime must also grant an unlimited memlock ulimit (containerd's default).\n      capabilities:\n        add:\n        - IPC_LOCK\n",
             ))
-        t_5.extend((
+        t_6.extend((
             '    volumeMounts:\n    - name: dshm\n      mountPath: /dev/shm\n    - name: smoke-out\n      mountPath: ',
-            str(t_2((undefined(name='out_dir') if l_1_out_dir is missing else l_1_out_dir))),
+            escape(environment.finalize(t_3((undefined(name='out_dir') if l_1_out_dir is missing else l_1_out_dir)))),
             "\n  volumes:\n  # NCCL and DataLoader workers need a large /dev/shm; a container runtime's default is 64Mi.\n  # Memory-backed: it counts against the pod's memory.\n  - name: dshm\n    emptyDir:\n      medium: Memory\n      sizeLimit: ",
-            str(t_2((undefined(name='shm_size') if l_1_shm_size is missing else l_1_shm_size))),
+            escape(environment.finalize(t_3((undefined(name='shm_size') if l_1_shm_size is missing else l_1_shm_size)))),
             '\n  - name: smoke-out\n    emptyDir: {}',
         ))
-        return concat(t_5)
+        return concat(t_6)
     context.exported_vars.add('pod')
     context.vars['pod'] = l_0_pod = Macro(environment, macro, 'pod', ('args', 'ports', 'subdomain', 'restart'), False, False, False, context.eval_ctx.autoescape)
     def macro(l_1_priority, l_1_host):
-        t_6 = []
+        t_7 = []
         l_1_priority_class = resolve('priority_class')
         l_1_host_network = resolve('host_network')
         l_1_node_selector = resolve('node_selector')
@@ -213,63 +219,63 @@ def root(context, missing=missing):
         pass
         if (l_1_priority and (undefined(name='priority_class') if l_1_priority_class is missing else l_1_priority_class)):
             pass
-            t_6.extend((
+            t_7.extend((
                 'priorityClassName: ',
-                str(t_2((undefined(name='priority_class') if l_1_priority_class is missing else l_1_priority_class))),
+                escape(environment.finalize(t_3((undefined(name='priority_class') if l_1_priority_class is missing else l_1_priority_class)))),
                 '\n',
             ))
         if (l_1_host and (undefined(name='host_network') if l_1_host_network is missing else l_1_host_network)):
             pass
-            t_6.append(
+            t_7.append(
                 "# host networking (jobs.host_network): NCCL/RDMA use the node's interfaces; cluster DNS stays\nhostNetwork: true\ndnsPolicy: ClusterFirstWithHostNet\n",
             )
         if (undefined(name='node_selector') if l_1_node_selector is missing else l_1_node_selector):
             pass
-            t_6.append(
+            t_7.append(
                 'nodeSelector:\n',
             )
             for (l_2_k, l_2_v) in (undefined(name='node_selector') if l_1_node_selector is missing else l_1_node_selector):
                 _loop_vars = {}
                 pass
-                t_6.extend((
+                t_7.extend((
                     '  ',
-                    str(t_2(l_2_k)),
+                    escape(environment.finalize(t_3(l_2_k))),
                     ': ',
-                    str(t_2(l_2_v)),
+                    escape(environment.finalize(t_3(l_2_v))),
                     '\n',
                 ))
             l_2_k = l_2_v = missing
         if (undefined(name='tolerations') if l_1_tolerations is missing else l_1_tolerations):
             pass
-            t_6.append(
+            t_7.append(
                 'tolerations:\n',
             )
             for l_2_tol in (undefined(name='tolerations') if l_1_tolerations is missing else l_1_tolerations):
                 _loop_vars = {}
                 pass
-                t_6.extend((
+                t_7.extend((
                     '- ',
-                    str(l_2_tol),
+                    escape(environment.finalize(t_1(l_2_tol))),
                     '\n',
                 ))
             l_2_tol = missing
         if (undefined(name='image_pull_secrets') if l_1_image_pull_secrets is missing else l_1_image_pull_secrets):
             pass
-            t_6.append(
+            t_7.append(
                 'imagePullSecrets:\n',
             )
             for l_2_s in (undefined(name='image_pull_secrets') if l_1_image_pull_secrets is missing else l_1_image_pull_secrets):
                 _loop_vars = {}
                 pass
-                t_6.extend((
+                t_7.extend((
                     '- name: ',
-                    str(t_2(l_2_s)),
+                    escape(environment.finalize(t_3(l_2_s))),
                     '\n',
                 ))
             l_2_s = missing
-        return concat(t_6)
+        return concat(t_7)
     context.exported_vars.add('pod_tailoring')
     context.vars['pod_tailoring'] = l_0_pod_tailoring = Macro(environment, macro, 'pod_tailoring', ('priority', 'host'), False, False, False, context.eval_ctx.autoescape)
 
 blocks = {}
-debug_info = '4=36&7=66&8=71&11=80&12=84&14=87&15=91&17=94&18=98&21=103&22=105&25=107&26=109&27=111&28=113&31=116&32=121&34=125&36=130&37=135&38=137&42=144&43=149&44=151&51=157&52=159&54=161&55=164&56=168&58=171&59=176&63=185&64=189&74=194&81=196&88=202&89=214&90=218&92=221&97=226&99=231&100=236&103=242&105=247&106=252&109=256&111=261&112=266'
+debug_info = '4=42&7=72&8=77&11=86&12=90&14=93&15=97&17=100&18=104&21=109&22=111&25=113&26=115&27=117&28=119&31=122&32=127&34=131&36=136&37=141&38=143&42=150&43=155&44=157&51=163&52=165&54=167&55=170&56=174&58=177&59=182&63=191&64=195&74=200&81=202&88=208&89=220&90=224&92=227&97=232&99=237&100=242&103=248&105=253&106=258&109=262&111=267&112=272'

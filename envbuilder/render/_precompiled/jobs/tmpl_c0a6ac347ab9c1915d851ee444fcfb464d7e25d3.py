@@ -19,17 +19,17 @@ def root(context, missing=missing):
             raise TemplateRuntimeError("No filter named 'q' found.")
     pass
     yield '# Rendered by envbuilder '
-    yield str((undefined(name='version') if l_0_version is missing else l_0_version))
+    yield escape(environment.finalize((undefined(name='version') if l_0_version is missing else l_0_version)))
     yield ': the Kueue LocalQueue the job files of '
-    yield str((undefined(name='target') if l_0_target is missing else l_0_target))
+    yield escape(environment.finalize((undefined(name='target') if l_0_target is missing else l_0_target)))
     yield ' name\n# ('
-    yield str(t_1((undefined(name='queue') if l_0_queue is missing else l_0_queue)))
+    yield escape(environment.finalize(t_1((undefined(name='queue') if l_0_queue is missing else l_0_queue))))
     yield ', label kueue.x-k8s.io/queue-name), in the namespace the jobs run in, pointing at\n# the ClusterQueue '
-    yield str(t_1((undefined(name='cluster_queue') if l_0_cluster_queue is missing else l_0_cluster_queue)))
+    yield escape(environment.finalize(t_1((undefined(name='cluster_queue') if l_0_cluster_queue is missing else l_0_cluster_queue))))
     yield ' (jobs.cluster_queue). A cluster admin usually creates it;\n# apply it only where the namespace has no LocalQueue of that name:\n#   kubectl apply -n NAMESPACE -f kueue-localqueue.yaml\napiVersion: kueue.x-k8s.io/v1beta2\nkind: LocalQueue\nmetadata:\n  name: '
-    yield str(t_1((undefined(name='queue') if l_0_queue is missing else l_0_queue)))
+    yield escape(environment.finalize(t_1((undefined(name='queue') if l_0_queue is missing else l_0_queue))))
     yield '\nspec:\n  clusterQueue: '
-    yield str(t_1((undefined(name='cluster_queue') if l_0_cluster_queue is missing else l_0_cluster_queue)))
+    yield escape(environment.finalize(t_1((undefined(name='cluster_queue') if l_0_cluster_queue is missing else l_0_cluster_queue))))
     yield '\n'
 
 blocks = {}
