@@ -27,7 +27,6 @@ import asyncio
 import hashlib
 import re
 import shutil
-import subprocess
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -182,7 +181,7 @@ def solve_rattler(specs: Sequence[str], channels: Sequence[str], *, platform: st
     return sorted(out, key=lambda p: p["name"])
 
 
-_CHANNEL_RE = re.compile(r"^[A-Za-z0-9/.~][A-Za-z0-9_.:/@+~%-]{0,511}$")
+_CHANNEL_RE = re.compile(r"^[A-Za-z0-9/.~][A-Za-z0-9_.:/@+~%-]{0,511}\Z")
 
 
 def check_channel(c: str) -> str:
@@ -210,10 +209,14 @@ def solve_conda_lock(env_file: Path, platform: str, workdir: Path) -> list[dict]
     exe = shutil.which("conda-lock")
     cmd = ([exe] if exe else ["python", "-m", "conda_lock"]) + [
         "lock", "--file", str(env_file), "--platform", platform, "--lockfile", str(out)]
-    try:
-        r = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
-    except (OSError, subprocess.SubprocessError) as e:
+    from envbuilder import _child
+
+    try:  # the one child runner: output capped (its tail kept), a deadline, signals forwarded
+        r = _child.run(cmd, timeout=1800, cap=8 << 20)
+    except OSError as e:
         raise OperationError(f"cannot run conda-lock: {e}", step="lock") from None
+    if r.timed_out:
+        raise OperationError("conda-lock did not finish in 1800 s", step="lock")
     if r.returncode != 0:
         lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
         raise OperationError(f"conda-lock failed: {lines[-1] if lines else r.returncode}",
