@@ -81,11 +81,11 @@ RDZV_PORT = 29400  # torchrun's c10d rendezvous port
 CONTAINER = "pytorch"  # the container name the training operator looks for
 OUT_DIR = "/tmp/envbuilder-smoke"
 
-_DNS1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
-_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
-_QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|k|M|G|T)?$")
-_SIF = re.compile(r"^[A-Za-z0-9_./+-]+$")
-_SHELL_SAFE = re.compile(r"^[A-Za-z0-9._/:@#+=-]+$")  # needs no quoting inside "..."
+_DNS1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?\Z")
+_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?\Z")
+_QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|k|M|G|T)?\Z")
+_SIF = re.compile(r"^[A-Za-z0-9_./+-]+\Z")
+_SHELL_SAFE = re.compile(r"^[A-Za-z0-9._/:@#+=-]+\Z")  # needs no quoting inside "..."
 _NAME_MAX = 40  # leaves room for "-worker-NN" / "-NN" suffixes within DNS label limits (63)
 
 
@@ -508,43 +508,44 @@ def edit_keys(written: str, edited: str) -> list[str]:
     return keys
 
 
-def guard_edited(folder: str | Path, files: Mapping[str, str | bytes], *, take: bool = False,
-                 written: Mapping[str, str | bytes] | None = None) -> list[str]:
+EDIT_READ_CAP = 1 << 20  # what a hint about an edit reads of an edited job file (its first MiB)
+
+
+def guard_edited(folder: str | Path, files: Mapping[str, str | bytes], *,
+                 take: bool = False) -> dict[str, str]:
     """Before a render replaces ``folder``'s jobs/: a job file the user edited since envbuilder
     wrote it is refused (exit 2) naming the project key that expresses the edit, or with
     ``take`` (``render --take-jobs``) kept as ``FILE.edited`` beside envbuilder's new version.
-    Returns the files kept aside. Other files are left to the writer's own rules."""
+    A check only: nothing changes here. Returns {rel: the name to keep it under}, for the
+    transaction to do with the rest (``_fs.Outputs.add(aside=...)``: checked with every other
+    file, then done, or none of it). Files are reached as the writer reaches them (no link on
+    the way, regular files only) and read to at most EDIT_READ_CAP bytes."""
     import hashlib
-    import os
 
-    from envbuilder._fs import read_manifest
+    from envbuilder import _fs
 
     root = Path(folder)
-    manifest = read_manifest(root)
-    kept: list[str] = []
+    manifest = _fs.read_manifest(root)
+    aside: dict[str, str] = {}
     for rel in sorted(r for r in files if r.startswith("jobs/")):
-        ent, p = manifest.get(rel), root / rel
-        if ent is None or p.is_symlink() or not p.is_file():
-            continue
-        data = p.read_bytes()
+        ent = manifest.get(rel)
+        found = _fs.read_owned(root, rel, EDIT_READ_CAP) if ent is not None else None
+        if ent is None or found is None:
+            continue  # not ours, absent, or behind a link: the writer's own rules refuse it
+        have, head = found
         raw = files[rel]
         new: bytes = raw if isinstance(raw, bytes) else raw.encode()
-        if data == new or hashlib.sha256(data).hexdigest() in (ent.sha256, ent.prev):
+        if have in (ent.sha256, ent.prev, hashlib.sha256(new).hexdigest()):
             continue
+        p = root / rel
         if take:
-            aside = p.with_name(p.name + ".edited")
-            n = 1
-            while os.path.lexists(aside):
-                n += 1
-                aside = p.with_name(f"{p.name}.edited.{n}")
-            os.replace(p, aside)
-            kept.append(str(aside))
+            aside[rel] = _fs.free_name(root, rel + ".edited")
             continue
-        keys = edit_keys(new.decode("utf-8", "replace"), data.decode("utf-8", "replace"))
+        keys = edit_keys(new.decode("utf-8", "replace"), head.decode("utf-8", "replace"))
         how = (f"express it as {', '.join(keys)} in the project file ([jobs], or a target's "
                f"jobs table) and render again" if keys else
                "no [jobs] key expresses this edit (see docs/user-guide.md, Jobs)")
         raise InputError(f"{p} was changed since envbuilder wrote it: envbuilder never overwrites "
                          f"such files; {how}, or take envbuilder's new version with `envbuilder "
                          f"render --take-jobs` (your file is kept as {p.name}.edited)")
-    return kept
+    return aside
