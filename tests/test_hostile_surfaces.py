@@ -16,6 +16,8 @@ reproducer fails on the code before the issue's work (f06a763) for the reason it
 from __future__ import annotations
 
 import json
+import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -24,7 +26,7 @@ from typing import Any, Iterator
 import pytest
 import yaml
 
-from hostile_helpers import ROOT, cli
+from hostile_helpers import ROOT, assert_clean_failure, cli
 
 SCHEMA = ROOT / "envbuilder" / "data" / "project.schema.json"
 
@@ -295,3 +297,333 @@ def test_every_string_field_takes_the_hostile_set(tmp_path, path, plain_render, 
         out = folder / "build" / "t"
         check_yaml_folder(out, plain_render)
         check_scripts(out)
+
+
+# ==============================================================================================
+# I2. One capped reader: every file read is capped, regular, never waited on
+# ==============================================================================================
+
+def _address_space_limit(gib: float):
+    def limit() -> None:
+        import resource
+
+        n = int(gib * (1 << 30))
+        resource.setrlimit(resource.RLIMIT_AS, (n, n))
+    return limit
+
+
+def _run_limited(args: list[str], cwd: Path | None = None, timeout: float = 120,
+                 **extra: str) -> subprocess.CompletedProcess:
+    from hostile_helpers import CLI, env
+
+    return subprocess.run([*CLI, *args], cwd=cwd, capture_output=True, text=True, timeout=timeout,
+                          env=env(**extra), preexec_fn=_address_space_limit(1.5),
+                          stdin=subprocess.DEVNULL)
+
+
+def test_a_3_gib_edited_job_file_costs_no_read(tmp_path):
+    out = tmp_path / "b"
+    assert cli("render", "cpu", "-o", str(out)).returncode == 0
+    with open(out / "jobs/jobset-2x6.yaml", "r+b") as f:  # sparse: 3 GiB of size, no disk
+        f.truncate(3 << 30)
+    p = _run_limited(["render", "cpu", "-o", str(out)])
+    assert_clean_failure(p, 2, "jobset-2x6.yaml", "changed since envbuilder wrote it")
+
+
+def _learned_project(tmp_path: Path) -> Path:
+    proj = tmp_path / "p"
+    proj.mkdir()
+    (proj / "envbuilder.toml").write_text('[[targets]]\nname = "t"\ntarget = "cpu"\n')
+    return proj
+
+
+def _log(tmp_path: Path) -> Path:
+    log = tmp_path / "job.log"
+    log.write_text("[rank0]: RuntimeError: NCCL error: unhandled system error\n")
+    return log
+
+
+@pytest.mark.parametrize("kind", ["fifo", "dev-zero", "3gib"])
+def test_a_team_case_that_is_not_a_small_file_is_refused_unread(tmp_path, kind):
+    proj = _learned_project(tmp_path)
+    cases = proj / ".envbuilder" / "explain-cases"
+    cases.mkdir(parents=True)
+    bad = cases / "x.json"
+    if kind == "fifo":
+        os.mkfifo(bad)
+    elif kind == "dev-zero":
+        bad.symlink_to("/dev/zero")
+    else:
+        with open(bad, "wb") as f:
+            f.truncate(3 << 30)
+    p = _run_limited(["explain", str(_log(tmp_path))], cwd=proj, timeout=60,
+                     ENVBUILDER_NO_FAST_PATH="1")
+    assert_clean_failure(p, 2, "x.json")
+    p = _run_limited(["explain", str(_log(tmp_path))], cwd=proj, timeout=60)  # the fast path
+    assert_clean_failure(p, 2, "x.json")
+
+
+def _in_python(code: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    import sys
+
+    from hostile_helpers import env
+
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=timeout, env=env(), preexec_fn=_address_space_limit(1.5))
+
+
+@pytest.mark.parametrize("record", ["3gib", "[1, 2]"])
+def test_a_sif_record_that_is_not_ours_is_one_clean_refusal(tmp_path, record):
+    sif = tmp_path / "x.sif"
+    sif.write_bytes(b"SIF")
+    side = tmp_path / "x.sif.envbuilder.json"
+    if record == "3gib":
+        with open(side, "wb") as f:
+            f.truncate(3 << 30)
+    else:
+        side.write_text(record)
+    p = _in_python("from pathlib import Path\nfrom envbuilder.errors import InputError\n"
+                   "from envbuilder.run.apptainer import _written_by_us\n"
+                   f"try:\n    _written_by_us(Path({str(sif)!r}))\n"
+                   "except InputError as e:\n    print('refused:', e)\n")
+    assert p.returncode == 0 and p.stdout.startswith("refused:"), p.stdout + p.stderr[-2000:]
+    assert "envbuilder did not write it" in p.stdout
+
+
+def test_a_3_gib_key_is_refused_unread(tmp_path):
+    key = tmp_path / "cosign.pub"
+    with open(key, "wb") as f:
+        f.truncate(3 << 30)
+    p = _run_limited(["verify", "127.0.0.1:1/ml/x@sha256:" + "0" * 64, "--key", str(key)])
+    assert_clean_failure(p, 2, "cosign.pub", "larger than")
+
+
+# ==============================================================================================
+# I3. One child runner: output capped with its tail, a deadline, signals forwarded
+# ==============================================================================================
+
+def _program(folder: Path, name: str, body: str) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    p = folder / name
+    p.write_text("#!/bin/sh\n" + body + "\n")
+    p.chmod(0o755)
+    return folder
+
+
+def test_an_nvidia_smi_that_prints_without_end_costs_a_capped_buffer(tmp_path):
+    # no GPU here: a program in nvidia-smi's place that prints without end (yes(1))
+    bin_dir = _program(tmp_path / "bin", "nvidia-smi", "exec yes 'GPU 0: NVIDIA H100 (UUID: GPU-x)'")
+    p = _run_limited(["doctor", "--json"], timeout=120,
+                     PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    assert p.returncode in (0, 1), p.stderr[-2000:]
+    assert "Traceback" not in p.stderr and "MemoryError" not in p.stderr
+    json.loads(p.stdout)
+
+
+def test_a_child_that_prints_without_end_keeps_its_tail_within_the_cap():
+    from envbuilder import _child
+
+    r = _child.run(["sh", "-c", "yes line | head -c 50000000; echo LAST"], timeout=60, cap=1 << 20)
+    assert r.ok and r.dropped > 40_000_000 and len(r.stdout) <= 1 << 20
+    assert r.stdout.endswith("LAST\n") and r.over_cap() is not None
+
+
+def test_a_child_past_its_deadline_is_stopped_with_its_group():
+    import time
+
+    from envbuilder import _child
+
+    t0 = time.monotonic()
+    r = _child.run(["sh", "-c", "sleep 300 & sleep 300"], timeout=1)
+    assert r.timed_out and r.returncode == _child.TIMED_OUT and time.monotonic() - t0 < 30
+    d = _child.Deadline(0.5, "two commands")
+    r1 = _child.run(["sleep", "5"], timeout=60, deadline=d)
+    assert r1.timed_out and d.passed()
+
+
+@pytest.mark.parametrize("sig, code", [("INT", 130), ("TERM", 143)])
+def test_an_interruption_during_the_apptainer_step_is_130_or_143(tmp_path, sig, code):
+    import signal
+    import time
+
+    from hostile_helpers import start
+
+    # no Apptainer here to interrupt: a program in its place that waits (its group must end
+    # with envbuilder's)
+    marker = tmp_path / "child-started"
+    bin_dir = _program(tmp_path / "bin", "apptainer", f"echo $$ > {marker}; exec sleep 300")
+    p = start("build", "cpu", "--runtime", "apptainer", "--apptainer", str(bin_dir / "apptainer"),
+              "--sif", str(tmp_path / "x.sif"), "--no-smoke", "--no-verify", cwd=tmp_path)
+    deadline = time.time() + 240
+    while not marker.exists() and p.poll() is None and time.time() < deadline:
+        time.sleep(0.1)
+    if not marker.exists():
+        err = p.communicate(timeout=60)[1]
+        pytest.skip(f"the build did not reach the apptainer step here: {err[-500:]}")
+    p.send_signal(getattr(signal, f"SIG{sig}"))
+    err = p.communicate(timeout=120)[1]
+    assert p.returncode == code, err[-2000:]
+    assert "Traceback" not in err
+    child = int(marker.read_text())
+    time.sleep(0.5)
+    with pytest.raises(ProcessLookupError):
+        os.kill(child, 0)
+
+
+# ==============================================================================================
+# I4. One output guard: --take-jobs and learned cases, checks first, changes after
+# ==============================================================================================
+
+def test_take_jobs_through_a_jobs_link_changes_nothing_outside(tmp_path):
+    out = tmp_path / "b"
+    assert cli("render", "cpu", "-o", str(out)).returncode == 0
+    other = tmp_path / "elsewhere"
+    os.rename(out / "jobs", other)
+    (out / "jobs").symlink_to(other)
+    victim = other / "jobset-2x6.yaml"
+    victim.write_text(victim.read_text() + "# the user's own line\n")
+    before = {p.name: p.read_bytes() for p in other.iterdir()}
+    p = cli("render", "cpu", "-o", str(out), "--take-jobs")
+    assert_clean_failure(p, 2, "jobs")
+    assert {p.name: p.read_bytes() for p in other.iterdir()} == before  # no .edited, nothing moved
+
+
+def test_a_refused_take_jobs_render_leaves_the_old_state(tmp_path):
+    out = tmp_path / "b"
+    assert cli("render", "cpu", "-o", str(out)).returncode == 0
+    f = out / "jobs/jobset-2x6.yaml"
+    f.write_text(f.read_text() + "# the user's own line\n")
+    edited = f.read_bytes()
+    (out / "Dockerfile").write_text("FROM scratch\n")  # a file of the user's in the way: refused
+    p = cli("render", "cpu", "-o", str(out), "--take-jobs")
+    assert_clean_failure(p, 2, "Dockerfile")
+    assert f.read_bytes() == edited and not (out / "jobs/jobset-2x6.yaml.edited").exists()
+
+
+def test_explain_learn_writes_through_no_link_out_of_the_project(tmp_path):
+    proj = _learned_project(tmp_path)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (proj / ".envbuilder").symlink_to(outside)
+    p = cli("explain", "--learn", str(_log(tmp_path)), "--category", "network_interface", "--fix", "x",
+            cwd=proj)
+    assert_clean_failure(p, 2, ".envbuilder")
+    assert list(outside.rglob("*")) == []
+
+
+# ==============================================================================================
+# I5. One terminal writer: strings from data shown escaped, one line a message
+# ==============================================================================================
+
+def _overlay(tmp_path: Path) -> Path:
+    ov = tmp_path / "ov"
+    ov.mkdir()
+    (ov / "incompatibilities.yaml").write_text(yaml.safe_dump({"schema_version": 1, "advisories": [{
+        "id": "t-adv", "component": "torch", "affected": ">=2.0", "severity": "high",
+        "symptom": "hangs\nenvbuilder: error: a fake line",
+        "source": "https://example.com/\x1b[31mred"}]}))
+    return ov
+
+
+def test_an_advisory_cannot_print_a_line_of_its_own(tmp_path):
+    p = cli("check", "--cuda", "12.4", "--torch", "2.6", "--matrix-overlay", str(_overlay(tmp_path)))
+    assert not any(ln.startswith("envbuilder: error: a fake line") for ln in p.stderr.splitlines())
+    assert "\x1b" not in p.stderr and "\x1b" not in p.stdout
+    assert "hangs\\nenvbuilder: error: a fake line" in p.stderr
+
+
+def test_an_escape_in_an_advisory_source_never_reaches_stdout_raw(tmp_path):
+    p = cli("resolve", "cpu", "--matrix-overlay", str(_overlay(tmp_path)))
+    assert p.returncode == 0, p.stderr
+    assert "\x1b" not in p.stdout and "\\x1b[31mred" in p.stdout
+
+
+def test_the_cli_writes_to_the_terminal_only_through_the_one_writer():
+    # ui/ and cli.py print through ui.plain.say (and echo_json for the JSON document)
+    for path in [ROOT / "envbuilder/cli.py", *sorted((ROOT / "envbuilder/ui").glob("*.py"))]:
+        text = path.read_text()
+        for m in re.finditer(r"sys\.std(out|err)\.write(lines)?\(|(?<![.\w])print\(", text):
+            line = text[:m.start()].count("\n") + 1
+            snippet = text[m.start():m.start() + 80]
+            ok = path.name == "plain.py" and ("json.dumps" in snippet or "stream.write" in snippet)
+            assert ok, f"{path.name}:{line}: {snippet}"
+
+
+# ==============================================================================================
+# I6. verify --key: a signature counts only as a signature
+# ==============================================================================================
+
+DIGEST = "sha256:" + "a" * 64
+
+
+@pytest.mark.parametrize("printed, counts", [
+    # what cosign 3 prints for an image's signature bundle (https://sigstore.dev/cosign/sign/v1)
+    ({"critical": {"identity": {"docker-reference": "r/x"}, "image": {"docker-manifest-digest": DIGEST},
+                   "type": "https://sigstore.dev/cosign/sign/v1"}, "optional": {}}, True),
+    # cosign 2's simple-signing payload
+    ({"critical": {"identity": {"docker-reference": "r/x"}, "image": {"docker-manifest-digest": DIGEST},
+                   "type": "cosign container image signature"}, "optional": None}, True),
+    # an attestation bundle of the same key for the digest, which cosign 3 also accepts
+    ({"critical": {"identity": {"docker-reference": "r/x"}, "image": {"docker-manifest-digest": DIGEST},
+                   "type": "https://envbuilder.dev/attestations/smoke/v1"}, "optional": {}}, False),
+    # a signature of another image
+    ({"critical": {"image": {"docker-manifest-digest": "sha256:" + "b" * 64},
+                   "type": "https://sigstore.dev/cosign/sign/v1"}}, False),
+    ({"critical": [1, 2]}, False), ([1, 2], False),
+])
+def test_only_a_signature_counts_as_the_signature(printed, counts):
+    from envbuilder.run.sign import _signature_problem, is_signature
+
+    assert is_signature(printed, DIGEST) is counts
+    problem = _signature_problem([printed], DIGEST)
+    assert (problem is None) is counts
+    if not counts:
+        assert problem.startswith("signature: ")
+
+
+# ==============================================================================================
+# I7. Name filters anchored at the true end; init's exit code; explain --top
+# ==============================================================================================
+
+def test_doctor_record_keeps_no_variable_named_with_a_newline(tmp_path):
+    import sys
+
+    from hostile_helpers import env
+
+    e = env()
+    e["PATH\n"] = "secret-value"
+    e["NCCL_DEBUG"] = "INFO"
+    p = subprocess.run([sys.executable, "-m", "envbuilder", "doctor", "--record", str(tmp_path / "r"),
+                        "--json"], capture_output=True, text=True, timeout=300, env=e)
+    assert p.returncode in (0, 1), p.stderr[-2000:]
+    recorded = json.loads((tmp_path / "r" / "env.json").read_text())
+    assert "PATH\n" not in recorded and "secret-value" not in json.dumps(recorded)
+    assert recorded.get("NCCL_DEBUG") == "INFO"
+
+
+def test_patterns_are_anchored_at_the_true_end():
+    # Python's `$` also matches before a final newline: every pattern of the package that
+    # anchors at the end says \Z (a line-by-line parser's too, so none is copied wrong)
+    for path in sorted((ROOT / "envbuilder").rglob("*.py")):
+        if "_precompiled" in path.parts or "payload" in path.parts:
+            continue
+        for n, line in enumerate(path.read_text().splitlines(), 1):
+            if re.search(r'\$"\)', line) and "re.M" not in line and "pushgateway" not in line \
+                    and "endswith" not in line:
+                raise AssertionError(f"{path.relative_to(ROOT)}:{n}: {line.strip()}")
+
+
+def test_init_with_a_torch_the_matrix_lacks_is_2_as_resolve_says(tmp_path):
+    p = cli("init", "--driver", "535.104.05", "--gpus-per-node", "8", "--nodes", "2",
+            "--torch", "9.9", cwd=tmp_path)
+    assert_clean_failure(p, 2, "torch 9.9 is not in the matrix")
+    assert not (tmp_path / "envbuilder.toml").exists()
+
+
+@pytest.mark.parametrize("fast", ["", "1"])
+def test_explain_top_of_thousands_of_digits_is_one_line(tmp_path, fast):
+    log = tmp_path / "x.log"
+    log.write_text("hello\n")
+    extra = {"ENVBUILDER_NO_FAST_PATH": "1"} if fast else {}
+    p = cli("explain", "--top", "9" * 4400, str(log), **extra)
+    assert p.returncode == 2 and "Traceback" not in p.stderr, p.stderr[-500:]

@@ -22,7 +22,7 @@ from envbuilder.render.yamlemit import dump
 
 SMOKE_TYPE = "https://envbuilder.dev/attestations/smoke/v1"  # = run.sign's smoke predicate
 FILE = "admission/clusterimagepolicy.yaml"
-_PEM = re.compile(r"^-----BEGIN PUBLIC KEY-----\n[A-Za-z0-9+/=\n]+-----END PUBLIC KEY-----\n?$")
+_PEM = re.compile(r"^-----BEGIN PUBLIC KEY-----\n[A-Za-z0-9+/=\n]+-----END PUBLIC KEY-----\n?\Z")
 _NAME = re.compile(r"[^a-z0-9-]+")
 
 # the smoke attestation must say the job passed, with at least one rank, and the all-reduce
