@@ -49,6 +49,19 @@ def go_yaml(text: str, tmp: Path) -> list[dict] | None:
     return [d for d in yaml.safe_load_all(p.stdout) if d]
 
 
+def problem(text: str) -> str | None:
+    """The first raw character of a YAML text that ends a line or a comment for a YAML parser
+    (CR, U+0085, U+2028, U+2029), or that parsers refuse or a reviewer cannot see (C0 but tab
+    and LF, DEL, C1, bidi controls, U+FEFF); None when there is none. (Written here, not taken
+    from the emitter it checks.)"""
+    bad = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u200e\u200f\u202a-\u202e"
+                     "\u2066-\u2069\ufeff]")
+    m = bad.search(text)
+    if m is None:
+        return None
+    return f"U+{ord(m.group(0)):04X} at line {text.count(chr(10), 0, m.start()) + 1}"
+
+
 def shape(docs: list[Any]) -> list[tuple]:
     """What a job file is made of: each document's kind and top-level keys."""
     return [(d.get("kind"), tuple(sorted(d))) for d in docs if isinstance(d, dict)]
@@ -62,8 +75,6 @@ def yaml_files(folder: Path) -> dict[str, str]:
 def check_yaml_folder(folder: Path, baseline: dict[str, list[tuple]] | None = None) -> dict:
     """Every YAML file of a render parses, holds no raw line break or control character, and
     (given a baseline) is made of the same documents and keys."""
-    from envbuilder.render.yamlemit import problem
-
     shapes = {}
     for rel, text in yaml_files(folder).items():
         assert problem(text) is None, (rel, problem(text))
