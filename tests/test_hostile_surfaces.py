@@ -422,13 +422,19 @@ def _program(folder: Path, name: str, body: str) -> Path:
 
 
 def test_an_nvidia_smi_that_prints_without_end_costs_a_capped_buffer(tmp_path):
-    # no GPU here: a program in nvidia-smi's place that prints without end (yes(1))
+    # no GPU here: a program in nvidia-smi's place that prints without end (yes(1)). Before the
+    # child runner, doctor kept all of it until its 10 s time-out (14 GB resident, measured
+    # unlimited on f06a763); under this 1.5 GiB limit it ended in "out of memory" (exit 1, an
+    # error document instead of the report)
     bin_dir = _program(tmp_path / "bin", "nvidia-smi", "exec yes 'GPU 0: NVIDIA H100 (UUID: GPU-x)'")
     p = _run_limited(["doctor", "--json"], timeout=120,
                      PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
     assert p.returncode in (0, 1), p.stderr[-2000:]
     assert "Traceback" not in p.stderr and "MemoryError" not in p.stderr
-    json.loads(p.stdout)
+    assert "out of memory" not in p.stdout + p.stderr, p.stdout[-2000:]
+    report = json.loads(p.stdout)  # the host's report, not an error document
+    (driver,) = [c for c in report["checks"] if c["name"] == "driver"]
+    assert "`nvidia-smi -q -x` timed out" in driver["detail"], driver
 
 
 def test_a_child_that_prints_without_end_keeps_its_tail_within_the_cap():
@@ -479,6 +485,31 @@ def test_an_interruption_during_the_apptainer_step_is_130_or_143(tmp_path, sig, 
     time.sleep(0.5)
     with pytest.raises(ProcessLookupError):
         os.kill(child, 0)
+
+
+def test_an_apptainer_that_prints_without_end_costs_a_capped_log(tmp_path):
+    # no Apptainer here: a program in its place that prints 2 GiB (long lines, so that the
+    # test spends its time in the runner, not in line splitting) and fails with a last line.
+    # Before the child runner the build kept every line: under this 1.5 GiB limit its reader
+    # thread died with a MemoryError traceback and the build then waited on a child blocked on
+    # a full pipe (BUILD_TIMEOUT_S, 4 hours; measured on f06a763)
+    import sys
+
+    prog = tmp_path / "bin" / "apptainer"
+    prog.parent.mkdir()
+    prog.write_text(f"#!{sys.executable}\nimport sys\nline = b'x' * 65535 + b'\\n'\n"
+                    "for _ in range(32768):\n    sys.stdout.buffer.write(line)\n"
+                    "sys.stdout.buffer.write(b'FATAL: the last line\\n')\nsys.exit(1)\n")
+    prog.chmod(0o755)
+    p = _run_limited(["build", "cpu", "--runtime", "apptainer", "--apptainer", str(prog),
+                      "--sif", str(tmp_path / "x.sif"), "--no-smoke", "--no-verify"],
+                     cwd=tmp_path, timeout=240)
+    assert p.returncode == 1, p.stderr[-2000:]
+    assert "Traceback" not in p.stderr and "MemoryError" not in p.stderr, p.stderr[-2000:]
+    (error,) = [ln for ln in p.stderr.splitlines() if ln.startswith("envbuilder: error:")]
+    assert "apptainer build failed" in error and error.endswith("FATAL: the last line"), error
+    assert len(p.stderr) < 100_000  # the log's tail, clipped, not the 2 GiB
+    assert not (tmp_path / "x.sif").exists()
 
 
 # ==============================================================================================
@@ -590,6 +621,27 @@ def test_only_a_signature_counts_as_the_signature(printed, counts):
     assert (problem is None) is counts
     if not counts:
         assert problem.startswith("signature: ")
+
+
+COSIGN_OUTPUT = ROOT / "tests" / "fixtures" / "cosign"  # real cosign 3.1.1 stdout (SOURCE.md)
+
+
+@pytest.mark.parametrize("name, counts", [
+    ("verify-signed-and-attested", True), ("verify-attested-never-signed", False),
+    ("verify-signature-corrupt", False), ("verify-signature-of-another-image", False)])
+def test_cosign_3s_recorded_verify_output_counts_only_its_signature(name, counts):
+    """What cosign 3.1.1 printed (and exited 0 for) in each case, through the parser and the
+    check verify --key uses."""
+    from envbuilder.run.sign import _json_lines, _signature_problem
+
+    sigs = _json_lines((COSIGN_OUTPUT / f"{name}.json").read_text(), "verify")
+    assert sigs, name
+    digest = sigs[0]["critical"]["image"]["docker-manifest-digest"]
+    problem = _signature_problem(sigs, digest)
+    assert (problem is None) is counts, problem
+    if not counts:  # an attestation of the same key for the digest is all cosign accepted
+        assert problem.startswith(f"signature: no signature of this key names {digest}")
+        assert "https://envbuilder.dev/attestations/smoke/v1" in problem
 
 
 # ==============================================================================================
