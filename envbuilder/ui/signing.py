@@ -33,7 +33,10 @@ def signed_verdict(image: str, key: str, as_json: bool) -> None:
     if as_json:
         echo_json(d)
     else:
-        rows = [["signature", "ok" if d["signature"] else "FAIL", d["ref"]]]
+        # a failed signature check shows why (which check), not only the digest it was about
+        why = next((e for e in d["errors"] if e.startswith("signature: ")), None)
+        rows = [["signature", "ok" if d["signature"] else "FAIL",
+                 d["ref"] if d["signature"] or why is None else why[len("signature: "):]]]
         rows += [[f"attestation {n}", "ok" if a["ok"] else "FAIL", a["error"] or a["type"]]
                  for n, a in d["attestations"].items()]
         table(f"envbuilder verify {image} --key {key}", ["check", "ok", "detail"], rows)
