@@ -168,6 +168,9 @@ def test_an_emoji_in_the_command_and_in_an_env_value_is_written_as_itself(tmp_pa
 
 
 def test_an_env_value_with_a_line_separator_stays_one_value(tmp_path, plain_render):
+    # a guard, not a reproducer: f06a763 already wrote env values as JSON strings, whose
+    # ASCII escapes (\u2028, \u0085) YAML reads back whole; it broke only on astral
+    # characters (the emoji test above)
     proj = _project(tmp_path / "p", {"env": {"A": "x\u2028evil: pwned #", "B": "y\u0085z"}})
     p = cli("render", cwd=proj)
     assert p.returncode == 0, p.stderr
