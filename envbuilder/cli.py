@@ -10,7 +10,6 @@ No traceback reaches a user (set ENVBUILDER_DEBUG=1 to see one).
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Any, List, Optional
 
@@ -25,8 +24,8 @@ from envbuilder.ui.options import (CASCADE, COMPONENT_CHECKED, COMPONENT_NAMES, 
                                    SmokeTimeoutOpt, TorchOpt, complete_axis, complete_target,
                                    spec_options)
 from envbuilder.ui.output import (Progress, argument_types_off, command, console, echo_json,
-                                  exit_for_failures, print_build, print_lock, print_warnings, print_smoke, print_stack, readable_metavars, run_app, table,
-                                  warn)
+                                  exit_for_failures, print_build, print_lock, print_warnings, print_smoke, print_stack, readable_metavars, run_app, say,
+                                  table, warn)
 
 app = typer.Typer(
     name="envbuilder",
@@ -48,7 +47,7 @@ def _version(value: bool) -> None:
     if value:
         from envbuilder import __version__
 
-        sys.stdout.write(f"envbuilder {__version__}\n")
+        say(f"envbuilder {__version__}")
         raise typer.Exit(0)
 
 
@@ -111,7 +110,7 @@ def resolve(target: Optional[str] = typer.Argument(None, autocompletion=complete
             "failed": [{"target": o.spec.name, "error": o.error.to_dict()} for o in outcomes if o.error is not None]})
     for o, d in stacks if not as_json else ():
         if target is None:
-            sys.stdout.write(f"{o.spec.name}:\n")
+            say(f"{o.spec.name}:")
         print_stack(d)
     exit_for_failures(outcomes)
 
@@ -135,10 +134,10 @@ def check(cuda: Optional[str] = typer.Option(None, "--cuda", help="CUDA version,
         return echo_json(r)
     given = ", ".join(f"{k} {v}" for k, v in r["given"].items())
     sat = {k: v for k, v in r["satisfied_by"].items() if k not in r["given"] or v != r["given"][k]}
-    sys.stdout.write(f"ok: {given} can work together"
-                     + (f" (e.g. {', '.join(f'{k} {v}' for k, v in sat.items())})\n" if sat else "\n"))
+    say(f"ok: {given} can work together"
+        + (f" (e.g. {', '.join(f'{k} {v}' for k, v in sat.items())})" if sat else ""))
     for d in r.get("driver", ()):  # driver first (--driver with --torch, no --cuda)
-        sys.stdout.write(f"  torch {d['torch']}+{d['variant']}: driver >= {d['driver_min']} (CUDA {d['toolkit']}): {d['runs']}\n")
+        say(f"  torch {d['torch']}+{d['variant']}: driver >= {d['driver_min']} (CUDA {d['toolkit']}): {d['runs']}")
     for w in r["warnings"]:
         warn(w)
 
@@ -161,11 +160,11 @@ def render(target: Optional[str] = TargetArg, out: Optional[Path] = OutOpt,
         return echo_json(reports[0] if target is not None else {"rendered": reports})
     for r in reports if not quiet else ():
         d = r["stack"]
-        sys.stdout.write(f"{r['target']}: {d['tag']} (base {d['base_image']}) -> {r['out']}\n")
+        say(f"{r['target']}: {d['tag']} (base {d['base_image']}) -> {r['out']}")
         if not r["jobs"]["pinned"]:
-            sys.stdout.write(f"  jobs/ pull {r['jobs']['image']} by tag: `build --push REPO --context DIR` pins them to the digest\n")
+            say(f"  jobs/ pull {r['jobs']['image']} by tag: `build --push REPO --context DIR` pins them to the digest")
         if target is not None:
-            sys.stdout.writelines(f"  {Path(r['out']) / f}\n" for f in r["files"])
+            say(*(f"  {Path(r['out']) / f}" for f in r["files"]))
     print_warnings(reports)
 
 
@@ -221,13 +220,13 @@ def bake(out: Optional[Path] = OutOpt, all_: bool = AllOpt, only: Optional[List[
     if as_json:
         return echo_json(r)
     folder = Path(r["bake_file"]).parent
-    sys.stdout.write(f"{r['bake_file']}: run `docker buildx bake -f docker-bake.hcl` in {folder}\n")
+    say(f"{r['bake_file']}: run `docker buildx bake -f docker-bake.hcl` in {folder}")
     if r["bake"].get("aliases"):
-        sys.stdout.write(f"  moving aliases (pushed by `envbuilder build --push` after the smoke job): {', '.join(r['bake']['aliases'])}\n")
+        say(f"  moving aliases (pushed by `envbuilder build --push` after the smoke job): {', '.join(r['bake']['aliases'])}")
     for t in r["targets"]:  # locked whenever a lock exists: say which targets have none
         said = ("installs from its requirements.lock" + (f" (copied from {t['lock_from']})" if t["lock_from"] else "")
                 if t["locked"] else f"no lock in {t['out']} (unlocked; `envbuilder lock {t['target']}` writes one in {t['lock_default']})")
-        sys.stdout.write(f"  {t['target']}: {said}\n")
+        say(f"  {t['target']}: {said}")
     print_warnings(r["targets"])
 
 
@@ -242,7 +241,7 @@ def ci(github: bool = typer.Option(False, "--github", help="Write a GitHub Actio
     from envbuilder.api import write_ci
 
     path = write_ci(out, registry=registry, github=github, matrix_dir=matrix, install=install)
-    echo_json({"workflow": str(path)}) if as_json else sys.stdout.write(f"{path}\n")
+    echo_json({"workflow": str(path)}) if as_json else say(f"{path}")
 
 
 # -- build and smoke ------------------------------------------------------------------------
@@ -279,7 +278,7 @@ def build(target: Optional[str] = TargetArg, all_: bool = AllOpt, only: Optional
     from envbuilder import api
 
     if lock_legacy is not None and lock_file is None:
-        sys.stderr.write("envbuilder: warning: build --lock PATH is now --lock-file PATH (--lock is render's flag: lock first)\n")
+        say("envbuilder: warning: build --lock PATH is now --lock-file PATH (--lock is render's flag: lock first)", err=True)
     opts = api.build_options(
         verify=not no_verify, ca_cert=ca_cert, wheelhouse=wheelhouse, tags=tuple(tag or ()),
         proxies={"HTTP_PROXY": http_proxy, "HTTPS_PROXY": https_proxy, "NO_PROXY": no_proxy},
@@ -353,7 +352,7 @@ def smoke(image: Optional[str] = typer.Argument(None, help="The image to test (o
         first = result.failed[0] if result.failed else None
         if first and result.details.get(first):
             msg += f" ({result.details[first].splitlines()[0][:200]})"
-        sys.stderr.write(f"envbuilder: error: {safe_text(msg)}\n")
+        say(f"envbuilder: error: {safe_text(msg)}", err=True)
         raise typer.Exit(EXIT_FAILED)
 
 
@@ -380,8 +379,8 @@ def verify(image: str = typer.Argument(..., help="An image built by envbuilder (
                [[c["name"], "ok" if c["ok"] else "FAIL", c["detail"]] for c in d["checks"]])
     if not r.ok:
         if not as_json:
-            sys.stderr.write(f"envbuilder: error: {safe_text(image)} is not what its labels say: "
-                             f"{safe_text(r.summary())}\n")
+            say(f"envbuilder: error: {safe_text(image)} is not what its labels say: "
+                             f"{safe_text(r.summary())}", err=True)
         raise typer.Exit(EXIT_FAILED)
 
 
@@ -411,8 +410,8 @@ def doctor(target: Optional[str] = typer.Option(None, "--target", help="Also jud
                 for c in checks])
     if failed:
         if not as_json:
-            sys.stderr.write(f"envbuilder: error: {len(failed)} check(s) failed: "
-                             f"{', '.join(c.name for c in failed)}\n")
+            say(f"envbuilder: error: {len(failed)} check(s) failed: "
+                             f"{', '.join(c.name for c in failed)}", err=True)
         raise typer.Exit(EXIT_FAILED)
 
 
@@ -444,15 +443,15 @@ def matrix_verify(pypi: str = typer.Option("https://pypi.org/simple", "--pypi-in
     if as_json:
         echo_json(rep.to_dict())
     else:
-        sys.stdout.write(rep.headline() + "\n")  # first: what could not be reached
+        say(rep.headline())  # first: what could not be reached
         for f in rep.findings:
-            sys.stdout.write(f"{f.kind}: {f}\n")
-        sys.stdout.write(f"{len(rep.agreed)} facts agree; {len(rep.of('disagree'))} disagreements, "
-                         f"{len(rep.of('new'))} new, {len(rep.of('skipped'))} skipped, {len(rep.of('unverified'))} unverified\n")
+            say(f"{f.kind}: {f}")
+        say(f"{len(rep.agreed)} facts agree; {len(rep.of('disagree'))} disagreements, "
+                         f"{len(rep.of('new'))} new, {len(rep.of('skipped'))} skipped, {len(rep.of('unverified'))} unverified")
     if write_overlay:
-        sys.stderr.write(f"overlay: {', '.join(write_verify_overlay(rep, write_overlay, matrix_dir=matrix)) or 'nothing new'} in {write_overlay}\n")
+        say(f"overlay: {', '.join(write_verify_overlay(rep, write_overlay, matrix_dir=matrix)) or 'nothing new'} in {write_overlay}", err=True)
     if rep.error:
-        sys.stderr.write(f"envbuilder: error: {rep.error}\n")
+        say(f"envbuilder: error: {rep.error}", err=True)
     if not rep.ok:
         raise typer.Exit(EXIT_FAILED)
 

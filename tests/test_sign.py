@@ -310,6 +310,171 @@ def test_unsigned_image_and_a_retagged_tag_exit_1(signed, keys, sign_registry, d
             docker_client.images.remove(f"{repo}:{t}")
 
 
+# -- the registry's own API, for a test that changes what a digest carries -------------------
+
+OCI_INDEX = "application/vnd.oci.image.index.v1+json"
+OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
+SIGN_TYPE = "https://sigstore.dev/cosign/sign/v1"  # cosign 3's signature bundle
+
+
+def _get(registry: Registry, path: str, accept: str | None = None) -> bytes:
+    req = urllib.request.Request(f"http://{registry.address}/v2/{path}",
+                                 headers={"Accept": accept} if accept else {})
+    with urllib.request.urlopen(req, timeout=30) as r:
+        return r.read()
+
+
+def _put_manifest(registry: Registry, repo: str, ref: str, body: bytes, media_type: str) -> str:
+    req = urllib.request.Request(f"http://{registry.address}/v2/{repo}/manifests/{ref}", data=body,
+                                 method="PUT", headers={"Content-Type": media_type})
+    with urllib.request.urlopen(req, timeout=30) as r:
+        return r.headers["Docker-Content-Digest"]
+
+
+def _put_blob(registry: Registry, repo: str, data: bytes) -> str:
+    import hashlib
+
+    digest = "sha256:" + hashlib.sha256(data).hexdigest()
+    start = urllib.request.Request(f"http://{registry.address}/v2/{repo}/blobs/uploads/",
+                                   method="POST")
+    with urllib.request.urlopen(start, timeout=30) as r:
+        loc = r.headers["Location"]
+    url = loc if loc.startswith("http") else f"http://{registry.address}{loc}"
+    req = urllib.request.Request(f"{url}{'&' if '?' in url else '?'}digest={digest}", data=data,
+                                 method="PUT", headers={"Content-Type": "application/octet-stream"})
+    urllib.request.urlopen(req, timeout=30).close()
+    return digest
+
+
+def _push_artifact(registry: Registry, repo: str, content: bytes) -> str:
+    """A one-layer OCI image pushed through the registry API; its manifest digest."""
+    import hashlib
+
+    cfg = json.dumps({"architecture": "amd64", "os": "linux", "rootfs": {
+        "type": "layers", "diff_ids": ["sha256:" + hashlib.sha256(content).hexdigest()]}}).encode()
+    man = {"schemaVersion": 2, "mediaType": OCI_MANIFEST,
+           "config": {"mediaType": "application/vnd.oci.image.config.v1+json",
+                      "digest": _put_blob(registry, repo, cfg), "size": len(cfg)},
+           "layers": [{"mediaType": "application/vnd.oci.image.layer.v1.tar",
+                       "digest": _put_blob(registry, repo, content), "size": len(content)}]}
+    return _put_manifest(registry, repo, "eb-sign-other", json.dumps(man).encode(), OCI_MANIFEST)
+
+
+def _signature_entry(registry: Registry, repo: str, index: dict) -> dict:
+    """The entry of a digest's referrers index (cosign 3's bundles) that is its signature."""
+    for e in index["manifests"]:
+        m = json.loads(_get(registry, f"{repo}/manifests/{e['digest']}", OCI_MANIFEST))
+        if (m.get("annotations") or {}).get("dev.sigstore.bundle.predicateType") == SIGN_TYPE:
+            return e
+    raise AssertionError(f"no signature bundle in {index}")
+
+
+def _corrupt(registry: Registry, repo: str, entry: dict) -> dict:
+    """``entry``'s signature bundle with one byte of its DSSE signature flipped, pushed as a new
+    manifest; the index entry that names it."""
+    man = json.loads(_get(registry, f"{repo}/manifests/{entry['digest']}", OCI_MANIFEST))
+    layer = man["layers"][0]
+    bundle = json.loads(_get(registry, f"{repo}/blobs/{layer['digest']}"))
+    sig = bytearray(base64.b64decode(bundle["dsseEnvelope"]["signatures"][0]["sig"]))
+    sig[-5] ^= 0xFF
+    bundle["dsseEnvelope"]["signatures"][0]["sig"] = base64.b64encode(bytes(sig)).decode()
+    data = json.dumps(bundle).encode()
+    layer["digest"], layer["size"] = _put_blob(registry, repo, data), len(data)
+    body = json.dumps(man).encode()
+    import hashlib
+
+    got = _put_manifest(registry, repo, "sha256:" + hashlib.sha256(body).hexdigest(), body,
+                        OCI_MANIFEST)
+    return {**entry, "digest": got, "size": len(body)}
+
+
+@engine
+def test_a_corrupt_signature_or_another_images_fails_beside_a_good_attestation(signed, keys,
+                                                                                 sign_registry):
+    """Issue 47: cosign 3 verifies every bundle of the key on a digest, and exits 0 when only
+    an attestation verifies (tests/fixtures/cosign). The signed digest's referrers index (the
+    registry has no referrers API: cosign keeps it at the ``sha256-<hex>`` tag) is changed
+    twice: its signature bundle corrupted (one byte of the DSSE signature), then replaced by
+    another image's signature made by the same key. The four attestations stay good. Either
+    way ``verify --key`` is exit 1 and names the signature check; the index put back, the
+    digest passes again."""
+    cosign = _cosign()
+    (key, pub), _ = keys
+    repo, digest, ref = "ml/signed", signed["digest"], signed["ref"]
+    tag = digest.replace(":", "-")
+    original = _get(sign_registry, f"{repo}/manifests/{tag}", OCI_INDEX)
+    good_entry = _signature_entry(sign_registry, repo, json.loads(original))
+    other = _push_artifact(sign_registry, repo, b"another image, signed by the same key\n")
+    subprocess.run([cosign, "sign", "--key", str(key), "--tlog-upload=false",
+                    "--use-signing-config=false", "--yes", "--allow-insecure-registry",
+                    f"{sign_registry.address}/{repo}@{other}"],
+                   env=_env(), check=True, capture_output=True, timeout=120)
+    other_entry = _signature_entry(
+        sign_registry, repo,
+        json.loads(_get(sign_registry, f"{repo}/manifests/{other.replace(':', '-')}", OCI_INDEX)))
+    flags = ["--insecure-ignore-tlog", "--allow-insecure-registry"]
+    try:
+        for case, entry in (("corrupt", _corrupt(sign_registry, repo, good_entry)),
+                            ("another image's", other_entry)):
+            index = json.loads(original)
+            index["manifests"] = [entry if e == good_entry else e for e in index["manifests"]]
+            _put_manifest(sign_registry, repo, tag, json.dumps(index).encode(), OCI_INDEX)
+            # cosign itself still says yes: the smoke, verify, SBOM and provenance bundles
+            v = subprocess.run([cosign, "verify", "--key", str(pub), *flags, ref],
+                               capture_output=True, text=True, timeout=120)
+            assert v.returncode == 0, (case, v.stderr)
+            printed = {s["critical"]["type"] for s in json.loads(v.stdout)}
+            assert SIGN_TYPE not in printed and printed <= set(TYPES), (case, printed)
+
+            p = _cli("verify", ref, "--key", str(pub), "--json")
+            assert p.returncode == 1, (case, p.stdout[-2000:], p.stderr[-2000:])
+            d = json.loads(p.stdout)
+            assert d["ok"] is False and d["signature"] is False, case
+            assert all(a["ok"] for a in d["attestations"].values()), (case, d["attestations"])
+            (why,) = d["errors"]
+            assert why.startswith(f"signature: no signature of this key names {digest}"), (case, why)
+            p = _cli("verify", ref, "--key", str(pub))
+            assert p.returncode == 1, (case, p.stderr)
+            (line,) = p.stderr.strip().splitlines()
+            assert line.startswith("envbuilder: error:") and "signature: no signature" in line, line
+            assert "Traceback" not in p.stderr
+    finally:
+        _put_manifest(sign_registry, repo, tag, original, OCI_INDEX)
+    good = _cli("verify", ref, "--key", str(pub), "--json")
+    assert good.returncode == 0, good.stdout[-2000:] + good.stderr[-2000:]
+    assert json.loads(good.stdout)["signature"] is True
+
+
+def test_verify_ends_at_its_deadline_when_the_registry_drips(keys):
+    """Issue 47: a registry that answers the image at once and then drips its referrers (a
+    byte every 0.5 s) kept ``verify --key`` running past 170 s: each cosign command had 300 s
+    and there was no deadline over them. Real cosign against a registry stand-in (the drip
+    is what no registry here does); ENVBUILDER_VERIFY_DEADLINE bounds them all."""
+    import time
+
+    from hostile_helpers import HostileRegistry, digest
+
+    (_, pub), _ = keys
+    with HostileRegistry() as reg:
+        d = reg.serve_image()
+        want = digest(d["manifest"])
+        reg.routes["/v2/"] = reg.send(b"{}", ctype="application/json")
+        head = (b"HTTP/1.1 200 OK\r\nContent-Type: " + OCI_INDEX.encode()
+                + b"\r\nContent-Length: 100000\r\n\r\n")
+        for path in (f"/v2/ml/x/referrers/{want}", f"/v2/ml/x/manifests/{want.replace(':', '-')}",
+                     f"/v2/ml/x/manifests/{want.replace(':', '-')}.sig"):
+            reg.routes[path] = reg.drip(head, every=0.5, most=400)
+        t0 = time.monotonic()
+        p = _cli("verify", f"{reg.host}/ml/x@{want}", "--key", str(pub),
+                 env=_env(ENVBUILDER_VERIFY_DEADLINE="8"), timeout=120)
+        took = time.monotonic() - t0
+        assert p.returncode == 1, p.stdout[-2000:] + p.stderr[-2000:]
+        (line,) = p.stderr.strip().splitlines()
+        assert "did not finish within the command's deadline (8 s" in line, line
+        assert took < 60, took
+        assert reg.seen("/referrers/") or reg.seen("sha256-"), reg.requests  # cosign got there
+
+
 @engine
 def test_a_failing_smoke_job_leaves_nothing_signed(cpu_build, docker_client, base_image,
                                                    wheelhouse, ca_bundle, sign_registry, keys,

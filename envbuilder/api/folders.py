@@ -115,13 +115,14 @@ def render(specs: Sequence[TargetSpec], out: str | Path | None = None, *, single
         out_dir(s, out, single=single),
         *_spec_files(s, out_dir(s, out, single=single), matrix_dir=matrix_dir, lock=lock)))
     _raise_failed(made)
-    for o in made:
-        assert o.value is not None
-        guard_edited(o.value[0], o.value[2], take=take_jobs)
+    # hand-edited job files: refused, or (take_jobs) kept aside by the transaction itself, so
+    # a refused render changes nothing (the one output guard, _fs)
+    asides = [guard_edited(o.value[0], o.value[2], take=take_jobs) for o in made
+              if o.value is not None]
     with Outputs("render", root=_out_root(specs, out)) as tx:
-        for o in made:
+        for o, aside in zip(made, asides):
             assert o.value is not None
-            tx.add(o.value[0], o.value[2], group="render")
+            tx.add(o.value[0], o.value[2], group="render", aside=aside)
         tx.commit()
     return [_report(o.spec, *o.value) for o in made if o.value is not None]
 

@@ -99,6 +99,8 @@ def choose(matrix: Matrix, *, driver: str, gpus_per_node: int, nodes: int,
             if not native:
                 refused.append(f"{target}: {str(e).split(': ', 1)[-1][:200]}")
             continue
+        except InputError:  # a pin the matrix does not know (--torch 9.9): bad input, exit 2,
+            raise           # as resolve says it, not "upgrade the driver"
         except EnvbuilderError:
             continue
         compat = [w for w in st.warnings if w.rule == "driver_cuda"]

@@ -41,16 +41,16 @@ DEFAULT_RUNTIME = "torch-distributed"
 # envbuilder sets these itself (from the layout): a team's resources name others
 OWN_RESOURCES = ("cpu", "memory", "nvidia.com/gpu")
 
-_DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-_DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
-_LABEL_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
-_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
-_QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|k|M|G|T)?$")
+_DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?\Z")
+_DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*\Z")
+_LABEL_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]\Z")
+_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?\Z")
+_QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|k|M|G|T)?\Z")
 # Slurm's --time: minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS
 _SLURM_TIME = re.compile(r"^([0-9]+|[0-9]+:[0-9]{2}|[0-9]+:[0-9]{2}:[0-9]{2}|[0-9]+-[0-9]+"
-                         r"|[0-9]+-[0-9]+:[0-9]{2}|[0-9]+-[0-9]+:[0-9]{2}:[0-9]{2})$")
-_SLURM_NAME = re.compile(r"^[A-Za-z0-9_.,+-]{1,128}$")  # partition(s), account, qos
-_SLURM_CONSTRAINT = re.compile(r"^[A-Za-z0-9_.,&|()\[\]*:!+-]{1,256}$")
+                         r"|[0-9]+-[0-9]+:[0-9]{2}|[0-9]+-[0-9]+:[0-9]{2}:[0-9]{2})\Z")
+_SLURM_NAME = re.compile(r"^[A-Za-z0-9_.,+-]{1,128}\Z")  # partition(s), account, qos
+_SLURM_CONSTRAINT = re.compile(r"^[A-Za-z0-9_.,&|()\[\]*:!+-]{1,256}\Z")
 _TOLERATION_KEYS = ("key", "operator", "value", "effect", "toleration_seconds")
 _OPERATORS = ("Exists", "Equal")
 _EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")

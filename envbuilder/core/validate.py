@@ -15,17 +15,17 @@ from packaging.version import InvalidVersion, Version
 
 from envbuilder.errors import InputError
 
-_VERSION_RE = re.compile(r"^[0-9]+(\.[0-9]+){0,3}$")
+_VERSION_RE = re.compile(r"^[0-9]+(\.[0-9]+){0,3}\Z")
 # docker/distribution reference grammar, simplified but strict: [host[:port]/]path[:tag][@digest]
 _COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
 _HOST = r"(?:[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?(?:\.[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?)*|\[[0-9a-fA-F:]+\])(?::[0-9]+)?"
-_REPO_RE = re.compile(rf"^(?:{_HOST}/)?{_COMPONENT}(?:/{_COMPONENT})*$")
-_TAG_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
-_DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
-_URL_RE = re.compile(r"^(https?|file)://[A-Za-z0-9._~:/?#\[\]@!$&'()*+,;=%-]+$")
-_SAFE_URL_RE = re.compile(r"^(https?|file)://[A-Za-z0-9._~:/?#@%+=,-]+$")
-ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")  # an environment variable's name
-_ENV_VALUE_RE = re.compile(r"^[A-Za-z0-9_.,;:/=+^@%-]*$")
+_REPO_RE = re.compile(rf"^(?:{_HOST}/)?{_COMPONENT}(?:/{_COMPONENT})*\Z")
+_TAG_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}\Z")
+_DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}\Z")
+_URL_RE = re.compile(r"^(https?|file)://[A-Za-z0-9._~:/?#\[\]@!$&'()*+,;=%-]+\Z")
+_SAFE_URL_RE = re.compile(r"^(https?|file)://[A-Za-z0-9._~:/?#@%+=,-]+\Z")
+ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")  # an environment variable's name
+_ENV_VALUE_RE = re.compile(r"^[A-Za-z0-9_.,;:/=+^@%-]*\Z")
 
 
 def version(value: str, what: str) -> Version:
@@ -38,7 +38,7 @@ def version(value: str, what: str) -> Version:
         raise InputError(f"{what} {value!r} is not a version") from None
 
 
-_FT_PYTHON_RE = re.compile(r"^3\.[0-9]{1,2}t$")
+_FT_PYTHON_RE = re.compile(r"^3\.[0-9]{1,2}t\Z")
 
 
 def free_threaded_python(value: str) -> bool:
@@ -46,9 +46,9 @@ def free_threaded_python(value: str) -> bool:
     return isinstance(value, str) and bool(_FT_PYTHON_RE.fullmatch(value))
 
 
-_DATE_RE = re.compile(r"^[0-9]{4}-[0-9]{2}-[0-9]{2}$")
+_DATE_RE = re.compile(r"^[0-9]{4}-[0-9]{2}-[0-9]{2}\Z")
 _TIME_RE = re.compile(r"^[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt ][0-9]{2}:[0-9]{2}(:[0-9]{2}(\.[0-9]{1,6})?)?"
-                      r"([Zz]|[+-][0-9]{2}:[0-9]{2})?$")
+                      r"([Zz]|[+-][0-9]{2}:[0-9]{2})?\Z")
 
 
 def exclude_newer(value: str | None) -> str | None:

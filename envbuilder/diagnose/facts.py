@@ -97,7 +97,7 @@ _TORCHRUN_RANK = lazy(r"^\s*rank\s*:\s*(\d+) \(local_rank")
 _TORCHRUN_HOST = lazy(r"^\s*host\s*:\s*([\w.\-]+)")
 _FRAME = lazy(r'File "([^"]+)", line (\d+), in (\S+)')
 _EXCEPTION = lazy(r"^\s*(?:\[(?:default)?rank\d+\]:\s*)?((?:[A-Za-z_][\w]*\.)*[A-Z]\w*(?:Error|Exception|Exit|Interrupt|Failure))"
-                        r"(?::\s?(.*))?$")
+                        r"(?::\s?(.*))?\Z")
 _LD_PATH = lazy(r"LD_LIBRARY_PATH[=:\s]+\"?([^\s\"]+)")
 _LIB_LOADED = lazy(r"((?:/[\w.+\-]+)+/(libcudnn\w*|libcublas\w*|libnccl)\.so[.\d]*)")
 _IB_DISABLED = lazy(r"NCCL_IB_DISABLE\s*(?:set by environment to|=|:)\s*\"?1")

@@ -315,15 +315,23 @@ def build_corpus(cases_yaml: Path, corpus: Path, fixes: dict[str, str] | None = 
 # ----------------------------------------------------------------------------- team cases
 
 
+TEAM_CASE_CAP = 4 << 20  # one learned case (a log's excerpt and its terms): far below this
+
+
 def load_team_cases(folder: Path | None) -> list[KnownCase]:
     """The team's learned cases (``*.json`` in ``folder``); none when the folder is absent.
     A file that is not a case is an InputError naming it."""
     if folder is None or not folder.is_dir():
         return []
+    from envbuilder.core.readfile import read_text_capped
+
     out = []
     for path in sorted(folder.glob("*.json")):
+        # the one capped reader: a FIFO, a device, a link to one or a 3 GiB file is refused
+        # unread (exit 2 naming it and the cap), never read whole nor waited on
+        text = read_text_capped(path, "team case", limit=TEAM_CASE_CAP)
         try:
-            c = json.loads(path.read_text(encoding="utf-8"))
+            c = json.loads(text)
             out.append(KnownCase(str(c["id"]), str(c["category"]), str(c["cause"]), str(c["fix"]),
                                  str(c.get("url", "")), str(c.get("excerpt", "")),
                                  {str(k): int(v) for k, v in c["terms"].items()}, True))

@@ -37,7 +37,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
 import tempfile
 import urllib.parse
 from concurrent.futures import ThreadPoolExecutor
@@ -316,11 +315,14 @@ def resolve_pins(uv: str, requirement: str, python: str, index: str,
     if extra:
         cmd += ["--index-strategy", "unsafe-best-match"]
     env = dict(os.environ, UV_PYTHON_DOWNLOADS="never", NO_COLOR="1")
-    try:
-        r = subprocess.run(cmd, input=requirement + "\n", capture_output=True, text=True, env=env,
-                           timeout=UV_TIMEOUT_S, cwd=tempfile.gettempdir())
-    except subprocess.TimeoutExpired:
-        raise IndexUnreachable(f"uv pip compile {requirement} took over {UV_TIMEOUT_S} s") from None
+    from envbuilder import _child
+
+    r = _child.run(cmd, input=requirement + "\n", env=env, timeout=UV_TIMEOUT_S,
+                   cwd=tempfile.gettempdir(), cap=16 << 20)
+    if r.timed_out:
+        raise IndexUnreachable(f"uv pip compile {requirement} took over {UV_TIMEOUT_S} s")
+    if r.dropped:
+        raise RuntimeError(r.over_cap())
     if r.returncode != 0:
         lines = [ln.strip() for ln in r.stderr.splitlines() if ln.strip()]
         text = " ".join(lines)

@@ -23,10 +23,10 @@ INSTALL_HINT = "pip install --require-hashes --no-deps -r requirements.lock"
 MAX_LOCK_BYTES = 8 << 20
 
 
-_HASH_RE = re.compile(r"^--hash=sha256:[0-9a-f]{64}$")
+_HASH_RE = re.compile(r"^--hash=sha256:[0-9a-f]{64}\Z")
 
 
-NCCL_WHEEL_RE = re.compile(r"^nvidia-nccl-cu(\d+)$")
+NCCL_WHEEL_RE = re.compile(r"^nvidia-nccl-cu(\d+)\Z")
 
 
 @dataclass(frozen=True)
@@ -51,7 +51,7 @@ def lock_digest(path: str | Path) -> str:
 
 
 _REQ_LINE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(\[[A-Za-z0-9,._ -]*\])?==[A-Za-z0-9.+!_*-]+"
-                          r"( *; *[A-Za-z0-9_.<>=!~'\" ()-]+)? *\\?$")
+                          r"( *; *[A-Za-z0-9_.<>=!~'\" ()-]+)? *\\?\Z")
 
 
 _PYTHON_HEADER_RE = re.compile(r"^# python: ([0-9.]+)")

@@ -17,13 +17,12 @@ from __future__ import annotations
 import re
 from typing import Any
 
-import yaml
-
 from envbuilder.errors import InputError
+from envbuilder.render.yamlemit import dump
 
 SMOKE_TYPE = "https://envbuilder.dev/attestations/smoke/v1"  # = run.sign's smoke predicate
 FILE = "admission/clusterimagepolicy.yaml"
-_PEM = re.compile(r"^-----BEGIN PUBLIC KEY-----\n[A-Za-z0-9+/=\n]+-----END PUBLIC KEY-----\n?$")
+_PEM = re.compile(r"^-----BEGIN PUBLIC KEY-----\n[A-Za-z0-9+/=\n]+-----END PUBLIC KEY-----\n?\Z")
 _NAME = re.compile(r"[^a-z0-9-]+")
 
 # the smoke attestation must say the job passed, with at least one rank, and the all-reduce
@@ -76,16 +75,6 @@ def render_policy(*, name: str, repository: str, public_key: str) -> str:
             "# attestation says the job passed (envbuilder build --push REPO --sign --key K).\n"
             "# Sigstore policy-controller: kubectl apply -f this file, and label namespaces\n"
             "# policy.sigstore.dev/include=true.\n")
-    return head + yaml.dump(doc, Dumper=_Dumper, sort_keys=False, default_flow_style=False)
-
-
-class _Dumper(yaml.SafeDumper):
-    """Multi-line strings (the PEM key, the CUE policy) as literal blocks."""
-
-
-def _str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
-    style = "|" if "\n" in value else None
-    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
-
-
-_Dumper.add_representer(str, _str)
+    # the one YAML emitter (render.yamlemit): multi-line text (the PEM key, the CUE policy)
+    # as literal blocks, every other string quoted when it needs to be
+    return head + dump(doc)

@@ -23,7 +23,10 @@ tries an uneven split locally).
 
 Every value that reaches a template is validated here or in core.jobs (image references, names,
 quantities, label keys, paths, the command's words); the templates under ``templates/jobs/``
-only format them (strings are emitted JSON-quoted in YAML and shell-quoted in scripts).
+only format them: every value goes through the one YAML emitter (``render.yamlemit``): a
+string is a double-quoted YAML scalar (``| q``) or a shell word (``| sh``), and any other value
+a template prints (in a comment, say) is escaped onto its line, so nothing a value holds (a
+U+2028, a C1 control, an emoji) can end a comment, add a key or a document, or break a parser.
 
 How the launcher is wired, per format:
 
@@ -69,7 +72,7 @@ from envbuilder.errors import InputError
 from envbuilder.components import registry
 from envbuilder.components.base import Component
 from envbuilder.render.plan import BuildPlan
-from envbuilder.render import precompiled
+from envbuilder.render import precompiled, yamlemit
 from envbuilder.render.bccache import environment
 
 DEFAULT_LAYOUTS: tuple[tuple[int, int], ...] = ((1, 12), (2, 6), (3, 4))  # default_layouts(12)
@@ -78,25 +81,17 @@ RDZV_PORT = 29400  # torchrun's c10d rendezvous port
 CONTAINER = "pytorch"  # the container name the training operator looks for
 OUT_DIR = "/tmp/envbuilder-smoke"
 
-_DNS1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
-_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
-_QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|k|M|G|T)?$")
-_SIF = re.compile(r"^[A-Za-z0-9_./+-]+$")
-_SHELL_SAFE = re.compile(r"^[A-Za-z0-9._/:@#+=-]+$")  # needs no quoting inside "..."
+_DNS1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?\Z")
+_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?\Z")
+_QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|k|M|G|T)?\Z")
+_SIF = re.compile(r"^[A-Za-z0-9_./+-]+\Z")
+_SHELL_SAFE = re.compile(r"^[A-Za-z0-9._/:@#+=-]+\Z")  # needs no quoting inside "..."
 _NAME_MAX = 40  # leaves room for "-worker-NN" / "-NN" suffixes within DNS label limits (63)
 
 
-def _q(value) -> str:
-    """A YAML double-quoted scalar (JSON string syntax is valid YAML): what json.dumps gives
-    for a string, from json's C string encoder directly (the job files quote thousands)."""
-    return _json_str(str(value))
-
-
-_json_str = json.encoder.encode_basestring_ascii  # type: ignore[attr-defined]
-
-
-def _sh(value) -> str:
-    return shlex.quote(str(value))
+def _sh(value: Any) -> Any:
+    """A shell word (emitted: the template prints it as it is)."""
+    return yamlemit.emitted(shlex.quote(str(value)))
 
 
 def _env():
@@ -107,10 +102,13 @@ def make_env(loader):
     """The environment of the job files' templates (also what compiles them ahead of time)."""
     import jinja2
 
+    # every value through the one YAML emitter (render.yamlemit): `q` quotes a scalar, `sh`
+    # a shell word; any other value is written on one line, escaped
+    opts = yamlemit.jinja_options()
     env = jinja2.Environment(loader=loader, undefined=jinja2.StrictUndefined,
-                             keep_trailing_newline=True, autoescape=False, trim_blocks=True,
-                             lstrip_blocks=True)
-    env.filters["q"] = _q
+                             keep_trailing_newline=True, trim_blocks=True, lstrip_blocks=True,
+                             **opts["environment"])
+    env.filters.update(opts["filters"])
     env.filters["sh"] = _sh
     return env
 
@@ -244,7 +242,7 @@ def _tailoring(cfg: JobsConfig) -> dict[str, Any]:
     """The project's [jobs] keys as template values (already validated by core.jobs)."""
     return {"queue": cfg.queue, "priority_class": cfg.priority_class,
             "node_selector": sorted((cfg.node_selector or {}).items()),
-            "tolerations": [json.dumps(dict(t)) for t in (cfg.tolerations or ())],
+            "tolerations": [dict(t) for t in (cfg.tolerations or ())],
             "image_pull_secrets": list(cfg.image_pull_secrets or ()),
             "extra_resources": sorted((cfg.resources or {}).items()),
             "host_network": bool(cfg.host_network),
@@ -449,13 +447,13 @@ def _layout_values(plan: BuildPlan, name: str, n: int, p: int, program: list[str
         "cpus": p * cpus_per_proc, "memory": pod_memory(shm_size, p, mem_per_proc)}
 
 
-def _program_sh(program: list[str], runtime: str) -> str:
+def _program_sh(program: list[str], runtime: str) -> Any:
     """The program's words for a Slurm script: shell-quoted; on the node's own environment
     (no container mount) the records go straight to ``$out``."""
-    words = [_sh(w) for w in program]
+    words = [shlex.quote(w) for w in program]
     if runtime == "host":
         words = ['"$out"' if w == OUT_DIR else w for w in words]
-    return " ".join(words)
+    return yamlemit.emitted(" ".join(words))
 
 
 def _launching(plan: BuildPlan) -> list[Component]:
@@ -510,43 +508,44 @@ def edit_keys(written: str, edited: str) -> list[str]:
     return keys
 
 
-def guard_edited(folder: str | Path, files: Mapping[str, str | bytes], *, take: bool = False,
-                 written: Mapping[str, str | bytes] | None = None) -> list[str]:
+EDIT_READ_CAP = 1 << 20  # what a hint about an edit reads of an edited job file (its first MiB)
+
+
+def guard_edited(folder: str | Path, files: Mapping[str, str | bytes], *,
+                 take: bool = False) -> dict[str, str]:
     """Before a render replaces ``folder``'s jobs/: a job file the user edited since envbuilder
     wrote it is refused (exit 2) naming the project key that expresses the edit, or with
     ``take`` (``render --take-jobs``) kept as ``FILE.edited`` beside envbuilder's new version.
-    Returns the files kept aside. Other files are left to the writer's own rules."""
+    A check only: nothing changes here. Returns {rel: the name to keep it under}, for the
+    transaction to do with the rest (``_fs.Outputs.add(aside=...)``: checked with every other
+    file, then done, or none of it). Files are reached as the writer reaches them (no link on
+    the way, regular files only) and read to at most EDIT_READ_CAP bytes."""
     import hashlib
-    import os
 
-    from envbuilder._fs import read_manifest
+    from envbuilder import _fs
 
     root = Path(folder)
-    manifest = read_manifest(root)
-    kept: list[str] = []
+    manifest = _fs.read_manifest(root)
+    aside: dict[str, str] = {}
     for rel in sorted(r for r in files if r.startswith("jobs/")):
-        ent, p = manifest.get(rel), root / rel
-        if ent is None or p.is_symlink() or not p.is_file():
-            continue
-        data = p.read_bytes()
+        ent = manifest.get(rel)
+        found = _fs.read_owned(root, rel, EDIT_READ_CAP) if ent is not None else None
+        if ent is None or found is None:
+            continue  # not ours, absent, or behind a link: the writer's own rules refuse it
+        have, head = found
         raw = files[rel]
         new: bytes = raw if isinstance(raw, bytes) else raw.encode()
-        if data == new or hashlib.sha256(data).hexdigest() in (ent.sha256, ent.prev):
+        if have in (ent.sha256, ent.prev, hashlib.sha256(new).hexdigest()):
             continue
+        p = root / rel
         if take:
-            aside = p.with_name(p.name + ".edited")
-            n = 1
-            while os.path.lexists(aside):
-                n += 1
-                aside = p.with_name(f"{p.name}.edited.{n}")
-            os.replace(p, aside)
-            kept.append(str(aside))
+            aside[rel] = _fs.free_name(root, rel + ".edited")
             continue
-        keys = edit_keys(new.decode("utf-8", "replace"), data.decode("utf-8", "replace"))
+        keys = edit_keys(new.decode("utf-8", "replace"), head.decode("utf-8", "replace"))
         how = (f"express it as {', '.join(keys)} in the project file ([jobs], or a target's "
                f"jobs table) and render again" if keys else
                "no [jobs] key expresses this edit (see docs/user-guide.md, Jobs)")
         raise InputError(f"{p} was changed since envbuilder wrote it: envbuilder never overwrites "
                          f"such files; {how}, or take envbuilder's new version with `envbuilder "
                          f"render --take-jobs` (your file is kept as {p.name}.edited)")
-    return kept
+    return aside

@@ -204,13 +204,10 @@ def prometheus_rule_yaml(min_busbw_gbps: float | None = None) -> str:
 
 
 def _yaml(doc: Any) -> str:
-    # libyaml's emitter where PyYAML has it (the same text for these documents: a test
-    # compares both); the pure-Python one otherwise
-    return yaml.dump(doc, Dumper=_DUMPER, sort_keys=False, default_flow_style=False,
-                     width=100, allow_unicode=True)
+    """The one YAML emitter (render.yamlemit): the files are made once per busbw floor."""
+    from envbuilder.render.yamlemit import dump
 
-
-_DUMPER = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+    return dump(doc, width=100)
 
 
 # ----------------------------------------------------------------------------- scrape wiring

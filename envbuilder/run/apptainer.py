@@ -26,8 +26,6 @@ import os
 import re
 import shlex
 import shutil
-import signal
-import subprocess
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -48,7 +46,8 @@ if TYPE_CHECKING:
 ENV_COMMAND = "ENVBUILDER_APPTAINER"
 BUILD_TIMEOUT_S = 4 * 3600
 SIDECAR = ".envbuilder.json"
-_MARKER = re.compile(r"^envbuilder: (stage \S+, .+)$")
+SIDECAR_CAP = 64 << 10  # the SIF's record is a few hundred bytes
+_MARKER = re.compile(r"^envbuilder: (stage \S+, .+)\Z")
 
 
 # -- parsing (lint, tests) ------------------------------------------------------------------
@@ -66,7 +65,7 @@ class Stage:
         return [(args, body) for n, args, body in self.sections if n == name]
 
 
-_SECTION = re.compile(r"^%(\w+)\s*(.*)$")
+_SECTION = re.compile(r"^%(\w+)\s*(.*)\Z")
 BOOTSTRAPS = ("docker", "docker-archive", "docker-daemon", "oci-archive", "localimage")
 
 
@@ -141,48 +140,26 @@ def find_apptainer() -> str | None:
         return None
 
 
+LOG_CAP = 4 << 20  # the tail of an apptainer command's output kept (the report shows its end)
+
+
 def _run(cmd: Sequence[str], *, cwd: Path, env: Mapping[str, str] | None = None, timeout: float,
-         on_line: Callable[[str], None] | None = None, step: str) -> tuple[int, str, bool]:
-    """Run ``cmd`` in its own process group, its output lines streamed to ``on_line``; past
-    ``timeout`` seconds the group is stopped. (exit status, 124 when it ran past; log; timed out)"""
-    import threading
+         on_line: Callable[[str], None] | None = None, step: str,
+         cap: int = LOG_CAP) -> tuple[int, str, bool]:
+    """Run ``cmd`` through the one child runner (envbuilder._child: its own process group, its
+    output lines streamed to ``on_line`` and its tail kept, stopped past ``timeout`` seconds,
+    a Ctrl-C or SIGTERM forwarded to it). (exit status, 124 when it ran past; log; timed out)"""
+    from envbuilder import _child
 
     try:
-        proc = subprocess.Popen(list(cmd), cwd=cwd, env={**os.environ, **(env or {})},
-                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, start_new_session=True)
+        r = _child.run(list(cmd), cwd=cwd, env={**os.environ, **(env or {})}, timeout=timeout,
+                       on_line=on_line, merge=True, cap=cap)
     except OSError as e:
         raise OperationError(f"cannot run {cmd[0]}: {e}", step=step) from None
-    lines: list[str] = []
-
-    def read() -> None:
-        assert proc.stdout is not None
-        for raw in proc.stdout:
-            line = raw.decode("utf-8", errors="replace").rstrip("\n")
-            lines.append(line)
-            if on_line is not None:
-                on_line(line)
-
-    reader = threading.Thread(target=read, daemon=True)
-    reader.start()
-    timed_out = False
-    try:
-        proc.wait(timeout)
-    except subprocess.TimeoutExpired:
-        timed_out = True
-    finally:
-        if proc.poll() is None:  # ran past, or interrupted: stop the whole group
-            for sig in (signal.SIGTERM, signal.SIGKILL):
-                try:
-                    os.killpg(proc.pid, sig)
-                    proc.wait(10)
-                    break
-                except subprocess.TimeoutExpired:
-                    continue
-                except (ProcessLookupError, PermissionError):
-                    break
-        reader.join(10)
-    return (124 if timed_out else proc.returncode), "\n".join(lines), timed_out
+    log = r.stdout
+    if r.dropped:  # a command that printed without end: its tail, saying so
+        log = f"[{r.over_cap()}]\n{log}"
+    return r.returncode, log.rstrip("\n"), r.timed_out
 
 
 # -- build ----------------------------------------------------------------------------------
@@ -261,13 +238,18 @@ def _written_by_us(sif: Path) -> dict | None:
                          "the SIF's record there; remove it or choose another --sif path")
     if not sif.exists() and not sif.is_symlink():
         return None
-    try:
-        doc = json.loads(side.read_text())
-        if not sif.is_file() or sif.is_symlink() or doc.get("written_by") != "envbuilder":
+    from envbuilder.core.readfile import read_bytes_capped
+    from envbuilder.errors import EnvbuilderError
+
+    try:  # the one capped reader: a 3 GiB record costs one fstat; anything but an object is none
+        doc = json.loads(read_bytes_capped(side, "the SIF's record", limit=SIDECAR_CAP,
+                                           follow_links=False))
+        if not isinstance(doc, dict) or not sif.is_file() or sif.is_symlink() \
+                or doc.get("written_by") != "envbuilder":
             raise ValueError
-    except (OSError, ValueError):
-        raise InputError(f"--sif {sif} exists and envbuilder did not write it (no {side.name}): "
-                         "remove it or choose another --sif path") from None
+    except (EnvbuilderError, OSError, ValueError):
+        raise InputError(f"--sif {sif} exists and envbuilder did not write it (no {side.name} "
+                         f"of its own): remove it or choose another --sif path") from None
     return doc
 
 
@@ -320,7 +302,7 @@ def local_bases(client: DockerClient | None, images: Sequence[str], dest: Path) 
     return bases, ids
 
 
-_HEADER = re.compile(r"^# Base of the (\w+) stage: Bootstrap: docker, the registry image (\S+) \(the Dockerfile's\)\.$")
+_HEADER = re.compile(r"^# Base of the (\w+) stage: Bootstrap: docker, the registry image (\S+) \(the Dockerfile's\)\.\Z")
 
 
 def localize(text: str, bases: Mapping[str, tuple[str, str, str]]) -> str:

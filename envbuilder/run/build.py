@@ -532,15 +532,31 @@ def _run_steps(b: _Build, steps: Sequence[Step] = BUILD_STEPS) -> None:
             _stopped(report, step.name, "failed", str(e))
             raise BuildFailed(report, e if e.step else OperationError(str(e), step=step.name,
                                                                         details=e.details)) from None
-        except KeyboardInterrupt:
+        except KeyboardInterrupt as e:  # Ctrl-C, SIGTERM/SIGHUP: the report, then 130/143/129
             _stopped(report, step.name, "interrupted", f"interrupted during {step.name}")
-            raise BuildFailed(report, OperationError(
+            from envbuilder._safety import interrupted_exit_code
+
+            raise BuildInterrupted(report, OperationError(
                 f"interrupted during {step.name}; nothing was recorded for it — run the build again",
-                step=step.name)) from None
+                step=step.name), interrupted_exit_code(e)) from None
         finally:
             report.seconds[step.name] = round(time.monotonic() - t0, 3)
         report.steps[step.name] = "ok"
         b.emit("step", (step.name, "ok"))
+
+
+class BuildInterrupted(BuildFailed):
+    """A signal ended a step (Ctrl-C, SIGTERM): the report says which; the exit code is the
+    signal's, as for any interrupted command (130 for Ctrl-C, 143 for SIGTERM). A set of builds
+    stops there."""
+
+    def __init__(self, report: BuildReport, err: OperationError, code: int) -> None:
+        super().__init__(report, err)
+        self.code = code
+
+    @property  # type: ignore[override]
+    def exit_code(self) -> int:  # type: ignore[override]
+        return self.code
 
 
 def _stopped(report: BuildReport, step: str, state: str, error: str) -> None:
@@ -679,6 +695,11 @@ def build_many(specs: Sequence[TargetSpec | Prepared], opts: BuildOptions, *, jo
             return r
 
     if jobs <= 1 or len(specs) <= 1:  # in this thread: Ctrl-C reaches the step that runs
-        return [one(s) for s in specs]
+        done: list[BuildReport] = []
+        for s in specs:
+            done.append(one(s))
+            if isinstance(done[-1].cause, BuildInterrupted):  # an interruption ends the set
+                break
+        return done
     with ThreadPoolExecutor(max_workers=jobs) as pool:
         return list(pool.map(one, specs))

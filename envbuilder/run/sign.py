@@ -40,20 +40,22 @@ import os
 import re
 import shlex
 import shutil
-import subprocess
 import tempfile
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from envbuilder import __version__
+from envbuilder import __version__, _child
 from envbuilder.errors import InputError, OperationError, redact
 
 KEY_ENV = ("ENVBUILDER_COSIGN_KEY", "COSIGN_KEY")
 KMS_SCHEMES = ("awskms://", "gcpkms://", "azurekms://", "hashivault://", "k8s://", "pkcs11:")
-TIMEOUT_S = 300
-DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
+TIMEOUT_S = 300  # one cosign command
+DEADLINE_S = 600.0  # one verify, all its registry requests and cosign commands together
+KEY_CAP = 64 << 10  # a PEM key file (a few hundred bytes; an RSA-8192 key is ~6 KiB)
+OUTPUT_CAP = 16 << 20  # what one cosign command may print (signatures and attestations)
+DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}\Z")
 
 
 @dataclass(frozen=True)
@@ -125,11 +127,14 @@ def check_key(key: str, what: str, *, private: bool) -> None:
         if any(c.isspace() for c in key):
             raise InputError(f"{what} {key!r} is not a KMS URI")
         return
-    p = Path(key)
-    if not p.is_file():
+    from envbuilder.core.readfile import read_bytes_capped
+
+    if not os.path.lexists(key):
         raise InputError(f"{what} {key}: no such key file (cosign generate-key-pair writes "
                          f"cosign.key and cosign.pub), and not a KMS URI ({', '.join(KMS_SCHEMES)})")
-    head = p.read_bytes()[:200]
+    # the one capped reader: a regular file of a key's size (a 3 GiB file, a FIFO, /dev/zero
+    # are refused unread, naming the cap)
+    head = read_bytes_capped(key, f"{what}", limit=KEY_CAP)[:200]
     if b"-----BEGIN" not in head:
         raise InputError(f"{what} {key} holds no PEM key (-----BEGIN ...)")
     if private and b"PUBLIC KEY" in head:
@@ -153,26 +158,36 @@ class Cosign:
 
     def __init__(self, exe: str | None = None, *,
                  on_command: Callable[[str], None] | None = None,
-                 timeout: int = TIMEOUT_S) -> None:
+                 timeout: int = TIMEOUT_S, deadline: _child.Deadline | None = None) -> None:
         found = exe or shutil.which("cosign")
         if not found:
             raise InputError("cosign is not on PATH: install it (https://docs.sigstore.dev/"
                              "cosign/system_config/installation/; Debian: apt-get install cosign)")
-        self.exe, self.timeout = found, timeout
+        self.exe, self.timeout, self.deadline = found, timeout, deadline
         self.on_command = on_command or (lambda line: None)
 
     def run(self, args: Sequence[str], *, step: str) -> str:
-        """Run ``cosign ARGS``; its stdout, or one line naming the step and cosign's error."""
+        """Run ``cosign ARGS`` through the one child runner (output capped, its own deadline
+        within the command's, a Ctrl-C forwarded); its stdout, or one line naming the step and
+        cosign's error."""
         line = "cosign " + " ".join(shlex.quote(a) for a in args)
+        if self.deadline is not None and self.deadline.passed():
+            raise OperationError(f"{step}: the command's deadline ({self.deadline.seconds:g} s "
+                                 f"for {self.deadline.what}) passed before `{redact(line)}`",
+                                 step=step)
         self.on_command(redact(line))
         try:
-            p = subprocess.run([self.exe, *args], capture_output=True, text=True,
-                               stdin=subprocess.DEVNULL, timeout=self.timeout, check=False)
-        except subprocess.TimeoutExpired:
-            raise OperationError(f"{step}: `{redact(line)}` did not finish in {self.timeout} s",
-                                 step=step) from None
+            p = _child.run([self.exe, *args], timeout=self.timeout, cap=OUTPUT_CAP,
+                           deadline=self.deadline)
         except OSError as e:
             raise OperationError(f"{step}: cannot run {self.exe}: {e}", step=step) from None
+        if p.timed_out:
+            bound = (f"the command's deadline ({self.deadline.seconds:g} s for {self.deadline.what})"
+                     if self.deadline is not None and self.deadline.passed() else f"{self.timeout} s")
+            raise OperationError(f"{step}: `{redact(line)}` did not finish within {bound}",
+                                 step=step)
+        if p.dropped:
+            raise OperationError(f"{step}: {p.over_cap()}: not read", step=step)
         if p.returncode != 0:
             raise OperationError(f"{step}: `cosign {args[0]}` failed (exit {p.returncode}): "
                                  f"{_last_error(p.stderr)}", step=step,
@@ -487,10 +502,45 @@ def sign_and_attest(ref: str, opts: SignOptions, predicates: Mapping[str, dict],
 
 def _already_signed(c: Cosign, ref: str, pub: str) -> bool:
     try:
-        c.verify(ref, pub)
+        sigs = c.verify(ref, pub)
     except OperationError:
         return False
-    return True
+    digest = ref.rpartition("@")[2]
+    return any(is_signature(s, digest) for s in sigs)
+
+
+# what `cosign verify` prints as ``critical.type`` for an image signature: the simple-signing
+# payload's type (cosign 2), the signature bundle's in-toto predicate type (cosign 3). cosign 3
+# also verifies an attestation bundle of the same key for the digest and prints it with the
+# attestation's predicate type there: that is not a signature.
+SIGNATURE_TYPES = ("cosign container image signature", "https://sigstore.dev/cosign/sign/v1")
+
+
+def is_signature(sig: Any, digest: str) -> bool:
+    """Whether one verified payload ``cosign verify`` printed is an image signature (by its
+    type) naming ``digest``."""
+    crit = sig.get("critical") if isinstance(sig, Mapping) else None
+    if not isinstance(crit, Mapping) or crit.get("type") not in SIGNATURE_TYPES:
+        return False
+    image = crit.get("image")
+    return isinstance(image, Mapping) and image.get("docker-manifest-digest") == digest
+
+
+def _signature_problem(sigs: Sequence[Any], digest: str) -> str | None:
+    """Which signature check failed (None: a signature of this key names ``digest``)."""
+    if any(is_signature(s, digest) for s in sigs):
+        return None
+    types = sorted({str((s.get("critical") or {}).get("type")) for s in sigs
+                    if isinstance(s, Mapping) and isinstance(s.get("critical"), Mapping)})
+    others = [s for s in sigs if isinstance(s, Mapping) and _signed_digest(s) not in (None, digest)]
+    if others:
+        return (f"signature: the signatures this key made name another image "
+                f"({_signed_digest(others[0])}), not {digest}")
+    if types:
+        return (f"signature: no signature of this key names {digest}: cosign accepted only "
+                f"{len(sigs)} bundle(s) of other types ({', '.join(types)[:300]}), which are "
+                f"attestations, not the image's signature (missing, or it does not verify)")
+    return f"signature: no signature names {digest}"
 
 
 # -- check: signature and attestations from the registry ------------------------------------
@@ -544,14 +594,17 @@ def _at_digest(image: str, digest: str) -> str:
 def check_image(image: str, pub: str, *, cosign: Cosign | None = None) -> CheckReport:
     """Verify ``image``'s signature and its four attestations with the public key ``pub``."""
     check_key(pub, "--key", private=False)
-    c = cosign or Cosign()
+    # one deadline for the whole check: every cosign command together (the registry's
+    # requests have theirs, ENVBUILDER_REGISTRY_DEADLINE)
+    c = cosign or Cosign(deadline=_child.Deadline(verify_deadline(), "verify, all its cosign commands"))
     ref, digest = resolve_digest(image)
     rep = CheckReport(image=image, ref=ref, digest=digest)
     try:
         sigs = c.verify(ref, pub)
-        rep.signature = any(_signed_digest(s) == digest for s in sigs)
-        if not rep.signature:
-            rep.errors.append(f"no signature names {digest}")
+        problem = _signature_problem(sigs, digest)  # a signature counts only as a signature
+        rep.signature = problem is None
+        if problem is not None:
+            rep.errors.append(problem)
     except OperationError as e:
         rep.errors.append(f"signature: {e}")
         return rep
@@ -573,9 +626,19 @@ def check_image(image: str, pub: str, *, cosign: Cosign | None = None) -> CheckR
     return rep
 
 
-def _signed_digest(sig: Mapping[str, Any]) -> str | None:
-    crit = sig.get("critical") or {}
-    return (crit.get("image") or {}).get("docker-manifest-digest")
+def verify_deadline() -> float:
+    """ENVBUILDER_VERIFY_DEADLINE seconds (default DEADLINE_S) for one verify (exit 2 when not
+    a number of seconds)."""
+    from envbuilder.run.registry import _env_seconds
+
+    return _env_seconds("ENVBUILDER_VERIFY_DEADLINE", DEADLINE_S)
+
+
+def _signed_digest(sig: Any) -> str | None:
+    crit = sig.get("critical") if isinstance(sig, Mapping) else None
+    image = crit.get("image") if isinstance(crit, Mapping) else None
+    d = image.get("docker-manifest-digest") if isinstance(image, Mapping) else None
+    return d if isinstance(d, str) else None
 
 
 def _check_attestation(c: Cosign, ref: str, pub: str, p: Predicate, digest: str) -> dict[str, Any]:

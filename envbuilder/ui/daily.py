@@ -3,20 +3,18 @@ envbuilder.cli (one api call each; the logic lives in knowledge/ and core/)."""
 
 from __future__ import annotations
 
-import sys
 from typing import Any, List, Optional
 
 import typer
 
 from envbuilder.ui.options import (COMPONENT_NAMES, COMPONENT_TITLES, COMPONENTS, JsonOpt, MatrixOpt, TorchOpt, complete_target,
                                    spec_options)
-from envbuilder.ui.output import command, echo_json, print_package_diff, table  # noqa: F401
+from envbuilder.ui.output import command, echo_json, print_package_diff, say, table  # noqa: F401
 
 
 def _lines(lines: list[str]) -> None:
-    from envbuilder._safety import terminal_safe
 
-    sys.stdout.write("".join(terminal_safe(ln) + "\n" for ln in lines))
+    say(*lines)
 
 
 def print_axis(axis: str, t: Any) -> None:
@@ -45,7 +43,7 @@ def diff(a: str = typer.Argument(..., metavar="A", autocompletion=complete_targe
     if d.facts:
         table(f"{a} -> {b}", ["", "A", "B"], [[f["title"], f["a"] or "-", f["b"] or "-"] for f in d.facts])
     else:
-        sys.stdout.write(f"{a} -> {b}: the same stack\n")
+        say(f"{a} -> {b}: the same stack")
     _lines(api.diff_lines(d))
 
 

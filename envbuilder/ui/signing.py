@@ -4,13 +4,12 @@ does not match the digest."""
 
 from __future__ import annotations
 
-import sys
 from typing import Any
 
 import typer
 
 from envbuilder.errors import EXIT_FAILED
-from envbuilder.ui.output import echo_json, table
+from envbuilder.ui.output import echo_json, say, table
 
 
 def signed_lines(d: dict[str, Any]) -> list[str]:
@@ -34,13 +33,16 @@ def signed_verdict(image: str, key: str, as_json: bool) -> None:
     if as_json:
         echo_json(d)
     else:
-        rows = [["signature", "ok" if d["signature"] else "FAIL", d["ref"]]]
+        # a failed signature check shows why (which check), not only the digest it was about
+        why = next((e for e in d["errors"] if e.startswith("signature: ")), None)
+        rows = [["signature", "ok" if d["signature"] else "FAIL",
+                 d["ref"] if d["signature"] or why is None else why[len("signature: "):]]]
         rows += [[f"attestation {n}", "ok" if a["ok"] else "FAIL", a["error"] or a["type"]]
                  for n, a in d["attestations"].items()]
         table(f"envbuilder verify {image} --key {key}", ["check", "ok", "detail"], rows)
-        sys.stdout.writelines(safe_text(ln) + "\n" for ln in signed_lines(d))
+        say(*signed_lines(d))
     if not d["ok"]:
         if not as_json:
-            sys.stderr.write(f"envbuilder: error: {safe_text(d['ref'])} is not signed and attested "
-                             f"by {safe_text(key)}: {safe_text('; '.join(d['errors']))}\n")
+            say(f"envbuilder: error: {safe_text(d['ref'])} is not signed and attested "
+                             f"by {safe_text(key)}: {safe_text('; '.join(d['errors']))}", err=True)
         raise typer.Exit(EXIT_FAILED)
