@@ -99,18 +99,10 @@ def _env():
 
 
 def make_env(loader):
-    """The environment of the job files' templates (also what compiles them ahead of time)."""
-    import jinja2
-
-    # every value through the one YAML emitter (render.yamlemit): `q` quotes a scalar, `sh`
-    # a shell word; any other value is written on one line, escaped
-    opts = yamlemit.jinja_options()
-    env = jinja2.Environment(loader=loader, undefined=jinja2.StrictUndefined,
-                             keep_trailing_newline=True, trim_blocks=True, lstrip_blocks=True,
-                             **opts["environment"])
-    env.filters.update(opts["filters"])
-    env.filters["sh"] = _sh
-    return env
+    """The environment of the job files' templates (precompiled.SETS declares its options):
+    every value through the one YAML emitter (render.yamlemit): `q` quotes a scalar, `flow` a
+    one-line mapping, `sh` a shell word; any other value is written on one line, escaped."""
+    return precompiled.make_env("jobs", loader, {**yamlemit.jinja_options()["filters"], "sh": _sh})
 
 
 precompiled.register("jobs", make_env)

@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from envbuilder.core.resources import templates_dir
+from envbuilder.render import yamlemit
 
 COMPILED = Path(__file__).resolve().parent / "_precompiled"  # in a wheel: the build hook's output
 MANIFEST = "manifest.json"
@@ -59,7 +60,9 @@ _COMMON = {"keep_trailing_newline": True, "autoescape": False}
 _TRIM = {**_COMMON, "trim_blocks": True, "lstrip_blocks": True}
 SETS: dict[str, TemplateSet] = {
     "build": TemplateSet(lambda name: "/" not in name, _COMMON),
-    "jobs": TemplateSet(lambda name: name.startswith("jobs/"), _TRIM, ("q", "sh")),
+    # the job files write YAML: every value through the one emitter (autoescape + finalize)
+    "jobs": TemplateSet(lambda name: name.startswith("jobs/"),
+                        {**_TRIM, **yamlemit.jinja_options()["environment"]}, ("q", "sh", "flow")),
     "monitoring": TemplateSet(lambda name: name.startswith("monitoring/"), _TRIM),
 }
 
@@ -127,8 +130,17 @@ def manifest_for(set_name: str, root: Path | None = None) -> dict[str, Any]:
     root = root or templates_dir()
     return {"generated_by": "envbuilder.render.precompiled.compile_all",
             "jinja2": _minor(jinja2.__version__),
-            "options": {k: SETS[set_name].options[k] for k in sorted(SETS[set_name].options)},
+            "options": {k: _option_text(SETS[set_name].options[k])
+                        for k in sorted(SETS[set_name].options)},
             "templates": {n: _sha(root / n) for n in _templates(set_name, root)}}
+
+
+def _option_text(value: Any) -> Any:
+    """An environment option as the manifest records it: a function (the job files' finalize)
+    by its qualified name, since the compiled code calls whatever the environment holds."""
+    if callable(value):
+        return f"{value.__module__}.{value.__qualname__}"
+    return value
 
 
 def _manifest(folder: Path) -> dict[str, Any] | None:
