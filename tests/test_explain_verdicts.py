@@ -176,6 +176,33 @@ def test_training_is_deterministic_and_learns_that_evidence_counts() -> None:
     assert default_model().threshold > 0
 
 
+def _training_script():  # scripts/train-explain-model.py, loaded as a module
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("train_explain_model", ROOT / "scripts" / "train-explain-model.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_training_never_fits_on_an_unseen_batch() -> None:
+    """A case of an -unseen batch is measured, never tuned on: adding one leaves the weights as they are."""
+    train = _training_script()
+    strong = features({"shm": 9.0, "oom": 1.0}, {}, [("shm", 0.5), ("oom", 0.3)])
+    weak = features({"oom": 1.0, "shm": 0.5}, {}, [("oom", 0.4)])
+    seen = [{"rows": strong, "label": "shm", "batch": ""}, {"rows": weak, "label": "oom", "batch": "2026-12-05-grow"}]
+    unseen = {"rows": strong, "label": "oom", "batch": "2026-12-05-unseen"}
+    assert train.train(seen + [unseen]) == train.train(seen)
+    assert train.train(seen + [dict(unseen, batch="2026-12-05-fresh")]) != train.train(seen)
+
+
+def test_cross_validation_needs_two_folds() -> None:
+    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "train-explain-model.py"), "--cv", "--folds", "1"],
+                          capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert done.returncode == 2 and "at least 2 folds" in done.stderr
+
+
 # ---------------------------------------------------------------------------- the fresh batch
 
 
