@@ -1,7 +1,7 @@
 """Accuracy of `envbuilder explain` on the real-log corpus, held-out part first.
 
 Usage: python benchmarks/explain_accuracy.py [--json] [--min-top1 0.90] [--min-top3 0.95]
-       python benchmarks/explain_accuracy.py --cv [--json]   # the learned weighing, 10 folds by repository
+       python benchmarks/explain_accuracy.py --cv [--folds N] [--json]   # the learned weighing, 5 folds by repository
 
 tests/explain_corpus/cases.yaml names every log, its expected top cause and its public source;
 tests/explain_corpus/heldout.yaml lists the source REPOSITORIES whose cases are held out (no
@@ -132,15 +132,15 @@ def print_part(name: str, p: dict) -> None:
             print(f"     {c['expected']:22s} -> {c['got']:22s} {c['count']}")
 
 
-def cross_validation(as_json: bool) -> int:
-    """The learned weighing against the hand-set one, 10 folds by repository (issue 45)."""
+def cross_validation(as_json: bool, folds: int) -> int:
+    """The learned weighing against the hand-set one, in folds by repository (issue 45)."""
     import importlib.util
 
     spec = importlib.util.spec_from_file_location("train_explain_model", ROOT / "scripts" / "train-explain-model.py")
     assert spec is not None and spec.loader is not None
     train = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(train)
-    sys.argv = [sys.argv[0], "--cv"] + (["--json"] if as_json else [])
+    sys.argv = [sys.argv[0], "--cv", "--folds", str(folds)] + (["--json"] if as_json else [])
     return int(train.main())
 
 
@@ -151,9 +151,10 @@ def main() -> int:
     ap.add_argument("--min-top3", type=float, default=0.95)
     ap.add_argument("--cv", action="store_true",
                     help="repository-held-out cross-validation of the learned weighing (scripts/train-explain-model.py)")
+    ap.add_argument("--folds", type=int, default=5, help="folds by repository for --cv (default 5)")
     args = ap.parse_args()
     if args.cv:
-        return cross_validation(args.json)
+        return cross_validation(args.json, args.folds)
     cases = yaml.safe_load((CORPUS / "cases.yaml").read_text(encoding="utf-8"))["cases"]
     unknown = {c["category"] for c in cases} - set(CATEGORIES)
     if unknown:

@@ -3,17 +3,19 @@
     python scripts/train-explain-model.py          # train on every case, write the model
     python scripts/train-explain-model.py --check  # exit 1 if the packaged model is not what training gives
     python scripts/train-explain-model.py --cv     # repository-held-out cross-validation, printed
-    python scripts/train-explain-model.py --cv --json
+    python scripts/train-explain-model.py --cv --folds 10 --json
 
 Every case is read as an unseen log would be: the nearest-case index holds no case of its own
 repository (a held-out case sees no held-out case, a case of an -unseen or -fresh batch no case
 of such a batch), as benchmarks/explain_accuracy.py measures. Its features
 (envbuilder/diagnose/ranking.py) and the thread's diagnosis are one example; the model is fitted
-on all of them (deterministic: same corpus, same weights). ``--cv`` splits the repositories into
-10 folds (by a hash of the name), fits on nine and scores the tenth, for every fold, and prints
-top-1 of the model against the hand-set weighing it replaced, on the same features, and the
-precision and coverage of the model's confident answers per threshold (the threshold shipped is
-the lowest whose out-of-fold precision is at least 0.9).
+on all of them except the cases of ``-unseen`` batches, which are measured and never tuned on
+(deterministic: same corpus, same weights). ``--cv`` splits the repositories into 5 folds
+(``--folds N``; by a hash of the name), fits on the others and scores each fold in turn (an
+``-unseen`` case is scored out of fold like every case, and never fitted on), and prints top-1 of
+the model against the hand-set weighing it replaced, on the same features, for every case and per
+batch, and the precision and coverage of the model's confident answers per threshold (the
+threshold shipped is the lowest whose out-of-fold precision is at least 0.9).
 """
 
 from __future__ import annotations
@@ -36,7 +38,8 @@ from envbuilder.diagnose.retrieval import MIN_SIMILARITY, confidence, default_in
 CORPUS = ROOT / "tests" / "explain_corpus"
 OUT = ROOT / "envbuilder" / "data" / ranking.MODEL_FILE
 BLIND = ("-unseen", "-fresh")
-FOLDS = 10
+FOLDS = 5
+NEVER_TRAINED = ("-unseen",)  # batches measured once and never tuned on: not training examples
 PRECISION = 0.9  # the shipped threshold: the lowest whose out-of-fold precision reaches this
 THRESHOLDS = (0.3, 0.35, 0.4, 0.45, 0.5, 0.55, 0.6, 0.65, 0.7)
 
@@ -103,21 +106,22 @@ def baseline_order(ex: dict) -> list[str]:
 
 
 def train(exs: list[dict], threshold: float = 0.5) -> ranking.Model:
-    return ranking.fit([(e["rows"], e["label"]) for e in exs if e["rows"]], threshold=threshold)
+    return ranking.fit([(e["rows"], e["label"]) for e in exs
+                        if e["rows"] and not e["batch"].endswith(NEVER_TRAINED)], threshold=threshold)
 
 
-def fold_of(repo: str) -> int:
-    return int(hashlib.sha256(repo.encode()).hexdigest(), 16) % FOLDS
+def fold_of(repo: str, folds: int | None = None) -> int:
+    return int(hashlib.sha256(repo.encode()).hexdigest(), 16) % (folds or FOLDS)
 
 
-def cross_validate(exs: list[dict]) -> dict:
+def cross_validate(exs: list[dict], folds: int = FOLDS) -> dict:
     """Out-of-fold predictions (folds by repository) and their figures. explain's answer is
     its confident causes, then its guesses (each in the model's order); top-1 is the first of
     that answer at the shipped threshold, "confident" the first confident cause per threshold."""
     preds = []
-    for k in range(FOLDS):
-        model = train([e for e in exs if fold_of(e["repo"]) != k])
-        for e in (e for e in exs if fold_of(e["repo"]) == k):
+    for k in range(folds):
+        model = train([e for e in exs if fold_of(e["repo"], folds) != k])
+        for e in (e for e in exs if fold_of(e["repo"], folds) == k):
             probs, _ = model.probabilities(e["rows"])
             preds.append((e, probs, model.confidences(e["rows"], e["scores"])))
     n = len(preds)
@@ -136,20 +140,22 @@ def cross_validate(exs: list[dict]) -> dict:
     orders = []
     for e, probs, conf in preds:
         causes, guesses = ranking.answer(probs, conf, e["scores"], chosen)
-        orders.append((e, causes + guesses, baseline_order(e)))
+        orders.append((e, causes + guesses, baseline_order(e), causes))
+    groups = ["all", "no batch"] + sorted({e["batch"] for e in exs if e["batch"]})
     parts: dict[str, dict] = {}
-    for name, keep in (("all", lambda e: True), ("batch 2026-12-05-fresh", lambda e: e["batch"] == "2026-12-05-fresh"),
-                       ("corpus before issue 45", lambda e: e["batch"] != "2026-12-05-fresh")):
-        sel = [(e, o, b) for e, o, b in orders if keep(e)]
+    for name in groups:
+        sel = [x for x in orders if name == "all" or (x[0]["batch"] or "no batch") == name]
         m = len(sel) or 1
-        parts[name] = {"cases": len(sel),
-                       "model_top1": round(sum(bool(o) and o[0] == e["category"] for e, o, _ in sel) / m, 3),
-                       "baseline_top1": round(sum(bool(b) and b[0] == e["category"] for e, _, b in sel) / m, 3)}
-    top1 = sum(bool(o) and o[0] == e["category"] for e, o, _ in orders)
-    top3 = sum(e["category"] in o[:3] for e, o, _ in orders)
-    b1 = sum(bool(b) and b[0] == e["category"] for e, _, b in orders)
-    b3 = sum(e["category"] in b[:3] for e, _, b in orders)
-    return {"cases": n, "folds": FOLDS, "repositories": len({e["repo"] for e in exs}),
+        parts[name if name in ("all", "no batch") else f"batch {name}"] = {
+            "cases": len(sel),
+            "model_top1": round(sum(bool(o) and o[0] == e["category"] for e, o, _, _ in sel) / m, 3),
+            "baseline_top1": round(sum(bool(b) and b[0] == e["category"] for e, _, b, _ in sel) / m, 3),
+            "confident_top1": round(sum(bool(c) and c[0] == e["category"] for e, _, _, c in sel) / m, 3)}
+    top1 = sum(bool(o) and o[0] == e["category"] for e, o, _, _ in orders)
+    top3 = sum(e["category"] in o[:3] for e, o, _, _ in orders)
+    b1 = sum(bool(b) and b[0] == e["category"] for e, _, b, _ in orders)
+    b3 = sum(e["category"] in b[:3] for e, _, b, _ in orders)
+    return {"cases": n, "folds": folds, "repositories": len({e["repo"] for e in exs}),
             "model_top1": round(top1 / n, 3), "model_top3": round(top3 / n, 3),
             "baseline_top1": round(b1 / n, 3), "baseline_top3": round(b3 / n, 3),
             "thresholds": per_threshold, "threshold": chosen, "parts": parts}
@@ -164,7 +170,11 @@ def main() -> int:
     ap.add_argument("--check", action="store_true")
     ap.add_argument("--cv", action="store_true")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--folds", type=int, default=FOLDS, help=f"folds by repository for --cv (default {FOLDS})")
     args = ap.parse_args()
+    if args.folds < 2:
+        print("--folds: at least 2 folds are needed", file=sys.stderr)
+        return 2
     exs = examples(load())
     if args.check:  # the packaged weights are what training gives (the threshold is the file's own)
         current = OUT.read_text(encoding="utf-8") if OUT.exists() else ""
@@ -173,16 +183,17 @@ def main() -> int:
             print(f"{OUT} is out of date: run python scripts/train-explain-model.py", file=sys.stderr)
             return 1
         return 0
-    cv = cross_validate(exs)
+    cv = cross_validate(exs, args.folds if args.cv else FOLDS)
     if args.cv:
         if args.json:
             print(json.dumps(cv, indent=2))
             return 0
-        print(f"{cv['cases']} cases from {cv['repositories']} repositories, {FOLDS} folds by repository")
+        print(f"{cv['cases']} cases from {cv['repositories']} repositories, {cv['folds']} folds by repository")
         print(f"  learned model  top-1 {cv['model_top1']:.3f}  top-3 {cv['model_top3']:.3f}")
         print(f"  hand weighing  top-1 {cv['baseline_top1']:.3f}  top-3 {cv['baseline_top3']:.3f}")
         for name, p in cv["parts"].items():
-            print(f"  {name:26s} {p['cases']:4d} cases: model {p['model_top1']:.3f}, hand {p['baseline_top1']:.3f}")
+            print(f"  {name:26s} {p['cases']:4d} cases: model {p['model_top1']:.3f}, hand {p['baseline_top1']:.3f}, "
+                  f"confident {p['confident_top1']:.3f}")
         print("  threshold  answered  precision  coverage  top-1 (confident answers only)")
         for p in cv["thresholds"]:
             prec = "  n/a" if p["precision"] is None else f"{p['precision']:.3f}"

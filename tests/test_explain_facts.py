@@ -109,6 +109,26 @@ def test_no_rdma_device_on_a_single_host_is_not_a_cause() -> None:
     assert not any(c.category == "ib_rdma" and c.confidence > 0.1 for c in explain_lines(lines))
 
 
+OFI = ["h:1:2 [0] NCCL INFO NET/OFI Initializing aws-ofi-nccl 1.12.1-aws",
+       "h:1:2 [0] NCCL INFO NET/OFI Using Libfabric version 1.22",
+       "h:1:2 [0] NCCL INFO NET/OFI Selected Provider is {p} (found 1 nics)"]
+
+
+@pytest.mark.parametrize("provider", ["tcp", "sockets", "udp"])
+def test_aws_ofi_nccl_on_a_socket_provider_is_an_rdma_fallback(provider: str) -> None:
+    # libfabric's tcp/sockets/udp providers move data over sockets (fi_provider(7)): the OFI
+    # plugin's own fallback when EFA/verbs are not usable (case 776, aws/aws-ofi-nccl#803)
+    causes = explain_lines([ln.format(p=provider) for ln in OFI])
+    assert causes and causes[0].category == "ib_rdma", [c.category for c in causes]
+    assert any("Selected Provider is " + provider in e.text for e in causes[0].evidence)
+
+
+@pytest.mark.parametrize("provider", ["efa", "verbs;ofi_rxm"])
+def test_aws_ofi_nccl_on_an_rdma_provider_is_not_a_fallback(provider: str) -> None:
+    causes = explain_lines([ln.format(p=provider) for ln in OFI])
+    assert not any(c.category == "ib_rdma" and c.confidence > 0.1 for c in causes)
+
+
 # ----------------------------------------------------------------------------- hangs
 
 

@@ -33,6 +33,24 @@ def test_there_are_at_least_twenty_healthy_logs_of_every_kind() -> None:
     assert any(n.startswith("host-") for n in names)  # the host runner's passing smoke runs
     assert any(n.startswith("smoke-nccl") for n in names)  # the real H200, NCCL_DEBUG=INFO
     assert sum(n.startswith(("nccl", "nccltests")) for n in names) >= 3  # healthy NCCL output
+    assert sum(n.startswith("docker-") for n in names) >= 3  # the docker runner in the suite's CPU images
+
+
+def test_what_a_healthy_run_says_of_itself_is_not_a_failure() -> None:
+    """Two lines of passing docker-runner smoke runs that read as failures before: DeepSpeed's
+    "built successfully" for its shm_comm op, and DDP's configuration dump naming gloo_socket_ifname."""
+    built = "DeepSpeed deepspeed.ops.comm.deepspeed_shm_comm_op built successfully"
+    dump = ["[rank0]:[I1205 10:28:56.809956438 logger.cpp:223] [Rank 0]: DDP Initialized with: ",
+            "backend_name: gloo", "gloo_device_transport: N/A", "gloo_socket_ifname: eth0", "world_size: 2"]
+    for lines in ([built], dump):
+        report = analyse_lines(lines)
+        assert report.verdict == "no failure found", [(c.category, c.confidence) for c in report.causes]
+    # the failures they resemble are still read
+    failed = analyse_lines(["RuntimeError: Error building extension 'deepspeed_shm_comm'"]).causes
+    assert failed and failed[0].category == "deepspeed_op_build"
+    gloo = analyse_lines(["RuntimeError: [enforce fail at gloo/transport/tcp/device.cc:83] ifa != nullptr. "
+                          "Unable to find address for: eth0", "export GLOO_SOCKET_IFNAME=eth0"]).causes
+    assert gloo and gloo[0].category == "network_interface"
 
 
 @pytest.mark.parametrize("log", HEALTHY, ids=lambda p: p.name)
@@ -174,6 +192,33 @@ def test_training_is_deterministic_and_learns_that_evidence_counts() -> None:
     probs, none = a.probabilities(strong)
     assert probs["shm"] > probs["oom"] and none < probs["shm"]
     assert default_model().threshold > 0
+
+
+def _training_script():  # scripts/train-explain-model.py, loaded as a module
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("train_explain_model", ROOT / "scripts" / "train-explain-model.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_training_never_fits_on_an_unseen_batch() -> None:
+    """A case of an -unseen batch is measured, never tuned on: adding one leaves the weights as they are."""
+    train = _training_script()
+    strong = features({"shm": 9.0, "oom": 1.0}, {}, [("shm", 0.5), ("oom", 0.3)])
+    weak = features({"oom": 1.0, "shm": 0.5}, {}, [("oom", 0.4)])
+    seen = [{"rows": strong, "label": "shm", "batch": ""}, {"rows": weak, "label": "oom", "batch": "2026-12-05-grow"}]
+    unseen = {"rows": strong, "label": "oom", "batch": "2026-12-05-unseen"}
+    assert train.train(seen + [unseen]) == train.train(seen)
+    assert train.train(seen + [dict(unseen, batch="2026-12-05-fresh")]) != train.train(seen)
+
+
+def test_cross_validation_needs_two_folds() -> None:
+    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "train-explain-model.py"), "--cv", "--folds", "1"],
+                          capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert done.returncode == 2 and "at least 2 folds" in done.stderr
 
 
 # ---------------------------------------------------------------------------- the fresh batch

@@ -66,7 +66,8 @@ _VERSION_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
 _VERSION_KEYS = ("version", "release", "driver", "torch", "cudnn", "deepspeed", "horovod", "compiled with")
 _IB_CONFIG_KEYS = ("nccl_ib_hca", "nccl_net", "nccl_ib_gid", "mlx", "hca_id", "infiniband", "roce", "fi_provider",
                    "fi_efa", "aws-ofi", "net/ofi", "efa", "--fabric", "rdma_sharp", "ibext", "rdma plugin", "hpcx")
-_IB_FAILED_KEYS = ("no device found", "libibverbs", "net/ofi", "ofi plugin", "ibv_", "no ib device", "any net plugin")
+_IB_FAILED_KEYS = ("no device found", "libibverbs", "net/ofi", "ofi plugin", "ibv_", "no ib device", "any net plugin",
+                   "selected provider")
 _RDMA_KEYS = ("using network", "net/ib : using", "net/ib: using", "net/ib :using", "via net/", "selected provider")
 _CONTAINER_KEYS = ("docker", "--gpus", "--runtime", "nvidia-container", "cdi", "kubectl", "pod/", "apptainer",
                    "singularity", "enroot", "pyxis", "podman")
@@ -108,18 +109,23 @@ _IB_CONFIG = lazy(
     r"hca_id:|/dev/infiniband|\bInfiniBand\b|\bRoCE\b|NCCL_NET_PLUGIN|FI_PROVIDER\s*=\s*\"?efa|"
     r"FI_EFA_\w+|aws-ofi-nccl|NET/OFI|\bEFA\b|--fabric[ =]ib|nccl_rdma_sharp_plugin|P2P plugin IBext|"
     r"NCCL RDMA Plugin|/opt/hpcx", re.IGNORECASE)
+# aws-ofi-nccl chose a libfabric provider that is no RDMA transport: "tcp", "sockets" and "udp" move
+# data over TCP/UDP sockets (fi_provider(7): "not intended to provide performance improvements over
+# regular TCP/UDP sockets", https://manpages.ubuntu.com/manpages/noble/man7/fi_provider.7.html), so
+# EFA/verbs were not usable: it is the OFI plugin's own fallback to sockets (aws/aws-ofi-nccl#803).
+_OFI_TCP = r"NET/OFI Selected [Pp]rovider is (?:tcp|sockets|udp)\b"
 # IB/RDMA tried and not available (each is a benign INFO line on a machine without RDMA).
 _IB_FAILED = lazy(
     r"NET/IB ?: ?No device found|Failed to open libibverbs|libibverbs\.so[.\d]*: cannot open|"
     r"libibverbs: Warning: couldn't (?:load driver|open config)|NET/OFI .*(?:could not|couldn.t) find any optimal provider|"
     r"NET/OFI .*(?:No|Unable to find|Failed to get) .*provider|"
     r"NET/OFI (?:Unable|Failed) to (?:initialize|open|create)|OFI plugin initNet\(\) failed|"
-    r"ibv_(?:get_device_list|open_device)\w* failed|No IB devices? found|Failed to initialize any NET plugin",
-    re.IGNORECASE)
+    r"ibv_(?:get_device_list|open_device)\w* failed|No IB devices? found|Failed to initialize any NET plugin|"
+    + _OFI_TCP, re.IGNORECASE)
 _SOCKET_CHOSEN = lazy(r"Using network Socket|NET/Socket ?: ?Using|via NET/Socket|"
-                            r"fall(?:s|ing)? back to\W{0,3}(?:NET/)?Socket", re.IGNORECASE)
+                            r"fall(?:s|ing)? back to\W{0,3}(?:NET/)?Socket|" + _OFI_TCP, re.IGNORECASE)
 _RDMA_CHOSEN = lazy(r"Using network (IB|AWS Libfabric|OFI)|NET/IB ?: ?Using \[|via NET/(IB|OFI|AWS)|"
-                          r"NET/OFI Selected [Pp]rovider", re.IGNORECASE)
+                          r"NET/OFI Selected [Pp]rovider is (?!(?:tcp|sockets|udp)\b)", re.IGNORECASE)
 _IOMMU = lazy(r"\biommu\b|intel_iommu|amd_iommu|VT-d|ACSCtl|\bACS\b|DMAR", re.IGNORECASE)
 _CONTAINER = lazy(
     r"\bdocker (?:run|exec|compose)\b|docker: Error response|/\.dockerenv|--gpus\b|--runtime[= ]nvidia|"
@@ -195,7 +201,7 @@ _QUICK_WORDS = ("nccl", "version", "cuda", "driver", "torch", "cudnn", "deepspee
 _QUICK = lazy("|".join(re.escape(w) for w in _QUICK_WORDS), re.IGNORECASE)
 
 _EXCEPTION_KEYS = ("error", "exception", "exit", "interrupt", "failure")
-_SOCKET_KEYS = ("net/socket", "using network socket", "back to")
+_SOCKET_KEYS = ("net/socket", "using network socket", "back to", "selected provider")
 _IOMMU_KEYS = ("iommu", "vt-d", "acs", "dmar")
 _SHADOW_KEYS = ("cudnn", "cublas")
 # the words the per-line checks below test for (in the lower-cased line), beyond the groups above
