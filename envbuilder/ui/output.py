@@ -75,6 +75,14 @@ def warn(w: dict) -> None:
     sys.stderr.write(terminal_safe(f"warning: {w['rule']}: {w['message']}. {w['fix']}") + "\n")
 
 
+def evidence(e: dict) -> None:
+    """One fact that decided an acceptance at an edge, with its source (stdout: part of the answer)."""
+    from envbuilder._safety import terminal_safe
+
+    src = f" [source: {e['source'][0]}]" if e.get("source") else ""
+    sys.stdout.write(terminal_safe(f"evidence: {e['rule']}: {e['message']}{src}") + "\n")
+
+
 def print_stack(d: dict) -> None:
     rows = [[k, d[k] if not isinstance(d[k], dict) else d[k].get("version"),
              d["choices"].get(k, {}).get("reason", "") if k in d["choices"] else ""]
@@ -87,6 +95,8 @@ def print_stack(d: dict) -> None:
     for e in d.get("overlay", ()):
         sys.stdout.write(f"overlay{' (used)' if e['used'] else ''}: {e['file']} {e['key']} "
                          f"{e['entry']} {e['action']} from {e['overlay']} (source: {', '.join(e['source'])})\n")
+    for e in d.get("evidence", ()):
+        evidence(e)
     for w in d["warnings"]:
         warn(w)
 
