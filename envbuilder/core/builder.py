@@ -152,7 +152,7 @@ def toolchain_needs(a: Mapping[str, Any], m: Matrix, ops: Ops) -> list[tuple[Com
 
 
 def _needs_text(a: Mapping[str, Any], needs: list[tuple[Component, ToolchainNeed]]) -> str:
-    return "; ".join(f"{c.title} {a[c.name].version} builds only with GCC {n.gcc} ({n.reason})"
+    return "; ".join(f"{c.title} {a[c.name].version} builds only with GCC {n.gcc} ({n.reason.split('. ')[0]})"
                      for c, n in needs)
 
 

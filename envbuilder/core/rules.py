@@ -593,9 +593,10 @@ def _imports(comp: str, axis: str) -> CheckFn:
             if spec is None or not need.applies(c.version):
                 continue
             if not _covers(spec, value):
-                ok = [r.line for r in ctx.matrix.component(comp).releases if _imports_ok(ctx.matrix, comp, r, axis, value)]
-                alt = (f"{comp} {', '.join(dict.fromkeys(ok[:3]))} imports with {axis} {value}" if ok
-                       else f"a {axis} that satisfies {spec}")
+                ok = [str(r.version) for r in ctx.matrix.component(comp).releases
+                      if _imports_ok(ctx.matrix, comp, r, axis, value)]
+                alt = (f"{comp} {', '.join(ok[:3])} import{'s' if len(ok) == 1 else ''} with {axis} {value}, or "
+                       f"a {axis} that satisfies {spec}" if ok else f"a {axis} that satisfies {spec}")
                 out.append(Violation(f"{comp}_imports",
                                      f"{comp} {c.version} cannot be imported with {axis} {value} (it needs "
                                      f"{axis} {spec}): {_first_sentence(need.reason)}",

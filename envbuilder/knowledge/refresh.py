@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
 from packaging.specifiers import SpecifierSet
-from packaging.version import Version
+from packaging.version import InvalidVersion, Version
 
 from envbuilder.core.matrix import Component, Matrix, TorchRelease
 from envbuilder.errors import InputError
@@ -194,7 +194,11 @@ class Fact:
 
 def _norm(v: Any) -> Any:
     if isinstance(v, (list, tuple, set, frozenset)):
-        return sorted((_norm(x) for x in v), key=str)
+        items = [_norm(x) for x in v]
+        try:  # versions in version order (2.4 before 2.10), anything else as text
+            return sorted(items, key=lambda x: Version(str(x).rstrip("t")))
+        except (InvalidVersion, TypeError):
+            return sorted(items, key=str)
     if isinstance(v, Version):
         return str(v)
     return v
