@@ -172,7 +172,7 @@ COMPONENT = _file(
           "cuda": {"type": "boolean"}, "module": {"type": "string", "pattern": r"^[a-z0-9_.]+$"},
           "source": _SOURCE, "note": _NOTE})},
      "ops_default_source": _SOURCE,
-     # what its releases need at import time (``import deepspeed``, ``horovodrun``), apart from
+     # what its releases need at import time (importing it, starting its launcher), apart from
      # what they declare for installing (``releases: requires:``): a torch API a release
      # calls while importing, a Python module it imports
      "imports": {"type": "array", "items": _obj(
