@@ -381,6 +381,21 @@ def test_check_driver_warning_is_not_a_refusal():
     assert "530.30.02" in r["warnings"][0]["message"]
 
 
+def test_a_listed_branch_past_end_of_life_still_runs_an_image_of_its_own_major():
+    """R535 (CUDA 12.2, end of life 2026-06) is in the 12.6.3 images' NVIDIA_REQUIRE_CUDA: the
+    image starts, and CUDA 12.6 runs on it by minor-version compatibility, which needs no
+    supported branch (forward compatibility does): accepted, with the fact as evidence."""
+    r = check_combination(cuda="12.6.3", os="rockylinux9", flavour="cuda-base", driver="535.54.03").to_dict()
+    assert r["ok"] is True and r["runs"] == "minor-compat"
+    ev = [e for e in r["evidence"] if e["rule"] == "image_driver_branch"]
+    assert ev and "lists R535" in ev[0]["message"] and "minor-version compatibility" in ev[0]["message"]
+    assert any(s.endswith("/dist/12.6.3/rockylinux9/base/Dockerfile") for s in ev[0]["source"])
+    # another major needs forward compatibility: the same listed-but-ended branch is refused for 13.0
+    with pytest.raises(IncompatibleError) as e:
+        check_combination(cuda="13.0", flavour="cuda-base", driver="575.57.08")
+    assert "end of life" in str(e.value) and "forward compatibility" in str(e.value)
+
+
 def test_check_refusal_names_the_driver_needed():
     with pytest.raises(IncompatibleError) as ei:
         check_combination(cuda="12.1", driver="470.82.01")

@@ -103,6 +103,7 @@ class RequireCuda:
     cuda: Version  # the cuda>=X.Y part
     branches: tuple[int, ...]
     source: tuple[str, ...]
+    note: str = ""  # "unverified for this patch: ..." where it was read in another patch's image
 
 
 @dataclass(frozen=True)
@@ -1040,7 +1041,8 @@ def _component(path: Path, data: Mapping[str, Any]) -> Component:
 def _require_cuda(data: Mapping[str, Any] | None) -> RequireCuda | None:
     if data is None:
         return None
-    return RequireCuda(Version(data["cuda"]), tuple(int(b) for b in data["branches"]), _sources(data["source"]))
+    return RequireCuda(Version(data["cuda"]), tuple(int(b) for b in data["branches"]), _sources(data["source"]),
+                       data.get("note", ""))
 
 
 def _check_components(root: Path, components: tuple[Component, ...], incompat: list[Incompatibility],

@@ -268,7 +268,7 @@ def _torch_platform(a: Assignment, ctx: Context) -> list[Violation]:
     none = "" if others else f"; no torch release in the matrix has {var.name} wheels for {ctx.platform}"
     return [Violation("torch_platform",
                       f"torch {t.version} has no {var.name} wheels for {ctx.platform} (it has them for "
-                      f"{', '.join(var.platforms)}){none}", t.source, fix)]
+                      f"{', '.join(var.platforms)}){none}", tuple(dict.fromkeys(var.source + t.source)), fix)]
 
 
 def _platform_evidence(t: TorchRelease, var: Any, ctx: Context) -> list[Violation]:
@@ -393,8 +393,9 @@ def image_require(m: Matrix, t: Toolkit, os_name: str | None) -> tuple[Any, Any]
 def _image_driver_branch(a: Assignment, ctx: Context) -> list[Violation]:
     """An nvidia/cuda image starts only where its NVIDIA_REQUIRE_CUDA allows: on a driver whose
     CUDA is at least the image's, or on one of the driver branches its brand clauses list
-    (forward compatibility through the image's cuda-compat package); a listed branch past its
-    end of life is refused too."""
+    (forward compatibility through the image's cuda-compat package, or minor-version
+    compatibility within a CUDA major); a listed branch past its end of life is refused where
+    forward compatibility is what would run it (NVIDIA supports it only on supported branches)."""
     t: Toolkit | None = a["cuda"]
     if t is None or ctx.driver is None:
         return []
@@ -412,6 +413,8 @@ def _image_driver_branch(a: Assignment, ctx: Context) -> list[Violation]:
     branch = Version(ctx.driver).release[0]
     listed = ", ".join(f"R{b}" for b in req.branches) or "none"
     image = f"{imgs.repository or m.base_repository}:{t.version} images"
+    if req.note.startswith("unverified"):  # read in another patch's image: say so where it decides
+        image += f" ({req.note.split(':')[0]})"
     runs = f", CUDA {have}" if have is not None else ""
     if branch not in req.branches:
         return [Violation(
@@ -424,7 +427,8 @@ def _image_driver_branch(a: Assignment, ctx: Context) -> list[Violation]:
     from envbuilder.core.advisories import branch_status
 
     st = branch_status(ctx.driver, m) or {}
-    if st.get("eol_passed"):
+    same_major = have is not None and have.major == req.cuda.major  # minor-version compatibility
+    if st.get("eol_passed") and not same_major:
         return [Violation(
             "image_driver_branch",
             f"{image} list R{branch} in NVIDIA_REQUIRE_CUDA (forward compatibility), but R{branch} "
@@ -437,7 +441,8 @@ def _image_driver_branch(a: Assignment, ctx: Context) -> list[Violation]:
     return [Violation(
         "image_driver_branch",
         f"driver {ctx.driver} (R{branch}{runs}) is older than {image}' CUDA {req.cuda}; the image "
-        f"starts on it because its NVIDIA_REQUIRE_CUDA lists R{branch} (branches {listed})",
+        f"starts on it because its NVIDIA_REQUIRE_CUDA lists R{branch} (branches {listed})"
+        + ("; it runs by minor-version compatibility" if same_major else "; it runs by forward compatibility"),
         req.source, severity="info")]
 
 

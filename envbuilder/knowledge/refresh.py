@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import copy
 import datetime as dt
+import functools
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -525,11 +526,12 @@ def _components(run: _Run, versions: dict[str, list[str]]) -> None:
             if rel is None:
                 raise InputError(f"--component-version {comp.name}=={v}: not a {comp.name} release of the matrix")
             base = info["raw"].format(version=v)
-            tree = FetchedTree(base, lambda u: _body_or_none(run, u))
+            missing: list[str] = []
+            tree = FetchedTree(base, functools.partial(_body_or_none, run, missing=missing))
             needs = import_needs(tree, info["package"], m.torch_apis)
             if not needs.modules:
                 run.add(f"{comp.name}.yaml", f"{comp.name} {v}", "imports", None, None, base, kind="unverified",
-                        detail=f"{info['package']}/__init__.py not found at the tag")
+                        detail=f"{info['package']}/__init__.py not read: {missing[-1] if missing else 'empty'}")
                 continue
             derived = needs.torch_spec()
             why = needs.why() or "no torch API of torch.yaml's apis: is used while importing"
@@ -569,10 +571,12 @@ def _default_versions(comp: Component) -> list[str]:
     return list(seen.values())
 
 
-def _body_or_none(run: _Run, url: str) -> bytes | None:
+def _body_or_none(run: _Run, url: str, missing: list[str] | None = None) -> bytes | None:
     try:
         return run.get(url)
-    except NotFound:
+    except NotFound as e:
+        if missing is not None:
+            missing.append(str(e))
         return None
 
 
