@@ -319,7 +319,7 @@ def test_init_says_what_runs_by_minor_version_compatibility_and_the_branch_eol()
 
 @pytest.mark.parametrize("cuda,driver,mode", [
     ("13.2", "580.65.06", "minor-compat"), ("12.4", "550.90.07", "native"),
-    ("12.8", "550.90.07", "minor-compat"),
+    ("12.8", "550.90.07", "minor-compat"), ("13.0", "550.90.07", "forward-compat"),
 ])
 def test_check_and_resolve_say_the_same_of_what_a_driver_runs(cuda, driver, mode):
     from envbuilder.core.rules import driver_mode
@@ -334,14 +334,13 @@ def test_check_and_resolve_say_the_same_of_what_a_driver_runs(cuda, driver, mode
     assert driver_mode(m, tk, driver) == mode
 
 
-def test_a_forward_compat_stack_on_a_branch_past_its_end_of_life_is_refused():
-    """13.0 on R550 could run only by forward compatibility; the 13.0 images' NVIDIA_REQUIRE_CUDA
-    lists R550, but R550 reached end of life (June 2025): refused, naming both facts."""
-    with pytest.raises(IncompatibleError) as e:
-        resolve_target("cu130", matrix=live(), pins=Pins(driver="550.90.07"))
-    v = next(v for v in e.value.violations if v.rule == "image_driver_branch")
-    assert "R550" in v.message and "end of life" in v.message
-    assert any("Dockerfile" in s for s in v.source) and any("gpu-driver-container" in s for s in v.source)
+def test_a_forward_compat_stack_on_a_branch_past_its_end_of_life_is_warned_about():
+    """13.0 on R550 runs only by forward compatibility; the 13.0 images' NVIDIA_REQUIRE_CUDA lists
+    R550, so they start, but R550 reached end of life (June 2025): a warning naming both facts."""
+    st = resolve_target("cu130", matrix=live(), pins=Pins(driver="550.90.07"))
+    w = next(v for v in st.warnings if v.rule == "image_driver_branch")
+    assert "R550" in w.message and "end of life" in w.message and "forward compatibility" in w.message
+    assert any("Dockerfile" in s for s in w.source) and any("gpu-driver-container" in s for s in w.source)
 
 
 def test_a_v100_host_is_not_offered_torch_2_11_cu128():

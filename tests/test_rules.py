@@ -184,8 +184,8 @@ CASES: list[Case] = [
      lambda m: (base(live(), nccl=nccl(live(), "2.19.3")), {"avoid": frozenset({"nccl"})}, live()),
      ("nccl-2.18.5-usb-netdev", "2.20.3")),
     # image_driver_branch (live matrix: NVIDIA_REQUIRE_CUDA of the 13.0.x sets lists R535, R550,
-    # R565, R570, R575): a driver of CUDA 13.0 starts it; R560 is not listed; R575 is, but past its
-    # end of life
+    # R565, R570, R575): a driver of CUDA 13.0 starts it; R560 is not listed; R575 is (forward
+    # compatibility), but past its end of life: a warning
     ("cu130-driver580-native", "image_driver_branch", ACCEPT,
      lambda m: (base(live(), cuda=toolkit(live(), "13.0.3"), torch=torch(live(), "2.14.1"), python="3.12",
                      os=os_(live(), "ubuntu24.04"), nccl=None), {"driver": "580.95.05"}, live()), ()),
@@ -193,7 +193,7 @@ CASES: list[Case] = [
      lambda m: (base(live(), cuda=toolkit(live(), "13.0.3"), torch=torch(live(), "2.14.1"), python="3.12",
                      os=os_(live(), "ubuntu24.04"), nccl=None), {"driver": "560.35.03"}, live()),
      ("NVIDIA_REQUIRE_CUDA=cuda>=13.0", "R535, R550, R565, R570, R575", "R560", "nvidia-container-cli")),
-    ("cu130-driver575-listed-but-eol", "image_driver_branch", REFUSE,
+    ("cu130-driver575-listed-but-eol", "image_driver_branch", WARN,
      lambda m: (base(live(), cuda=toolkit(live(), "13.0.3"), torch=torch(live(), "2.14.1"), python="3.12",
                      os=os_(live(), "ubuntu24.04"), nccl=None), {"driver": "575.57.08"}, live()),
      ("R575", "end of life", "forward compatibility")),
@@ -384,16 +384,16 @@ def test_check_driver_warning_is_not_a_refusal():
 def test_a_listed_branch_past_end_of_life_still_runs_an_image_of_its_own_major():
     """R535 (CUDA 12.2, end of life 2026-06) is in the 12.6.3 images' NVIDIA_REQUIRE_CUDA: the
     image starts, and CUDA 12.6 runs on it by minor-version compatibility, which needs no
-    supported branch (forward compatibility does): accepted, with the fact as evidence."""
+    supported branch: accepted, with the fact as evidence."""
     r = check_combination(cuda="12.6.3", os="rockylinux9", flavour="cuda-base", driver="535.54.03").to_dict()
     assert r["ok"] is True and r["runs"] == "minor-compat"
     ev = [e for e in r["evidence"] if e["rule"] == "image_driver_branch"]
     assert ev and "lists R535" in ev[0]["message"] and "minor-version compatibility" in ev[0]["message"]
     assert any(s.endswith("/dist/12.6.3/rockylinux9/base/Dockerfile") for s in ev[0]["source"])
-    # another major needs forward compatibility: the same listed-but-ended branch is refused for 13.0
-    with pytest.raises(IncompatibleError) as e:
-        check_combination(cuda="13.0", flavour="cuda-base", driver="575.57.08")
-    assert "end of life" in str(e.value) and "forward compatibility" in str(e.value)
+    # another major runs by forward compatibility: a listed branch past its end of life is a warning
+    r = check_combination(cuda="13.0", flavour="cuda-base", driver="575.57.08").to_dict()
+    w = [w for w in r["warnings"] if w["rule"] == "image_driver_branch"]
+    assert r["ok"] is True and w and "end of life" in w[0]["message"] and "forward compatibility" in w[0]["message"]
 
 
 def test_check_refusal_names_the_driver_needed():

@@ -394,8 +394,8 @@ def _image_driver_branch(a: Assignment, ctx: Context) -> list[Violation]:
     """An nvidia/cuda image starts only where its NVIDIA_REQUIRE_CUDA allows: on a driver whose
     CUDA is at least the image's, or on one of the driver branches its brand clauses list
     (forward compatibility through the image's cuda-compat package, or minor-version
-    compatibility within a CUDA major); a listed branch past its end of life is refused where
-    forward compatibility is what would run it (NVIDIA supports it only on supported branches)."""
+    compatibility within a CUDA major); a listed branch past its end of life is a warning where
+    forward compatibility is what runs it."""
     t: Toolkit | None = a["cuda"]
     if t is None or ctx.driver is None:
         return []
@@ -431,13 +431,14 @@ def _image_driver_branch(a: Assignment, ctx: Context) -> list[Violation]:
     if st.get("eol_passed") and not same_major:
         return [Violation(
             "image_driver_branch",
-            f"{image} list R{branch} in NVIDIA_REQUIRE_CUDA (forward compatibility), but R{branch} "
+            f"{image} list R{branch} in NVIDIA_REQUIRE_CUDA: they start on driver {ctx.driver} and run "
+            f"by forward compatibility (their cuda-compat package), but R{branch} "
             + (f"reached end of life in {st['eol']}" if st.get("eol") else
                "is end of life (NVIDIA: every branch older than those in its support table is)")
-            + ": NVIDIA supports forward compatibility only on supported branches",
+            + ": no more fixes for the driver the stack leans on",
             req.source + tuple(st.get("source", ())),
             f"a driver of CUDA {req.cuda} or newer (>= {_floor_of(m, req.cuda)}), or a supported branch "
-            f"the image lists")]
+            f"the image lists", severity="warning")]
     return [Violation(
         "image_driver_branch",
         f"driver {ctx.driver} (R{branch}{runs}) is older than {image}' CUDA {req.cuda}; the image "
