@@ -110,7 +110,11 @@ def test_deepspeed_releases_that_fail_to_import_with_a_torch_are_refused_with_th
     from packaging.version import Version
 
     st = resolve_target("cu121-torch2.3-ds")
-    assert st.component("deepspeed").version < Version("0.17.5")
+    assert st.component("deepspeed").version < Version("0.18.7")  # 0.18.7's torch.amp.custom_fwd needs 2.4
+    # only 0.17.5 of the ZenFlow releases fails with torch 2.1-2.3: 0.17.6 defines a fallback (#7544)
+    assert check_combination(torch="2.3", deepspeed="0.17.6").to_dict()["ok"] is True
+    d = _refused("check", "--torch", "2.3", "--deepspeed", "0.17.5")
+    assert any("https://github.com/deepspeedai/DeepSpeed/pull/7544" in v["source"] for v in d["violations"])
 
 
 def test_an_acceptance_at_the_import_edge_names_its_fact():

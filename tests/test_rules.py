@@ -204,7 +204,7 @@ CASES: list[Case] = [
     ("ds0.18.9-torch2.3", "deepspeed_imports", REFUSE,
      lambda m: (base(live(), torch=torch(live(), "2.3.1"), nccl=None,
                      deepspeed=component(live(), "deepspeed", "0.18.9")), {}, live()),
-     ("0.18.9", "2.3.1", ">=2.4", "custom_op", "0.17.4")),
+     ("0.18.9", "2.3.1", ">=2.4", "custom_op", "0.18.6")),
     ("ds0.8.1-torch2.0", "deepspeed_imports", REFUSE,
      lambda m: (base(live(), cuda=toolkit(live(), "11.8.0"), torch=torch(live(), "2.0.1"), nccl=None,
                      deepspeed=component(live(), "deepspeed", "0.8.1")), {}, live()),

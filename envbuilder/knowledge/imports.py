@@ -12,8 +12,9 @@ its ``__init__.py`` (the modules ``import package`` executes: every module-level
 
 A use inside a ``try`` whose handler catches the failure, or under an ``if``, is guarded and
 does not count, with one exception read from real breakages: a name a guarded import binds,
-which the handler does not bind, and which module-level code then uses unguarded (DeepSpeed
-0.17.5's ``_disable_dynamo_if_unsupported``, deepspeedai/DeepSpeed#7514), counts.
+which the handler does not bind, no later statement binds again, and which module-level code
+then uses unguarded (DeepSpeed 0.17.5's ``_disable_dynamo_if_unsupported``,
+deepspeedai/DeepSpeed#7514; 0.17.6 defines a fallback after the ``try``, #7544), counts.
 
 The uses are read against torch.yaml's ``apis:`` (the release that added or removed each API):
 the result is the torch range the package imports with, each bound with the module, line and
@@ -256,6 +257,15 @@ class _Module:
             self.visit_stmt(st, guarded)
 
     def visit_stmt(self, st: ast.stmt, guarded: bool) -> None:
+        before = set(self.fragile)
+        self._stmt(st, guarded)
+        # a later statement that binds a fragile name again (``if not AVAILABLE: def name(...)``,
+        # DeepSpeed 0.17.6's fix, #7544) is its fallback; the other branch of the ``if`` whose
+        # ``try`` made it fragile is not (it runs only when that ``try`` does not: 0.17.5)
+        for n in _bound_names([st]) & before:
+            self.fragile.pop(n, None)
+
+    def _stmt(self, st: ast.stmt, guarded: bool) -> None:
         if isinstance(st, ast.Import):
             self._import(st, guarded)
         elif isinstance(st, ast.ImportFrom):
@@ -267,7 +277,9 @@ class _Module:
                 return
             self._expr(st.test, guarded, "condition")
             self.visit_body(st.body, True)
+            made = dict(self.fragile)
             self.visit_body(st.orelse, True)
+            self.fragile.update(made)  # the other branch does not run where the ``if`` branch's ``try`` failed
         elif isinstance(st, (ast.FunctionDef, ast.AsyncFunctionDef)):
             for d in st.decorator_list:
                 self._expr(d, guarded, "decorator")

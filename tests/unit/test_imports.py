@@ -46,6 +46,20 @@ def test_guarded_uses_do_not_count_but_a_fragile_name_does():
     assert "guarded import" in fragile.uses[0].how
 
 
+def test_a_fallback_after_the_try_covers_a_fragile_name_but_the_other_branch_does_not():
+    """DeepSpeed 0.17.5: the import sits in ``if AVAILABLE: try ... except: AVAILABLE = False`` and
+    the fallback in that ``if``'s ``else``, which does not run when the import fails: fragile.
+    0.17.6 (#7544) moved the fallback into a later ``if not AVAILABLE:``: covered."""
+    head = "AVAILABLE = True\nif AVAILABLE:\n    try:\n        from torch.optim.optimizer import _disable\n" \
+           "    except ImportError:\n        AVAILABLE = False\n"
+    fallback = "    def _disable(**kw):\n        return lambda fn: fn\n"
+    use = "@_disable(x=1)\ndef step(): ...\n"
+    v0175 = needs({"pkg/__init__.py": head + "else:\n" + fallback + use})
+    assert v0175.torch_spec() == ">=2.4" and "guarded import" in v0175.uses[0].how
+    v0176 = needs({"pkg/__init__.py": head + "if not AVAILABLE:\n" + fallback + use})
+    assert v0176.torch_spec() is None
+
+
 def test_a_removed_api_sets_the_ceiling_and_type_checking_is_skipped():
     n = needs({"pkg/__init__.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
                                   "    from torch.library import custom_op\nfrom pkg.util import inf\n",
