@@ -396,6 +396,18 @@ def test_a_listed_branch_past_end_of_life_still_runs_an_image_of_its_own_major()
     assert r["ok"] is True and w and "end of life" in w[0]["message"] and "forward compatibility" in w[0]["message"]
 
 
+def test_an_image_set_without_its_require_cuda_is_a_warning_not_agreement():
+    """13.3.1's base Dockerfiles were not read: on a driver of an older CUDA (R580: 13.0), whether
+    the image starts is unknown, and said so (never silently accepted as if checked)."""
+    r = check_combination(cuda="13.3", flavour="cuda-base", driver="580.65.06").to_dict()
+    w = [w for w in r["warnings"] if w["rule"] == "image_driver_branch"]
+    assert r["ok"] is True and w and "no NVIDIA_REQUIRE_CUDA" in w[0]["message"] and "not known" in w[0]["message"]
+    assert w[0]["source"] and "matrix refresh" in w[0]["fix"]
+    # a driver of the image's CUDA needs no list
+    r = check_combination(cuda="13.3", flavour="cuda-base", driver="610.43.02").to_dict()
+    assert not [w for w in r["warnings"] if w["rule"] == "image_driver_branch"]
+
+
 def test_check_refusal_names_the_driver_needed():
     with pytest.raises(IncompatibleError) as ei:
         check_combination(cuda="12.1", driver="470.82.01")

@@ -403,18 +403,22 @@ def _image_driver_branch(a: Assignment, ctx: Context) -> list[Violation]:
     fl = m.toolchains.flavour(a["flavour"])
     if fl.nvidia_tag is None:
         return []
-    found = image_require(m, t, getattr(a.get("os"), "name", None))
-    if found is None:
-        return []
-    imgs, req = found
+    os_name = getattr(a.get("os"), "name", None)
+    # the rule runs once CUDA and flavour are known, mostly before the OS is: a set of the patch on
+    # any OS stands in (every set read lists the same branches for each OS of a patch)
+    found = image_require(m, t, os_name)
     have = driver_cuda_of(m, ctx.driver)
+    if found is None:
+        return _require_unknown(m, t, os_name, ctx.driver, have)
+    imgs, req = found
     if have is not None and have >= req.cuda:
         return []
     branch = Version(ctx.driver).release[0]
     listed = ", ".join(f"R{b}" for b in req.branches) or "none"
     image = f"{imgs.repository or m.base_repository}:{t.version} images"
-    if req.note.startswith("unverified"):  # read in another patch's image: say so where it decides
-        image += f" ({req.note.split(':')[0]})"
+    said = req.note.split(":")[0]
+    if said.startswith("unverified") and ("this patch" in said or os_name is None or os_name in said):
+        image += f" ({said})"  # read in another patch's or OS's image: say so where it decides
     runs = f", CUDA {have}" if have is not None else ""
     if branch not in req.branches:
         return [Violation(
@@ -445,6 +449,23 @@ def _image_driver_branch(a: Assignment, ctx: Context) -> list[Violation]:
         f"starts on it because its NVIDIA_REQUIRE_CUDA lists R{branch} (branches {listed})"
         + ("; it runs by minor-version compatibility" if same_major else "; it runs by forward compatibility"),
         req.source, severity="info")]
+
+
+def _require_unknown(m: Matrix, t: Toolkit, os_name: str | None, driver: str,
+                     have: Version | None) -> list[Violation]:
+    """A set without a recorded NVIDIA_REQUIRE_CUDA, on a driver of an older CUDA: whether
+    nvidia-container-cli starts it is not known (a warning, never agreement)."""
+    sets = [b for b in m.base_images if b.cuda == t.version and (os_name is None or os_name in b.os)]
+    if not sets or (have is not None and have >= Version(minor(t.version))):
+        return []
+    b = sets[0]
+    return [Violation(
+        "image_driver_branch",
+        f"the matrix has no NVIDIA_REQUIRE_CUDA for {b.repository or m.base_repository}:{t.version} images: "
+        f"whether nvidia-container-cli starts them on driver {driver} (R{Version(driver).release[0]}"
+        + (f", CUDA {have}" if have is not None else "") + ") is not known",
+        b.source, "read it (envbuilder matrix refresh --source nvidia-images) or use a driver of CUDA "
+        f"{minor(t.version)} or newer", severity="warning")]
 
 
 def _floor_of(m: Matrix, cuda: Version) -> str:
