@@ -109,7 +109,7 @@ def with_team_compiled(spec: TargetSpec, stack: Stack) -> Stack:
     b = rc.refuse_unbuildable(stack, split)
     plan = make_plan(stack, PlanOptions(spec=spec, team_requirements=team, compiled=_compiled_names(spec)))
     more = rc.warnings(stack, split, b, plan.cuda_arch, spec.pip_index_url)
-    return replace(stack, warnings=stack.warnings + tuple(more))
+    return replace(stack, findings=stack.findings + tuple(more))
 
 
 def folder_files(spec: TargetSpec, stack: Stack, *, lock_text: str | None = None,

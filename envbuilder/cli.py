@@ -19,13 +19,14 @@ from envbuilder import SMOKE_TIMEOUT
 from envbuilder.errors import EXIT_FAILED, EXIT_INCOMPATIBLE
 from envbuilder.ui import daily
 from envbuilder.ui import diagnose as diagnose_ui
-from envbuilder.ui.options import (CASCADE, COMPONENT_CHECKED, COMPONENT_NAMES, COMPONENTS, BackendOpt, DriverOpt, FlavourOpt,
+from envbuilder.ui import knowledge as knowledge_ui
+from envbuilder.ui.options import (CASCADE, COMPONENT_CHECKED, COMPONENTS, BackendOpt, DriverOpt, FlavourOpt,
                                    JsonOpt, MatrixOpt, NcclOpt, OsOpt, PythonOpt, ShmOpt,
-                                   SmokeTimeoutOpt, TorchOpt, complete_axis, complete_target,
+                                   SmokeTimeoutOpt, TorchOpt, complete_target,
                                    spec_options)
-from envbuilder.ui.output import (Progress, argument_types_off, command, console, echo_json,
+from envbuilder.ui.output import (Progress, argument_types_off, command, echo_json,
                                   exit_for_failures, print_build, print_lock, print_warnings, print_smoke, print_stack, readable_metavars, run_app, say,
-                                  table, warn)
+                                  table, evidence, warn)
 
 app = typer.Typer(
     name="envbuilder",
@@ -138,6 +139,8 @@ def check(cuda: Optional[str] = typer.Option(None, "--cuda", help="CUDA version,
         + (f" (e.g. {', '.join(f'{k} {v}' for k, v in sat.items())})" if sat else ""))
     for d in r.get("driver", ()):  # driver first (--driver with --torch, no --cuda)
         say(f"  torch {d['torch']}+{d['variant']}: driver >= {d['driver_min']} (CUDA {d['toolkit']}): {d['runs']}")
+    for e in r.get("evidence", ()):
+        evidence(e)
     for w in r["warnings"]:
         warn(w)
 
@@ -418,58 +421,8 @@ def doctor(target: Optional[str] = typer.Option(None, "--target", help="Also jud
 diagnose_ui.register(app)  # explain (envbuilder.ui.diagnose), in its place in --help
 
 
-# -- matrix: the knowledge itself (logic in envbuilder.knowledge) ----------------------------
-matrix_app = typer.Typer(help="Read the matrix (show) or check it against the package indexes (verify).",
-                         no_args_is_help=True)
-app.add_typer(matrix_app, name="matrix")
-
-
-@matrix_app.command("verify", help=f"Check torch releases, variants, NCCL pins and Python tags, "
-                                   f"and {COMPONENT_NAMES}'s releases and requires-python, against "
-                                   f"the reachable indexes (exit 1 on a disagreement).")
-@command
-def matrix_verify(pypi: str = typer.Option("https://pypi.org/simple", "--pypi-index-url", help="PyPI or a mirror."),
-                  torch_index: Optional[str] = typer.Option(None, "--torch-index", help="PyTorch's index template with {variant}."),
-                  write_overlay: Optional[str] = typer.Option(None, "--write-overlay", metavar="DIR", help="Write the new releases as a matrix overlay to review (--matrix-overlay DIR loads it)."),
-                  matrix: Optional[str] = MatrixOpt, as_json: bool = JsonOpt) -> None:
-    """Check the matrix against the package indexes (the help above says what)."""
-    from envbuilder.api import verify_matrix, write_verify_overlay
-
-    con = console(stderr=True)
-    con.quiet = as_json
-    with con.status("verify") as st:
-        rep = verify_matrix(matrix_dir=matrix, pypi=pypi, torch_index=torch_index,
-                            progress=lambda msg: st.update(msg))
-    if as_json:
-        echo_json(rep.to_dict())
-    else:
-        say(rep.headline())  # first: what could not be reached
-        for f in rep.findings:
-            say(f"{f.kind}: {f}")
-        say(f"{len(rep.agreed)} facts agree; {len(rep.of('disagree'))} disagreements, "
-                         f"{len(rep.of('new'))} new, {len(rep.of('skipped'))} skipped, {len(rep.of('unverified'))} unverified")
-    if write_overlay:
-        say(f"overlay: {', '.join(write_verify_overlay(rep, write_overlay, matrix_dir=matrix)) or 'nothing new'} in {write_overlay}", err=True)
-    if rep.error:
-        say(f"envbuilder: error: {rep.error}", err=True)
-    if not rep.ok:
-        raise typer.Exit(EXIT_FAILED)
-
-
-@matrix_app.command("show")
-@command
-def matrix_show(axis: str = typer.Argument(..., autocompletion=complete_axis, help=f"cuda, torch, nccl, os, base_images, {', '.join(COMPONENTS)} or incompatibilities."),
-                torch: Optional[str] = typer.Option(None, "--torch", metavar="VERSION", help="Only rows of this torch release or line (2.6)."),
-                cuda: Optional[str] = typer.Option(None, "--cuda", metavar="VERSION", help="Only rows of this CUDA version or line (12.4; torch: its cu124 variant)."),
-                python: Optional[str] = typer.Option(None, "--python", metavar="VERSION", help="Only rows that list this Python (3.11)."),
-                os_: Optional[str] = typer.Option(None, "--os", metavar="OS", help="Only rows of this OS (ubuntu22.04, debian)."),
-                nccl: Optional[str] = typer.Option(None, "--nccl", metavar="VERSION", help="Only rows of this NCCL release or line."),
-                matrix: Optional[str] = MatrixOpt, as_json: bool = JsonOpt) -> None:
-    """Print one axis of the matrix with the source of every row (filters: --torch, --cuda, --python, --os, --nccl)."""
-    from envbuilder.api import show_axis
-
-    t = show_axis(axis, matrix_dir=matrix, filters={"torch": torch, "cuda": cuda, "python": python, "os": os_, "nccl": nccl})
-    echo_json(t.to_dict()) if as_json else daily.print_axis(axis, t)
+# -- matrix: the knowledge itself (envbuilder.ui.knowledge; logic in envbuilder.knowledge) ------
+knowledge_ui.register(app)
 
 
 daily.register(app)

@@ -31,8 +31,9 @@ def release(version: str):
 @pytest.mark.parametrize("version, variants", [
     ("2.10.0", {"cpu", "cu126", "cu128", "cu130"}),
     ("2.11.0", {"cpu", "cu126", "cu128", "cu130"}),
-    ("2.12.1", {"cpu", "cu126", "cu130", "cu132"}),
-    ("2.13.0", {"cpu", "cu126", "cu130", "cu132"}),
+    # 2.12.1 and 2.13 also have cu129 builds, on PyTorch's index only (issue 44: index-only variants)
+    ("2.12.1", {"cpu", "cu126", "cu129", "cu130", "cu132"}),
+    ("2.13.0", {"cpu", "cu126", "cu129", "cu130", "cu132"}),
     ("2.14.1", {"cpu", "cu126", "cu130", "cu132"}),
 ])
 def test_newest_lines_have_all_their_cuda_variants(version, variants):
@@ -97,7 +98,9 @@ def test_deepspeed_0_19_1_torch_floor_is_read_from_its_tag():
 def test_deepspeed_import_breakage_refuses():
     with pytest.raises(IncompatibleError) as ei:
         check_combination(torch="2.0", deepspeed="0.8.1")
-    assert "deepspeed-lt-0.8.2-torch-2.0-torch-six" in str(ei.value)
+    # the import-time fact of deepspeed.yaml (issue 44) leads; the breakage entry still refuses it too
+    assert "torch._six" in str(ei.value)
+    assert "deepspeed-lt-0.8.2-torch-2.0-torch-six" in " ".join(ei.value.details)
 
 
 # -- class 4: logic -----------------------------------------------------------------------
@@ -309,9 +312,10 @@ def test_deepspeed_refuses_a_minor_mismatch_on_cuda_13():
 def test_arm64_has_the_recorded_cuda_builds_only():
     st = resolve_target("cu132", pins=Pins(platform="linux/arm64"))
     assert st.request.platform == "linux/arm64" and st.variant == "cu132"
-    # 2.9's aarch64 builds of every CUDA variant are on PyTorch's index (the 2.9 release blog)
+    # cu126 aarch64 builds are on PyTorch's index from 2.9 (the 2.9 release blog) to 2.14 (RELEASE.md's
+    # aarch64 table for 2.12-2.14, issue 44): the newest is chosen, from that index
     st = resolve_target("cu126", pins=Pins(platform="linux/arm64"))
-    assert str(st.torch.version) == "2.9.1" and st.torch_index.endswith("/whl/cu126")
+    assert str(st.torch.version) == "2.14.1" and st.torch_index.endswith("/whl/cu126")
     p = cli("resolve", "cu118", "--platform", "linux/arm64")
     assert p.returncode == 3, p.stderr
     assert cli("resolve", "cu132", "--platform", "sparc").returncode == 2

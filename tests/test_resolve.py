@@ -108,10 +108,19 @@ def test_driver_excludes_stacks():
     # on an nvidia/cuda base it can run only through forward compatibility (cuda-compat): a warning
     s = resolve_target("cu121", matrix=m, pins=Pins(driver="470.82.01"))
     assert s.flavour == "cuda-base"
-    assert [w.rule for w in s.warnings] == ["driver_cuda"] and "forward compatibility" in s.warnings[0].message
+    assert [w.rule for w in s.warnings][0] == "driver_cuda" and "forward compatibility" in s.warnings[0].message
+    # the frozen matrix records no NVIDIA_REQUIRE_CUDA for the 12.1.1 images: whether they start on
+    # R470 is said to be unknown, never taken as agreement
+    assert [w.rule for w in s.warnings] == ["driver_cuda", "image_driver_branch"]
+    assert "no NVIDIA_REQUIRE_CUDA" in s.warnings[1].message and "R470" in s.warnings[1].message
     # the same driver runs CUDA 11.8 through minor-version compatibility: a warning, not a refusal
+    # (and, in the frozen matrix, that whether the 11.8.0 images start on R470 is not recorded)
     s = resolve_target("cu118", matrix=m, pins=Pins(driver="470.82.01"))
-    assert [w.rule for w in s.warnings] == ["driver_cuda"]
+    assert [w.rule for w in s.warnings] == ["driver_cuda", "image_driver_branch"]
+    # the live matrix has the 11.8.0 images' NVIDIA_REQUIRE_CUDA: R470 is listed, the image starts
+    s = resolve_target("cu118", pins=Pins(driver="470.82.01"))
+    assert "image_driver_branch" not in [w.rule for w in s.warnings]
+    assert any(e.rule == "image_driver_branch" and "lists R470" in e.message for e in s.evidence)
     # and a new enough driver leaves no warning
     s = resolve_target("cu121", matrix=m, pins=Pins(driver="535.104.05"))
     assert s.warnings == ()

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from envbuilder.errors import InputError
 from envbuilder.core.matrix import load_matrix
@@ -15,6 +15,7 @@ from envbuilder.api.daily import image_source
 
 if TYPE_CHECKING:
     from envbuilder.knowledge.indexcheck import MatrixReport as MatrixVerifyReport
+    from envbuilder.knowledge.refresh import RefreshReport
     from envbuilder.knowledge.show import AxisTable
     from envbuilder.run.sign import CheckReport
     from docker import DockerClient
@@ -125,6 +126,45 @@ def write_verify_overlay(rep: MatrixVerifyReport, dest: str | Path, *,
                          matrix_dir: str | Path | None = None) -> list[str]:
     """matrix verify --write-overlay DIR: the report's new releases as a matrix overlay."""
     from envbuilder.knowledge.overlay import write_overlay
+
+    return write_overlay(rep, load_matrix(matrix_dir), dest)
+
+
+def refresh_matrix(*, matrix_dir: str | Path | None = None, sources: Sequence[str] | None = None,
+                   replay: str | Path | None = None, pypi: str = "https://pypi.org/simple",
+                   component_versions: Sequence[str] | None = None, record: str | Path | None = None,
+                   progress: Callable[[str], None] | None = None) -> RefreshReport:
+    """Read the matrix's facts again from the sources that publish them (matrix refresh):
+    ``sources`` names some of them (all by default), ``replay`` a folder of recorded responses
+    read instead of the network, ``component_versions`` the component releases whose sources
+    are read (``deepspeed==0.18.9``); ``record`` a new folder where every response read is
+    kept (what ``replay`` reads)."""
+    from envbuilder.core import validate
+    from envbuilder.knowledge.refresh import SOURCES, Fetch, Recorder, Replay, refresh
+
+    validate.url(pypi, "--pypi-index-url")
+    versions: dict[str, list[str]] = {}
+    for item in component_versions or ():
+        name, sep, v = item.partition("==")
+        if not sep or not name or not v:
+            raise InputError(f"--component-version {item!r}: write NAME==VERSION, e.g. deepspeed==0.18.9")
+        versions.setdefault(name, []).append(v)
+    fetch: Fetch = Replay(replay) if replay is not None else Fetch()
+    recorder = Recorder(fetch) if record is not None else None
+    rep = refresh(load_matrix(matrix_dir), sources=list(sources or SOURCES), fetch=recorder or fetch,
+                  pypi=pypi, component_versions=versions, progress=progress, asked=list(sources or ()))
+    if recorder is not None and record is not None:
+        from envbuilder._fs import write_tree
+
+        write_tree(record, recorder.files(rep.read), group="recording", step="matrix refresh --record",
+                   option="--record")
+    return rep
+
+
+def write_refresh_overlay(rep: RefreshReport, dest: str | Path, *,
+                          matrix_dir: str | Path | None = None) -> list[str]:
+    """matrix refresh --write-overlay DIR: the differing facts as a matrix overlay to review."""
+    from envbuilder.knowledge.refresh import write_overlay
 
     return write_overlay(rep, load_matrix(matrix_dir), dest)
 

@@ -158,4 +158,5 @@ def check_combination(*, matrix_dir: str | Path | None = None, cuda: str | None 
         given={k: v for k, v in req.pins().items()} | ({"driver": driver} if driver else {}),
         satisfied_by={k: "cpu" if k == "cuda" and v is None else resolve._show(v)
                       for k, v in assignment.items() if k in given},
-        warnings=[w.to_dict() for w in warnings], runs=runs)
+        warnings=[w.to_dict() for w in warnings if w.severity != "info"], runs=runs,
+        evidence=[w.to_dict() for w in warnings if w.severity == "info"])

@@ -17,7 +17,7 @@ from typing import Any, Mapping
 
 from packaging.version import Version
 
-from envbuilder.core.matrix import BuilderToolkit, Component, Matrix, OsInfo, Toolkit, minor
+from envbuilder.core.matrix import BuilderToolkit, Component, Matrix, OsInfo, Toolkit, ToolchainNeed, minor
 
 
 @dataclass(frozen=True)
@@ -33,6 +33,9 @@ class Builder:
     gcc_is_default: bool
     source: tuple[str, ...]
     warnings: tuple[tuple[str, str, tuple[str, ...]], ...] = ()  # (message, fix, source)
+    # facts that decided the builder at an edge (a component's toolchain need made it leave
+    # the OS's default GCC): (message, source)
+    evidence: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return {"image": self.image_kind,
@@ -90,10 +93,18 @@ def builder_for(a: Mapping[str, Any], m: Matrix, ops: Ops,
         return None
     o: OsInfo = a["os"]
     tc = m.toolchains
-    if not nvcc_needed:  # CPU-only compiles: the OS's default g++
+    needs = toolchain_needs(a, m, ops)
+    if not nvcc_needed:  # CPU-only compiles: the OS's default g++ (or the GCC a component needs)
         hc = tc.host_compilers.get(o.name)
-        return Builder("os", None, None, None, hc.default if hc else None, ("g++",), True,
-                       hc.source if hc else ())
+        if not needs or hc is None:
+            if needs:
+                raise NoBuilder(f"the matrix does not know which GCC {o.name} packages, and "
+                                f"{_needs_text(a, needs)}", "add a host_compilers entry to toolchains.yaml",
+                                tuple(s for _, n in needs for s in n.source))
+            return Builder("os", None, None, None, hc.default if hc else None, ("g++",), True,
+                           hc.source if hc else ())
+        g, pkgs, default, gsrc, ev = _needed_gcc(a, o, hc, sorted(hc.packages, reverse=True), needs, None)
+        return Builder("os", None, None, None, g, ("g++",) if default else pkgs, default, gsrc, (), ev)
     t: Toolkit = a["cuda"]
     flavour = a.get("flavour") or "os"
     warnings: list[tuple[str, str, tuple[str, ...]]] = []
@@ -131,8 +142,40 @@ def builder_for(a: Mapping[str, Any], m: Matrix, ops: Ops,
                 f"{minor(tk.cuda)} to JIT their PTX",
                 f"use a CUDA {minor(tk.cuda)} target, or an OS with nvidia/cuda devel images",
                 tk.source + ("https://github.com/pytorch/pytorch/blob/main/torch/utils/cpp_extension.py",)))
-    gcc, pkgs, default, gsrc = _host_gcc(m, o, nvcc, tk)
-    return Builder(kind, nvcc, tk, home, gcc, pkgs, default, source + gsrc, tuple(warnings))
+    gcc, pkgs, default, gsrc, ev = _host_gcc(m, o, nvcc, tk, needs, a)
+    return Builder(kind, nvcc, tk, home, gcc, pkgs, default, source + gsrc, tuple(warnings), ev)
+
+
+def toolchain_needs(a: Mapping[str, Any], m: Matrix, ops: Ops) -> list[tuple[Component, ToolchainNeed]]:
+    """The toolchain needs (a host GCC range) of the compiling components' releases."""
+    return [(c, n) for c in compiling(a, m, ops) for n in c.toolchain if n.applies(a[c.name].version)]
+
+
+def _needs_text(a: Mapping[str, Any], needs: list[tuple[Component, ToolchainNeed]]) -> str:
+    return "; ".join(f"{c.title} {a[c.name].version} builds only with GCC {n.gcc} ({n.reason.split('. ')[0]})"
+                     for c, n in needs)
+
+
+def _needed_gcc(a: Mapping[str, Any], o: OsInfo, hc: Any, fits: list[int],
+                needs: list[tuple[Component, ToolchainNeed]], cap: str | None,
+                ) -> tuple[int, tuple[str, ...], bool, tuple[str, ...], tuple[tuple[str, tuple[str, ...]], ...]]:
+    """Of the GCC majors ``fits`` (newest first: what nvcc accepts, or every one the OS packages),
+    the one every component's toolchain need admits: the OS's default when it does, else the
+    newest; NoBuilder naming the needs when none does."""
+    src = tuple(s for _, n in needs for s in n.source)
+    ok = [g for g in fits if all(n.gcc.contains(str(g)) for _, n in needs)]
+    if not ok:
+        packaged = ", ".join(map(str, sorted(hc.packages)))
+        raise NoBuilder(f"{_needs_text(a, needs)}; {o.name} packages GCC {packaged}"
+                        + (f" and {cap}" if cap else ""),
+                        f"use an OS that packages a GCC in {', '.join(str(n.gcc) for _, n in needs)}, "
+                        f"or another release", src + hc.source)
+    g = hc.default if hc.default in ok else ok[0]
+    ev: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    if g != hc.default:
+        ev = ((f"{_needs_text(a, needs)}: the builder uses GCC {g}, not {o.name}'s default GCC {hc.default}",
+               src),)
+    return g, hc.packages[g], g == hc.default, hc.source + src, ev
 
 
 def _exact_minor(a: Mapping[str, Any], m: Matrix, ops: Ops, t: Toolkit, o: OsInfo,
@@ -179,8 +222,9 @@ def _what(a: Mapping[str, Any], m: Matrix, ops: Ops, extensions: tuple[str, ...]
     return " and ".join(parts + compiled_parts(a, m, ops)) or "extensions"
 
 
-def _host_gcc(m: Matrix, o: OsInfo, nvcc: Version,
-              tk: BuilderToolkit | None) -> tuple[int, tuple[str, ...], bool, tuple[str, ...]]:
+def _host_gcc(m: Matrix, o: OsInfo, nvcc: Version, tk: BuilderToolkit | None,
+              needs: list[tuple[Component, ToolchainNeed]] | None = None, a: Mapping[str, Any] | None = None,
+              ) -> tuple[int, tuple[str, ...], bool, tuple[str, ...], tuple[tuple[str, tuple[str, ...]], ...]]:
     tc = m.toolchains
     rng = tc.gcc_range(nvcc)
     hc = tc.host_compilers.get(o.name)
@@ -196,5 +240,9 @@ def _host_gcc(m: Matrix, o: OsInfo, nvcc: Version,
             f"nvcc {minor(nvcc)} accepts GCC {rng.gcc_min or ''}..{cap}, and {o.name} packages only GCC "
             f"{', '.join(map(str, sorted(hc.packages)))}",
             "use another OS or CUDA version", rng.source + hc.source)
+    if needs and a is not None:
+        g, pkgs, default, src, ev = _needed_gcc(a, o, hc, fits, needs,
+                                                f"nvcc {minor(nvcc)} accepts GCC {rng.gcc_min or ''}..{cap}")
+        return g, pkgs, default, rng.source + src, ev
     g = fits[0]
-    return g, hc.packages[g], g == hc.default, rng.source + hc.source
+    return g, hc.packages[g], g == hc.default, rng.source + hc.source, ()

@@ -95,6 +95,18 @@ class Advisory:
 
 
 @dataclass(frozen=True)
+class RequireCuda:
+    """An image set's ``NVIDIA_REQUIRE_CUDA``: ``cuda>=X.Y`` and the driver branches its brand
+    clauses list (``brand=tesla,driver>=535,driver<536 ...``). nvidia-container-cli starts the
+    image on a driver whose CUDA is older than X.Y only on one of those branches."""
+
+    cuda: Version  # the cuda>=X.Y part
+    branches: tuple[int, ...]
+    source: tuple[str, ...]
+    note: str = ""  # "unverified for this patch: ..." where it was read in another patch's image
+
+
+@dataclass(frozen=True)
 class BaseImages:
     cuda: Version
     os: tuple[str, ...]
@@ -105,6 +117,7 @@ class BaseImages:
     source: tuple[str, ...]
     repository: str | None = None  # this set's own repository (a team's internal images)
     platforms: tuple[str, ...] = ("linux/amd64",)  # the platforms NVIDIA builds this set for
+    require_cuda: RequireCuda | None = None  # its NVIDIA_REQUIRE_CUDA, where the matrix records it
 
     def tag(self, flavour: str, os_name: str, *, cudnn: bool = True) -> str:
         """nvidia/cuda's tag: 12.1.1-cudnn8-runtime-ubuntu22.04 (cudnn) or 12.1.1-runtime-ubuntu22.04."""
@@ -156,8 +169,8 @@ class OsInfo:
 
     @property
     def package_manager(self) -> str:
-        """apt (Debian, Ubuntu) or dnf (Rocky Linux)."""
-        return "dnf" if self.family == "rockylinux" else "apt"
+        """apt (Debian, Ubuntu) or dnf (Rocky Linux, Red Hat's UBI)."""
+        return "dnf" if self.family in ("rockylinux", "ubi") else "apt"
 
     @property
     def sort_key(self) -> tuple[Any, ...]:
@@ -177,6 +190,13 @@ class TorchVariant:
     # platforms whose wheels of this variant are on PyTorch's index only: PyPI's files for them
     # are another build (torch 2.8-2.10 on aarch64: CPU-only on PyPI, CUDA on download.pytorch.org)
     index_only: tuple[str, ...] = ()
+    # another platform's architecture list where it differs from ``arch`` (the amd64 build's)
+    platform_arch: Mapping[str, tuple[str, ...]] = field(default_factory=dict, hash=False)
+    source: tuple[str, ...] = ()  # the variant's own source (its facts beyond the release's)
+
+    def arch_for(self, platform: str) -> tuple[str, ...]:
+        """The GPU architectures the build for ``platform`` carries."""
+        return self.platform_arch.get(platform, self.arch)
 
     @property
     def cuda(self) -> str | None:
@@ -219,6 +239,44 @@ class ComponentRelease:
 
 
 @dataclass(frozen=True)
+class ImportNeed:
+    """What some releases of a component need at import time (its file's ``imports:``): a torch
+    or Python range, apart from what they declare for installing (``requires:``)."""
+
+    versions: SpecifierSet  # the releases it applies to
+    requires: Mapping[str, SpecifierSet]  # torch, python
+    reason: str
+    source: tuple[str, ...]
+    derived: str | None = None  # how `matrix refresh` derived it, where it did
+
+    def applies(self, version: Version) -> bool:
+        return self.versions.contains(version, prereleases=True)
+
+
+@dataclass(frozen=True)
+class ToolchainNeed:
+    """What some releases of a component need of the OS's toolchain to build (``toolchain:``)."""
+
+    versions: SpecifierSet
+    gcc: SpecifierSet  # the host GCC majors it builds with
+    reason: str
+    source: tuple[str, ...]
+
+    def applies(self, version: Version) -> bool:
+        return self.versions.contains(version, prereleases=True)
+
+
+@dataclass(frozen=True)
+class TorchApi:
+    """A torch API and the releases that added or removed it (torch.yaml ``apis:``)."""
+
+    api: str  # torch.library.custom_op
+    added: Version | None
+    removed: Version | None
+    source: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class Op:
     """One op a component can pre-build at install time (its file's ``ops:``)."""
 
@@ -251,6 +309,8 @@ class Component:
     legacy: str | None = None  # why the component is legacy (its file's legacy:)
     legacy_source: tuple[str, ...] = ()
     source: tuple[str, ...] = ()
+    imports: tuple[ImportNeed, ...] = ()  # import-time needs of some releases
+    toolchain: tuple[ToolchainNeed, ...] = ()  # OS toolchain needs of some releases
 
     @property
     def has_ops(self) -> bool:
@@ -401,6 +461,7 @@ class Matrix:
     overlay: tuple[Mapping[str, Any], ...] = ()  # what it added or replaced (_apply_overlay)
     driver_branches: tuple[DriverBranch, ...] = ()  # newest branch first
     advisories: tuple[Advisory, ...] = ()
+    torch_apis: tuple[TorchApi, ...] = ()  # torch.yaml apis: (import-time needs are read against them)
 
     # -- lookups ---------------------------------------------------------------------------
     def toolkits_for(self, cuda_minor: str) -> list[Toolkit]:
@@ -647,9 +708,11 @@ OVERLAY_KEYS: dict[tuple[str, str], tuple[str, ...]] = {
     ("toolchains.yaml", "flavours"): ("name",), ("toolchains.yaml", "nvcc_host_gcc"): ("cuda",),
     ("toolchains.yaml", "builder_toolkits"): ("os", "cuda"),
     ("toolchains.yaml", "host_compilers"): ("os",), ("toolchains.yaml", "cpu_isas"): ("name",),
+    ("torch.yaml", "apis"): ("api",),
 }
 # ... and of a component file's lists
-COMPONENT_OVERLAY_KEYS: dict[str, tuple[str, ...]] = {"releases": ("line",), "ops": ("name",)}
+COMPONENT_OVERLAY_KEYS: dict[str, tuple[str, ...]] = {"releases": ("line",), "ops": ("name",),
+                                                      "imports": ("versions",), "toolchain": ("versions",)}
 
 
 def _overlay_fields(name: str, key: str) -> tuple[str, ...] | None:
@@ -840,7 +903,7 @@ def _build(root: Path, raw: dict[str, Any], digest: str) -> Matrix:
         BaseImages(Version(b["cuda"]), tuple(b["os"]), tuple(b["flavours"]), b.get("cudnn"),
                    tuple(b["cudnn_os"]) if "cudnn_os" in b else None,
                    bool(b.get("removed", False)), _sources(b["source"]), b.get("repository"),
-                   tuple(b.get("platforms", ("linux/amd64",))))
+                   tuple(b.get("platforms", ("linux/amd64",))), _require_cuda(b.get("require_cuda")))
         for b in bi["images"])
     _dupes(root / "base_images.yaml", "images", (f"{b.cuda} on {o}" for b in base_images for o in b.os))
 
@@ -871,7 +934,9 @@ def _build(root: Path, raw: dict[str, Any], digest: str) -> Matrix:
                                v.get("nccl_package"), tuple(v.get("arch", ())),
                                Version(v["cuda_toolkit"]) if v.get("cuda_toolkit") else None,
                                tuple(v.get("platforms", ("linux/amd64",))),
-                               tuple(v.get("index_only", ())))
+                               tuple(v.get("index_only", ())),
+                               {p: tuple(a) for p, a in v.get("platform_arch", {}).items()},
+                               _sources(v.get("source")))
             for name, v in r["variants"].items()}
         for ver in r["versions"]:
             v = Version(ver)
@@ -916,11 +981,15 @@ def _build(root: Path, raw: dict[str, Any], digest: str) -> Matrix:
             _sources(x["source"]), x.get("gpus")))
     _dupes(root / "incompatibilities.yaml", "advisories", (x.id for x in advisories))
 
+    apis = tuple(TorchApi(a["api"], Version(a["added"]) if a.get("added") else None,
+                          Version(a["removed"]) if a.get("removed") else None, _sources(a["source"]))
+                 for a in tdata.get("apis", ()))
+    _dupes(root / "torch.yaml", "apis", (a.api for a in apis))
     components = tuple(_component(root / name, data) for name, data in sorted(raw.items())
                        if name not in schema.FILES)
     _check_components(root, components, incompat, advisories, targets)
     return Matrix(
-        driver_branches=branches, advisories=tuple(advisories),
+        driver_branches=branches, advisories=tuple(advisories), torch_apis=apis,
         toolchains=_toolchains(root / "toolchains.yaml", raw["toolchains.yaml"], oses),
         path=root, digest=digest, toolkits=toolkits, minor_compat=compat,
         base_repository=bi.get("repository", "nvidia/cuda"), base_images=base_images,
@@ -951,6 +1020,14 @@ def _component(path: Path, data: Mapping[str, Any]) -> Component:
         raise MatrixError(f"matrix file {path}, key component/ops_default: {unknown[0]} is not one of "
                           f"its ops ({', '.join(ops) or 'none'})")
     comp = data.get("compiles")
+    imports = tuple(ImportNeed(
+        _spec(path, f"imports/{i}/versions", x["versions"]),
+        {k: _spec(path, f"imports/{i}/requires/{k}", v) for k, v in x["requires"].items()},
+        x["reason"], _sources(x["source"]), x.get("derived"))
+        for i, x in enumerate(data.get("imports", ())))
+    toolchain = tuple(ToolchainNeed(
+        _spec(path, f"toolchain/{i}/versions", x["versions"]), _spec(path, f"toolchain/{i}/gcc", x["gcc"]),
+        x["reason"], _sources(x["source"])) for i, x in enumerate(data.get("toolchain", ())))
     return Component(
         name, ident["tag"], ident["title"], ident["order"], ident["checks"],
         None if comp is None else parse_compiles(comp, f"matrix file {path}, key compiles"),
@@ -958,7 +1035,14 @@ def _component(path: Path, data: Mapping[str, Any]) -> Component:
         None if mm is None else tuple(int(x) for x in mm["majors"]),
         () if mm is None else _sources(mm["source"]),
         None if lg is None else f"{lg['reason']} (since {lg['since']})",
-        () if lg is None else _sources(lg["source"]), _sources(data.get("source")))
+        () if lg is None else _sources(lg["source"]), _sources(data.get("source")), imports, toolchain)
+
+
+def _require_cuda(data: Mapping[str, Any] | None) -> RequireCuda | None:
+    if data is None:
+        return None
+    return RequireCuda(Version(data["cuda"]), tuple(int(b) for b in data["branches"]), _sources(data["source"]),
+                       data.get("note", ""))
 
 
 def _check_components(root: Path, components: tuple[Component, ...], incompat: list[Incompatibility],

@@ -68,7 +68,17 @@ class Stack:
     matrix: Matrix
     assignment: dict[str, Any]
     choices: dict[str, Choice]
-    warnings: tuple[Violation, ...] = ()
+    # the rules' findings on the stack: warnings, and the evidence (severity "info": the facts
+    # that decided an acceptance at an edge)
+    findings: tuple[Violation, ...] = ()
+
+    @property
+    def warnings(self) -> tuple[Violation, ...]:
+        return tuple(v for v in self.findings if v.severity != "info")
+
+    @property
+    def evidence(self) -> tuple[Violation, ...]:
+        return tuple(v for v in self.findings if v.severity == "info")
 
     # -- the values ------------------------------------------------------------------------
     @property
@@ -262,7 +272,7 @@ class Stack:
             "torch": str(self.torch.version),
             "torch_variant": self.variant,
             "torch_index": self.torch_index,
-            "torch_arch": list(tv.arch),
+            "torch_arch": list(tv.arch_for(self.platform)),
             "python": self.python,
             "nccl": None if self.nccl is None else str(self.nccl.version),
             "nccl_package": tv.nccl_package,
@@ -280,7 +290,8 @@ class Stack:
             "warnings": [w.to_dict() for w in self.warnings],
             "matrix": {"path": str(self.matrix.path), "digest": self.matrix.digest},
             "envbuilder_version": __version__,
-        } | ({"platform": self.platform} if self.platform != "linux/amd64" else {})
+        } | ({"platform": self.platform} if self.platform != "linux/amd64" else {}) | (
+            {"evidence": [e.to_dict() for e in self.evidence]} if self.evidence else {})
 
 
 # -- the search -----------------------------------------------------------------------------
@@ -581,7 +592,7 @@ def check(req: Request, m: Matrix, given: set[str]) -> tuple[dict[str, Any], lis
     a = s.first()
     if a is None:
         raise _refusal(req, m, s, suggest=False)
-    return a, _warnings(s, a)
+    return a, _warnings(s, a) + evidence(s, a)
 
 
 def _pins_known_or_refused(req: Request, m: Matrix) -> None:
@@ -603,12 +614,18 @@ def _pins_known_or_refused(req: Request, m: Matrix) -> None:
     check_pins_known(req, m)
 
 
-def _warnings(s: _Search, a: dict[str, Any]) -> list[Violation]:
+def _warnings(s: _Search, a: dict[str, Any], severity: str = "warning") -> list[Violation]:
+    """What the rules report of a complete assignment at one severity: ``warning``, or
+    ``info`` (the evidence: the facts that decided an acceptance at an edge)."""
     out: list[Violation] = []
     for rules in s.trig.values():
         for r in rules:
-            out.extend(v for v in r.check(a, s.ctx) if v.severity == "warning")
-    return out
+            out.extend(v for v in r.check(a, s.ctx) if v.severity == severity)
+    return list(dict.fromkeys(out))
+
+
+def evidence(s: _Search, a: dict[str, Any]) -> list[Violation]:
+    return _warnings(s, a, "info")
 
 
 def _refusal(req: Request, m: Matrix, s: _Search, *, suggest: bool = True) -> IncompatibleError:
@@ -719,7 +736,7 @@ def _stack(req: Request, m: Matrix, s: _Search, a: dict[str, Any]) -> Stack:
                 skipped.append((_show(cand), names))
         choices[axis] = Choice(axis, _show(value), _reason(axis, value, pins, req, m),
                                _source(axis, value, a, m), tuple(skipped))
-    warnings = _warnings(s, a)
+    warnings = _warnings(s, a) + evidence(s, a)
     for comp in m.component_names:  # a legacy component (legacy: in its file): resolvable, and said so
         c = m.component(comp)
         if a.get(comp) is not None and c.legacy:

@@ -63,6 +63,12 @@ BASE_IMAGES = _file(
           "cudnn_os": {"type": "array", "items": _NAME},
           "removed": {"type": "boolean"}, "source": _SOURCE, "note": _NOTE,
           "platforms": {"type": "array", "items": _PLATFORM, "minItems": 1},
+          # the driver branches its NVIDIA_REQUIRE_CUDA lists (brand=...,driver>=N,driver<N+1):
+          # below its CUDA version, nvidia-container-cli starts it only on those branches
+          "require_cuda": _obj(["cuda", "branches", "source"], {
+              "cuda": {"type": "string", "pattern": r"^[0-9]+\.[0-9]+$"},
+              "branches": {"type": "array", "items": {"type": "integer", "minimum": 1}},
+              "source": _SOURCE, "note": _NOTE}),
           # a set's own repository (e.g. a team's internal registry, in a matrix overlay)
           "repository": {"type": "string", "pattern": r"^[a-z0-9][a-z0-9./:_-]*$"}}),
     {"repository": {"type": "string", "pattern": r"^[a-z0-9./_-]+$"}, "note": _NOTE},
@@ -79,7 +85,7 @@ NCCL = _file(
 OS = _file(
     "os",
     _obj(["name", "family", "image", "python_default", "python", "source"],
-         {"name": _NAME, "family": {"enum": ["ubuntu", "debian", "rockylinux"]},
+         {"name": _NAME, "family": {"enum": ["ubuntu", "debian", "rockylinux", "ubi"]},
           "image": {"type": "string", "pattern": r"^[a-z0-9./_-]+:[A-Za-z0-9._-]+$"},
           "codename": {"type": "string", "pattern": r"^[a-z]+$"},
           "python_default": _VERSION,
@@ -98,13 +104,19 @@ OS = _file(
     {"note": _NOTE},
 )
 
+_ARCH = {"type": "array", "items": {"type": "string", "pattern": r"^(sm|compute)_[0-9]+[a-z]?$"}}
 _VARIANT = _obj([], {
     "nccl": {"oneOf": [_VERSION, {"type": "null"}]},
     "nccl_package": {"type": ["string", "null"], "pattern": r"^nvidia-nccl-cu[0-9]+$"},
-    "arch": {"type": "array", "items": {"type": "string", "pattern": r"^(sm|compute)_[0-9]+[a-z]?$"}},
+    "arch": _ARCH,
     "cuda_toolkit": _VERSION,
     "platforms": {"type": "array", "items": _PLATFORM, "minItems": 1},
     "index_only": {"type": "array", "items": _PLATFORM, "minItems": 1},
+    # the architecture list of another platform's build, when it differs from ``arch`` (the
+    # linux/amd64 build's): torch's aarch64 builds compile for fewer GPUs
+    "platform_arch": {"type": "object", "minProperties": 1,
+                      "propertyNames": {"enum": ["linux/arm64"]},
+                      "additionalProperties": _ARCH},
     "note": _NOTE, "source": _SOURCE,
 })
 
@@ -120,7 +132,13 @@ TORCH = _file(
                        "patternProperties": {r"^(cpu|cu[0-9]+)$": _VARIANT},
                        "additionalProperties": False},
           "released": _RELEASED, "source": _SOURCE, "note": _NOTE}),
-    {"index": {"type": "string", "pattern": r"^https?://\S*\{variant\}\S*$"}, "note": _NOTE},
+    {"index": {"type": "string", "pattern": r"^https?://\S*\{variant\}\S*$"}, "note": _NOTE,
+     # torch APIs a component may use at import time, with the release that added or removed
+     # each (what `matrix refresh` reads a component's import-time torch range against)
+     "apis": {"type": "array", "items": _obj(
+         ["api", "source"],
+         {"api": {"type": "string", "pattern": r"^torch(\.[A-Za-z_][A-Za-z0-9_]*)+$"},
+          "added": _VERSION, "removed": _VERSION, "source": _SOURCE, "note": _NOTE})}},
 )
 
 # a component's file (matrices/<name>.yaml beside the core files: core.catalog)
@@ -154,6 +172,26 @@ COMPONENT = _file(
           "cuda": {"type": "boolean"}, "module": {"type": "string", "pattern": r"^[a-z0-9_.]+$"},
           "source": _SOURCE, "note": _NOTE})},
      "ops_default_source": _SOURCE,
+     # what its releases need at import time (importing it, starting its launcher), apart from
+     # what they declare for installing (``releases: requires:``): a torch API a release
+     # calls while importing, a Python module it imports
+     "imports": {"type": "array", "items": _obj(
+         ["versions", "requires", "reason", "source"],
+         {"versions": _SPEC, "requires": _obj([], {"torch": _SPEC, "python": _SPEC}),
+          "reason": {"type": "string", "pattern": r"\S"}, "derived": {"type": "string"},
+          "source": _SOURCE, "note": _NOTE})},
+     # where its releases' sources are read (matrix refresh): files at a release's tag,
+     # ``raw`` with ``{version}``; ``package`` the import name; ``requirements`` its file
+     "sources": _obj(["raw", "package", "source"], {
+         "raw": {"type": "string", "pattern": r"^https://\S*\{version\}\S*/$"},
+         "package": {"type": "string", "pattern": r"^[a-z_][a-z0-9_]*$"},
+         "requirements": {"type": "string", "pattern": r"^[A-Za-z0-9_./-]+$"},
+         "source": _SOURCE, "note": _NOTE}),
+     # what its releases need of the OS's toolchain to build (the host GCC major)
+     "toolchain": {"type": "array", "items": _obj(
+         ["versions", "gcc", "reason", "source"],
+         {"versions": _SPEC, "gcc": _SPEC, "reason": {"type": "string", "pattern": r"\S"},
+          "source": _SOURCE, "note": _NOTE})},
      "note": _NOTE, "source": _SOURCE},
 )
 COMPONENT["required"] = [*COMPONENT["required"], "component"]

@@ -74,6 +74,12 @@ def warn(w: dict) -> None:
     say(f"warning: {w['rule']}: {w['message']}. {w['fix']}", err=True)
 
 
+def evidence(e: dict) -> None:
+    """One fact that decided an acceptance at an edge, with its source (stdout: part of the answer)."""
+    src = f" [source: {e['source'][0]}]" if e.get("source") else ""
+    say(f"evidence: {e['rule']}: {e['message']}{src}")
+
+
 def print_stack(d: dict) -> None:
     rows = [[k, d[k] if not isinstance(d[k], dict) else d[k].get("version"),
              d["choices"].get(k, {}).get("reason", "") if k in d["choices"] else ""]
@@ -86,6 +92,8 @@ def print_stack(d: dict) -> None:
     for e in d.get("overlay", ()):
         say(f"overlay{' (used)' if e['used'] else ''}: {e['file']} {e['key']} "
                          f"{e['entry']} {e['action']} from {e['overlay']} (source: {', '.join(e['source'])})")
+    for e in d.get("evidence", ()):
+        evidence(e)
     for w in d["warnings"]:
         warn(w)
 
