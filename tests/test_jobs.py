@@ -595,7 +595,7 @@ def test_jobset(by_world, jobset_crd, plan, world, n, p):
 
 def test_tailored_trainjob_and_jobset(tailored, trainjob_crd, jobset_crd, localqueue_crd):
     """Every [jobs] key reaches the Kubernetes files, and they still validate."""
-    for prefix, name in (("", "smoke-train-a-4x8"), ("train-", "train-train-a-4x8")):
+    for prefix, name in (("", "smoke-train-a-4x8"), ("train-", "train-a-4x8")):
         (tj,) = docs(tailored[f"jobs/{prefix}trainjob-4x8.yaml"])
         (js,) = docs(tailored[f"jobs/{prefix}jobset-4x8.yaml"])
         assert not _errors(trainjob_crd, tj) and not _errors(jobset_crd, js)
@@ -639,8 +639,8 @@ def test_command_runs_with_the_layouts_rendezvous(tailored):
     (js,) = docs(tailored["jobs/train-jobset-4x8.yaml"])
     args = js["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]["containers"][0]["args"]
     assert args == ["torchrun", "--nnodes=4", "--nproc_per_node=8", "--rdzv_backend=c10d",
-                    "--rdzv_endpoint=train-train-a-4x8-node-0-0.train-train-a-4x8:29400",
-                    "--rdzv_id=train-train-a-4x8", "--max_restarts=0",
+                    "--rdzv_endpoint=train-a-4x8-node-0-0.train-a-4x8:29400",
+                    "--rdzv_id=train-a-4x8", "--max_restarts=0",
                     "train.py", "--config", "configs/a.yaml"]
     (tj,) = docs(tailored["jobs/train-trainjob-4x8.yaml"])
     assert tj["spec"]["trainer"]["command"][1:] == ["torchrun", "--max_restarts=0", "train.py",
@@ -654,7 +654,7 @@ def test_command_runs_with_the_layouts_rendezvous(tailored):
     assert "  train.py --config configs/a.yaml || rc=$?" in sb
     assert "ENVBUILDER_SMOKE_SUMMARY" not in sb and "ddp_smoke.py" not in sb
     idx = __import__("json").loads(tailored["jobs/layouts.json"])
-    assert idx["layouts"][0]["train_name"] == "train-train-a-4x8" and idx["pinned"] is True
+    assert idx["layouts"][0]["train_name"] == "train-a-4x8" and idx["pinned"] is True
     assert "train-trainjob-4x8.yaml" in " ".join(idx["layouts"][0]["train_files"])
 
 
