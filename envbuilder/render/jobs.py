@@ -72,9 +72,9 @@ from envbuilder.errors import InputError
 from envbuilder.render import jobkinds, precompiled, yamlemit
 from envbuilder.render.bccache import environment
 from envbuilder.render.jobkinds.base import (CONTAINER, MASTER_PORT, OUT_DIR, PRIORITY_LABEL,
-                                             QUEUE_LABEL, RDZV_PORT, Job, JobKind, job_name,
-                                             pod_memory, pyxis_ref, quantity_bytes, short,
-                                             train_program)
+                                             QUEUE_LABEL, RDZV_PORT, Job, JobKind, Requirement, job_name,
+                                             pod_memory, pyxis_ref, quantity_bytes,
+                                             runtime_name, short, train_program)
 from envbuilder.render.jobkinds.launcher import launching
 from envbuilder.render.plan import BuildPlan
 
@@ -145,10 +145,50 @@ def check_layouts(layouts: Iterable[Iterable[int]], world: int) -> tuple[tuple[i
     return tuple(out)
 
 
-def _fits(per_node: int) -> str:
-    """Which common node sizes a layout's per-node GPU count fits, for the README."""
+def _fits(per_node: int, node_gpus: int | None = None) -> str:
+    """Which nodes a layout's per-node GPU count fits, for the README: the project's nodes
+    (``node_gpus``, the GPUs per node its layouts declare), else the common node sizes."""
+    if node_gpus:
+        if per_node > node_gpus:
+            return f"nodes of {per_node}+ GPUs (not the project's {node_gpus}-GPU nodes)"
+        used = "all" if per_node == node_gpus else f"{per_node} of"
+        return f"the project's {node_gpus}-GPU nodes ({used} {node_gpus} GPUs each)"
     sizes = [str(s) for s in (4, 8, 16) if per_node <= s]
     return f"{', '.join(sizes)}-GPU nodes" if sizes else f"nodes of {per_node}+ GPUs"
+
+
+def _requirements(job: Job) -> list[tuple[JobKind, Requirement]]:
+    """What this render's files need of the cluster's controllers, each with its kind."""
+    return [(k, r) for k in job.kinds for r in k.requirements(job)]
+
+
+def _check_controllers(job: Job, needs: list[tuple[JobKind, Requirement]]) -> None:
+    """``[jobs] controllers`` states the cluster's versions: a file or field that needs a newer
+    one is refused (exit 3) naming both; pyxis by digest on an older enroot is served by the
+    tag-pinned file when the tag is known."""
+    from packaging.version import Version
+
+    from envbuilder.errors import IncompatibleError
+
+    stated = dict(job.cfg.controllers or {})
+    if job.cfg.topology is not None and not job.cfg.queue:
+        raise InputError("[jobs] topology is Kueue's topology-aware scheduling: it takes effect "
+                         "only for jobs Kueue admits; set [jobs] queue too")
+    tagged = any(k.name == "slurm-pyxis-tag" for k in job.kinds)
+    for kind, req in needs:
+        have = stated.get(req.controller)
+        if have is None or Version(have) >= Version(req.version):
+            continue
+        if req.controller == "enroot" and tagged:
+            continue  # slurm-pyxis-tag-*.sbatch runs there
+        how = ("give --image REPO:TAG (a tag enroot can pull), or build --push (it writes "
+               "slurm-pyxis-tag-NxM.sbatch beside the digest-pinned file)"
+               if req.controller == "enroot" else
+               f"upgrade {req.controller}, or leave {kind.pattern()} out ([jobs] kubernetes) or "
+               f"drop the key that needs it")
+        raise IncompatibleError(f"jobs/{kind.pattern()}: {req.why} needs "
+                                f"{req.line().split(':')[0]}, and [jobs] controllers says "
+                                f"{req.controller} {have}: {how} (source: {req.source})")
 
 
 def _pull(image: str) -> tuple[str, str]:
@@ -175,10 +215,11 @@ def _tailoring(cfg: JobsConfig) -> dict[str, Any]:
             "extra_resources": sorted((cfg.resources or {}).items()),
             "host_network": bool(cfg.host_network),
             "env_pairs": sorted((cfg.env or {}).items()),
-            "runtime_name": cfg.runtime_name,
+
             "slurm_directives": cfg.slurm.directives(),
+            "service_account": cfg.service_account,
             "tailored": bool(cfg.priority_class or cfg.host_network or cfg.node_selector
-                             or cfg.tolerations or cfg.image_pull_secrets)}
+                             or cfg.tolerations or cfg.image_pull_secrets or cfg.service_account)}
 
 
 def _check_options(plan: BuildPlan, image: str, infiniband: bool, timeout: int, shm_size: str,
@@ -206,7 +247,7 @@ def _check_options(plan: BuildPlan, image: str, infiniband: bool, timeout: int, 
 
 
 def _job(plan: BuildPlan, image: str, cfg: JobsConfig, name: str | None, apptainer_image: str | None,
-         gpus: bool, infiniband: bool, options: dict[str, Any]) -> Job:
+         gpus: bool, infiniband: bool, options: dict[str, Any], extra: dict[str, Any]) -> Job:
     """What every kind's files share, checked (see render_jobs)."""
     from envbuilder.core.smoke_metrics import JOB
 
@@ -229,7 +270,9 @@ def _job(plan: BuildPlan, image: str, cfg: JobsConfig, name: str | None, apptain
             "pyxis_image": pyxis_ref(image), "registry_host": _registry_host(image),
             "pull_policy": pull_policy, "pull_note": pull_note,
             "cpus_per_proc": options["cpus_per_proc"], "metrics_job": JOB, **_tailoring(cfg)}
-    job = Job(plan=plan, cfg=cfg, image=image, name=name, base=base, options=options)
+    base.update(runtime_name=runtime_name(cfg, name or plan.target),
+                runtime_kind="TrainingRuntime" if cfg.runtime_namespace else "ClusterTrainingRuntime")
+    job = Job(plan=plan, cfg=cfg, image=image, name=name, base=base, options=options, extra=extra)
     job.runs = tuple(r for r in jobkinds.runs() if r.enabled(job))
     enabled = [k for k in jobkinds.kinds() if k.enabled(job)]
     job.kinds = tuple(sorted(enabled, key=lambda k: (k.order, k.position(job))))
@@ -242,7 +285,8 @@ def render_jobs(plan: BuildPlan, *, image: str,
                 apptainer_image: str | None = None, timeout: int = SMOKE_TIMEOUT,
                 shm_size: str = "16Gi", cpus_per_proc: int = 4, mem_per_proc: str = "4Gi",
                 time_limit_min: int = 30, jobs: JobsConfig | None = None,
-                name: str | None = None) -> dict[str, str]:
+                name: str | None = None, tag_image: str | None = None,
+                node_gpus: int | None = None) -> dict[str, str]:
     """Every file of the ``jobs/`` folder, as relative path -> content: each job kind of the
     table (``render.jobkinds``) the render enables, for each layout and run.
 
@@ -262,10 +306,13 @@ def render_jobs(plan: BuildPlan, *, image: str,
     ``apptainer_image``: the SIF the Apptainer scripts run (default ``<tag>.sif``; the scripts
     also read ``ENVBUILDER_SIF``). ``timeout``: the smoke job's process-group timeout (s).
     ``jobs``: the project's [jobs] table (core.jobs.JobsConfig): the Kubernetes kinds, queue,
-    scheduling keys, device resources, env, Slurm keys and the team's ``command`` (then
-    ``train-*`` files run it beside the smoke files). ``name``: what job names are made of
-    (default the plan's target; a project passes its target's name, so two project targets of
-    one CUDA line never share a job name).
+    scheduling keys, device resources, env, Slurm keys, the team's ``command`` (then
+    ``train-*`` files run it beside the smoke files) and the training files' settings; its
+    ``controllers`` are checked against what each file needs (exit 3). ``name``: what job
+    names are made of (default the plan's target; a project passes its target's name, so two
+    project targets of one CUDA line never share a job name). ``tag_image``: the tag ``image``
+    (a digest) was pushed under (a tag-pinned pyxis file for enroot < 4.0). ``node_gpus``: the
+    GPUs per node of the project's cluster (its layouts), for the README's layout table.
     """
     cfg = jobs or JobsConfig()
     infiniband = _check_options(plan, image, infiniband, timeout, shm_size, mem_per_proc,
@@ -274,14 +321,20 @@ def render_jobs(plan: BuildPlan, *, image: str,
     lays = check_layouts(lay_mod.default_layouts(world) if layouts is None else layouts, world)
     options = {"timeout": timeout, "shm_size": shm_size, "cpus_per_proc": cpus_per_proc,
                "mem_per_proc": mem_per_proc, "time_limit_min": time_limit_min}
-    job = _job(plan, image, cfg, name, apptainer_image, gpus, infiniband, options)
+    if tag_image is not None:
+        validate.image_ref(tag_image, "tag image")
+    job = _job(plan, image, cfg, name, apptainer_image, gpus, infiniband, options,
+               {"tag_image": tag_image})
+    needs = _requirements(job)
+    _check_controllers(job, needs)
+    _check_topology(cfg, lays)
     env = _env(job.kinds)
     files: dict[str, str] = {}
-    entries = [_layout_files(env, files, job, n, p) for n, p in lays]
+    entries = [_layout_files(env, files, job, n, p, node_gpus) for n, p in lays]
     for kind in job.kinds:
         if not kind.per_layout:
             files.update(kind.render_once(env, job))
-    files["jobs/README.md"] = _readme(env, job, entries)
+    files["jobs/README.md"] = _readme(env, job, entries, needs)
     index: dict[str, Any] = {"world_size": world, "gpus": bool(gpus), "image": image,
                              "pinned": "@sha256:" in image,
                              "layouts": [{k: e[k] for k in ("layout", "nnodes", "nproc", "name",
@@ -293,7 +346,20 @@ def render_jobs(plan: BuildPlan, *, image: str,
     return files
 
 
-def _readme(env: Any, job: Job, entries: list[dict[str, Any]]) -> str:
+def _check_topology(cfg: JobsConfig, lays: Iterable[tuple[int, int]]) -> None:
+    """Kueue splits a PodSet into slices of ``slice_size`` pods: each layout's node count must
+    be a multiple of it."""
+    t = cfg.topology
+    if t is None or not t.slice_size:
+        return
+    for n, p in lays:
+        if n % t.slice_size:
+            raise InputError(f"[jobs] topology slice_size {t.slice_size} does not divide the "
+                             f"{n} nodes (pods) of layout {n}x{p}: Kueue needs whole slices")
+
+
+def _readme(env: Any, job: Job, entries: list[dict[str, Any]],
+            needs: list[tuple[JobKind, Requirement]]) -> str:
     world = job.world
     # the README's commands show a multi-node layout when there is one (2x6 by default)
     example = next((e for e in entries if e["layout"] == "2x6"),
@@ -306,13 +372,18 @@ def _readme(env: Any, job: Job, entries: list[dict[str, Any]]) -> str:
     return env.get_template("jobs/README.md.j2").render(
         job.base, layouts=entries, example=example, other_example=others, kinds=job.cfg.kinds,
         command=job.cfg.command, launchers=[c.launcher(job.plan.stack) for c in launching(job.plan)],
-        shm_size=smoke.shm)
+        shm_size=smoke.shm, smoke_settings=smoke, columns=[k for k in job.kinds if k.per_layout and k.title],
+        needs=list(dict.fromkeys((k.pattern(), r) for k, r in needs)), runs=[r.name for r in job.runs],
+        train=(job.layout(job.runs[-1], example["nnodes"], example["nproc"]).settings
+               if len(job.runs) > 1 else None))
 
 
-def _layout_files(env: Any, files: dict[str, str], job: Job, n: int, p: int) -> dict[str, Any]:
+def _layout_files(env: Any, files: dict[str, str], job: Job, n: int, p: int,
+                  node_gpus: int | None) -> dict[str, Any]:
     """One layout's files (each run's, each kind's) into ``files``; returns its layouts.json
     entry."""
-    entry: dict[str, Any] = {"layout": f"{n}x{p}", "nnodes": n, "nproc": p, "fits": _fits(p)}
+    entry: dict[str, Any] = {"layout": f"{n}x{p}", "nnodes": n, "nproc": p,
+                             "fits": _fits(p, node_gpus)}
     for run in job.runs:
         lay = job.layout(run, n, p)
         made: list[str] = []

@@ -612,8 +612,10 @@ def pin_job_files(spec: TargetSpec, stack: Stack, opts: BuildOptions, folder: Pa
     (``REPO@sha256:...``), not the moving tag; the rest of the folder stays as built.
     ``lock``: as prepare_context's."""
     lock = opts.lock or lock
+    # the tag pushed with the digest: a tag-pinned pyxis file for enroot < 4.0
     _, files = folder_files(spec, stack, lock_text=_read_lock(lock), lock_source=str(lock),
-                            wheelhouse=opts.wheelhouse is not None, image=ref)
+                            wheelhouse=opts.wheelhouse is not None, image=ref,
+                            tag_image=f"{ref.partition('@')[0]}:{image_tag(spec, stack)}")
     write_tree(folder, {k: v for k, v in files.items() if k.startswith("jobs/")},
                group="render", prune=False)
 

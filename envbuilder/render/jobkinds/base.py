@@ -16,12 +16,14 @@ print them through the one YAML emitter (``render.yamlemit``).
 
 from __future__ import annotations
 
+import math
 import re
 import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from envbuilder.core.jobs import quantity_bytes
 from envbuilder.errors import InputError
 
 MASTER_PORT = 23456  # the training operator's default for the port named pytorchjob-port
@@ -46,22 +48,11 @@ class Requirement:
     source: str  # the public URL that shows it
 
     def line(self) -> str:
-        return f"{TITLES.get(self.controller, self.controller)} {self.version}+ ({self.why})"
+        return f"{TITLES.get(self.controller, self.controller)} {self.version}+: {self.why}"
 
 
 TITLES = {"trainer": "Kubeflow Trainer", "jobset": "JobSet", "kueue": "Kueue", "enroot": "enroot",
           "kubernetes": "Kubernetes", "training-operator": "Kubeflow training operator"}
-
-
-@dataclass(frozen=True)
-class Mount:
-    """One [jobs] mount as the job files use it (core.jobs.Mount, checked)."""
-
-    name: str  # the Kubernetes volume name
-    path: str  # where it is mounted in the container
-    read_only: bool
-    volume: Mapping[str, Any]  # the Kubernetes volume source: {"persistentVolumeClaim": {...}}
-    host_path: str | None  # the path on the Slurm nodes (None: not on the Slurm files)
 
 
 @dataclass(frozen=True)
@@ -75,10 +66,10 @@ class RunSettings:
     shm: str  # the memory-backed /dev/shm per node
     slurm_memory: str | None = None  # --mem (None: not set)
     exclusive: bool = True  # Slurm --exclusive
-    mounts: tuple[Mount, ...] = ()
+    mounts: tuple[Any, ...] = ()  # core.jobs.Mount
     workdir: str | None = None
     env_from: tuple[str, ...] = ()  # secrets whose keys become environment variables
-    secret_env: tuple[tuple[str, str, str], ...] = ()  # (variable, secret, key)
+    secret_env: tuple[tuple[str, Mapping[str, str]], ...] = ()  # (variable, {secret, key})
     max_restarts: int = 0  # whole-job restarts (JobSet, PyTorchJob) and torchrun's restarts
     fail_on: tuple[str, ...] = ()  # JobSet failure reasons that fail without a restart
     smoke_out: bool = False  # the smoke job's records volume / folder
@@ -138,6 +129,10 @@ class JobKind:
 
     def path(self, lay: LayoutJob) -> str:
         return f"jobs/{lay.run.lead}{self.stem}-{lay.layout}{self.suffix}"
+
+    def pattern(self) -> str:
+        """Its files' names, for jobs/README.md (``jobset-NxM.yaml``)."""
+        return f"{self.stem}-NxM{self.suffix}" if self.per_layout else f"{self.stem}{self.suffix}"
 
     def values(self, lay: LayoutJob) -> dict[str, Any]:
         """The template's arguments beyond the common and the layout's."""
@@ -208,14 +203,31 @@ class LayoutJob:
             labels[QUEUE_LABEL] = self.job.cfg.queue
         return labels
 
+    @property
+    def pod_annotations(self) -> list[tuple[str, str]]:
+        """The pods' annotations: ``[jobs] pod_annotations`` and Kueue's topology request."""
+        cfg = self.job.cfg
+        out = dict(cfg.pod_annotations or {})
+        if cfg.topology is not None:
+            out.update(cfg.topology.annotations())
+        return sorted(out.items())
+
     def values(self) -> dict[str, Any]:
         s = self.settings
+        cpus = s.cpus
         return dict(self.job.base, nnodes=self.nnodes, nproc=self.nproc, layout=self.layout,
                     name=self.name, labels=self.labels, job_labels=self.job_labels,
+                    pod_labels=dict(self.labels, **(self.job.cfg.pod_labels or {})),
+                    pod_annotations=self.pod_annotations,
                     is_smoke=self.run.name == "smoke",
                     what=self.run.what(self.job, self.nnodes * self.nproc),
-                    deadline=s.deadline, time_limit=s.slurm_time, cpus=s.cpus, memory=s.memory,
-                    shm_size=s.shm)
+                    deadline=s.deadline, time_limit=s.slurm_time, cpus=cpus,
+                    slurm_cpus=math.ceil(float(cpus[:-1]) / 1000 if cpus.endswith("m") else float(cpus)),
+                    memory=s.memory, slurm_memory=s.slurm_memory, shm_size=s.shm,
+                    exclusive=s.exclusive, mounts=s.mounts, workdir=s.workdir,
+                    env_from=s.env_from, secret_env=s.secret_env, smoke_out=s.smoke_out,
+                    max_restarts=s.max_restarts, fail_on=s.fail_on,
+                    slurm_mounts=[m for m in s.mounts if m.host_path])
 
 
 # -- names and quantities ---------------------------------------------------------------------
@@ -235,6 +247,15 @@ def job_name(target: str, nnodes: int, nproc: int, prefix: str = "smoke") -> str
     return name
 
 
+def runtime_name(cfg: Any, base: str) -> str:
+    """The Trainer runtime the TrainJobs reference: ``[jobs] runtime``, else
+    ``envbuilder-<target>`` (a DNS label)."""
+    if cfg.runtime:
+        return str(cfg.runtime)
+    name = re.sub(r"-+", "-", re.sub(r"[^a-z0-9-]+", "-", f"envbuilder-{base}".lower())).strip("-")
+    return name[:63].rstrip("-")
+
+
 def _labels(plan: Any, name: str, layout: str, what: str = "smoke") -> dict[str, str]:
     # envbuilder.io/layout: dashboards join DCGM's per-pod GPU series to the smoke layout
     labels = {"app.kubernetes.io/name": f"envbuilder-{what}",
@@ -247,18 +268,6 @@ def _labels(plan: Any, name: str, layout: str, what: str = "smoke") -> dict[str,
             raise InputError(f"label {k}={v!r} is not a Kubernetes label value (63 characters "
                              f"of letters, digits, '-', '_', '.')")
     return labels
-
-
-_UNITS = {"": 1, "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12,
-          "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}
-
-
-def quantity_bytes(q: str) -> int:
-    """A Kubernetes memory quantity (``16Gi``, ``512M``, ``1.5Gi``) in bytes."""
-    m = re.fullmatch(r"([0-9]+(?:\.[0-9]+)?)(Ki|Mi|Gi|Ti|k|M|G|T)?", q)
-    if not m:
-        raise InputError(f"{q!r} is not a quantity such as 16Gi")
-    return int(float(m.group(1)) * _UNITS[m.group(2) or ""])
 
 
 def pod_memory(shm_size: str, nproc: int, mem_per_proc: str) -> str:
@@ -301,6 +310,12 @@ def short(text: str, n: int = 60) -> str:
 
 # -- the shapes most kinds take ------------------------------------------------------------------
 
+TOPOLOGY = Requirement(
+    "kueue", "0.14", "the topology-aware scheduling annotations of [jobs] topology "
+    "(TopologyAwareScheduling is beta and on by default from 0.14)",
+    "https://github.com/kubernetes-sigs/kueue/blob/v0.14.0/pkg/features/kube_features.go")
+
+
 class KubernetesKind(JobKind):
     """A Kubernetes file of each layout, written when ``[jobs] kubernetes`` names it."""
 
@@ -313,6 +328,9 @@ class KubernetesKind(JobKind):
     def position(self, job: Job) -> int:
         return list(job.cfg.kinds).index(self.name)
 
+    def requirements(self, job: Job) -> tuple[Requirement, ...]:
+        return self.requires + ((TOPOLOGY,) if job.cfg.topology is not None else ())
+
 
 class SlurmKind(JobKind):
     """A Slurm batch script of each layout (``jobs/[train-]slurm-RUNTIME-NxM.sbatch``)."""
@@ -323,8 +341,40 @@ class SlurmKind(JobKind):
     suffix = ".sbatch"
     runtime = ""  # apptainer | pyxis | host
 
+    def pattern(self) -> str:
+        return f"{self.stem}-NxM{self.suffix}"
+
     def values(self, lay: LayoutJob) -> dict[str, Any]:
-        return {"runtime": self.runtime, "program_sh": program_sh(lay.program, self.runtime)}
+        s = lay.settings
+        flag = (None if s.exclusive is False else "--exclusive" if s.exclusive is True
+                else f"--exclusive={s.exclusive}")
+        return {"runtime": self.runtime, "program_sh": program_sh(lay.program, self.runtime),
+                "container_args": [emitted(a) for a in self.container_args(lay)],
+                "exclusive_flag": flag,
+                "skipped_mounts": [m for m in s.mounts if not m.host_path]}
+
+    def container_args(self, lay: LayoutJob) -> list[str]:
+        """The runtime's flags for the records folder, the mounts and the working directory
+        (shell words; every path was checked to need no quoting)."""
+        s = lay.settings
+        binds = ([("$out", OUT_DIR, False)] if s.smoke_out else []) + [
+            (m.host_path, m.path, m.read_only) for m in s.mounts if m.host_path]
+        if self.runtime == "apptainer":
+            args = [f'--bind "{src}:{dst}{":ro" if ro else ""}"' for src, dst, ro in binds]
+            return args + ([f"--pwd {shlex.quote(s.workdir)}"] if s.workdir else [])
+        if self.runtime == "pyxis":
+            mounts = ",".join(f"{src}:{dst}{':ro' if ro else ''}" for src, dst, ro in binds)
+            return ([f'--container-mounts="{mounts}"'] if mounts else []) + (
+                [f"--container-workdir={shlex.quote(s.workdir)}"] if s.workdir else [])
+        # the nodes' own environment: their paths are the mounts; srun starts in the workdir
+        return [f"--chdir={shlex.quote(s.workdir)}"] if s.workdir else []
+
+
+def emitted(text: str) -> Any:
+    """Shell text the template prints as it is (render.yamlemit)."""
+    from envbuilder.render import yamlemit
+
+    return yamlemit.emitted(text)
 
 
 def program_sh(program: Sequence[str], runtime: str) -> Any:

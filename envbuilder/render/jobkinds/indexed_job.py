@@ -23,7 +23,7 @@ class IndexedJob(KubernetesKind):
         return {"service": svc,
                 "job_args": [*lay.head, "--node_rank=$(JOB_COMPLETION_INDEX)", "--rdzv_backend=c10d",
                              f"--rdzv_endpoint={name}-0.{svc}:{RDZV_PORT}", f"--rdzv_id={name}",
-                             "--max_restarts=0", *lay.program]}
+                             f"--max_restarts={lay.settings.max_restarts}", *lay.program]}
 
 
 KIND = IndexedJob()

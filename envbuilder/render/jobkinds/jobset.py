@@ -24,7 +24,7 @@ class JobSet(KubernetesKind):
         # JobSet pod i is <jobset>-<replicatedJob>-<i>-0.<subdomain = jobset name>
         return {"jobset_args": [*lay.head, "--rdzv_backend=c10d",
                                 f"--rdzv_endpoint={name}-node-0-0.{name}:{RDZV_PORT}",
-                                f"--rdzv_id={name}", "--max_restarts=0", *lay.program]}
+                                f"--rdzv_id={name}", f"--max_restarts={lay.settings.max_restarts}", *lay.program]}
 
 
 KIND = JobSet()

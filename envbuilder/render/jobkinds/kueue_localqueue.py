@@ -13,7 +13,7 @@ V1BETA2 = Requirement(
 
 
 class LocalQueue(JobKind):
-    name = "kueue-localqueue"
+    name = stem = "kueue-localqueue"
     family = "kubernetes"
     order = 40
     per_layout = False

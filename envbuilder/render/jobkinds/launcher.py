@@ -1,4 +1,4 @@
-"""A component's own launcher (``components.base.Component.launcher``: Horovod's horovodrun):
+"""A component's own launcher (``components.base.Component.launcher``, its name its file's):
 ``jobs/<launcher>-NxM.sh`` from ``templates/jobs/<launcher>.sh.j2``, for the last run of the
 render (the team's command when there is one, else the program given to the script)."""
 

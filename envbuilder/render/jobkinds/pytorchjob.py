@@ -18,7 +18,7 @@ class PyTorchJob(KubernetesKind):
 
     def values(self, lay: LayoutJob) -> dict[str, Any]:
         return {"ptj_args": [*lay.head, "--node_rank=$(RANK)", "--master_addr=$(MASTER_ADDR)",
-                             "--master_port=$(MASTER_PORT)", "--max_restarts=0", *lay.program]}
+                             "--master_port=$(MASTER_PORT)", f"--max_restarts={lay.settings.max_restarts}", *lay.program]}
 
 
 KIND = PyTorchJob()

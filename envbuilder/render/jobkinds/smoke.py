@@ -1,7 +1,8 @@
 """The smoke job as a run: the image's DDP check (``HOME/smoke/ddp_smoke.py``) with its own
 short limits and small footprint, whatever the team's training needs: a deadline of four
-collective timeouts plus ten minutes (``[jobs] smoke_time`` sets another), Slurm's ``--time``
-of 30 minutes, 4 CPUs and 4 GiB per rank plus a 16 GiB /dev/shm, and the records folder."""
+collective timeouts plus ten minutes and Slurm's ``--time`` of 30 minutes (``[jobs]
+smoke_time`` sets both), 4 CPUs and 4 GiB per rank plus a 16 GiB /dev/shm, the records folder,
+no restart. The training keys of ``[jobs]`` (time, cpu, memory, mounts...) never reach it."""
 
 from __future__ import annotations
 
@@ -25,8 +26,8 @@ class Smoke(RunKind):
         o, cfg = job.options, job.cfg
         minutes = int(o["time_limit_min"])
         return RunSettings(
-            deadline=int(o["timeout"]) * 4 + 600,
-            slurm_time=cfg.slurm.time or f"{minutes // 60:02d}:{minutes % 60:02d}:00",
+            deadline=cfg.smoke_seconds or int(o["timeout"]) * 4 + 600,
+            slurm_time=cfg.smoke_time or f"{minutes // 60:02d}:{minutes % 60:02d}:00",
             cpus=str(nproc * int(o["cpus_per_proc"])),
             memory=pod_memory(o["shm_size"], nproc, o["mem_per_proc"]), shm=o["shm_size"],
             smoke_out=True)

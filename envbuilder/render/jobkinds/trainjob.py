@@ -29,7 +29,7 @@ class TrainJob(KubernetesKind):
             labels = dict(labels, **{PRIORITY_LABEL: cfg.priority_class})
         return {"trainjob_labels": labels,
                 "trainjob_args": [f"{lay.job.plan.home}/bin/entrypoint.sh", "torchrun",
-                                  "--max_restarts=0", *lay.program]}
+                                  f"--max_restarts={lay.settings.max_restarts}", *lay.program]}
 
 
 KIND = TrainJob()

@@ -18,6 +18,7 @@ def root(context, missing=missing):
     l_0_pull_note = resolve('pull_note')
     l_0_is_smoke = resolve('is_smoke')
     l_0_image = resolve('image')
+    l_0_max_restarts = resolve('max_restarts')
     l_0_job_labels = resolve('job_labels')
     l_0_layout = resolve('layout')
     l_0_deadline = resolve('deadline')
@@ -77,7 +78,15 @@ def root(context, missing=missing):
         yield ' --label image='
         yield escape(environment.finalize((undefined(name='image') if l_0_image is missing else l_0_image)))
         yield "\n#          (see monitoring/README.md; DCGM's GPU series carry this job's pod names)\n"
-    yield "# restartPolicy Never and backoffLimit 0: a smoke job must fail, not retry. torchrun's static\n# rendezvous cannot readmit a restarted node, so a restart would only hide the first error.\napiVersion: kubeflow.org/v1\nkind: PyTorchJob\nmetadata:\n  name: "
+    if (undefined(name='max_restarts') if l_0_max_restarts is missing else l_0_max_restarts):
+        pass
+        yield '# restartPolicy Never, backoffLimit '
+        yield escape(environment.finalize((undefined(name='max_restarts') if l_0_max_restarts is missing else l_0_max_restarts)))
+        yield ' ([jobs] restart): the operator replaces a failed pod.\n'
+    else:
+        pass
+        yield "# restartPolicy Never and backoffLimit 0: a smoke job must fail, not retry. torchrun's static\n# rendezvous cannot readmit a restarted node, so a restart would only hide the first error.\n"
+    yield 'apiVersion: kubeflow.org/v1\nkind: PyTorchJob\nmetadata:\n  name: '
     yield escape(environment.finalize(t_2((undefined(name='name') if l_0_name is missing else l_0_name))))
     yield '\n  labels:\n'
     for (l_1_k, l_1_v) in context.call(environment.getattr((undefined(name='job_labels') if l_0_job_labels is missing else l_0_job_labels), 'items')):
@@ -95,9 +104,15 @@ def root(context, missing=missing):
     yield escape(environment.finalize(t_2((undefined(name='layout') if l_0_layout is missing else l_0_layout))))
     yield '\nspec:\n  nprocPerNode: '
     yield escape(environment.finalize(t_2(t_3((undefined(name='nproc') if l_0_nproc is missing else l_0_nproc)))))
-    yield '\n  runPolicy:\n    backoffLimit: 0\n    # Running: stop pods still running (a hung rank) when the job ends; finished pods and their\n    # logs stay until the TTL\n    cleanPodPolicy: Running\n    activeDeadlineSeconds: '
-    yield escape(environment.finalize((undefined(name='deadline') if l_0_deadline is missing else l_0_deadline)))
-    yield '\n    ttlSecondsAfterFinished: 86400\n  pytorchReplicaSpecs:\n'
+    yield '\n  runPolicy:\n    backoffLimit: '
+    yield escape(environment.finalize((undefined(name='max_restarts') if l_0_max_restarts is missing else l_0_max_restarts)))
+    yield '\n    # Running: stop pods still running (a hung rank) when the job ends; finished pods and their\n    # logs stay until the TTL\n    cleanPodPolicy: Running\n'
+    if (undefined(name='deadline') if l_0_deadline is missing else l_0_deadline):
+        pass
+        yield '    activeDeadlineSeconds: '
+        yield escape(environment.finalize((undefined(name='deadline') if l_0_deadline is missing else l_0_deadline)))
+        yield '\n'
+    yield '    ttlSecondsAfterFinished: 86400\n  pytorchReplicaSpecs:\n'
     for (l_1_rtype, l_1_replicas) in ([('Master', 1)] + ([('Worker', ((undefined(name='nnodes') if l_0_nnodes is missing else l_0_nnodes) - 1))] if ((undefined(name='nnodes') if l_0_nnodes is missing else l_0_nnodes) > 1) else [])):
         l_1_ptj_args = resolve('ptj_args')
         l_1_master_port = resolve('master_port')
@@ -113,4 +128,4 @@ def root(context, missing=missing):
     l_1_rtype = l_1_replicas = l_1_ptj_args = l_1_master_port = missing
 
 blocks = {}
-debug_info = '1=44&2=51&3=59&5=63&6=65&7=69&8=71&9=74&17=81&19=83&20=87&23=93&24=95&26=97&32=99&35=101&36=107&37=109&40=111'
+debug_info = '1=45&2=52&3=60&5=64&6=66&7=70&8=72&9=75&12=81&13=84&21=90&23=92&24=96&27=102&28=104&30=106&32=108&36=110&37=113&41=116&42=122&43=124&46=126'

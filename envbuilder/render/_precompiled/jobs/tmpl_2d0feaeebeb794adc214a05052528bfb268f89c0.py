@@ -23,6 +23,7 @@ def root(context, missing=missing):
     l_0_labels = resolve('labels')
     l_0_job_labels = resolve('job_labels')
     l_0_layout = resolve('layout')
+    l_0_max_restarts = resolve('max_restarts')
     l_0_deadline = resolve('deadline')
     l_0_job_args = resolve('job_args')
     l_0_pod = missing
@@ -121,11 +122,27 @@ def root(context, missing=missing):
     yield escape(environment.finalize((undefined(name='nnodes') if l_0_nnodes is missing else l_0_nnodes)))
     yield '\n  parallelism: '
     yield escape(environment.finalize((undefined(name='nnodes') if l_0_nnodes is missing else l_0_nnodes)))
-    yield '\n  # fail, do not retry: one failed pod fails the job (a restarted pod cannot rejoin the group)\n  backoffLimit: 0\n  activeDeadlineSeconds: '
-    yield escape(environment.finalize((undefined(name='deadline') if l_0_deadline is missing else l_0_deadline)))
-    yield '\n  ttlSecondsAfterFinished: 86400\n  template:\n    '
+    yield '\n'
+    if (undefined(name='max_restarts') if l_0_max_restarts is missing else l_0_max_restarts):
+        pass
+        yield '  # a failed pod is replaced up to '
+        yield escape(environment.finalize((undefined(name='max_restarts') if l_0_max_restarts is missing else l_0_max_restarts)))
+        yield " times ([jobs] restart): torchrun's c10d\n  # rendezvous (--max_restarts="
+        yield escape(environment.finalize((undefined(name='max_restarts') if l_0_max_restarts is missing else l_0_max_restarts)))
+        yield ') takes the new pod into the group\n  backoffLimit: '
+        yield escape(environment.finalize((undefined(name='max_restarts') if l_0_max_restarts is missing else l_0_max_restarts)))
+        yield '\n'
+    else:
+        pass
+        yield '  # fail, do not retry: one failed pod fails the job (a restarted pod cannot rejoin the group)\n  backoffLimit: 0\n'
+    if (undefined(name='deadline') if l_0_deadline is missing else l_0_deadline):
+        pass
+        yield '  activeDeadlineSeconds: '
+        yield escape(environment.finalize((undefined(name='deadline') if l_0_deadline is missing else l_0_deadline)))
+        yield '\n'
+    yield '  ttlSecondsAfterFinished: 86400\n  template:\n    '
     yield escape(environment.finalize(t_1(context.call((undefined(name='pod') if l_0_pod is missing else l_0_pod), (undefined(name='job_args') if l_0_job_args is missing else l_0_job_args), [('c10d', (undefined(name='rdzv_port') if l_0_rdzv_port is missing else l_0_rdzv_port))], subdomain=(undefined(name='service') if l_0_service is missing else l_0_service), restart='Never'), 4)))
     yield '\n'
 
 blocks = {}
-debug_info = '1=42&2=49&3=57&4=61&5=67&6=69&7=71&8=75&9=77&10=80&16=87&18=89&19=93&26=99&29=101&30=103&36=105&38=107&39=111&42=117&43=119&46=121&47=123&50=125&53=127'
+debug_info = '1=43&2=50&3=58&4=62&5=68&6=70&7=72&8=76&9=78&10=81&16=88&18=90&19=94&26=100&29=102&30=104&36=106&38=108&39=112&42=118&43=120&46=122&47=124&48=126&49=129&50=131&51=133&56=138&57=141&61=144'

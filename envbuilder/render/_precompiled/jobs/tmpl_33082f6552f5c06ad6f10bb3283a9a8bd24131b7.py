@@ -13,6 +13,7 @@ def root(context, missing=missing):
     l_0_tag = resolve('tag')
     l_0_nnodes = resolve('nnodes')
     l_0_nproc = resolve('nproc')
+    l_0_runtime_kind = resolve('runtime_kind')
     l_0_runtime_name = resolve('runtime_name')
     l_0_queue = resolve('queue')
     l_0_file = resolve('file')
@@ -21,8 +22,8 @@ def root(context, missing=missing):
     l_0_is_smoke = resolve('is_smoke')
     l_0_image = resolve('image')
     l_0_host_network = resolve('host_network')
-    l_0_layout = resolve('layout')
     l_0_trainjob_labels = resolve('trainjob_labels')
+    l_0_layout = resolve('layout')
     l_0_deadline = resolve('deadline')
     l_0_trainjob_args = resolve('trainjob_args')
     l_0_cpus = resolve('cpus')
@@ -30,15 +31,16 @@ def root(context, missing=missing):
     l_0_gpus = resolve('gpus')
     l_0_extra_resources = resolve('extra_resources')
     l_0_env_pairs = resolve('env_pairs')
-    l_0_labels = resolve('labels')
+    l_0_secret_env = resolve('secret_env')
+    l_0_pod_labels = resolve('pod_labels')
+    l_0_pod_annotations = resolve('pod_annotations')
     l_0_node_selector = resolve('node_selector')
     l_0_tolerations = resolve('tolerations')
     l_0_image_pull_secrets = resolve('image_pull_secrets')
+    l_0_service_account = resolve('service_account')
     l_0_uid = resolve('uid')
     l_0_infiniband = resolve('infiniband')
-    l_0_out_dir = resolve('out_dir')
-    l_0_shm_size = resolve('shm_size')
-    l_0_pod_tailoring = missing
+    l_0_pod_tailoring = l_0_volume_mounts = l_0_volumes = missing
     try:
         t_1 = environment.filters['indent']
     except KeyError:
@@ -46,30 +48,42 @@ def root(context, missing=missing):
         def t_1(*unused):
             raise TemplateRuntimeError("No filter named 'indent' found.")
     try:
-        t_2 = environment.filters['q']
+        t_2 = environment.filters['lower']
     except KeyError:
         @internalcode
         def t_2(*unused):
-            raise TemplateRuntimeError("No filter named 'q' found.")
+            raise TemplateRuntimeError("No filter named 'lower' found.")
     try:
-        t_3 = environment.filters['string']
+        t_3 = environment.filters['q']
     except KeyError:
         @internalcode
         def t_3(*unused):
-            raise TemplateRuntimeError("No filter named 'string' found.")
+            raise TemplateRuntimeError("No filter named 'q' found.")
     try:
-        t_4 = environment.filters['trim']
+        t_4 = environment.filters['string']
     except KeyError:
         @internalcode
         def t_4(*unused):
+            raise TemplateRuntimeError("No filter named 'string' found.")
+    try:
+        t_5 = environment.filters['trim']
+    except KeyError:
+        @internalcode
+        def t_5(*unused):
             raise TemplateRuntimeError("No filter named 'trim' found.")
     pass
-    included_template = environment.get_template('jobs/_pod.yaml.j2', 'jobs/trainjob.yaml.j2').make_module(context.get_all(), True, {'pod_tailoring': l_0_pod_tailoring})
+    included_template = environment.get_template('jobs/_pod.yaml.j2', 'jobs/trainjob.yaml.j2').make_module(context.get_all(), True, {'pod_tailoring': l_0_pod_tailoring, 'volume_mounts': l_0_volume_mounts, 'volumes': l_0_volumes})
     l_0_pod_tailoring = getattr(included_template, 'pod_tailoring', missing)
     if l_0_pod_tailoring is missing:
         l_0_pod_tailoring = undefined(f"the template {included_template.__name__!r} (imported on line 1 in 'jobs/trainjob.yaml.j2') does not export the requested name 'pod_tailoring'", name='pod_tailoring')
-    context.vars['pod_tailoring'] = l_0_pod_tailoring
-    context.exported_vars.discard('pod_tailoring')
+    l_0_volume_mounts = getattr(included_template, 'volume_mounts', missing)
+    if l_0_volume_mounts is missing:
+        l_0_volume_mounts = undefined(f"the template {included_template.__name__!r} (imported on line 1 in 'jobs/trainjob.yaml.j2') does not export the requested name 'volume_mounts'", name='volume_mounts')
+    l_0_volumes = getattr(included_template, 'volumes', missing)
+    if l_0_volumes is missing:
+        l_0_volumes = undefined(f"the template {included_template.__name__!r} (imported on line 1 in 'jobs/trainjob.yaml.j2') does not export the requested name 'volumes'", name='volumes')
+    context.vars.update({'pod_tailoring': l_0_pod_tailoring, 'volume_mounts': l_0_volume_mounts, 'volumes': l_0_volumes})
+    context.exported_vars.difference_update(('pod_tailoring', 'volume_mounts', 'volumes'))
     yield '# Rendered by envbuilder '
     yield escape(environment.finalize((undefined(name='version') if l_0_version is missing else l_0_version)))
     yield ': '
@@ -82,15 +96,19 @@ def root(context, missing=missing):
     yield escape(environment.finalize((undefined(name='nnodes') if l_0_nnodes is missing else l_0_nnodes)))
     yield ' node(s) x '
     yield escape(environment.finalize((undefined(name='nproc') if l_0_nproc is missing else l_0_nproc)))
-    yield ' process(es), a Kubeflow Trainer v2 TrainJob\n# (trainer.kubeflow.org/v1alpha1) on the ClusterTrainingRuntime '
-    yield escape(environment.finalize(t_2((undefined(name='runtime_name') if l_0_runtime_name is missing else l_0_runtime_name))))
-    yield ': the runtime\n# makes a JobSet of '
+    yield ' process(es), a Kubeflow Trainer v2 TrainJob\n# (trainer.kubeflow.org/v1alpha1) on the '
+    yield escape(environment.finalize((undefined(name='runtime_kind') if l_0_runtime_kind is missing else l_0_runtime_kind)))
+    yield ' '
+    yield escape(environment.finalize(t_3((undefined(name='runtime_name') if l_0_runtime_name is missing else l_0_runtime_name))))
+    yield ' ('
+    yield escape(environment.finalize(t_2((undefined(name='runtime_kind') if l_0_runtime_kind is missing else l_0_runtime_kind))))
+    yield '.yaml): the runtime\n# makes a JobSet of '
     yield escape(environment.finalize((undefined(name='nnodes') if l_0_nnodes is missing else l_0_nnodes)))
     yield ' pods and gives each torchrun PET_NNODES, PET_NPROC_PER_NODE,\n# PET_NODE_RANK and PET_MASTER_ADDR/PORT (a static rendezvous on node 0).\n'
     if (undefined(name='queue') if l_0_queue is missing else l_0_queue):
         pass
         yield '# Queued by Kueue: the LocalQueue '
-        yield escape(environment.finalize(t_2((undefined(name='queue') if l_0_queue is missing else l_0_queue))))
+        yield escape(environment.finalize(t_3((undefined(name='queue') if l_0_queue is missing else l_0_queue))))
         yield ' admits all '
         yield escape(environment.finalize((undefined(name='nnodes') if l_0_nnodes is missing else l_0_nnodes)))
         yield ' pods at once (gang admission).\n'
@@ -114,39 +132,47 @@ def root(context, missing=missing):
         yield '\n'
     if (undefined(name='host_network') if l_0_host_network is missing else l_0_host_network):
         pass
-        yield "# host_network: a TrainJob's runtime patch cannot set hostNetwork: the ClusterTrainingRuntime\n# "
-        yield escape(environment.finalize(t_2((undefined(name='runtime_name') if l_0_runtime_name is missing else l_0_runtime_name))))
-        yield ' must (or use jobset-'
-        yield escape(environment.finalize((undefined(name='layout') if l_0_layout is missing else l_0_layout)))
-        yield '.yaml, which sets it)\n'
+        yield "# host_network: a TrainJob's runtime patch cannot set hostNetwork: the "
+        yield escape(environment.finalize((undefined(name='runtime_kind') if l_0_runtime_kind is missing else l_0_runtime_kind)))
+        yield '\n# '
+        yield escape(environment.finalize(t_3((undefined(name='runtime_name') if l_0_runtime_name is missing else l_0_runtime_name))))
+        yield ' sets it ('
+        yield escape(environment.finalize(t_2((undefined(name='runtime_kind') if l_0_runtime_kind is missing else l_0_runtime_kind))))
+        yield '.yaml)\n'
     yield 'apiVersion: trainer.kubeflow.org/v1alpha1\nkind: TrainJob\nmetadata:\n  name: '
-    yield escape(environment.finalize(t_2((undefined(name='name') if l_0_name is missing else l_0_name))))
+    yield escape(environment.finalize(t_3((undefined(name='name') if l_0_name is missing else l_0_name))))
     yield '\n  labels:\n'
     for (l_1_k, l_1_v) in context.call(environment.getattr((undefined(name='trainjob_labels') if l_0_trainjob_labels is missing else l_0_trainjob_labels), 'items')):
         _loop_vars = {}
         pass
         yield '    '
-        yield escape(environment.finalize(t_2(l_1_k)))
+        yield escape(environment.finalize(t_3(l_1_k)))
         yield ': '
-        yield escape(environment.finalize(t_2(l_1_v)))
+        yield escape(environment.finalize(t_3(l_1_v)))
         yield '\n'
     l_1_k = l_1_v = missing
     yield '  annotations:\n    "envbuilder.io/target": '
-    yield escape(environment.finalize(t_2((undefined(name='target') if l_0_target is missing else l_0_target))))
+    yield escape(environment.finalize(t_3((undefined(name='target') if l_0_target is missing else l_0_target))))
     yield '\n    "envbuilder.io/layout": '
-    yield escape(environment.finalize(t_2((undefined(name='layout') if l_0_layout is missing else l_0_layout))))
-    yield '\nspec:\n  runtimeRef:\n    apiGroup: trainer.kubeflow.org\n    kind: ClusterTrainingRuntime\n    name: '
-    yield escape(environment.finalize(t_2((undefined(name='runtime_name') if l_0_runtime_name is missing else l_0_runtime_name))))
-    yield '\n  activeDeadlineSeconds: '
-    yield escape(environment.finalize((undefined(name='deadline') if l_0_deadline is missing else l_0_deadline)))
-    yield '\n  trainer:\n    image: '
-    yield escape(environment.finalize(t_2((undefined(name='image') if l_0_image is missing else l_0_image))))
+    yield escape(environment.finalize(t_3((undefined(name='layout') if l_0_layout is missing else l_0_layout))))
+    yield '\nspec:\n  runtimeRef:\n    apiGroup: trainer.kubeflow.org\n    kind: '
+    yield escape(environment.finalize((undefined(name='runtime_kind') if l_0_runtime_kind is missing else l_0_runtime_kind)))
+    yield '\n    name: '
+    yield escape(environment.finalize(t_3((undefined(name='runtime_name') if l_0_runtime_name is missing else l_0_runtime_name))))
+    yield '\n'
+    if (undefined(name='deadline') if l_0_deadline is missing else l_0_deadline):
+        pass
+        yield '  activeDeadlineSeconds: '
+        yield escape(environment.finalize((undefined(name='deadline') if l_0_deadline is missing else l_0_deadline)))
+        yield '\n'
+    yield '  trainer:\n    image: '
+    yield escape(environment.finalize(t_3((undefined(name='image') if l_0_image is missing else l_0_image))))
     yield "\n    # the image's entrypoint (NCCL/Gloo interface defaults) runs first: command replaces ENTRYPOINT\n    command:\n"
     for l_1_a in (undefined(name='trainjob_args') if l_0_trainjob_args is missing else l_0_trainjob_args):
         _loop_vars = {}
         pass
         yield '    - '
-        yield escape(environment.finalize(t_2(l_1_a)))
+        yield escape(environment.finalize(t_3(l_1_a)))
         yield '\n'
     l_1_a = missing
     yield '    numNodes: '
@@ -154,68 +180,91 @@ def root(context, missing=missing):
     yield '\n    numProcPerNode: '
     yield escape(environment.finalize((undefined(name='nproc') if l_0_nproc is missing else l_0_nproc)))
     yield '\n    resourcesPerNode:\n      requests:\n        cpu: '
-    yield escape(environment.finalize(t_2(t_3((undefined(name='cpus') if l_0_cpus is missing else l_0_cpus)))))
+    yield escape(environment.finalize(t_3(t_4((undefined(name='cpus') if l_0_cpus is missing else l_0_cpus)))))
     yield '\n        memory: '
-    yield escape(environment.finalize(t_2((undefined(name='memory') if l_0_memory is missing else l_0_memory))))
+    yield escape(environment.finalize(t_3((undefined(name='memory') if l_0_memory is missing else l_0_memory))))
     yield '\n'
     if (undefined(name='gpus') if l_0_gpus is missing else l_0_gpus):
         pass
         yield '        nvidia.com/gpu: '
-        yield escape(environment.finalize(t_2(t_3((undefined(name='nproc') if l_0_nproc is missing else l_0_nproc)))))
+        yield escape(environment.finalize(t_3(t_4((undefined(name='nproc') if l_0_nproc is missing else l_0_nproc)))))
         yield '\n'
     for (l_1_k, l_1_v) in (undefined(name='extra_resources') if l_0_extra_resources is missing else l_0_extra_resources):
         _loop_vars = {}
         pass
         yield '        '
-        yield escape(environment.finalize(t_2(l_1_k)))
+        yield escape(environment.finalize(t_3(l_1_k)))
         yield ': '
-        yield escape(environment.finalize(t_2(l_1_v)))
+        yield escape(environment.finalize(t_3(l_1_v)))
         yield '\n'
     l_1_k = l_1_v = missing
     yield '      limits:\n        memory: '
-    yield escape(environment.finalize(t_2((undefined(name='memory') if l_0_memory is missing else l_0_memory))))
+    yield escape(environment.finalize(t_3((undefined(name='memory') if l_0_memory is missing else l_0_memory))))
     yield '\n'
     if (undefined(name='gpus') if l_0_gpus is missing else l_0_gpus):
         pass
         yield '        nvidia.com/gpu: '
-        yield escape(environment.finalize(t_2(t_3((undefined(name='nproc') if l_0_nproc is missing else l_0_nproc)))))
+        yield escape(environment.finalize(t_3(t_4((undefined(name='nproc') if l_0_nproc is missing else l_0_nproc)))))
         yield '\n'
     for (l_1_k, l_1_v) in (undefined(name='extra_resources') if l_0_extra_resources is missing else l_0_extra_resources):
         _loop_vars = {}
         pass
         yield '        '
-        yield escape(environment.finalize(t_2(l_1_k)))
+        yield escape(environment.finalize(t_3(l_1_k)))
         yield ': '
-        yield escape(environment.finalize(t_2(l_1_v)))
+        yield escape(environment.finalize(t_3(l_1_v)))
         yield '\n'
     l_1_k = l_1_v = missing
-    if (undefined(name='env_pairs') if l_0_env_pairs is missing else l_0_env_pairs):
+    if ((undefined(name='env_pairs') if l_0_env_pairs is missing else l_0_env_pairs) or (undefined(name='secret_env') if l_0_secret_env is missing else l_0_secret_env)):
         pass
         yield '    env:\n'
         for (l_1_k, l_1_v) in (undefined(name='env_pairs') if l_0_env_pairs is missing else l_0_env_pairs):
             _loop_vars = {}
             pass
             yield '    - name: '
-            yield escape(environment.finalize(t_2(l_1_k)))
+            yield escape(environment.finalize(t_3(l_1_k)))
             yield '\n      value: '
-            yield escape(environment.finalize(t_2(l_1_v)))
+            yield escape(environment.finalize(t_3(l_1_v)))
             yield '\n'
         l_1_k = l_1_v = missing
+        for (l_1_k, l_1_ref) in (undefined(name='secret_env') if l_0_secret_env is missing else l_0_secret_env):
+            _loop_vars = {}
+            pass
+            yield '    - name: '
+            yield escape(environment.finalize(t_3(l_1_k)))
+            yield '\n      valueFrom:\n        secretKeyRef:\n          name: '
+            yield escape(environment.finalize(t_3(environment.getattr(l_1_ref, 'secret'))))
+            yield '\n          key: '
+            yield escape(environment.finalize(t_3(environment.getattr(l_1_ref, 'key'))))
+            yield '\n'
+        l_1_k = l_1_ref = missing
     yield "  # the pod settings the runtime does not carry: envbuilder's own patch (one manager entry)\n  runtimePatches:\n  - manager: envbuilder.io/envbuilder\n    trainingRuntimeSpec:\n      template:\n        spec:\n          replicatedJobs:\n          - name: node\n            template:\n              spec:\n                template:\n                  metadata:\n                    labels:\n"
-    for (l_1_k, l_1_v) in context.call(environment.getattr((undefined(name='labels') if l_0_labels is missing else l_0_labels), 'items')):
+    for (l_1_k, l_1_v) in context.call(environment.getattr((undefined(name='pod_labels') if l_0_pod_labels is missing else l_0_pod_labels), 'items')):
         _loop_vars = {}
         pass
         yield '                      '
-        yield escape(environment.finalize(t_2(l_1_k)))
+        yield escape(environment.finalize(t_3(l_1_k)))
         yield ': '
-        yield escape(environment.finalize(t_2(l_1_v)))
+        yield escape(environment.finalize(t_3(l_1_v)))
         yield '\n'
     l_1_k = l_1_v = missing
+    if (undefined(name='pod_annotations') if l_0_pod_annotations is missing else l_0_pod_annotations):
+        pass
+        yield '                    annotations:\n'
+        for (l_1_k, l_1_v) in (undefined(name='pod_annotations') if l_0_pod_annotations is missing else l_0_pod_annotations):
+            _loop_vars = {}
+            pass
+            yield '                      '
+            yield escape(environment.finalize(t_3(l_1_k)))
+            yield ': '
+            yield escape(environment.finalize(t_3(l_1_v)))
+            yield '\n'
+        l_1_k = l_1_v = missing
     yield '                  spec:\n'
-    if (((undefined(name='node_selector') if l_0_node_selector is missing else l_0_node_selector) or (undefined(name='tolerations') if l_0_tolerations is missing else l_0_tolerations)) or (undefined(name='image_pull_secrets') if l_0_image_pull_secrets is missing else l_0_image_pull_secrets)):
+    if ((((undefined(name='node_selector') if l_0_node_selector is missing else l_0_node_selector) or (undefined(name='tolerations') if l_0_tolerations is missing else l_0_tolerations)) or (undefined(name='image_pull_secrets') if l_0_image_pull_secrets is missing else l_0_image_pull_secrets)) or (undefined(name='service_account') if l_0_service_account is missing else l_0_service_account)):
         pass
         yield '                    '
-        yield escape(environment.finalize(t_1(t_4(context.call((undefined(name='pod_tailoring') if l_0_pod_tailoring is missing else l_0_pod_tailoring), priority=False, host=False)), 20)))
+        yield escape(environment.finalize(t_1(t_5(context.call((undefined(name='pod_tailoring') if l_0_pod_tailoring is missing else l_0_pod_tailoring), priority=False, host=False)), 20)))
         yield '\n'
     yield '                    securityContext:\n                      runAsUser: '
     yield escape(environment.finalize((undefined(name='uid') if l_0_uid is missing else l_0_uid)))
@@ -225,11 +274,11 @@ def root(context, missing=missing):
     if (undefined(name='infiniband') if l_0_infiniband is missing else l_0_infiniband):
         pass
         yield '                        capabilities:\n                          add:\n                          - IPC_LOCK\n'
-    yield '                      volumeMounts:\n                      - name: dshm\n                        mountPath: /dev/shm\n                      - name: smoke-out\n                        mountPath: '
-    yield escape(environment.finalize(t_2((undefined(name='out_dir') if l_0_out_dir is missing else l_0_out_dir))))
-    yield '\n                    volumes:\n                    - name: dshm\n                      emptyDir:\n                        medium: Memory\n                        sizeLimit: '
-    yield escape(environment.finalize(t_2((undefined(name='shm_size') if l_0_shm_size is missing else l_0_shm_size))))
-    yield '\n                    - name: smoke-out\n                      emptyDir: {}\n'
+    yield '                      volumeMounts:\n                      '
+    yield escape(environment.finalize(t_1(t_5(context.call((undefined(name='volume_mounts') if l_0_volume_mounts is missing else l_0_volume_mounts))), 22)))
+    yield '\n                    volumes:\n                    '
+    yield escape(environment.finalize(t_1(t_5(context.call((undefined(name='volumes') if l_0_volumes is missing else l_0_volumes))), 20)))
+    yield '\n'
 
 blocks = {}
-debug_info = '1=67&2=74&3=82&4=86&5=88&7=90&8=93&10=98&11=100&12=104&13=106&14=109&16=115&18=118&23=123&25=125&26=129&29=135&30=137&35=139&36=141&38=143&41=145&42=149&44=153&45=155&48=157&49=159&50=161&51=164&53=166&54=170&57=176&58=178&59=181&61=183&62=187&64=192&66=195&67=199&68=201&84=205&85=209&88=215&89=218&92=221&93=223&99=225&108=229&113=231'
+debug_info = '1=75&2=88&3=96&4=100&5=106&7=108&8=111&10=116&11=118&12=122&13=124&14=127&16=133&17=136&18=138&23=143&25=145&26=149&29=155&30=157&34=159&35=161&36=163&37=166&40=169&43=171&44=175&46=179&47=181&50=183&51=185&52=187&53=190&55=192&56=196&59=202&60=204&61=207&63=209&64=213&66=218&68=221&69=225&70=227&72=230&73=234&76=236&77=238&93=242&94=246&96=251&98=254&99=258&103=264&104=267&107=270&108=272&114=274&120=278&122=280'

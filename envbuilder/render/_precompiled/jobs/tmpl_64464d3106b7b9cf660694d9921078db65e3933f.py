@@ -15,11 +15,16 @@ def root(context, missing=missing):
     l_0_image = resolve('image')
     l_0_command = resolve('command')
     l_0_pull_note = resolve('pull_note')
-    l_0_kinds = resolve('kinds')
+    l_0_columns = resolve('columns')
     l_0_layouts = resolve('layouts')
     l_0_other_example = resolve('other_example')
     l_0_gpus = resolve('gpus')
+    l_0_train = resolve('train')
+    l_0_smoke_settings = resolve('smoke_settings')
     l_0_example = resolve('example')
+    l_0_needs = resolve('needs')
+    l_0_kinds = resolve('kinds')
+    l_0_runtime_kind = resolve('runtime_kind')
     l_0_runtime_name = resolve('runtime_name')
     l_0_rdzv_port = resolve('rdzv_port')
     l_0_queue = resolve('queue')
@@ -30,7 +35,12 @@ def root(context, missing=missing):
     l_0_pyxis_image = resolve('pyxis_image')
     l_0_registry_host = resolve('registry_host')
     l_0_launchers = resolve('launchers')
-    l_0_kfiles = l_0_kstems = missing
+    try:
+        t_1 = environment.filters['lower']
+    except KeyError:
+        @internalcode
+        def t_1(*unused):
+            raise TemplateRuntimeError("No filter named 'lower' found.")
     pass
     yield '# Jobs for '
     yield escape(environment.finalize((undefined(name='target') if l_0_target is missing else l_0_target)))
@@ -52,28 +62,21 @@ def root(context, missing=missing):
         yield "`) with the same\nlayout's torchrun and rendezvous settings"
     yield '.\n\nImage: '
     yield escape(environment.finalize((undefined(name='pull_note') if l_0_pull_note is missing else l_0_pull_note)))
-    yield '.\n\n'
-    l_0_kfiles = {'trainjob': 'TrainJob', 'jobset': 'JobSet', 'indexed-job': 'indexed Job + Service', 'legacy': 'PyTorchJob (legacy)'}
-    context.vars['kfiles'] = l_0_kfiles
-    context.exported_vars.add('kfiles')
-    l_0_kstems = {'trainjob': 'trainjob', 'jobset': 'jobset', 'indexed-job': 'indexed-job', 'legacy': 'pytorchjob'}
-    context.vars['kstems'] = l_0_kstems
-    context.exported_vars.add('kstems')
-    yield '| layout | fits |'
-    for l_1_k in (undefined(name='kinds') if l_0_kinds is missing else l_0_kinds):
+    yield '.\n\n| layout | fits |'
+    for l_1_k in (undefined(name='columns') if l_0_columns is missing else l_0_columns):
         _loop_vars = {}
         pass
         yield ' '
-        yield escape(environment.finalize(environment.getitem((undefined(name='kfiles') if l_0_kfiles is missing else l_0_kfiles), l_1_k)))
+        yield escape(environment.finalize(environment.getattr(l_1_k, 'title')))
         yield ' |'
     l_1_k = missing
-    yield ' Slurm + Apptainer | Slurm + pyxis | Slurm, nodes running the image |\n| --- | --- |'
-    for l_1_k in (undefined(name='kinds') if l_0_kinds is missing else l_0_kinds):
+    yield '\n| --- | --- |'
+    for l_1_k in (undefined(name='columns') if l_0_columns is missing else l_0_columns):
         _loop_vars = {}
         pass
         yield ' --- |'
     l_1_k = missing
-    yield ' --- | --- | --- |\n'
+    yield '\n'
     for l_1_l in (undefined(name='layouts') if l_0_layouts is missing else l_0_layouts):
         _loop_vars = {}
         pass
@@ -84,22 +87,17 @@ def root(context, missing=missing):
         yield ' | '
         yield escape(environment.finalize(environment.getattr(l_1_l, 'fits')))
         yield ' |'
-        for l_2_k in (undefined(name='kinds') if l_0_kinds is missing else l_0_kinds):
+        for l_2_k in (undefined(name='columns') if l_0_columns is missing else l_0_columns):
             _loop_vars = {}
             pass
             yield ' `'
-            yield escape(environment.finalize(environment.getitem((undefined(name='kstems') if l_0_kstems is missing else l_0_kstems), l_2_k)))
+            yield escape(environment.finalize(environment.getattr(l_2_k, 'stem')))
             yield '-'
             yield escape(environment.finalize(environment.getattr(l_1_l, 'layout')))
-            yield '.yaml` |'
+            yield escape(environment.finalize(environment.getattr(l_2_k, 'suffix')))
+            yield '` |'
         l_2_k = missing
-        yield ' `slurm-apptainer-'
-        yield escape(environment.finalize(environment.getattr(l_1_l, 'layout')))
-        yield '.sbatch` | `slurm-pyxis-'
-        yield escape(environment.finalize(environment.getattr(l_1_l, 'layout')))
-        yield '.sbatch` | `slurm-host-'
-        yield escape(environment.finalize(environment.getattr(l_1_l, 'layout')))
-        yield '.sbatch` |\n'
+        yield '\n'
     l_1_l = missing
     yield '\nA layout needs NPROC_PER_NODE free GPUs on each of its NNODES nodes, so it fits any node with at\nleast that many (a 2 x 6 job uses six GPUs of each of two 8-GPU nodes). `layouts.json` lists the\nsame files for scripts. Other layouts of '
     yield escape(environment.finalize((undefined(name='world') if l_0_world is missing else l_0_world)))
@@ -114,21 +112,113 @@ def root(context, missing=missing):
     else:
         pass
         yield 'The jobs request no GPUs and run the gloo backend.'
-    yield "\nJob names carry the target's name ("
+    yield '\n'
+    if (undefined(name='train') if l_0_train is missing else l_0_train):
+        pass
+        yield 'The `train-*` files run with the training settings of `[jobs]`, the smoke files keep their own\nshort limits and small footprint (`[jobs] smoke_time` sets their limit):\n\n| | smoke files | `train-*` files |\n| --- | --- | --- |\n| time limit (Kubernetes `activeDeadlineSeconds`, Slurm `--time`) | '
+        yield escape(environment.finalize(environment.getattr((undefined(name='smoke_settings') if l_0_smoke_settings is missing else l_0_smoke_settings), 'deadline')))
+        yield ' s, `'
+        yield escape(environment.finalize(environment.getattr((undefined(name='smoke_settings') if l_0_smoke_settings is missing else l_0_smoke_settings), 'slurm_time')))
+        yield '` | '
+        if environment.getattr((undefined(name='train') if l_0_train is missing else l_0_train), 'deadline'):
+            pass
+            yield escape(environment.finalize(environment.getattr((undefined(name='train') if l_0_train is missing else l_0_train), 'deadline')))
+            yield ' s'
+        else:
+            pass
+            yield 'none'
+        yield ', '
+        if environment.getattr((undefined(name='train') if l_0_train is missing else l_0_train), 'slurm_time'):
+            pass
+            yield '`'
+            yield escape(environment.finalize(environment.getattr((undefined(name='train') if l_0_train is missing else l_0_train), 'slurm_time')))
+            yield '`'
+        else:
+            pass
+            yield "the partition's"
+        yield ' (`[jobs] time`) |\n| CPUs / memory / `/dev/shm` per node ('
+        yield escape(environment.finalize(environment.getattr((undefined(name='example') if l_0_example is missing else l_0_example), 'layout')))
+        yield ') | '
+        yield escape(environment.finalize(environment.getattr((undefined(name='smoke_settings') if l_0_smoke_settings is missing else l_0_smoke_settings), 'cpus')))
+        yield ' / '
+        yield escape(environment.finalize(environment.getattr((undefined(name='smoke_settings') if l_0_smoke_settings is missing else l_0_smoke_settings), 'memory')))
+        yield ' / '
+        yield escape(environment.finalize(environment.getattr((undefined(name='smoke_settings') if l_0_smoke_settings is missing else l_0_smoke_settings), 'shm')))
+        yield ' | '
+        yield escape(environment.finalize(environment.getattr((undefined(name='train') if l_0_train is missing else l_0_train), 'cpus')))
+        yield ' / '
+        yield escape(environment.finalize(environment.getattr((undefined(name='train') if l_0_train is missing else l_0_train), 'memory')))
+        yield ' / '
+        yield escape(environment.finalize(environment.getattr((undefined(name='train') if l_0_train is missing else l_0_train), 'shm')))
+        yield ' (`[jobs] cpu`, `memory`, `shm`) |\n| mounts | the records folder | '
+        l_1_loop = missing
+        t_2 = 1
+        for l_1_m, l_1_loop in LoopContext(environment.getattr((undefined(name='train') if l_0_train is missing else l_0_train), 'mounts'), undefined):
+            _loop_vars = {}
+            pass
+            yield '`'
+            yield escape(environment.finalize(environment.getattr(l_1_m, 'path')))
+            yield '` ('
+            yield escape(environment.finalize(environment.getattr(l_1_m, 'source')))
+            if (not environment.getattr(l_1_m, 'host_path')):
+                pass
+                yield '; not on Slurm'
+            yield ')'
+            if (not environment.getattr(l_1_loop, 'last')):
+                pass
+                yield ', '
+            t_2 = 0
+        l_1_loop = l_1_m = missing
+        if t_2:
+            pass
+            yield 'none'
+        yield " (`[jobs] mounts`) |\n| working directory | the image's | "
+        if environment.getattr((undefined(name='train') if l_0_train is missing else l_0_train), 'workdir'):
+            pass
+            yield '`'
+            yield escape(environment.finalize(environment.getattr((undefined(name='train') if l_0_train is missing else l_0_train), 'workdir')))
+            yield '`'
+        else:
+            pass
+            yield "the image's"
+        yield ' (`[jobs] workdir`) |\n| restarts | none | '
+        yield escape(environment.finalize(environment.getattr((undefined(name='train') if l_0_train is missing else l_0_train), 'max_restarts')))
+        yield ' (`[jobs] restart`) |\n\n'
+    yield "Job names carry the target's name ("
     yield escape(environment.finalize(environment.getattr((undefined(name='example') if l_0_example is missing else l_0_example), 'name')))
-    yield '), so two targets of one CUDA line never\nshare a name. Tailor the files in the project file\'s `[jobs]` table (or a target\'s own `jobs`\ntable), not by hand: envbuilder never overwrites a file you edited, and its refusal names the\n`[jobs]` key that expresses your edit (see docs/user-guide.md, "Jobs").\n\n## Kubernetes\n\n'
+    yield '), so two targets of one CUDA line never\nshare a name. Tailor the files in the project file\'s `[jobs]` table (or a target\'s own `jobs`\ntable), not by hand: envbuilder never overwrites a file you edited, and its refusal names the\n`[jobs]` key that expresses your edit (see docs/user-guide.md, "Jobs").\n\n## Minimum versions\n\nWhat these files need of the cluster (`[jobs] controllers` states yours: a file that needs more\nis refused when it is rendered):\n\n| file | needs | source |\n| --- | --- | --- |\n'
+    for (l_1_pattern, l_1_r) in (undefined(name='needs') if l_0_needs is missing else l_0_needs):
+        _loop_vars = {}
+        pass
+        yield '| `'
+        yield escape(environment.finalize(l_1_pattern))
+        yield '` | '
+        yield escape(environment.finalize(context.call(environment.getattr(l_1_r, 'line'), _loop_vars=_loop_vars)))
+        yield ' | <'
+        yield escape(environment.finalize(environment.getattr(l_1_r, 'source')))
+        yield '> |\n'
+    l_1_pattern = l_1_r = missing
+    yield '\n## Kubernetes\n\n'
     if ('trainjob' in (undefined(name='kinds') if l_0_kinds is missing else l_0_kinds)):
         pass
-        yield 'Kubeflow Trainer v2 (`trainer.kubeflow.org/v1alpha1` TrainJob on the ClusterTrainingRuntime\n`'
+        yield 'Kubeflow Trainer v2 (`trainer.kubeflow.org/v1alpha1` TrainJob on the '
+        yield escape(environment.finalize((undefined(name='runtime_kind') if l_0_runtime_kind is missing else l_0_runtime_kind)))
+        yield '\n`'
         yield escape(environment.finalize((undefined(name='runtime_name') if l_0_runtime_name is missing else l_0_runtime_name)))
-        yield '`, `[jobs] runtime`): the runtime makes a JobSet and gives torchrun its\nPET_NNODES, PET_NPROC_PER_NODE, PET_NODE_RANK and PET_MASTER_ADDR/PORT:\n\n    kubectl apply -f trainjob-'
+        yield '`, `[jobs] runtime`): `'
+        yield escape(environment.finalize(t_1((undefined(name='runtime_kind') if l_0_runtime_kind is missing else l_0_runtime_kind))))
+        yield '.yaml` is that runtime, rendered\nfrom this target with its trainer container pinned to the image ('
+        yield escape(environment.finalize((undefined(name='pull_note') if l_0_pull_note is missing else l_0_pull_note)))
+        yield '); a platform\nadmin applies it once and users submit TrainJobs that name it. The runtime makes a JobSet and\ngives torchrun its PET_NNODES, PET_NPROC_PER_NODE, PET_NODE_RANK and PET_MASTER_ADDR/PORT:\n\n    kubectl apply -f '
+        yield escape(environment.finalize(t_1((undefined(name='runtime_kind') if l_0_runtime_kind is missing else l_0_runtime_kind))))
+        yield '.yaml        # once, by the platform team\n    kubectl apply -f trainjob-'
         yield escape(environment.finalize(environment.getattr((undefined(name='example') if l_0_example is missing else l_0_example), 'layout')))
         yield '.yaml\n    kubectl get trainjob '
         yield escape(environment.finalize(environment.getattr((undefined(name='example') if l_0_example is missing else l_0_example), 'name')))
         yield " -w\n\nThe pod settings a runtime does not carry (security context, `/dev/shm`, node selector,\ntolerations, pull secrets) travel in the TrainJob's own `runtimePatches` entry\n(manager `envbuilder.io/envbuilder`). A TrainJob cannot patch `hostNetwork` or\n`priorityClassName`: set those in the runtime; with a queue, the priority goes to Kueue's\n`kueue.x-k8s.io/priority-class` label (a WorkloadPriorityClass).\n\n"
     if ('jobset' in (undefined(name='kinds') if l_0_kinds is missing else l_0_kinds)):
         pass
-        yield 'Without the trainer, the JobSet (`jobset.x-k8s.io/v1alpha2`, JobSet controller 0.5+): one Job per\nnode, pod i resolves as `<job>-node-i-0.<job>`, every pod joins a c10d rendezvous on the first\n(port '
+        yield 'Without the trainer, the JobSet (`jobset.x-k8s.io/v1alpha2`, JobSet controller 0.6+): one Job per\nnode, pod i resolves as `<job>-node-i-0.<job>`, every pod joins a c10d rendezvous on the first\n(port '
         yield escape(environment.finalize((undefined(name='rdzv_port') if l_0_rdzv_port is missing else l_0_rdzv_port)))
         yield '); `failurePolicy.maxRestarts: 0`:\n\n    kubectl apply -f jobset-'
         yield escape(environment.finalize(environment.getattr((undefined(name='example') if l_0_example is missing else l_0_example), 'layout')))
@@ -158,7 +248,7 @@ def root(context, missing=missing):
         yield ' pods of '
         yield escape(environment.finalize(environment.getattr((undefined(name='example') if l_0_example is missing else l_0_example), 'nproc')))
         yield ' GPUs never half-schedule).\n'
-    yield 'All use `restartPolicy: Never` and no retries: a smoke job reports the first failure instead of\nretrying (a restarted node cannot rejoin a running torchrun group). Pods run as uid '
+    yield 'All use `restartPolicy: Never`; the smoke files never retry: a smoke job reports the first\nfailure instead of retrying (a restarted node cannot rejoin a running torchrun group). Pods run as uid '
     yield escape(environment.finalize((undefined(name='uid') if l_0_uid is missing else l_0_uid)))
     yield ', mount a\nmemory-backed `/dev/shm` of '
     yield escape(environment.finalize((undefined(name='shm_size') if l_0_shm_size is missing else l_0_shm_size)))
@@ -178,7 +268,7 @@ def root(context, missing=missing):
     yield escape(environment.finalize(environment.getattr((undefined(name='example') if l_0_example is missing else l_0_example), 'layout')))
     yield '.sbatch          # nodes whose slurmd runs in this image\n\nOne task per node (`--ntasks-per-node=1`, `--exclusive`, and `srun --cpus-per-task` repeated:\nSlurm 22.05 to 23.02 does not pass sbatch\'s on); torchrun starts NPROC_PER_NODE ranks on each and\nmeets the others through a c10d rendezvous on the first host of the allocation\n(`scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n1`, port '
     yield escape(environment.finalize((undefined(name='rdzv_port') if l_0_rdzv_port is missing else l_0_rdzv_port)))
-    yield ") with the Slurm job\nid as the rendezvous id and `--max_restarts=0`. Records go to `ENVBUILDER_SMOKE_OUT` (default\n`./envbuilder-smoke-JOBID`), which must be on a filesystem all nodes share. Partition, account,\nQoS, time and constraint come from `[jobs] slurm`.\n\nApptainer: build the SIF from this folder's definition first, `apptainer build "
+    yield ") with the Slurm job\nid as the rendezvous id and `--max_restarts=0`. Records go to `ENVBUILDER_SMOKE_OUT` (default\n`./envbuilder-smoke-JOBID`), which must be on a filesystem all nodes share. Partition, account,\nQoS and constraint come from `[jobs] slurm`; the `train-*` files' `--time`, `--mem`, `--exclusive`,\nmounts and working directory from `[jobs]` (`time`, `memory`, `exclusive`, `mounts`, `workdir`).\n\nApptainer: build the SIF from this folder's definition first, `apptainer build "
     yield escape(environment.finalize((undefined(name='sif') if l_0_sif is missing else l_0_sif)))
     yield ' envbuilder.def`\n(or `envbuilder build TARGET --runtime apptainer --sif '
     yield escape(environment.finalize((undefined(name='sif') if l_0_sif is missing else l_0_sif)))
@@ -186,7 +276,14 @@ def root(context, missing=missing):
     yield escape(environment.finalize((undefined(name='sif') if l_0_sif is missing else l_0_sif)))
     yield ' sh /opt/envbuilder/smoke/run.sh`.\nPyxis/enroot take `[REGISTRY#]IMAGE[:TAG]`: the registry host is separated by `#`\n(`'
     yield escape(environment.finalize((undefined(name='pyxis_image') if l_0_pyxis_image is missing else l_0_pyxis_image)))
-    yield '`); an enroot older than 3.4 may not pull by digest, use a tag there. A private\nregistry needs enroot credentials on every node, in `$ENROOT_CONFIG_PATH/.credentials`\n(default `~/.config/enroot/.credentials`), one netrc line per registry:\n`machine '
+    yield '`). enroot pulls `IMAGE@sha256:...` from 4.0 on (3.4 and 3.5 parse a tag only):\n'
+    if ('@sha256:' in (undefined(name='image') if l_0_image is missing else l_0_image)):
+        pass
+        yield 'on an older enroot run `slurm-pyxis-tag-NxM.sbatch` where it is written (the tag the digest\nwas pushed under; `envbuilder build --push` writes it), or give `--image REPO:TAG`.'
+    else:
+        pass
+        yield 'these\nfiles pull by tag.'
+    yield ' A private\nregistry needs enroot credentials on every node, in `$ENROOT_CONFIG_PATH/.credentials`\n(default `~/.config/enroot/.credentials`), one netrc line per registry:\n`machine '
     yield escape(environment.finalize((undefined(name='registry_host') if l_0_registry_host is missing else l_0_registry_host)))
     yield ' login USER password TOKEN`.\n'
     if ('horovodrun' in (undefined(name='launchers') if l_0_launchers is missing else l_0_launchers)):
@@ -203,4 +300,4 @@ def root(context, missing=missing):
         yield ".sh`\n(inside a Slurm allocation the hosts come from it). horovodrun starts the other hosts' ranks over\nssh, so the nodes need passwordless ssh between them; one host needs none.\n"
 
 blocks = {}
-debug_info = '1=36&3=40&4=44&5=51&8=54&10=56&11=59&12=63&13=71&14=77&15=81&20=105&21=107&28=111&30=118&37=120&39=123&42=125&43=127&52=129&55=132&57=134&58=136&61=138&64=141&66=143&68=145&71=147&75=150&79=152&80=155&81=157&84=162&85=164&87=166&89=169&95=172&96=176&97=178&102=180&107=182&108=184&109=186&111=188&114=190&115=192&119=195&121=202'
+debug_info = '1=46&3=50&4=54&5=61&8=64&10=66&12=74&14=80&15=84&21=103&22=105&29=109&31=116&37=119&38=140&39=156&40=176&41=185&44=188&56=190&57=194&62=202&63=205&64=207&65=211&69=213&70=215&71=217&80=219&83=222&85=224&86=226&89=228&92=231&94=233&96=235&99=237&103=240&107=242&108=245&109=247&112=252&113=254&115=256&117=259&123=262&124=266&125=268&130=270&136=272&137=274&138=276&140=278&141=280&146=287&147=289&151=292&153=299'

@@ -25,18 +25,37 @@ def root(context, missing=missing):
     l_0_metrics_job = resolve('metrics_job')
     l_0_name = resolve('name')
     l_0_rdzv_port = resolve('rdzv_port')
+    l_0_max_restarts = resolve('max_restarts')
+    l_0_workdir = resolve('workdir')
+    l_0_slurm_mounts = resolve('slurm_mounts')
+    l_0_skipped_mounts = resolve('skipped_mounts')
     l_0_gpus = resolve('gpus')
-    l_0_cpus = resolve('cpus')
+    l_0_slurm_cpus = resolve('slurm_cpus')
+    l_0_slurm_memory = resolve('slurm_memory')
+    l_0_exclusive_flag = resolve('exclusive_flag')
     l_0_time_limit = resolve('time_limit')
     l_0_slurm_directives = resolve('slurm_directives')
     l_0_env_pairs = resolve('env_pairs')
-    l_0_out_dir = resolve('out_dir')
+    l_0_smoke_out = resolve('smoke_out')
+    l_0_container_args = resolve('container_args')
     l_0_program_sh = resolve('program_sh')
     try:
-        t_1 = environment.filters['sh']
+        t_1 = environment.filters['join']
     except KeyError:
         @internalcode
         def t_1(*unused):
+            raise TemplateRuntimeError("No filter named 'join' found.")
+    try:
+        t_2 = environment.filters['map']
+    except KeyError:
+        @internalcode
+        def t_2(*unused):
+            raise TemplateRuntimeError("No filter named 'map' found.")
+    try:
+        t_3 = environment.filters['sh']
+    except KeyError:
+        @internalcode
+        def t_3(*unused):
             raise TemplateRuntimeError("No filter named 'sh' found.")
     pass
     yield '#!/bin/bash\n# Rendered by envbuilder '
@@ -93,9 +112,51 @@ def root(context, missing=missing):
         yield ".prom for node-exporter's textfile\n#          collector (default /var/lib/prometheus/node-exporter) and, when ENVBUILDER_PUSHGATEWAY\n#          is set (http://HOST:9091), pushes them; the job's exit status stays the smoke verdict.\n"
     yield '# One task per node; torchrun starts '
     yield escape(environment.finalize((undefined(name='nproc') if l_0_nproc is missing else l_0_nproc)))
-    yield " ranks on each and meets the others through a c10d\n# rendezvous on the allocation's first host, port "
-    yield escape(environment.finalize((undefined(name='rdzv_port') if l_0_rdzv_port is missing else l_0_rdzv_port)))
-    yield '. No restarts: a smoke job fails fast.\n#SBATCH --job-name='
+    yield ' ranks on each and meets the others through a c10d\n'
+    if (undefined(name='is_smoke') if l_0_is_smoke is missing else l_0_is_smoke):
+        pass
+        yield "# rendezvous on the allocation's first host, port "
+        yield escape(environment.finalize((undefined(name='rdzv_port') if l_0_rdzv_port is missing else l_0_rdzv_port)))
+        yield '. No restarts: a smoke job fails fast.\n'
+    elif (undefined(name='max_restarts') if l_0_max_restarts is missing else l_0_max_restarts):
+        pass
+        yield "# rendezvous on the allocation's first host, port "
+        yield escape(environment.finalize((undefined(name='rdzv_port') if l_0_rdzv_port is missing else l_0_rdzv_port)))
+        yield '; torchrun restarts the group up to\n# '
+        yield escape(environment.finalize((undefined(name='max_restarts') if l_0_max_restarts is missing else l_0_max_restarts)))
+        yield ' times ([jobs] restart).\n'
+    else:
+        pass
+        yield "# rendezvous on the allocation's first host, port "
+        yield escape(environment.finalize((undefined(name='rdzv_port') if l_0_rdzv_port is missing else l_0_rdzv_port)))
+        yield '. No restarts ([jobs] restart sets them).\n'
+    if (undefined(name='workdir') if l_0_workdir is missing else l_0_workdir):
+        pass
+        yield '# Working directory: '
+        yield escape(environment.finalize((undefined(name='workdir') if l_0_workdir is missing else l_0_workdir)))
+        yield ' ([jobs] workdir)'
+        if (undefined(name='slurm_mounts') if l_0_slurm_mounts is missing else l_0_slurm_mounts):
+            pass
+            yield '; mounts: '
+            yield escape(environment.finalize(t_1(context.eval_ctx, t_2(context, (undefined(name='slurm_mounts') if l_0_slurm_mounts is missing else l_0_slurm_mounts), attribute='path'), ', ')))
+        yield '\n'
+    elif (undefined(name='slurm_mounts') if l_0_slurm_mounts is missing else l_0_slurm_mounts):
+        pass
+        yield '# Mounts: '
+        yield escape(environment.finalize(t_1(context.eval_ctx, t_2(context, (undefined(name='slurm_mounts') if l_0_slurm_mounts is missing else l_0_slurm_mounts), attribute='path'), ', ')))
+        yield ' ([jobs] mounts)\n'
+    for l_1_m in (undefined(name='skipped_mounts') if l_0_skipped_mounts is missing else l_0_skipped_mounts):
+        _loop_vars = {}
+        pass
+        yield '# Not mounted here: '
+        yield escape(environment.finalize(environment.getattr(l_1_m, 'path')))
+        yield ' ('
+        yield escape(environment.finalize(environment.getattr(l_1_m, 'source')))
+        yield ' '
+        yield escape(environment.finalize(environment.getattr(l_1_m, 'ref')))
+        yield '; [jobs] mounts gives it no path on the Slurm nodes: slurm = "/path")\n'
+    l_1_m = missing
+    yield '#SBATCH --job-name='
     yield escape(environment.finalize((undefined(name='name') if l_0_name is missing else l_0_name)))
     yield '\n#SBATCH --nodes='
     yield escape(environment.finalize((undefined(name='nnodes') if l_0_nnodes is missing else l_0_nnodes)))
@@ -106,10 +167,23 @@ def root(context, missing=missing):
         yield escape(environment.finalize((undefined(name='nproc') if l_0_nproc is missing else l_0_nproc)))
         yield '\n'
     yield '#SBATCH --cpus-per-task='
-    yield escape(environment.finalize((undefined(name='cpus') if l_0_cpus is missing else l_0_cpus)))
-    yield '\n#SBATCH --exclusive\n#SBATCH --time='
-    yield escape(environment.finalize((undefined(name='time_limit') if l_0_time_limit is missing else l_0_time_limit)))
+    yield escape(environment.finalize((undefined(name='slurm_cpus') if l_0_slurm_cpus is missing else l_0_slurm_cpus)))
     yield '\n'
+    if (undefined(name='slurm_memory') if l_0_slurm_memory is missing else l_0_slurm_memory):
+        pass
+        yield '#SBATCH --mem='
+        yield escape(environment.finalize((undefined(name='slurm_memory') if l_0_slurm_memory is missing else l_0_slurm_memory)))
+        yield '\n'
+    if (undefined(name='exclusive_flag') if l_0_exclusive_flag is missing else l_0_exclusive_flag):
+        pass
+        yield '#SBATCH '
+        yield escape(environment.finalize((undefined(name='exclusive_flag') if l_0_exclusive_flag is missing else l_0_exclusive_flag)))
+        yield '\n'
+    if (undefined(name='time_limit') if l_0_time_limit is missing else l_0_time_limit):
+        pass
+        yield '#SBATCH --time='
+        yield escape(environment.finalize((undefined(name='time_limit') if l_0_time_limit is missing else l_0_time_limit)))
+        yield '\n'
     for (l_1_opt, l_1_v) in (undefined(name='slurm_directives') if l_0_slurm_directives is missing else l_0_slurm_directives):
         _loop_vars = {}
         pass
@@ -122,7 +196,7 @@ def root(context, missing=missing):
     yield '#SBATCH --output='
     yield escape(environment.finalize((undefined(name='name') if l_0_name is missing else l_0_name)))
     yield '-%j.out\nset -euo pipefail\n# srun is given --cpus-per-task again: from Slurm 22.05 to 23.02 it does not read\n# SLURM_CPUS_PER_TASK (sbatch\'s), and torchrun and all its ranks would share one CPU\ncpus_per_task="${SLURM_CPUS_PER_TASK:-'
-    yield escape(environment.finalize((undefined(name='cpus') if l_0_cpus is missing else l_0_cpus)))
+    yield escape(environment.finalize((undefined(name='slurm_cpus') if l_0_slurm_cpus is missing else l_0_slurm_cpus)))
     yield '}"\n'
     for (l_1_k, l_1_v) in (undefined(name='env_pairs') if l_0_env_pairs is missing else l_0_env_pairs):
         _loop_vars = {}
@@ -130,12 +204,13 @@ def root(context, missing=missing):
         yield 'export '
         yield escape(environment.finalize(l_1_k))
         yield '='
-        yield escape(environment.finalize(t_1(l_1_v)))
+        yield escape(environment.finalize(t_3(l_1_v)))
         yield '\n'
     l_1_k = l_1_v = missing
-    yield '\nnnodes="${SLURM_NNODES:?submit this script with sbatch}"\nhead_node="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n1)"\nout="${ENVBUILDER_SMOKE_OUT:-$PWD/envbuilder-'
-    yield escape(environment.finalize(('smoke' if (undefined(name='is_smoke') if l_0_is_smoke is missing else l_0_is_smoke) else 'train')))
-    yield '-$SLURM_JOB_ID}"\nmkdir -p "$out"\n'
+    yield '\nnnodes="${SLURM_NNODES:?submit this script with sbatch}"\nhead_node="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n1)"\n'
+    if (undefined(name='smoke_out') if l_0_smoke_out is missing else l_0_smoke_out):
+        pass
+        yield 'out="${ENVBUILDER_SMOKE_OUT:-$PWD/envbuilder-smoke-$SLURM_JOB_ID}"\nmkdir -p "$out"\n'
     if ((undefined(name='runtime') if l_0_runtime is missing else l_0_runtime) == 'apptainer'):
         pass
         yield 'sif="${ENVBUILDER_SIF:-'
@@ -156,31 +231,52 @@ def root(context, missing=missing):
     yield escape(environment.finalize((undefined(name='nproc') if l_0_nproc is missing else l_0_nproc)))
     yield ', rendezvous $head_node:'
     yield escape(environment.finalize((undefined(name='rdzv_port') if l_0_rdzv_port is missing else l_0_rdzv_port)))
-    yield ', records in $out"\n\nrc=0\n'
+    if (undefined(name='smoke_out') if l_0_smoke_out is missing else l_0_smoke_out):
+        pass
+        yield ', records in $out'
+    yield '"\n\nrc=0\n'
     if ((undefined(name='runtime') if l_0_runtime is missing else l_0_runtime) == 'apptainer'):
         pass
         yield 'srun --nodes="$nnodes" --ntasks-per-node=1 --cpus-per-task="$cpus_per_task" --kill-on-bad-exit=1 \\\n  apptainer exec '
         if (undefined(name='gpus') if l_0_gpus is missing else l_0_gpus):
             pass
             yield '--nv '
-        yield '--bind "$out:'
-        yield escape(environment.finalize((undefined(name='out_dir') if l_0_out_dir is missing else l_0_out_dir)))
-        yield '" "$sif" \\\n'
+        for l_1_a in (undefined(name='container_args') if l_0_container_args is missing else l_0_container_args):
+            _loop_vars = {}
+            pass
+            yield escape(environment.finalize(l_1_a))
+            yield ' '
+        l_1_a = missing
+        yield '"$sif" \\\n'
     elif ((undefined(name='runtime') if l_0_runtime is missing else l_0_runtime) == 'pyxis'):
         pass
-        yield 'srun --nodes="$nnodes" --ntasks-per-node=1 --cpus-per-task="$cpus_per_task" --kill-on-bad-exit=1 \\\n  --container-image="$image" --container-mounts="$out:'
-        yield escape(environment.finalize((undefined(name='out_dir') if l_0_out_dir is missing else l_0_out_dir)))
-        yield '" \\\n'
+        yield 'srun --nodes="$nnodes" --ntasks-per-node=1 --cpus-per-task="$cpus_per_task" --kill-on-bad-exit=1 \\\n  --container-image="$image"'
+        for l_1_a in (undefined(name='container_args') if l_0_container_args is missing else l_0_container_args):
+            _loop_vars = {}
+            pass
+            yield ' '
+            yield escape(environment.finalize(l_1_a))
+        l_1_a = missing
+        yield ' \\\n'
     else:
         pass
-        yield 'srun --nodes="$nnodes" --ntasks-per-node=1 --cpus-per-task="$cpus_per_task" --kill-on-bad-exit=1 \\\n'
+        yield 'srun --nodes="$nnodes" --ntasks-per-node=1 --cpus-per-task="$cpus_per_task" --kill-on-bad-exit=1'
+        for l_1_a in (undefined(name='container_args') if l_0_container_args is missing else l_0_container_args):
+            _loop_vars = {}
+            pass
+            yield ' '
+            yield escape(environment.finalize(l_1_a))
+        l_1_a = missing
+        yield ' \\\n'
     yield '  '
-    yield escape(environment.finalize(t_1((undefined(name='entrypoint') if l_0_entrypoint is missing else l_0_entrypoint))))
+    yield escape(environment.finalize(t_3((undefined(name='entrypoint') if l_0_entrypoint is missing else l_0_entrypoint))))
     yield ' \\\n  torchrun --nnodes="$nnodes" --nproc_per_node='
     yield escape(environment.finalize((undefined(name='nproc') if l_0_nproc is missing else l_0_nproc)))
     yield ' \\\n  --rdzv_backend=c10d --rdzv_endpoint="$head_node:'
     yield escape(environment.finalize((undefined(name='rdzv_port') if l_0_rdzv_port is missing else l_0_rdzv_port)))
-    yield '" --rdzv_id="$SLURM_JOB_ID" \\\n  --max_restarts=0 \\\n  '
+    yield '" --rdzv_id="$SLURM_JOB_ID" \\\n  --max_restarts='
+    yield escape(environment.finalize((undefined(name='max_restarts') if l_0_max_restarts is missing else l_0_max_restarts)))
+    yield ' \\\n  '
     yield escape(environment.finalize((undefined(name='program_sh') if l_0_program_sh is missing else l_0_program_sh)))
     yield ' || rc=$?\n'
     if (undefined(name='is_smoke') if l_0_is_smoke is missing else l_0_is_smoke):
@@ -190,11 +286,11 @@ def root(context, missing=missing):
         yield '-'
         yield escape(environment.finalize((undefined(name='name') if l_0_name is missing else l_0_name)))
         yield '.prom" \\\n    --label target='
-        yield escape(environment.finalize(t_1((undefined(name='target') if l_0_target is missing else l_0_target))))
+        yield escape(environment.finalize(t_3((undefined(name='target') if l_0_target is missing else l_0_target))))
         yield ' --label image="'
         yield escape(environment.finalize(context.call(environment.getattr({'apptainer': '$sif', 'pyxis': '$image'}, 'get'), (undefined(name='runtime') if l_0_runtime is missing else l_0_runtime), (undefined(name='image') if l_0_image is missing else l_0_image))))
         yield '" \\\n    --label node="$head_node" ${push[@]+"${push[@]}"} || true  # it says on stderr what failed\nelse\n  echo "envbuilder: $envbuilder is not on PATH: no metrics written; records stay in $out" >&2\nfi\n'
     yield 'exit "$rc"\n'
 
 blocks = {}
-debug_info = '2=43&3=51&4=57&5=59&6=62&7=64&8=68&9=71&10=73&12=78&15=82&17=85&18=87&21=90&25=95&26=97&27=99&28=101&30=103&31=106&33=109&35=111&36=113&37=117&39=123&43=125&44=127&45=131&50=137&52=139&53=142&55=144&58=146&59=149&61=152&64=160&66=163&67=169&69=172&73=178&74=180&75=182&77=184&78=186&86=189&87=193'
+debug_info = '2=62&3=70&4=76&5=78&6=81&7=83&8=87&9=90&10=92&12=97&15=101&17=104&18=106&21=109&25=114&26=116&27=119&28=121&29=124&30=126&32=131&34=133&35=136&37=143&38=146&40=148&41=152&43=160&44=162&46=164&47=167&49=170&50=172&51=175&53=177&54=180&56=182&57=185&59=187&60=191&62=197&66=199&67=201&68=205&73=211&77=214&78=217&80=219&83=221&84=224&86=227&89=238&91=241&92=251&94=254&96=264&98=272&99=274&100=276&101=278&102=280&103=282&111=285&112=289'

@@ -22,6 +22,8 @@ def root(context, missing=missing):
     l_0_image = resolve('image')
     l_0_job_labels = resolve('job_labels')
     l_0_layout = resolve('layout')
+    l_0_max_restarts = resolve('max_restarts')
+    l_0_fail_on = resolve('fail_on')
     l_0_deadline = resolve('deadline')
     l_0_jobset_args = resolve('jobset_args')
     l_0_pod = missing
@@ -32,10 +34,16 @@ def root(context, missing=missing):
         def t_1(*unused):
             raise TemplateRuntimeError("No filter named 'indent' found.")
     try:
-        t_2 = environment.filters['q']
+        t_2 = environment.filters['lower']
     except KeyError:
         @internalcode
         def t_2(*unused):
+            raise TemplateRuntimeError("No filter named 'lower' found.")
+    try:
+        t_3 = environment.filters['q']
+    except KeyError:
+        @internalcode
+        def t_3(*unused):
             raise TemplateRuntimeError("No filter named 'q' found.")
     pass
     included_template = environment.get_template('jobs/_pod.yaml.j2', 'jobs/jobset.yaml.j2').make_module(context.get_all(), True, {'pod': l_0_pod})
@@ -68,7 +76,7 @@ def root(context, missing=missing):
     if (undefined(name='queue') if l_0_queue is missing else l_0_queue):
         pass
         yield '# Queued by Kueue: the LocalQueue '
-        yield escape(environment.finalize(t_2((undefined(name='queue') if l_0_queue is missing else l_0_queue))))
+        yield escape(environment.finalize(t_3((undefined(name='queue') if l_0_queue is missing else l_0_queue))))
         yield ' admits all '
         yield escape(environment.finalize((undefined(name='nnodes') if l_0_nnodes is missing else l_0_nnodes)))
         yield ' pods at once (gang admission).\n'
@@ -91,28 +99,59 @@ def root(context, missing=missing):
         yield escape(environment.finalize((undefined(name='image') if l_0_image is missing else l_0_image)))
         yield '\n'
     yield 'apiVersion: jobset.x-k8s.io/v1alpha2\nkind: JobSet\nmetadata:\n  name: '
-    yield escape(environment.finalize(t_2((undefined(name='name') if l_0_name is missing else l_0_name))))
+    yield escape(environment.finalize(t_3((undefined(name='name') if l_0_name is missing else l_0_name))))
     yield '\n  labels:\n'
     for (l_1_k, l_1_v) in context.call(environment.getattr((undefined(name='job_labels') if l_0_job_labels is missing else l_0_job_labels), 'items')):
         _loop_vars = {}
         pass
         yield '    '
-        yield escape(environment.finalize(t_2(l_1_k)))
+        yield escape(environment.finalize(t_3(l_1_k)))
         yield ': '
-        yield escape(environment.finalize(t_2(l_1_v)))
+        yield escape(environment.finalize(t_3(l_1_v)))
         yield '\n'
     l_1_k = l_1_v = missing
     yield '  annotations:\n    "envbuilder.io/target": '
-    yield escape(environment.finalize(t_2((undefined(name='target') if l_0_target is missing else l_0_target))))
+    yield escape(environment.finalize(t_3((undefined(name='target') if l_0_target is missing else l_0_target))))
     yield '\n    "envbuilder.io/layout": '
-    yield escape(environment.finalize(t_2((undefined(name='layout') if l_0_layout is missing else l_0_layout))))
-    yield '\nspec:\n  network:\n    enableDNSHostnames: true\n    publishNotReadyAddresses: true\n  # fail, do not retry: a restarted node cannot rejoin a running torchrun group\n  failurePolicy:\n    maxRestarts: 0\n  ttlSecondsAfterFinished: 86400\n  replicatedJobs:\n  - name: node\n    replicas: '
+    yield escape(environment.finalize(t_3((undefined(name='layout') if l_0_layout is missing else l_0_layout))))
+    yield '\nspec:\n  network:\n    enableDNSHostnames: true\n    publishNotReadyAddresses: true\n'
+    if (undefined(name='max_restarts') if l_0_max_restarts is missing else l_0_max_restarts):
+        pass
+        yield '  # [jobs] restart: a failed Job restarts the whole set (every pod anew, one fresh torchrun\n  # group), up to '
+        yield escape(environment.finalize((undefined(name='max_restarts') if l_0_max_restarts is missing else l_0_max_restarts)))
+        yield ' times'
+        if (undefined(name='fail_on') if l_0_fail_on is missing else l_0_fail_on):
+            pass
+            yield '; these Job failures fail it at once'
+        yield '\n  failurePolicy:\n    maxRestarts: '
+        yield escape(environment.finalize((undefined(name='max_restarts') if l_0_max_restarts is missing else l_0_max_restarts)))
+        yield '\n'
+        if (undefined(name='fail_on') if l_0_fail_on is missing else l_0_fail_on):
+            pass
+            yield '    rules:\n'
+            for l_1_reason in (undefined(name='fail_on') if l_0_fail_on is missing else l_0_fail_on):
+                _loop_vars = {}
+                pass
+                yield '    - name: '
+                yield escape(environment.finalize(t_3(markup_join(('fail-on-', t_2(l_1_reason), )))))
+                yield '\n      action: FailJobSet\n      onJobFailureReasons:\n      - '
+                yield escape(environment.finalize(t_3(l_1_reason)))
+                yield '\n'
+            l_1_reason = missing
+    else:
+        pass
+        yield '  # fail, do not retry: a restarted node cannot rejoin a running torchrun group\n  failurePolicy:\n    maxRestarts: 0\n'
+    yield '  ttlSecondsAfterFinished: 86400\n  replicatedJobs:\n  - name: node\n    replicas: '
     yield escape(environment.finalize((undefined(name='nnodes') if l_0_nnodes is missing else l_0_nnodes)))
-    yield '\n    template:\n      spec:\n        parallelism: 1\n        completions: 1\n        backoffLimit: 0\n        activeDeadlineSeconds: '
-    yield escape(environment.finalize((undefined(name='deadline') if l_0_deadline is missing else l_0_deadline)))
-    yield '\n        template:\n          '
+    yield '\n    template:\n      spec:\n        parallelism: 1\n        completions: 1\n        backoffLimit: 0\n'
+    if (undefined(name='deadline') if l_0_deadline is missing else l_0_deadline):
+        pass
+        yield '        activeDeadlineSeconds: '
+        yield escape(environment.finalize((undefined(name='deadline') if l_0_deadline is missing else l_0_deadline)))
+        yield '\n'
+    yield '        template:\n          '
     yield escape(environment.finalize(t_1(context.call((undefined(name='pod') if l_0_pod is missing else l_0_pod), (undefined(name='jobset_args') if l_0_jobset_args is missing else l_0_jobset_args), [('c10d', (undefined(name='rdzv_port') if l_0_rdzv_port is missing else l_0_rdzv_port))], restart='Never'), 10)))
     yield '\n'
 
 blocks = {}
-debug_info = '1=41&2=48&3=56&4=60&5=62&6=66&7=68&8=71&10=76&11=78&12=82&13=84&14=87&19=94&21=96&22=100&25=106&26=108&37=110&43=112&45=114'
+debug_info = '1=49&2=56&3=64&4=68&5=70&6=74&7=76&8=79&10=84&11=86&12=90&13=92&14=95&19=102&21=104&22=108&25=114&26=116&31=118&33=121&36=127&37=129&39=132&40=136&43=138&54=145&60=147&61=150&64=153'

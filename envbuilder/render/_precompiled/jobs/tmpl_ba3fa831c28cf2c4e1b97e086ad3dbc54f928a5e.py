@@ -7,7 +7,7 @@ def root(context, missing=missing):
     concat = environment.concat
     cond_expr_undefined = Undefined
     if 0: yield None
-    l_0_pod = l_0_pod_tailoring = missing
+    l_0_pod = l_0_container_env = l_0_volume_mounts = l_0_volumes = l_0_pod_tailoring = missing
     try:
         t_1 = environment.filters['flow']
     except KeyError:
@@ -41,22 +41,24 @@ def root(context, missing=missing):
     pass
     def macro(l_1_args, l_1_ports, l_1_subdomain, l_1_restart):
         t_6 = []
-        l_1_labels = resolve('labels')
+        l_1_pod_labels = resolve('pod_labels')
+        l_1_pod_annotations = resolve('pod_annotations')
         l_1_tailored = resolve('tailored')
         l_1_uid = resolve('uid')
         l_1_container = resolve('container')
         l_1_image = resolve('image')
         l_1_pull_note = resolve('pull_note')
         l_1_pull_policy = resolve('pull_policy')
+        l_1_workdir = resolve('workdir')
         l_1_env_pairs = resolve('env_pairs')
+        l_1_secret_env = resolve('secret_env')
+        l_1_env_from = resolve('env_from')
         l_1_cpus = resolve('cpus')
         l_1_memory = resolve('memory')
         l_1_gpus = resolve('gpus')
         l_1_nproc = resolve('nproc')
         l_1_extra_resources = resolve('extra_resources')
         l_1_infiniband = resolve('infiniband')
-        l_1_out_dir = resolve('out_dir')
-        l_1_shm_size = resolve('shm_size')
         if l_1_args is missing:
             l_1_args = undefined("parameter 'args' was not provided", name='args')
         if l_1_ports is missing:
@@ -69,7 +71,7 @@ def root(context, missing=missing):
         t_6.append(
             'metadata:\n  labels:\n',
         )
-        for (l_2_k, l_2_v) in context.call(environment.getattr((undefined(name='labels') if l_1_labels is missing else l_1_labels), 'items')):
+        for (l_2_k, l_2_v) in context.call(environment.getattr((undefined(name='pod_labels') if l_1_pod_labels is missing else l_1_pod_labels), 'items')):
             _loop_vars = {}
             pass
             t_6.extend((
@@ -80,6 +82,22 @@ def root(context, missing=missing):
                 '\n',
             ))
         l_2_k = l_2_v = missing
+        if (undefined(name='pod_annotations') if l_1_pod_annotations is missing else l_1_pod_annotations):
+            pass
+            t_6.append(
+                '  annotations:\n',
+            )
+            for (l_2_k, l_2_v) in (undefined(name='pod_annotations') if l_1_pod_annotations is missing else l_1_pod_annotations):
+                _loop_vars = {}
+                pass
+                t_6.extend((
+                    '    ',
+                    escape(environment.finalize(t_3(l_2_k))),
+                    ': ',
+                    escape(environment.finalize(t_3(l_2_v))),
+                    '\n',
+                ))
+            l_2_k = l_2_v = missing
         t_6.append(
             'spec:\n',
         )
@@ -117,8 +135,18 @@ def root(context, missing=missing):
             escape(environment.finalize((undefined(name='pull_note') if l_1_pull_note is missing else l_1_pull_note))),
             '\n    imagePullPolicy: ',
             escape(environment.finalize((undefined(name='pull_policy') if l_1_pull_policy is missing else l_1_pull_policy))),
-            "\n    # args, not command: the image's ENTRYPOINT picks NCCL/Gloo interface defaults, then execs these\n    args:\n",
+            '\n',
         ))
+        if (undefined(name='workdir') if l_1_workdir is missing else l_1_workdir):
+            pass
+            t_6.extend((
+                '    workingDir: ',
+                escape(environment.finalize(t_3((undefined(name='workdir') if l_1_workdir is missing else l_1_workdir)))),
+                '\n',
+            ))
+        t_6.append(
+            "    # args, not command: the image's ENTRYPOINT picks NCCL/Gloo interface defaults, then execs these\n    args:\n",
+        )
         for l_2_a in l_1_args:
             _loop_vars = {}
             pass
@@ -128,22 +156,12 @@ def root(context, missing=missing):
                 '\n',
             ))
         l_2_a = missing
-        if (undefined(name='env_pairs') if l_1_env_pairs is missing else l_1_env_pairs):
+        if (((undefined(name='env_pairs') if l_1_env_pairs is missing else l_1_env_pairs) or (undefined(name='secret_env') if l_1_secret_env is missing else l_1_secret_env)) or (undefined(name='env_from') if l_1_env_from is missing else l_1_env_from)):
             pass
-            t_6.append(
-                '    env:\n',
-            )
-            for (l_2_k, l_2_v) in (undefined(name='env_pairs') if l_1_env_pairs is missing else l_1_env_pairs):
-                _loop_vars = {}
-                pass
-                t_6.extend((
-                    '    - name: ',
-                    escape(environment.finalize(t_3(l_2_k))),
-                    '\n      value: ',
-                    escape(environment.finalize(t_3(l_2_v))),
-                    '\n',
-                ))
-            l_2_k = l_2_v = missing
+            t_6.extend((
+                escape(environment.finalize(context.call(environment.getattr(context.call((undefined(name='container_env') if l_0_container_env is missing else l_0_container_env)), 'rstrip')))),
+                '\n',
+            ))
         t_6.append(
             '    ports:\n',
         )
@@ -196,17 +214,148 @@ def root(context, missing=missing):
                 " the\n      # node's container runtime must also grant an unlimited memlock ulimit (containerd's default).\n      capabilities:\n        add:\n        - IPC_LOCK\n",
             ))
         t_6.extend((
-            '    volumeMounts:\n    - name: dshm\n      mountPath: /dev/shm\n    - name: smoke-out\n      mountPath: ',
-            escape(environment.finalize(t_3((undefined(name='out_dir') if l_1_out_dir is missing else l_1_out_dir)))),
-            "\n  volumes:\n  # NCCL and DataLoader workers need a large /dev/shm; a container runtime's default is 64Mi.\n  # Memory-backed: it counts against the pod's memory.\n  - name: dshm\n    emptyDir:\n      medium: Memory\n      sizeLimit: ",
-            escape(environment.finalize(t_3((undefined(name='shm_size') if l_1_shm_size is missing else l_1_shm_size)))),
-            '\n  - name: smoke-out\n    emptyDir: {}',
+            '    volumeMounts:\n    ',
+            escape(environment.finalize(t_2(t_5(context.call((undefined(name='volume_mounts') if l_0_volume_mounts is missing else l_0_volume_mounts))), 4))),
+            "\n  volumes:\n  # NCCL and DataLoader workers need a large /dev/shm; a container runtime's default is 64Mi.\n  # Memory-backed: it counts against the pod's memory.\n  ",
+            escape(environment.finalize(t_2(t_5(context.call((undefined(name='volumes') if l_0_volumes is missing else l_0_volumes))), 2))),
         ))
         return concat(t_6)
     context.exported_vars.add('pod')
     context.vars['pod'] = l_0_pod = Macro(environment, macro, 'pod', ('args', 'ports', 'subdomain', 'restart'), False, False, False, context.eval_ctx.autoescape)
-    def macro(l_1_priority, l_1_host):
+    def macro(l_1_with_env):
         t_7 = []
+        l_1_env_pairs = resolve('env_pairs')
+        l_1_secret_env = resolve('secret_env')
+        l_1_env_from = resolve('env_from')
+        if l_1_with_env is missing:
+            l_1_with_env = True
+        pass
+        if (((undefined(name='env_pairs') if l_1_env_pairs is missing else l_1_env_pairs) and l_1_with_env) or (undefined(name='secret_env') if l_1_secret_env is missing else l_1_secret_env)):
+            pass
+            t_7.append(
+                '    env:\n',
+            )
+            if l_1_with_env:
+                pass
+                for (l_2_k, l_2_v) in (undefined(name='env_pairs') if l_1_env_pairs is missing else l_1_env_pairs):
+                    _loop_vars = {}
+                    pass
+                    t_7.extend((
+                        '    - name: ',
+                        escape(environment.finalize(t_3(l_2_k))),
+                        '\n      value: ',
+                        escape(environment.finalize(t_3(l_2_v))),
+                        '\n',
+                    ))
+                l_2_k = l_2_v = missing
+            for (l_2_k, l_2_ref) in (undefined(name='secret_env') if l_1_secret_env is missing else l_1_secret_env):
+                _loop_vars = {}
+                pass
+                t_7.extend((
+                    '    - name: ',
+                    escape(environment.finalize(t_3(l_2_k))),
+                    '\n      valueFrom:\n        secretKeyRef:\n          name: ',
+                    escape(environment.finalize(t_3(environment.getattr(l_2_ref, 'secret')))),
+                    '\n          key: ',
+                    escape(environment.finalize(t_3(environment.getattr(l_2_ref, 'key')))),
+                    '\n',
+                ))
+            l_2_k = l_2_ref = missing
+        if (undefined(name='env_from') if l_1_env_from is missing else l_1_env_from):
+            pass
+            t_7.append(
+                '    envFrom:\n',
+            )
+            for l_2_s in (undefined(name='env_from') if l_1_env_from is missing else l_1_env_from):
+                _loop_vars = {}
+                pass
+                t_7.extend((
+                    '    - secretRef:\n        name: ',
+                    escape(environment.finalize(t_3(l_2_s))),
+                    '\n',
+                ))
+            l_2_s = missing
+        return concat(t_7)
+    context.exported_vars.add('container_env')
+    context.vars['container_env'] = l_0_container_env = Macro(environment, macro, 'container_env', ('with_env',), False, False, False, context.eval_ctx.autoescape)
+    def macro():
+        t_8 = []
+        l_1_smoke_out = resolve('smoke_out')
+        l_1_out_dir = resolve('out_dir')
+        l_1_mounts = resolve('mounts')
+        pass
+        t_8.append(
+            '- name: dshm\n  mountPath: /dev/shm\n',
+        )
+        if (undefined(name='smoke_out') if l_1_smoke_out is missing else l_1_smoke_out):
+            pass
+            t_8.extend((
+                '- name: smoke-out\n  mountPath: ',
+                escape(environment.finalize(t_3((undefined(name='out_dir') if l_1_out_dir is missing else l_1_out_dir)))),
+                '\n',
+            ))
+        for l_2_m in (undefined(name='mounts') if l_1_mounts is missing else l_1_mounts):
+            _loop_vars = {}
+            pass
+            t_8.extend((
+                '- name: ',
+                escape(environment.finalize(t_3(environment.getattr(l_2_m, 'name')))),
+                '\n  mountPath: ',
+                escape(environment.finalize(t_3(environment.getattr(l_2_m, 'path')))),
+                '\n',
+            ))
+            if environment.getattr(l_2_m, 'read_only'):
+                pass
+                t_8.append(
+                    '  readOnly: true\n',
+                )
+        l_2_m = missing
+        return concat(t_8)
+    context.exported_vars.add('volume_mounts')
+    context.vars['volume_mounts'] = l_0_volume_mounts = Macro(environment, macro, 'volume_mounts', (), False, False, False, context.eval_ctx.autoescape)
+    yield '\n'
+    def macro():
+        t_9 = []
+        l_1_shm_size = resolve('shm_size')
+        l_1_smoke_out = resolve('smoke_out')
+        l_1_mounts = resolve('mounts')
+        pass
+        t_9.extend((
+            '- name: dshm\n  emptyDir:\n    medium: Memory\n    sizeLimit: ',
+            escape(environment.finalize(t_3((undefined(name='shm_size') if l_1_shm_size is missing else l_1_shm_size)))),
+            '\n',
+        ))
+        if (undefined(name='smoke_out') if l_1_smoke_out is missing else l_1_smoke_out):
+            pass
+            t_9.append(
+                '- name: smoke-out\n  emptyDir: {}\n',
+            )
+        for l_2_m in (undefined(name='mounts') if l_1_mounts is missing else l_1_mounts):
+            _loop_vars = {}
+            pass
+            t_9.extend((
+                '- name: ',
+                escape(environment.finalize(t_3(environment.getattr(l_2_m, 'name')))),
+                '\n',
+            ))
+            for (l_3_key, l_3_src) in context.call(environment.getattr(environment.getattr(l_2_m, 'volume'), 'items'), _loop_vars=_loop_vars):
+                _loop_vars = {}
+                pass
+                t_9.extend((
+                    '  ',
+                    escape(environment.finalize(l_3_key)),
+                    ': ',
+                    escape(environment.finalize(t_1(l_3_src))),
+                    '\n',
+                ))
+            l_3_key = l_3_src = missing
+        l_2_m = missing
+        return concat(t_9)
+    context.exported_vars.add('volumes')
+    context.vars['volumes'] = l_0_volumes = Macro(environment, macro, 'volumes', (), False, False, False, context.eval_ctx.autoescape)
+    def macro(l_1_priority, l_1_host):
+        t_10 = []
+        l_1_service_account = resolve('service_account')
         l_1_priority_class = resolve('priority_class')
         l_1_host_network = resolve('host_network')
         l_1_node_selector = resolve('node_selector')
@@ -217,27 +366,34 @@ def root(context, missing=missing):
         if l_1_host is missing:
             l_1_host = True
         pass
+        if (undefined(name='service_account') if l_1_service_account is missing else l_1_service_account):
+            pass
+            t_10.extend((
+                'serviceAccountName: ',
+                escape(environment.finalize(t_3((undefined(name='service_account') if l_1_service_account is missing else l_1_service_account)))),
+                '\n',
+            ))
         if (l_1_priority and (undefined(name='priority_class') if l_1_priority_class is missing else l_1_priority_class)):
             pass
-            t_7.extend((
+            t_10.extend((
                 'priorityClassName: ',
                 escape(environment.finalize(t_3((undefined(name='priority_class') if l_1_priority_class is missing else l_1_priority_class)))),
                 '\n',
             ))
         if (l_1_host and (undefined(name='host_network') if l_1_host_network is missing else l_1_host_network)):
             pass
-            t_7.append(
+            t_10.append(
                 "# host networking (jobs.host_network): NCCL/RDMA use the node's interfaces; cluster DNS stays\nhostNetwork: true\ndnsPolicy: ClusterFirstWithHostNet\n",
             )
         if (undefined(name='node_selector') if l_1_node_selector is missing else l_1_node_selector):
             pass
-            t_7.append(
+            t_10.append(
                 'nodeSelector:\n',
             )
             for (l_2_k, l_2_v) in (undefined(name='node_selector') if l_1_node_selector is missing else l_1_node_selector):
                 _loop_vars = {}
                 pass
-                t_7.extend((
+                t_10.extend((
                     '  ',
                     escape(environment.finalize(t_3(l_2_k))),
                     ': ',
@@ -247,13 +403,13 @@ def root(context, missing=missing):
             l_2_k = l_2_v = missing
         if (undefined(name='tolerations') if l_1_tolerations is missing else l_1_tolerations):
             pass
-            t_7.append(
+            t_10.append(
                 'tolerations:\n',
             )
             for l_2_tol in (undefined(name='tolerations') if l_1_tolerations is missing else l_1_tolerations):
                 _loop_vars = {}
                 pass
-                t_7.extend((
+                t_10.extend((
                     '- ',
                     escape(environment.finalize(t_1(l_2_tol))),
                     '\n',
@@ -261,21 +417,21 @@ def root(context, missing=missing):
             l_2_tol = missing
         if (undefined(name='image_pull_secrets') if l_1_image_pull_secrets is missing else l_1_image_pull_secrets):
             pass
-            t_7.append(
+            t_10.append(
                 'imagePullSecrets:\n',
             )
             for l_2_s in (undefined(name='image_pull_secrets') if l_1_image_pull_secrets is missing else l_1_image_pull_secrets):
                 _loop_vars = {}
                 pass
-                t_7.extend((
+                t_10.extend((
                     '- name: ',
                     escape(environment.finalize(t_3(l_2_s))),
                     '\n',
                 ))
             l_2_s = missing
-        return concat(t_7)
+        return concat(t_10)
     context.exported_vars.add('pod_tailoring')
     context.vars['pod_tailoring'] = l_0_pod_tailoring = Macro(environment, macro, 'pod_tailoring', ('priority', 'host'), False, False, False, context.eval_ctx.autoescape)
 
 blocks = {}
-debug_info = '4=42&7=72&8=77&11=86&12=90&14=93&15=97&17=100&18=104&21=109&22=111&25=113&26=115&27=117&28=119&31=122&32=127&34=131&36=136&37=141&38=143&42=150&43=155&44=157&51=163&52=165&54=167&55=170&56=174&58=177&59=182&63=191&64=195&74=200&81=202&88=208&89=220&90=224&92=227&97=232&99=237&100=242&103=248&105=253&106=258&109=262&111=267&112=272'
+debug_info = '5=42&8=74&9=79&11=85&13=90&14=95&18=104&19=108&21=111&22=115&24=118&25=122&28=127&29=129&32=131&33=133&34=135&35=137&36=140&37=144&41=150&42=155&44=159&45=162&48=168&49=173&50=175&57=181&58=183&60=185&61=188&62=192&64=195&65=200&69=209&70=213&77=218&81=220&86=225&87=233&89=238&90=240&91=245&92=247&95=251&96=256&99=258&100=260&103=264&105=269&107=274&114=281&117=290&119=294&121=297&122=302&123=304&124=307&130=317&134=325&135=328&139=333&140=338&141=341&142=346&149=356&150=369&151=373&153=376&154=380&156=383&161=388&163=393&164=398&167=404&169=409&170=414&173=418&175=423&176=428'
