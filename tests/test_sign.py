@@ -342,6 +342,65 @@ def test_a_failing_smoke_job_leaves_nothing_signed(cpu_build, docker_client, bas
         docker_client.images.remove(broken, force=True)
 
 
+def _copy_manifest(registry: Registry, repo: str, src: str, dst: str) -> None:
+    """Put the manifest tagged ``src`` under the tag ``dst`` too (an attacker copying a
+    signature onto another digest: the registry API, nothing else)."""
+    accept = ("application/vnd.oci.image.manifest.v1+json,"
+              "application/vnd.docker.distribution.manifest.v2+json")
+    with urllib.request.urlopen(urllib.request.Request(
+            f"http://{registry.address}/v2/{repo}/manifests/{src}", headers={"Accept": accept}),
+            timeout=10) as r:
+        body, media = r.read(), r.headers["Content-Type"]
+    urllib.request.urlopen(urllib.request.Request(
+        f"http://{registry.address}/v2/{repo}/manifests/{dst}", data=body, method="PUT",
+        headers={"Content-Type": media}), timeout=10).close()
+
+
+@engine
+def test_a_key_signed_image_passes_the_policy_controllers_verification(signed, keys, sign_registry,
+                                                                     docker_client, base_image):
+    """The rendered ClusterImagePolicy, checked the way policy-controller v0.15.1 checks it
+    (run.sign.admission_check: cosign's legacy verification, tlog ignored, the attestation's
+    CUE policy evaluated by cosign): the signed digest is admitted; a requirement its smoke
+    attestation does not meet, an unsigned digest, a signature copied onto another digest and
+    another key are refused; a key authority with the bundle format is refused as the
+    controller refuses it."""
+    from envbuilder.render.admission import cluster_image_policy
+    from envbuilder.run.sign import admission_check
+
+    (_, pub), (_, other_pub) = keys
+    repo = signed["repo"]
+    policy = cluster_image_policy(name="t", repository=repo, public_key=pub.read_text(),
+                                  require=[("backend", "gloo"), ("layout.world_size", 12)])
+    assert admission_check(signed["ref"], policy) == []
+    # the legacy .sig tag is what the key authority reads
+    assert f"sha256-{signed['digest'].split(':')[1]}.sig" in _tags(sign_registry, repo.split("/", 1)[1])
+    nccl = cluster_image_policy(name="t", repository=repo, public_key=pub.read_text(),
+                                require=[("backend", "nccl")])
+    (why,) = admission_check(signed["ref"], nccl)
+    assert "attestation smoke" in why
+    other = cluster_image_policy(name="t", repository=repo, public_key=other_pub.read_text())
+    assert "signature" in admission_check(signed["ref"], other)[0]
+    bundle = json.loads(json.dumps(policy))
+    bundle["spec"]["authorities"][0]["signatureFormat"] = "bundle"
+    assert "the authority must be keyless" in admission_check(signed["ref"], bundle)[0]
+    # an unsigned digest, then the same digest carrying the signed image's copied signature
+    from envbuilder.run import engine as eng
+
+    docker_client.images.get(base_image).tag(repo, "eb-admission-unsigned")
+    try:
+        ref = f"{repo}@{eng.push(docker_client, repo, 'eb-admission-unsigned')}"
+        assert "signature" in admission_check(ref, policy)[0]
+        path = repo.split("/", 1)[1]
+        for ext in ("sig", "att"):
+            _copy_manifest(sign_registry, path, f"sha256-{signed['digest'].split(':')[1]}.{ext}",
+                           f"sha256-{ref.split(':')[-1]}.{ext}")
+        errors = admission_check(ref, policy)
+        assert errors and "signature" in errors[0], errors  # the payload names another digest
+    finally:
+        docker_client.images.remove(f"{repo}:eb-admission-unsigned")
+
+
 def test_sign_input_errors_are_one_line_exit_2(tmp_path, keys):
     (key, pub), _ = keys
     for args, say in ((["--sign", "--key", str(key)], "--push"),
@@ -402,12 +461,31 @@ PEM = ("-----BEGIN PUBLIC KEY-----\nMFkwEwYHKoZIzj0CAQYIKoZIzj0DAQcDQgAE7Ak1ZV3g
        "-----END PUBLIC KEY-----\n")
 
 
-def test_rendered_admission_policy_validates_and_names_key_and_type(cip_validator, tmp_path):
+@pytest.fixture(scope="module")
+def kyverno_validator():
+    jsonschema = pytest.importorskip("jsonschema")
+    raw = (DATA / "kyverno-imagevalidatingpolicy-crd-v1.yaml").read_text()
+    assert "tag v1.19.0, commit ee97ce09538b09b6f1b03853cc41a62654d6a58f" in raw.split("\nproperties:", 1)[0]
+    schema = _strict(yaml.safe_load(raw))
+    schema["properties"].update({"apiVersion": {"const": "policies.kyverno.io/v1"},
+                                 "kind": {"const": "ImageValidatingPolicy"},
+                                 "metadata": {"type": "object", "required": ["name"]}})
+    jsonschema.Draft7Validator.check_schema(schema)
+    return jsonschema.Draft7Validator(schema)
+
+
+ADMISSION = ('[jobs]\nadmission = { require = ["backend=gloo", "layout.world_size=12"], '
+             'issuer = "https://token.actions.githubusercontent.com", '
+             'subject = "https://github.com/acme/train/.github/workflows/build.yml@refs/heads/main" }\n')
+
+
+def test_rendered_admission_policy_validates_and_names_key_and_type(cip_validator, kyverno_validator,
+                                                                    tmp_path):
     proj = tmp_path / "team"
     proj.mkdir()
     (proj / "cosign.pub").write_text(PEM)
     (proj / "envbuilder.toml").write_text(
-        'registry = "registry.example.com/ml/train"\nsigning_key = "cosign.pub"\n'
+        'registry = "registry.example.com/ml/train"\nsigning_key = "cosign.pub"\n' + ADMISSION +
         '[[targets]]\nname = "train-cpu"\ntarget = "cpu"\n')
     p = subprocess.run([sys.executable, "-c", "from envbuilder.cli import main; main()",
                         "render", "-o", str(tmp_path / "out"), "--json"], cwd=proj,
@@ -421,13 +499,55 @@ def test_rendered_admission_policy_validates_and_names_key_and_type(cip_validato
     assert doc["apiVersion"] == "policy.sigstore.dev/v1beta1" and doc["kind"] == "ClusterImagePolicy"
     (auth,) = doc["spec"]["authorities"]
     assert auth["key"]["data"] == PEM
+    # a key authority verifies the legacy format: policy-controller refuses bundle for it
+    assert auth["signatureFormat"] == "legacy"
     assert auth["attestations"][0]["predicateType"] == SMOKE
-    assert SMOKE in auth["attestations"][0]["policy"]["data"]
+    cue = auth["attestations"][0]["policy"]["data"]
+    assert SMOKE in cue and 'predicate: backend: "gloo"' in cue
+    assert "predicate: layout: world_size: 12" in cue
     assert doc["spec"]["images"] == [{"glob": "registry.example.com/ml/train*"}]
-    # the strict schema refuses what the API server would drop
+    # the keyless identity's policy: bundle format, Fulcio and Rekor, the signer's identity
+    (kl,) = [yaml.safe_load(f.read_text()) for f in (tmp_path / "out").rglob("clusterimagepolicy-keyless.yaml")]
+    assert not sorted(cip_validator.iter_errors(kl), key=str)
+    (ka,) = kl["spec"]["authorities"]
+    assert ka["signatureFormat"] == "bundle" and ka["keyless"]["identities"] == [
+        {"issuer": "https://token.actions.githubusercontent.com",
+         "subject": "https://github.com/acme/train/.github/workflows/build.yml@refs/heads/main"}]
+    assert ka["keyless"]["url"] == "https://fulcio.sigstore.dev" and "key" not in ka
+    # Kyverno's ImageValidatingPolicy, valid against Kyverno 1.19's CRD
+    (ky,) = [yaml.safe_load(f.read_text()) for f in (tmp_path / "out").rglob("kyverno-imagevalidatingpolicy.yaml")]
+    errors = sorted(kyverno_validator.iter_errors(ky), key=str)
+    assert not errors, [e.message for e in errors]
+    (att,) = ky["spec"]["attestors"]
+    assert att["cosign"]["key"]["data"] == PEM and att["cosign"]["ctlog"]["insecureIgnoreTlog"] is True
+    assert ky["spec"]["attestations"] == [{"name": "smoke", "intoto": {"type": SMOKE}}]
+    exprs = " ".join(v["expression"] for v in ky["spec"]["validations"])
+    assert "verifyImageSignatures(image, [attestors.envbuilder])" in exprs
+    assert 'e.backend == "gloo" && e.layout.world_size == 12' in exprs
+    # the strict schemas refuse what the API server would drop
     bad = json.loads(json.dumps(doc))
     bad["spec"]["authorities"][0]["key"]["pem"] = "x"
     assert list(cip_validator.iter_errors(bad))
+    bad = json.loads(json.dumps(ky))
+    bad["spec"]["attestors"][0]["cosign"]["key"]["pem"] = "x"
+    assert list(kyverno_validator.iter_errors(bad))
+
+
+def test_a_keyless_identity_alone_renders_its_policies(tmp_path):
+    proj = tmp_path / "team"
+    proj.mkdir()
+    (proj / "envbuilder.toml").write_text(
+        'registry = "registry.example.com/ml/train"\n' + ADMISSION +
+        '[[targets]]\nname = "t"\ntarget = "cpu"\n')
+    p = subprocess.run([sys.executable, "-c", "from envbuilder.cli import main; main()",
+                        "render", "-q"], cwd=proj, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    adm = proj / "build/t/admission"
+    assert sorted(f.name for f in adm.iterdir()) == ["clusterimagepolicy-keyless.yaml",
+                                                     "kyverno-imagevalidatingpolicy.yaml"]
+    ky = yaml.safe_load((adm / "kyverno-imagevalidatingpolicy.yaml").read_text())
+    assert ky["spec"]["attestors"][0]["cosign"]["keyless"]["identities"][0]["issuer"] == \
+        "https://token.actions.githubusercontent.com"
 
 
 def test_admission_policy_refuses_a_key_that_is_not_pem(tmp_path):

@@ -11,7 +11,9 @@ The key: ``--key`` or ``ENVBUILDER_COSIGN_KEY`` (``COSIGN_KEY`` too): a key file
 exactly as cosign reads it (envbuilder never sees it; an empty value is an unencrypted key).
 A key pair signs without the public transparency log (``--tlog-upload=false
 --use-signing-config=false``), so it works offline against a private registry; checks then pass
-``--insecure-ignore-tlog``. Keyless signing (``--keyless``: Fulcio certificate and Rekor entry
+``--insecure-ignore-tlog``. A key signs in cosign's legacy format (``--new-bundle-format=false``:
+the ``sha256-<digest>.sig`` and ``.att`` tags), the one a key authority of Sigstore's
+policy-controller verifies (render.admission); ``admission_check`` is that verification. Keyless signing (``--keyless``: Fulcio certificate and Rekor entry
 through Sigstore's public instance, an OIDC identity from the environment or a browser) is the
 documented choice for users with Sigstore access; nothing here can reach Sigstore offline.
 
@@ -182,8 +184,10 @@ class Cosign:
     def _signing(self, opts: SignOptions, ref: str) -> list[str]:
         if opts.keyless:
             return ["--yes", *_registry_flags(ref)]
+        # the legacy .sig/.att format: what a key authority of policy-controller verifies
+        # (its bundle format is for keyless authorities only: render.admission)
         return ["--key", str(opts.key), "--tlog-upload=false", "--use-signing-config=false",
-                "--yes", *_registry_flags(ref)]
+                "--new-bundle-format=false", "--yes", *_registry_flags(ref)]
 
     def sign(self, ref: str, opts: SignOptions) -> None:
         _require_digest(ref)
@@ -198,15 +202,21 @@ class Cosign:
         """The PEM public key of a private key (file or KMS)."""
         return self.run(["public-key", "--key", key], step="sign")
 
-    def verify(self, ref: str, pub: str) -> list[dict[str, Any]]:
-        """The verified signatures' payloads (simple signing), or OperationError."""
-        out = self.run(["verify", "--key", pub, "--insecure-ignore-tlog", *_registry_flags(ref),
-                        ref], step="verify")
+    def verify(self, ref: str, pub: str, *, legacy: bool = False) -> list[dict[str, Any]]:
+        """The verified signatures' payloads (simple signing), or OperationError. ``legacy``:
+        only cosign's legacy format (.sig tags), as a policy-controller key authority reads."""
+        fmt = ["--new-bundle-format=false"] if legacy else []
+        out = self.run(["verify", "--key", pub, "--insecure-ignore-tlog", *fmt,
+                        *_registry_flags(ref), ref], step="verify")
         return _json_lines(out, "verify")
 
-    def verify_attestation(self, ref: str, pub: str, p: Predicate) -> list[dict[str, Any]]:
-        """The in-toto statements of type ``p`` signed by ``pub``, or OperationError."""
-        out = self.run(["verify-attestation", "--key", pub, "--insecure-ignore-tlog",
+    def verify_attestation(self, ref: str, pub: str, p: Predicate, *, legacy: bool = False,
+                           policy: str | None = None) -> list[dict[str, Any]]:
+        """The in-toto statements of type ``p`` signed by ``pub``, or OperationError.
+        ``legacy``: only the .att tags; ``policy``: a CUE or Rego file each must satisfy."""
+        extra = (["--new-bundle-format=false"] if legacy else []) + (
+            ["--policy", policy] if policy else [])
+        out = self.run(["verify-attestation", "--key", pub, "--insecure-ignore-tlog", *extra,
                         "--type", p.type, *_registry_flags(ref), ref], step="verify")
         return [_statement(env) for env in _json_lines(out, "verify-attestation")]
 
@@ -470,7 +480,8 @@ def sign_and_attest(ref: str, opts: SignOptions, predicates: Mapping[str, dict],
             if _already_signed(c, ref, str(pub)):
                 out.signature = "already signed by this key"
                 digest = ref.rpartition("@")[2]
-                todo = [p for p in todo if not _check_attestation(c, ref, str(pub), p, digest)["ok"]]
+                todo = [p for p in todo
+                        if not _check_attestation(c, ref, str(pub), p, digest, legacy=True)["ok"]]
         files = {}
         for p in todo:
             f = Path(tmp) / f"{p.name}.json"
@@ -486,8 +497,10 @@ def sign_and_attest(ref: str, opts: SignOptions, predicates: Mapping[str, dict],
 
 
 def _already_signed(c: Cosign, ref: str, pub: str) -> bool:
+    """A signature in the legacy format (a digest signed only as a bundle by an older envbuilder
+    is signed again, in the format the admission policy verifies)."""
     try:
-        c.verify(ref, pub)
+        c.verify(ref, pub, legacy=True)
     except OperationError:
         return False
     return True
@@ -578,10 +591,11 @@ def _signed_digest(sig: Mapping[str, Any]) -> str | None:
     return (crit.get("image") or {}).get("docker-manifest-digest")
 
 
-def _check_attestation(c: Cosign, ref: str, pub: str, p: Predicate, digest: str) -> dict[str, Any]:
+def _check_attestation(c: Cosign, ref: str, pub: str, p: Predicate, digest: str, *,
+                       legacy: bool = False) -> dict[str, Any]:
     out: dict[str, Any] = {"type": p.type, "ok": False, "error": None}
     try:
-        stmts = c.verify_attestation(ref, pub, p)
+        stmts = c.verify_attestation(ref, pub, p, legacy=legacy)
     except OperationError as e:
         out.update(missing=True, error=f"missing, or not signed by this key: {e}")
         return out
@@ -690,3 +704,48 @@ def proof_check(pred: Mapping[str, Any] | None, inv: Any, *, verified: bool,
                      f"(driver {inv.driver}, {len(inv.gpus)} x {', '.join(mine)})", "")
     return Check("smoke-proof", "warn", lay["world_size"], done + ". Not proven for this host: "
                  + "; ".join(gaps), "run envbuilder smoke IMAGE here")
+
+
+# -- admission: the verification policy-controller performs -------------------------------------
+
+def admission_check(ref: str, policy: Mapping[str, Any], *,
+                    cosign: Cosign | None = None) -> list[str]:
+    """What Sigstore policy-controller (v0.15.1, pkg/webhook/validator.go) decides for ``ref``
+    under a rendered ClusterImagePolicy with a key authority (render.admission): its checks as
+    cosign performs them (``CheckOpts``: ``NewBundleFormat`` only for ``signatureFormat:
+    bundle``, which a key authority refuses; no ``ctlog``: the transparency log ignored), every
+    attestation's CUE policy evaluated by cosign. Returns the reasons it would refuse the image
+    ([] = admitted)."""
+    c = cosign or Cosign()
+    errors: list[str] = []
+    with tempfile.TemporaryDirectory(prefix="envbuilder-admit-") as tmp:
+        for auth in (policy.get("spec") or {}).get("authorities") or []:
+            key = (auth.get("key") or {}).get("data")
+            if key is None:
+                errors.append(f"{auth.get('name')}: not a key authority (only those are checked here)")
+                continue
+            if auth.get("signatureFormat") == "bundle":
+                errors.append(f"{auth.get('name')}: constructing checkOpts: when using the new bundle "
+                              "format, the authority must be keyless")
+                continue
+            pub = Path(tmp) / "key.pub"
+            pub.write_text(key)
+            try:
+                c.verify(ref, str(pub), legacy=True)
+            except OperationError as e:
+                errors.append(f"{auth.get('name')}: signature: {e}")
+                continue
+            for i, att in enumerate(auth.get("attestations") or []):
+                p = BY_TYPE.get(att.get("predicateType"), Predicate(
+                    att.get("name", "attestation"), att.get("predicateType", ""), ""))
+                pol = att.get("policy") or {}
+                cue = None
+                if pol.get("type") == "cue" and pol.get("data"):
+                    cue = Path(tmp) / f"policy-{i}.cue"
+                    cue.write_text(pol["data"])
+                try:
+                    c.verify_attestation(ref, str(pub), p, legacy=True,
+                                         policy=str(cue) if cue else None)
+                except OperationError as e:
+                    errors.append(f"{auth.get('name')}: attestation {att.get('name')}: {e}")
+    return errors
