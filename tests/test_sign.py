@@ -626,3 +626,71 @@ def test_smoke_predicate_of_a_gpu_run_names_the_driver_and_gpus():
     assert host["cpu_only"] is False and host["driver"] and len(host["gpus"]) == 8
     assert "H100" in host["description"] and host["driver"] in host["description"]
     assert pred["backend"] == "nccl" and pred["layout"]["world_size"] == 8
+
+
+# -- the SIF of the pushed image: tied to its digest, attested, verified as a file ---------------
+
+def _apptainer_or_skip() -> None:
+    from envbuilder.errors import InputError
+    from envbuilder.run.apptainer import apptainer_command
+
+    try:
+        apptainer_command()
+    except InputError as e:
+        if os.environ.get("ENVBUILDER_REQUIRE_DOCKER") == "1":
+            pytest.fail(f"{e} (scripts/test-services.sh installs the apptainer wrapper)")
+        pytest.skip(str(e))
+
+
+@engine
+def test_the_sif_is_built_from_the_pushed_digest_attested_and_verified(
+        cpu_build, base_image, wheelhouse, ca_bundle, sign_registry, keys, tmp_path_factory):
+    """build --runtime both --push REPO --sign: the SIF is the pushed image (its config digest
+    checked against the registry), labelled with REPO@DIGEST, verified and smoke-tested in it,
+    and attested as a file; `verify X.sif --key PUB` checks it against its labels and the
+    attestation and names the digest; a changed SIF or another key fails (exit 1); `smoke
+    X.sif` runs the job in it."""
+    _apptainer_or_skip()
+    (key, pub), (_, other_pub) = keys
+    state = os.environ.get("ENVBUILDER_TEST_STATE")
+    where = Path(state) / "sif-from-image" if state else tmp_path_factory.mktemp("sif-from-image")
+    where.mkdir(parents=True, exist_ok=True)
+    sif = where / "cpu.sif"
+    repo = f"{sign_registry.address}/ml/sif"
+    p = _cli("build", CPU_TARGET, "--base-image", base_image, "--wheelhouse", str(wheelhouse),
+             "--ca-cert", str(ca_bundle), "--push", repo, "--sign", "--key", str(key),
+             "--runtime", "both", "--sif", str(sif), "--smoke-timeout", "300", "--json",
+             timeout=3600)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    d = json.loads(p.stdout)
+    ref = d["pushed"][0]["ref"]
+    app = d["apptainer"]
+    assert d["steps"]["sif"] == "ok" and d["steps"].get("apptainer") in (None, "skipped")
+    assert app["from_image"] == ref and app["steps"]["verify"] == app["steps"]["smoke"] == "ok"
+    assert app["steps"]["attest"] == "ok" and Path(app["attestation"]["bundle"]).is_file()
+    assert app["labels"]["io.envbuilder.image-ref"] == ref
+    assert app["labels"]["io.envbuilder.torch"] == d["labels"]["io.envbuilder.torch"]
+    v = _cli("verify", str(sif), "--key", str(pub), "--json", timeout=900)
+    assert v.returncode == 0, v.stdout[-2000:] + v.stderr[-2000:]
+    got = json.loads(v.stdout)
+    assert got["image"] == ref and got["attestation"]["ok"] and got["verify"]["ok"]
+    assert got["attestation"]["predicate"]["sif"]["sha256"] == got["sha256"]
+    plain = _cli("verify", str(sif), timeout=900)
+    assert plain.returncode == 0 and f"built from {ref}" in plain.stdout, plain.stdout + plain.stderr
+    bad = _cli("verify", str(sif), "--key", str(other_pub), timeout=900)
+    assert bad.returncode == 1 and "attestation" in bad.stderr, bad.stdout + bad.stderr
+    # a changed SIF: its bytes no longer what the attestation names
+    tampered = where / "tampered.sif"
+    shutil.copy(sif, tampered)
+    shutil.copy(Path(app["attestation"]["bundle"]), where / "tampered.sif.att.json")
+    with open(tampered, "ab") as f:
+        f.write(b"\0")
+    try:
+        t = _cli("verify", str(tampered), "--key", str(pub), "--json", timeout=900)
+        assert t.returncode == 1 and not json.loads(t.stdout)["attestation"]["ok"], t.stdout[-2000:]
+    finally:
+        tampered.unlink()
+        (where / "tampered.sif.att.json").unlink()
+    s = _cli("smoke", str(sif), "--json", timeout=900)
+    assert s.returncode == 0, s.stdout[-2000:] + s.stderr[-2000:]
+    assert json.loads(s.stdout)["world_size"] == 12

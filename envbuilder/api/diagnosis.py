@@ -79,6 +79,28 @@ def smoke_proof(image: str, *, key: str | None = None, nproc: int | None = None)
     return proof_check(pred, inventory(), verified=key is not None, nproc=nproc)
 
 
+def is_sif(image: str) -> bool:
+    """``image`` names an Apptainer SIF file (verify and smoke run it with apptainer)."""
+    from envbuilder.run.apptainer import is_sif as _is_sif
+
+    return _is_sif(image)
+
+
+def verify_sif(sif: str, *, key: str | None = None, matrix_dir: str | Path | None = None,
+               apptainer: str | None = None) -> Any:
+    """``envbuilder verify X.sif [--key PUB]``: the verification payload run in the SIF against
+    its labels (apptainer exec), the image digest it came from (its label), and with ``key``
+    its attestation (``X.sif.att.json``: signed by the key, naming this file, that digest and
+    config). A run.apptainer.SifCheck."""
+    from envbuilder.run.apptainer import apptainer_command, check_sif_file
+    from envbuilder.run.sign import check_sif
+
+    cmd = apptainer_command(apptainer)
+    m = load_matrix(matrix_dir)
+    return check_sif_file(cmd, Path(sif).absolute(), key=key, ds_op_modules=m.toolchains.op_modules,
+                          attest_check=lambda path, pub, labels: check_sif(path, pub, labels))
+
+
 def verify_image(image: str, *, matrix_dir: str | Path | None = None,
                  client: DockerClient | None = None) -> VerifyReport:
     """Run the verification payload in ``image`` and compare with its labels (envbuilder verify)."""

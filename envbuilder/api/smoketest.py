@@ -51,6 +51,26 @@ def _smoke_layout(layout: str | None, nproc: int | None, nnodes: int | None,
     return 12 if nproc is None else nproc, 1 if nnodes is None else nnodes, counts
 
 
+def _is_sif(image: str) -> bool:
+    from envbuilder.run.apptainer import is_sif
+
+    return is_sif(image)
+
+
+def _sif_runner(sif: str, backend: str, timeout: int) -> Callable[[int], SmokeResult]:
+    """The smoke job in a SIF with apptainer exec (the command %help shows)."""
+    from envbuilder.components.base import HOME
+    from envbuilder.run.apptainer import apptainer_command, smoke_sif
+
+    cmd = apptainer_command()
+    path = Path(sif).absolute()
+
+    def run_one(n: int) -> SmokeResult:
+        return smoke_sif(cmd, path, HOME, nproc=n, backend=backend, timeout=timeout)[0]
+
+    return run_one
+
+
 def smoke(image: str | None, *, host: bool = False, nproc: int | None = None,  # noqa: C901 - one branch per way to run the job (records, nodes, host, container)
           nnodes: int | None = None,
           layout: str | None = None, backend: str = "auto", timeout: int = SMOKE_TIMEOUT,
@@ -81,11 +101,17 @@ def smoke(image: str | None, *, host: bool = False, nproc: int | None = None,  #
     if records is None and host == (image is not None):
         raise InputError("smoke needs an IMAGE or --host (not both)")
     ref = image or ""
-    if image is not None:
+    sif = image is not None and _is_sif(image)
+    if image is not None and not sif:
         image_ref(image, "IMAGE")
     client: DockerClient | None = None
     run_one: Callable[[int], SmokeResult]
-    if records is not None:
+    if sif:
+        if nnodes > 1:
+            raise InputError("a SIF runs on this host: --nnodes > 1 takes an IMAGE (one container "
+                             "a node); on a cluster, jobs/slurm-apptainer-NxM.sbatch runs the SIF")
+        run_one = _sif_runner(ref, backend, timeout)
+    elif records is not None:
         src = records
 
         def run_one(n: int) -> SmokeResult:

@@ -71,6 +71,8 @@ PREDICATES: tuple[Predicate, ...] = (
     Predicate("sbom", "https://cyclonedx.org/bom", "sbom.schema.json"),
     Predicate("provenance", "https://slsa.dev/provenance/v1", "provenance.schema.json"),
 )
+# a SIF built from the pushed image (run.apptainer.build_sif_from_image): attested as a blob
+SIF = Predicate("sif", "https://envbuilder.dev/attestations/sif/v1", "sif.schema.json")
 BY_NAME = {p.name: p for p in PREDICATES}
 BY_TYPE = {p.type: p for p in PREDICATES}
 SMOKE_TYPE = BY_NAME["smoke"].type
@@ -197,6 +199,22 @@ class Cosign:
         _require_digest(ref)
         self.run(["attest", *self._signing(opts, ref), "--type", p.type,
                   "--predicate", str(predicate), ref], step="attest")
+
+    def attest_blob(self, path: Path, opts: SignOptions, p: Predicate, predicate: Path,
+                    bundle: Path) -> None:
+        """An in-toto attestation of the file ``path`` (its sha256 the subject), written as a
+        Sigstore bundle to ``bundle``."""
+        signing = (["--yes"] if opts.keyless else
+                   ["--key", str(opts.key), "--tlog-upload=false", "--use-signing-config=false",
+                    "--yes"])
+        self.run(["attest-blob", *signing, "--type", p.type, "--predicate", str(predicate),
+                  "--bundle", str(bundle), str(path)], step="attest")
+
+    def verify_blob_attestation(self, path: Path, pub: str, p: Predicate, bundle: Path) -> None:
+        """The bundle's attestation of ``path`` is signed by ``pub`` and names the file's
+        digest, or OperationError."""
+        self.run(["verify-blob-attestation", "--key", pub, "--insecure-ignore-tlog",
+                  "--type", p.type, "--bundle", str(bundle), str(path)], step="verify")
 
     def public_key(self, key: str) -> str:
         """The PEM public key of a private key (file or KMS)."""
@@ -749,3 +767,91 @@ def admission_check(ref: str, policy: Mapping[str, Any], *,
                 except OperationError as e:
                     errors.append(f"{auth.get('name')}: attestation {att.get('name')}: {e}")
     return errors
+
+
+# -- the SIF: attested as a file, tied to the image digest ---------------------------------------
+
+def sif_predicate(target: str, image: str, config_digest: str, sif: Path) -> dict[str, Any]:
+    from envbuilder.run.apptainer import sif_sha256
+
+    return {"envbuilder_version": __version__, "target": target, "image": image,
+            "config_digest": config_digest,
+            "sif": {"sha256": sif_sha256(sif), "size_bytes": Path(sif).stat().st_size}}
+
+
+def sif_bundle(sif: Path) -> Path:
+    from envbuilder.run.apptainer import ATTESTATION_SUFFIX
+
+    return Path(sif).with_name(Path(sif).name + ATTESTATION_SUFFIX)
+
+
+def attest_sif(sif: Path, opts: SignOptions, predicate: Mapping[str, Any], *,
+               cosign: Cosign | None = None) -> dict[str, Any]:
+    """Attest the SIF file (``cosign attest-blob``) with its origin (``sif_predicate``): the
+    bundle goes beside it, ``X.sif.att.json``. A file there that envbuilder did not write (its
+    SIF's record names the bundles it wrote) is never replaced."""
+    bad = check_predicate(SIF, predicate)
+    if bad is not None:
+        raise OperationError(f"sign: the sif attestation breaks its schema at {bad}", step="attest")
+    bundle = sif_bundle(sif)
+    record = Path(sif).with_name(Path(sif).name + ".envbuilder.json")
+    try:
+        doc = json.loads(record.read_text())
+    except (OSError, ValueError):
+        doc = {}
+    if os.path.lexists(bundle) and doc.get("attestation") != bundle.name:
+        raise InputError(f"{bundle} exists and envbuilder did not write it: remove it or choose "
+                         "another --sif path")
+    c = cosign or Cosign()
+    with tempfile.TemporaryDirectory(prefix="envbuilder-sif-", dir=Path(sif).parent) as tmp:
+        pred = Path(tmp) / "sif.json"
+        pred.write_text(json.dumps(dict(predicate), sort_keys=True))
+        out = Path(tmp) / bundle.name
+        c.attest_blob(Path(sif), opts, SIF, pred, out)
+        os.replace(out, bundle)
+    if doc.get("written_by") == "envbuilder":
+        doc["attestation"] = bundle.name
+        tmp_record = record.with_name(record.name + ".tmp")
+        tmp_record.write_text(json.dumps(doc, indent=2) + "\n")
+        os.replace(tmp_record, record)
+    return {"bundle": str(bundle), "type": SIF.type}
+
+
+def check_sif(sif: Path, pub: str, labels: Mapping[str, str], *,
+              cosign: Cosign | None = None) -> dict[str, Any]:
+    """``envbuilder verify X.sif --key PUB``: the attestation beside the SIF is signed by
+    ``pub``, names this file (cosign checks its sha256), satisfies its schema, and names the
+    image digest and config the SIF's labels name. {"ok", "error", "predicate", "bundle"}."""
+    from envbuilder.run.apptainer import IMAGE_CONFIG_LABEL, IMAGE_REF_LABEL
+
+    check_key(pub, "--key", private=False)
+    bundle = sif_bundle(sif)
+    out: dict[str, Any] = {"ok": False, "error": None, "bundle": str(bundle), "type": SIF.type}
+    if not bundle.is_file():
+        out["error"] = f"no attestation beside the SIF ({bundle.name}: envbuilder build --sign writes it)"
+        return out
+    c = cosign or Cosign()
+    try:
+        c.verify_blob_attestation(Path(sif), pub, SIF, bundle)
+    except OperationError as e:
+        out["error"] = f"the attestation is not signed by this key or names another file: {e}"
+        return out
+    try:
+        env = json.loads(bundle.read_text())
+        stmt = _statement(env.get("dsseEnvelope", env))
+    except (OSError, ValueError):
+        out["error"] = f"{bundle.name} is not a Sigstore bundle of an in-toto statement"
+        return out
+    pred = stmt.get("predicate")
+    bad = check_predicate(SIF, pred)
+    if bad is not None or not isinstance(pred, dict):
+        out["error"] = f"the sif attestation breaks its schema at {bad}"
+        return out
+    out["predicate"] = pred
+    for key, label in (("image", IMAGE_REF_LABEL), ("config_digest", IMAGE_CONFIG_LABEL)):
+        if labels.get(label) != pred[key]:
+            out["error"] = (f"the attestation names {key} {pred[key]}, the SIF's label {label} "
+                            f"says {labels.get(label)!r}")
+            return out
+    out["ok"] = True
+    return out
