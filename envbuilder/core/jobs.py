@@ -6,7 +6,7 @@ key by key, and its ``slurm`` table key by key inside that)::
     [jobs]
     command = "torchrun train.py --config configs/a.yaml"   # ranks/rendezvous from the layout
     kubernetes = ["trainjob", "jobset", "indexed-job"]      # + "legacy" for a PyTorchJob
-    runtime = "torch-distributed"          # the ClusterTrainingRuntime a TrainJob references
+    runtime = "team-torch"                 # the runtime jobs/ renders, the TrainJobs reference
     queue = "team-a"                       # Kueue LocalQueue (label kueue.x-k8s.io/queue-name)
     cluster_queue = "gpu-cluster"          # with queue: jobs/kueue-localqueue.yaml points there
     priority_class = "high"
@@ -62,7 +62,6 @@ from envbuilder.errors import InputError
 
 KINDS = ("trainjob", "jobset", "indexed-job", "legacy")  # legacy: the kubeflow.org/v1 PyTorchJob
 DEFAULT_KINDS = ("trainjob", "jobset", "indexed-job")
-DEFAULT_RUNTIME = "torch-distributed"
 # envbuilder sets these itself (from the layout, or [jobs] cpu and memory): a team's resources
 # name others
 OWN_RESOURCES = ("cpu", "memory", "nvidia.com/gpu")
@@ -260,10 +259,6 @@ class JobsConfig:
     @property
     def kinds(self) -> tuple[str, ...]:
         return self.kubernetes if self.kubernetes is not None else DEFAULT_KINDS
-
-    @property
-    def runtime_name(self) -> str:
-        return self.runtime or DEFAULT_RUNTIME
 
     @property
     def time_seconds(self) -> int | None:
@@ -791,5 +786,5 @@ def check(cfg: JobsConfig, where: str = "jobs.") -> None:
 
 
 __all__ = ["JobsConfig", "SlurmConfig", "Mount", "Restart", "Topology", "Admission", "parse",
-           "check", "check_command", "slurm_seconds", "KINDS", "DEFAULT_KINDS", "DEFAULT_RUNTIME",
+           "check", "check_command", "slurm_seconds", "KINDS", "DEFAULT_KINDS",
            "CONTROLLERS"]

@@ -144,7 +144,8 @@ class JobKind:
 
     def render(self, env: Any, lay: LayoutJob) -> dict[str, str]:
         rel = self.path(lay)
-        ctx = dict(lay.values(), **self.values(lay))
+        ctx = dict(lay.values(), needs=[r.line() for r in self.requirements(lay.job)],
+                   **self.values(lay))
         return {rel: env.get_template(self.template).render(ctx, file=rel)}
 
     def render_once(self, env: Any, job: Job) -> dict[str, str]:

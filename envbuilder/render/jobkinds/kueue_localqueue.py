@@ -25,7 +25,8 @@ class LocalQueue(JobKind):
 
     def render_once(self, env: Any, job: Job) -> dict[str, str]:
         return {"jobs/kueue-localqueue.yaml": env.get_template(self.template).render(
-            job.base, cluster_queue=job.cfg.cluster_queue)}
+            job.base, cluster_queue=job.cfg.cluster_queue,
+            needs=[r.line() for r in self.requirements(job)])}
 
 
 KIND = LocalQueue()

@@ -46,7 +46,8 @@ class TrainingRuntime(JobKind):
         return {rel: env.get_template(self.template).render(
             job.base, file=rel, workdir=s.workdir if s else None,
             env_from=s.env_from if s else (), max_restarts=s.max_restarts if s else 0,
-            fail_on=s.fail_on if s else (), runtime_namespace=job.cfg.runtime_namespace)}
+            fail_on=s.fail_on if s else (), runtime_namespace=job.cfg.runtime_namespace,
+            needs=[r.line() for r in self.requirements(job)])}
 
 
 KIND = TrainingRuntime()

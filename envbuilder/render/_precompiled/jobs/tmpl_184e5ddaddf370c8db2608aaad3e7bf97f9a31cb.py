@@ -16,6 +16,7 @@ def root(context, missing=missing):
     l_0_file = resolve('file')
     l_0_name = resolve('name')
     l_0_pull_note = resolve('pull_note')
+    l_0_needs = resolve('needs')
     l_0_is_smoke = resolve('is_smoke')
     l_0_image = resolve('image')
     l_0_max_restarts = resolve('max_restarts')
@@ -69,6 +70,13 @@ def root(context, missing=missing):
     yield '-master-0 | grep ENVBUILDER_SMOKE_SUMMARY\n# Image:   '
     yield escape(environment.finalize((undefined(name='pull_note') if l_0_pull_note is missing else l_0_pull_note)))
     yield '\n'
+    for l_1_n in (undefined(name='needs') if l_0_needs is missing else l_0_needs):
+        _loop_vars = {}
+        pass
+        yield '# Needs:   '
+        yield escape(environment.finalize(l_1_n))
+        yield '\n'
+    l_1_n = missing
     if (undefined(name='is_smoke') if l_0_is_smoke is missing else l_0_is_smoke):
         pass
         yield '# Metrics: kubectl logs '
@@ -128,4 +136,4 @@ def root(context, missing=missing):
     l_1_rtype = l_1_replicas = l_1_ptj_args = l_1_master_port = missing
 
 blocks = {}
-debug_info = '1=45&2=52&3=60&5=64&6=66&7=70&8=72&9=75&12=81&13=84&21=90&23=92&24=96&27=102&28=104&30=106&32=108&36=110&37=113&41=116&42=122&43=124&46=126'
+debug_info = '1=46&2=53&3=61&5=65&6=67&7=71&8=73&9=77&11=80&12=83&15=89&16=92&24=98&26=100&27=104&30=110&31=112&33=114&35=116&39=118&40=121&44=124&45=130&46=132&49=134'

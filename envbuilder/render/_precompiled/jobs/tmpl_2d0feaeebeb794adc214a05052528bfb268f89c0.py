@@ -18,6 +18,7 @@ def root(context, missing=missing):
     l_0_rdzv_port = resolve('rdzv_port')
     l_0_file = resolve('file')
     l_0_pull_note = resolve('pull_note')
+    l_0_needs = resolve('needs')
     l_0_is_smoke = resolve('is_smoke')
     l_0_image = resolve('image')
     l_0_labels = resolve('labels')
@@ -75,6 +76,13 @@ def root(context, missing=missing):
     yield '\n# Image:   '
     yield escape(environment.finalize((undefined(name='pull_note') if l_0_pull_note is missing else l_0_pull_note)))
     yield '\n'
+    for l_1_n in (undefined(name='needs') if l_0_needs is missing else l_0_needs):
+        _loop_vars = {}
+        pass
+        yield '# Needs:   '
+        yield escape(environment.finalize(l_1_n))
+        yield '\n'
+    l_1_n = missing
     if (undefined(name='is_smoke') if l_0_is_smoke is missing else l_0_is_smoke):
         pass
         yield '# Metrics: kubectl logs -l job-name='
@@ -145,4 +153,4 @@ def root(context, missing=missing):
     yield '\n'
 
 blocks = {}
-debug_info = '1=43&2=50&3=58&4=62&5=68&6=70&7=72&8=76&9=78&10=81&16=88&18=90&19=94&26=100&29=102&30=104&36=106&38=108&39=112&42=118&43=120&46=122&47=124&48=126&49=129&50=131&51=133&56=138&57=141&61=144'
+debug_info = '1=44&2=51&3=59&4=63&5=69&6=71&7=73&8=77&9=79&10=83&12=86&13=89&19=96&21=98&22=102&29=108&32=110&33=112&39=114&41=116&42=120&45=126&46=128&49=130&50=132&51=134&52=137&53=139&54=141&59=146&60=149&64=152'

@@ -19,6 +19,7 @@ def root(context, missing=missing):
     l_0_file = resolve('file')
     l_0_name = resolve('name')
     l_0_pull_note = resolve('pull_note')
+    l_0_needs = resolve('needs')
     l_0_is_smoke = resolve('is_smoke')
     l_0_image = resolve('image')
     l_0_host_network = resolve('host_network')
@@ -121,6 +122,13 @@ def root(context, missing=missing):
     yield ',batch.kubernetes.io/job-completion-index=0\n# Image:   '
     yield escape(environment.finalize((undefined(name='pull_note') if l_0_pull_note is missing else l_0_pull_note)))
     yield '\n'
+    for l_1_n in (undefined(name='needs') if l_0_needs is missing else l_0_needs):
+        _loop_vars = {}
+        pass
+        yield '# Needs:   '
+        yield escape(environment.finalize(l_1_n))
+        yield '\n'
+    l_1_n = missing
     if (undefined(name='is_smoke') if l_0_is_smoke is missing else l_0_is_smoke):
         pass
         yield '# Metrics: kubectl logs -l jobset.sigs.k8s.io/jobset-name='
@@ -281,4 +289,4 @@ def root(context, missing=missing):
     yield '\n'
 
 blocks = {}
-debug_info = '1=75&2=88&3=96&4=100&5=106&7=108&8=111&10=116&11=118&12=122&13=124&14=127&16=133&17=136&18=138&23=143&25=145&26=149&29=155&30=157&34=159&35=161&36=163&37=166&40=169&43=171&44=175&46=179&47=181&50=183&51=185&52=187&53=190&55=192&56=196&59=202&60=204&61=207&63=209&64=213&66=218&68=221&69=225&70=227&72=230&73=234&76=236&77=238&93=242&94=246&96=251&98=254&99=258&103=264&104=267&107=270&108=272&114=274&120=278&122=280'
+debug_info = '1=76&2=89&3=97&4=101&5=107&7=109&8=112&10=117&11=119&12=123&13=125&14=129&16=132&17=135&19=141&20=144&21=146&26=151&28=153&29=157&32=163&33=165&37=167&38=169&39=171&40=174&43=177&46=179&47=183&49=187&50=189&53=191&54=193&55=195&56=198&58=200&59=204&62=210&63=212&64=215&66=217&67=221&69=226&71=229&72=233&73=235&75=238&76=242&79=244&80=246&96=250&97=254&99=259&101=262&102=266&106=272&107=275&110=278&111=280&117=282&123=286&125=288'

@@ -215,7 +215,7 @@ def root(context, missing=missing):
         yield escape(environment.finalize(environment.getattr((undefined(name='example') if l_0_example is missing else l_0_example), 'layout')))
         yield '.yaml\n    kubectl get trainjob '
         yield escape(environment.finalize(environment.getattr((undefined(name='example') if l_0_example is missing else l_0_example), 'name')))
-        yield " -w\n\nThe pod settings a runtime does not carry (security context, `/dev/shm`, node selector,\ntolerations, pull secrets) travel in the TrainJob's own `runtimePatches` entry\n(manager `envbuilder.io/envbuilder`). A TrainJob cannot patch `hostNetwork` or\n`priorityClassName`: set those in the runtime; with a queue, the priority goes to Kueue's\n`kueue.x-k8s.io/priority-class` label (a WorkloadPriorityClass).\n\n"
+        yield " -w\n\nThe pod settings that differ per job (security context, `/dev/shm`, node selector,\ntolerations, pull secrets, service account, pod labels and annotations, the training's mounts)\ntravel in the TrainJob's own `runtimePatches` entry (manager `envbuilder.io/envbuilder`). What a\nTrainJob cannot patch (`hostNetwork`, `priorityClassName`, the working directory, `envFrom`, the\nJobSet's failure policy) is in the runtime; with a queue, the priority also goes to Kueue's\n`kueue.x-k8s.io/priority-class` label (a WorkloadPriorityClass).\n\n"
     if ('jobset' in (undefined(name='kinds') if l_0_kinds is missing else l_0_kinds)):
         pass
         yield 'Without the trainer, the JobSet (`jobset.x-k8s.io/v1alpha2`, JobSet controller 0.6+): one Job per\nnode, pod i resolves as `<job>-node-i-0.<job>`, every pod joins a c10d rendezvous on the first\n(port '
@@ -300,4 +300,4 @@ def root(context, missing=missing):
         yield ".sh`\n(inside a Slurm allocation the hosts come from it). horovodrun starts the other hosts' ranks over\nssh, so the nodes need passwordless ssh between them; one host needs none.\n"
 
 blocks = {}
-debug_info = '1=46&3=50&4=54&5=61&8=64&10=66&12=74&14=80&15=84&21=103&22=105&29=109&31=116&37=119&38=140&39=156&40=176&41=185&44=188&56=190&57=194&62=202&63=205&64=207&65=211&69=213&70=215&71=217&80=219&83=222&85=224&86=226&89=228&92=231&94=233&96=235&99=237&103=240&107=242&108=245&109=247&112=252&113=254&115=256&117=259&123=262&124=266&125=268&130=270&136=272&137=274&138=276&140=278&141=280&146=287&147=289&151=292&153=299'
+debug_info = '1=46&3=50&4=54&5=61&8=64&10=66&12=74&14=80&15=84&21=103&22=105&29=109&31=116&37=119&38=140&39=156&40=176&41=185&44=188&56=190&57=194&62=202&63=205&64=207&65=211&69=213&70=215&71=217&81=219&84=222&86=224&87=226&90=228&93=231&95=233&97=235&100=237&104=240&108=242&109=245&110=247&113=252&114=254&116=256&118=259&124=262&125=266&126=268&131=270&137=272&138=274&139=276&141=278&142=280&147=287&148=289&152=292&154=299'

@@ -15,6 +15,7 @@ def root(context, missing=missing):
     l_0_pull_note = resolve('pull_note')
     l_0_runtime_namespace = resolve('runtime_namespace')
     l_0_file = resolve('file')
+    l_0_needs = resolve('needs')
     l_0_image = resolve('image')
     l_0_max_restarts = resolve('max_restarts')
     l_0_fail_on = resolve('fail_on')
@@ -56,7 +57,15 @@ def root(context, missing=missing):
         yield ' (a TrainingRuntime serves the\n# TrainJobs of its own namespace)'
     yield ':\n#   kubectl apply -f '
     yield escape(environment.finalize((undefined(name='file') if l_0_file is missing else l_0_file)))
-    yield "\n# It carries what a TrainJob cannot patch ([jobs] workdir, env_from_secrets, host_network,\n# priority_class, restart); the TrainJobs set the nodes, ranks, resources and command.\n# Needs Kubeflow Trainer 2.0+ (v1alpha1 runtimes); the TrainJobs' runtimePatches need 2.2+.\napiVersion: trainer.kubeflow.org/v1alpha1\nkind: "
+    yield '\n# It carries what a TrainJob cannot patch ([jobs] workdir, env_from_secrets, host_network,\n# priority_class, restart); the TrainJobs set the nodes, ranks, resources and command.\n'
+    for l_1_n in (undefined(name='needs') if l_0_needs is missing else l_0_needs):
+        _loop_vars = {}
+        pass
+        yield '# Needs:   '
+        yield escape(environment.finalize(l_1_n))
+        yield '\n'
+    l_1_n = missing
+    yield 'apiVersion: trainer.kubeflow.org/v1alpha1\nkind: '
     yield escape(environment.finalize((undefined(name='runtime_kind') if l_0_runtime_kind is missing else l_0_runtime_kind)))
     yield '\nmetadata:\n  name: '
     yield escape(environment.finalize(t_2((undefined(name='runtime_name') if l_0_runtime_name is missing else l_0_runtime_name))))
@@ -126,4 +135,4 @@ def root(context, missing=missing):
         l_1_s = missing
 
 blocks = {}
-debug_info = '1=40&2=46&3=50&4=52&6=58&11=60&13=62&14=64&15=67&20=70&22=72&23=74&30=76&31=79&33=81&34=83&36=86&37=90&40=92&57=99&58=102&60=104&67=108&68=110&69=112&70=115&72=117&74=120&76=124'
+debug_info = '1=41&2=47&3=51&4=53&6=59&9=61&10=65&13=69&15=71&16=73&17=76&22=79&24=81&25=83&32=85&33=88&35=90&36=92&38=95&39=99&42=101&59=108&60=111&62=113&69=117&70=119&71=121&72=124&74=126&76=129&78=133'

@@ -21,6 +21,7 @@ def root(context, missing=missing):
     l_0_pyxis_image = resolve('pyxis_image')
     l_0_registry_host = resolve('registry_host')
     l_0_pull_note = resolve('pull_note')
+    l_0_needs = resolve('needs')
     l_0_is_smoke = resolve('is_smoke')
     l_0_metrics_job = resolve('metrics_job')
     l_0_name = resolve('name')
@@ -103,6 +104,13 @@ def root(context, missing=missing):
     yield '# Pinned:  '
     yield escape(environment.finalize((undefined(name='pull_note') if l_0_pull_note is missing else l_0_pull_note)))
     yield '\n'
+    for l_1_n in (undefined(name='needs') if l_0_needs is missing else l_0_needs):
+        _loop_vars = {}
+        pass
+        yield '# Needs:   '
+        yield escape(environment.finalize(l_1_n))
+        yield '\n'
+    l_1_n = missing
     if (undefined(name='is_smoke') if l_0_is_smoke is missing else l_0_is_smoke):
         pass
         yield "# Records: ENVBUILDER_SMOKE_OUT (default ./envbuilder-smoke-JOBID, on a filesystem all nodes share)\n# Metrics: after the job, envbuilder (on this batch host's PATH, or ENVBUILDER) turns the records\n#          into ENVBUILDER_METRICS_DIR/"
@@ -293,4 +301,4 @@ def root(context, missing=missing):
     yield 'exit "$rc"\n'
 
 blocks = {}
-debug_info = '2=62&3=70&4=76&5=78&6=81&7=83&8=87&9=90&10=92&12=97&15=101&17=104&18=106&21=109&25=114&26=116&27=119&28=121&29=124&30=126&32=131&34=133&35=136&37=143&38=146&40=148&41=152&43=160&44=162&46=164&47=167&49=170&50=172&51=175&53=177&54=180&56=182&57=185&59=187&60=191&62=197&66=199&67=201&68=205&73=211&77=214&78=217&80=219&83=221&84=224&86=227&89=238&91=241&92=251&94=254&96=264&98=272&99=274&100=276&101=278&102=280&103=282&111=285&112=289'
+debug_info = '2=63&3=71&4=77&5=79&6=82&7=84&8=88&9=91&10=93&12=98&15=102&17=105&18=107&19=111&21=114&24=117&28=122&29=124&30=127&31=129&32=132&33=134&35=139&37=141&38=144&40=151&41=154&43=156&44=160&46=168&47=170&49=172&50=175&52=178&53=180&54=183&56=185&57=188&59=190&60=193&62=195&63=199&65=205&69=207&70=209&71=213&76=219&80=222&81=225&83=227&86=229&87=232&89=235&92=246&94=249&95=259&97=262&99=272&101=280&102=282&103=284&104=286&105=288&106=290&114=293&115=297'

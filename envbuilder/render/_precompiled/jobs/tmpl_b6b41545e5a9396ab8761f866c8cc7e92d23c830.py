@@ -18,6 +18,7 @@ def root(context, missing=missing):
     l_0_queue = resolve('queue')
     l_0_file = resolve('file')
     l_0_pull_note = resolve('pull_note')
+    l_0_needs = resolve('needs')
     l_0_is_smoke = resolve('is_smoke')
     l_0_image = resolve('image')
     l_0_job_labels = resolve('job_labels')
@@ -89,6 +90,13 @@ def root(context, missing=missing):
     yield '-node-0-0-<suffix> (pod 0 carries the summary)\n# Image:   '
     yield escape(environment.finalize((undefined(name='pull_note') if l_0_pull_note is missing else l_0_pull_note)))
     yield '\n'
+    for l_1_n in (undefined(name='needs') if l_0_needs is missing else l_0_needs):
+        _loop_vars = {}
+        pass
+        yield '# Needs:   '
+        yield escape(environment.finalize(l_1_n))
+        yield '\n'
+    l_1_n = missing
     if (undefined(name='is_smoke') if l_0_is_smoke is missing else l_0_is_smoke):
         pass
         yield '# Metrics: kubectl logs -l jobset.sigs.k8s.io/jobset-name='
@@ -154,4 +162,4 @@ def root(context, missing=missing):
     yield '\n'
 
 blocks = {}
-debug_info = '1=49&2=56&3=64&4=68&5=70&6=74&7=76&8=79&10=84&11=86&12=90&13=92&14=95&19=102&21=104&22=108&25=114&26=116&31=118&33=121&36=127&37=129&39=132&40=136&43=138&54=145&60=147&61=150&64=153'
+debug_info = '1=50&2=57&3=65&4=69&5=71&6=75&7=77&8=80&10=85&11=87&12=91&13=93&14=97&16=100&17=103&22=110&24=112&25=116&28=122&29=124&34=126&36=129&39=135&40=137&42=140&43=144&46=146&57=153&63=155&64=158&67=161'
