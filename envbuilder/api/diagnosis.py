@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 
     from envbuilder.diagnose.doctor import Check
     from envbuilder.run.verify import VerifyReport
+    from envbuilder.run.apptainer import SifCheck
 
 
 def doctor(*, spec: TargetSpec | None = None, image: str | None = None, nproc: int | None = None,
@@ -87,7 +88,7 @@ def is_sif(image: str) -> bool:
 
 
 def verify_sif(sif: str, *, key: str | None = None, matrix_dir: str | Path | None = None,
-               apptainer: str | None = None) -> Any:
+               apptainer: str | None = None) -> SifCheck:
     """``envbuilder verify X.sif [--key PUB]``: the verification payload run in the SIF against
     its labels (apptainer exec), the image digest it came from (its label), and with ``key``
     its attestation (``X.sif.att.json``: signed by the key, naming this file, that digest and
