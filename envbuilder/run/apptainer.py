@@ -548,7 +548,7 @@ def build_sif_from_image(cmd: Sequence[str], client: DockerClient, image_id: str
     if out.suffix != ".sif" or not out.parent.is_dir():
         raise InputError(f"--sif {out}: name a .sif file in an existing folder")
     config = pushed_config(client, image_id, ref)
-    _written_by_us(out)
+    previous = _written_by_us(out)
     started = time.monotonic()
     digest = "sha256:" + hashlib.sha256(f"from-image\0{ref}\0{config}".encode()).hexdigest()
     doc = _cached(out, digest)
@@ -583,10 +583,22 @@ def build_sif_from_image(cmd: Sequence[str], client: DockerClient, image_id: str
         os.chmod(record, 0o644)
         os.replace(tmp_sif, out)
         os.replace(record, _sidecar(out))
+        _drop_stale_attestation(out, previous)
         return SifBuild(str(out), sha, out.stat().st_size, digest, {ref: "docker-archive"},
                         seconds=time.monotonic() - started, log_tail=log[-2000:])
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def _drop_stale_attestation(sif: Path, previous: Mapping[str, Any] | None) -> None:
+    """The attestation bundle envbuilder wrote for the SIF just replaced (its record names it)
+    attests other bytes: it goes (run.sign.attest_sif writes the new one)."""
+    name = (previous or {}).get("attestation")
+    if isinstance(name, str) and "/" not in name and name.startswith(sif.name):
+        try:
+            os.unlink(sif.with_name(name))
+        except FileNotFoundError:
+            pass
 
 
 def sif_sha256(sif: Path) -> str:

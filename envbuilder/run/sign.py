@@ -210,11 +210,14 @@ class Cosign:
         self.run(["attest-blob", *signing, "--type", p.type, "--predicate", str(predicate),
                   "--bundle", str(bundle), str(path)], step="attest")
 
-    def verify_blob_attestation(self, path: Path, pub: str, p: Predicate, bundle: Path) -> None:
-        """The bundle's attestation of ``path`` is signed by ``pub`` and names the file's
-        digest, or OperationError."""
+    def verify_blob_attestation(self, digest: str, pub: str, p: Predicate, bundle: Path) -> None:
+        """The bundle's attestation is signed by ``pub`` and its subject is ``digest``
+        (``sha256:HEX`` of the file, computed by the caller: cosign 3.1 reads at most 128 MiB of
+        a blob itself), or OperationError."""
+        algorithm, _, hexdigest = digest.partition(":")
         self.run(["verify-blob-attestation", "--key", pub, "--insecure-ignore-tlog",
-                  "--type", p.type, "--bundle", str(bundle), str(path)], step="verify")
+                  "--type", p.type, "--bundle", str(bundle), "--digest", hexdigest,
+                  "--digestAlg", algorithm], step="verify")
 
     def public_key(self, key: str) -> str:
         """The PEM public key of a private key (file or KMS)."""
@@ -822,7 +825,7 @@ def check_sif(sif: Path, pub: str, labels: Mapping[str, str], *,
     """``envbuilder verify X.sif --key PUB``: the attestation beside the SIF is signed by
     ``pub``, names this file (cosign checks its sha256), satisfies its schema, and names the
     image digest and config the SIF's labels name. {"ok", "error", "predicate", "bundle"}."""
-    from envbuilder.run.apptainer import IMAGE_CONFIG_LABEL, IMAGE_REF_LABEL
+    from envbuilder.run.apptainer import IMAGE_CONFIG_LABEL, IMAGE_REF_LABEL, sif_sha256
 
     check_key(pub, "--key", private=False)
     bundle = sif_bundle(sif)
@@ -832,7 +835,7 @@ def check_sif(sif: Path, pub: str, labels: Mapping[str, str], *,
         return out
     c = cosign or Cosign()
     try:
-        c.verify_blob_attestation(Path(sif), pub, SIF, bundle)
+        c.verify_blob_attestation(sif_sha256(Path(sif)), pub, SIF, bundle)
     except OperationError as e:
         out["error"] = f"the attestation is not signed by this key or names another file: {e}"
         return out
