@@ -71,10 +71,12 @@ from envbuilder.core.jobs import JobsConfig
 from envbuilder.errors import InputError
 from envbuilder.render import jobkinds, precompiled, yamlemit
 from envbuilder.render.bccache import environment
+# job_name, pod_memory, quantity_bytes, train_program and the labels are named here too
+# (callers and tests import them from render.jobs)
 from envbuilder.render.jobkinds.base import (CONTAINER, MASTER_PORT, OUT_DIR, PRIORITY_LABEL,
-                                             QUEUE_LABEL, RDZV_PORT, Job, JobKind, Requirement, job_name,
-                                             pod_memory, pyxis_ref, quantity_bytes,
-                                             runtime_name, short, train_program)
+                                             QUEUE_LABEL, RDZV_PORT, Job, JobKind, Requirement,
+                                             job_name, pod_memory, pyxis_ref, quantity_bytes,
+                                             runtime_name, train_program)
 from envbuilder.render.jobkinds.launcher import launching
 from envbuilder.render.plan import BuildPlan
 
@@ -83,8 +85,6 @@ DEFAULT_LAYOUTS: tuple[tuple[int, int], ...] = ((1, 12), (2, 6), (3, 4))  # defa
 _QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|k|M|G|T)?$")
 _SIF = re.compile(r"^[A-Za-z0-9_./+-]+$")
 _SHELL_SAFE = re.compile(r"^[A-Za-z0-9._/:@#+=-]+$")  # needs no quoting inside "..."
-_pyxis_ref = pyxis_ref  # the name it had here
-_short = short
 
 
 def _sh(value: Any) -> Any:
