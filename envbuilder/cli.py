@@ -318,7 +318,7 @@ def build(target: Optional[str] = TargetArg, all_: bool = AllOpt, only: Optional
 
 @app.command()
 @command
-def smoke(image: Optional[str] = typer.Argument(None, help="The image to test (omit with --host)."),
+def smoke(image: Optional[str] = typer.Argument(None, help="The image (or an X.sif, run with apptainer) to test (omit with --host)."),
           host: bool = typer.Option(False, "--host", help="Run on this host with its torch, not in a container."),
           nproc: Optional[int] = typer.Option(None, "--nproc", "--nproc-per-node", min=1, help="Ranks per node (default 12)."),
           nnodes: Optional[int] = typer.Option(None, "--nnodes", min=1, help="Nodes (one container each, on a private network; default 1)."),
@@ -363,12 +363,15 @@ def smoke(image: Optional[str] = typer.Argument(None, help="The image to test (o
                   f"cuDNN, Python, {COMPONENT_CHECKED}, the NVIDIA variables (no GPU needed; exit 1 "
                   f"on a mismatch).")
 @command
-def verify(image: str = typer.Argument(..., help="An image built by envbuilder (its labels say what it holds)."),
+def verify(image: str = typer.Argument(..., help="An image built by envbuilder (its labels say what it holds), or its X.sif."),
            key: Optional[str] = typer.Option(None, "--key", help="A cosign public key: check IMAGE's signature and attestations in its registry instead (no layer pulled; exit 1 when one is missing or does not match its digest)."),
            matrix: Optional[str] = MatrixOpt, as_json: bool = JsonOpt) -> None:
     """Check that an image is what its labels say (the help above names each check)."""
-    from envbuilder.api import safe_text, verify_image
+    from envbuilder.api import is_sif, safe_text, verify_image
+    from envbuilder.ui.signing import sif_verdict
 
+    if is_sif(image):  # an Apptainer SIF: its labels, the digest it came from, --key its attestation
+        return sif_verdict(image, key, as_json)
     if key is not None:
         from envbuilder.ui.signing import signed_verdict
 

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 
     from envbuilder.diagnose.doctor import Check
     from envbuilder.run.verify import VerifyReport
+    from envbuilder.run.apptainer import SifCheck
 
 
 def doctor(*, spec: TargetSpec | None = None, image: str | None = None, nproc: int | None = None,
@@ -78,6 +79,28 @@ def smoke_proof(image: str, *, key: str | None = None, nproc: int | None = None)
     except (InputError, OperationError) as e:
         return Check("smoke-proof", "skip", None, f"no smoke attestation read: {e}", "")
     return proof_check(pred, inventory(), verified=key is not None, nproc=nproc)
+
+
+def is_sif(image: str) -> bool:
+    """``image`` names an Apptainer SIF file (verify and smoke run it with apptainer)."""
+    from envbuilder.run.apptainer import is_sif as _is_sif
+
+    return _is_sif(image)
+
+
+def verify_sif(sif: str, *, key: str | None = None, matrix_dir: str | Path | None = None,
+               apptainer: str | None = None) -> SifCheck:
+    """``envbuilder verify X.sif [--key PUB]``: the verification payload run in the SIF against
+    its labels (apptainer exec), the image digest it came from (its label), and with ``key``
+    its attestation (``X.sif.att.json``: signed by the key, naming this file, that digest and
+    config). A run.apptainer.SifCheck."""
+    from envbuilder.run.apptainer import apptainer_command, check_sif_file
+    from envbuilder.run.sign import check_sif
+
+    cmd = apptainer_command(apptainer)
+    m = load_matrix(matrix_dir)
+    return check_sif_file(cmd, Path(sif).absolute(), key=key, matrix=m,
+                          attest_check=lambda path, pub, labels: check_sif(path, pub, labels))
 
 
 def verify_image(image: str, *, matrix_dir: str | Path | None = None,

@@ -78,6 +78,26 @@ class Runner:
     make: Callable[[SmokeAsk], tuple[RunOne, Any]]
 
 
+def _is_sif(image: str | None) -> bool:
+    from envbuilder.run.apptainer import is_sif
+
+    return image is not None and is_sif(image)
+
+
+def _sif(ask: SmokeAsk) -> tuple[RunOne, Any]:
+    """The smoke job in a SIF with apptainer exec (the command %help shows)."""
+    from envbuilder.components.base import HOME
+    from envbuilder.run.apptainer import apptainer_command, smoke_sif
+
+    if ask.nnodes > 1:
+        raise InputError("a SIF runs on this host: --nnodes > 1 takes an IMAGE (one container "
+                         "a node); on a cluster, jobs/slurm-apptainer-NxM.sbatch runs the SIF")
+    cmd = apptainer_command()
+    path = Path(ask.image or "").absolute()
+    return (lambda n: smoke_sif(cmd, path, HOME, nproc=n, backend=ask.backend,
+                                timeout=ask.timeout)[0]), None
+
+
 def _records(ask: SmokeAsk) -> tuple[RunOne, Any]:
     from envbuilder.run import metrics as mx
 
@@ -115,6 +135,7 @@ def _container(ask: SmokeAsk) -> tuple[RunOne, Any]:
 # the ways to run the job, asked in order: the first that applies runs it
 RUNNERS: tuple[Runner, ...] = (
     Runner("records", lambda a: a.records is not None, _records),
+    Runner("sif", lambda a: _is_sif(a.image), _sif),
     Runner("nodes", lambda a: a.nnodes > 1, _nodes),
     Runner("host", lambda a: a.host, _host),
     Runner("container", lambda a: True, _container),
@@ -132,7 +153,7 @@ def _check_ask(image: str | None, host: bool, records: str | None, progressive: 
         raise InputError("--records judges a finished run: give no IMAGE, --host or --progressive")
     if records is None and host == (image is not None):
         raise InputError("smoke needs an IMAGE or --host (not both)")
-    if image is not None:
+    if image is not None and not _is_sif(image):
         image_ref(image, "IMAGE")
 
 

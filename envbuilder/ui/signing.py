@@ -46,3 +46,30 @@ def signed_verdict(image: str, key: str, as_json: bool) -> None:
             say(f"envbuilder: error: {safe_text(d['ref'])} is not signed and attested "
                              f"by {safe_text(key)}: {safe_text('; '.join(d['errors']))}", err=True)
         raise typer.Exit(EXIT_FAILED)
+
+
+def sif_verdict(sif: str, key: str | None, as_json: bool) -> None:
+    """``envbuilder verify X.sif [--key PUB]``: the SIF against its labels, the image digest it
+    came from, and with a key its attestation (envbuilder.api.verify_sif); exit 1 on a failure."""
+    from envbuilder.api import verify_sif
+
+    r = verify_sif(sif, key=key)
+    d = r.to_dict()
+    if as_json:
+        echo_json(d)
+    else:
+        rows = [[c["name"], "ok" if c["ok"] else "FAIL", c["detail"]] for c in d["verify"]["checks"]]
+        if key is not None:
+            a = d["attestation"] or {}
+            rows.append(["attestation sif", "ok" if a.get("ok") else "FAIL",
+                         a.get("error") or a.get("bundle") or ""])
+        table(f"envbuilder verify {sif}", ["check", "ok", "detail"], rows)
+        origin = (f"built from {d['image']} (config {d['config_digest']})" if d["image"] else
+                  "built from a definition (envbuilder.def): no image digest is recorded")
+        say(f"{sif}: sha256 {d['sha256']}, {origin}")
+    if not d["ok"]:
+        if not as_json:
+            why = "; ".join(d["errors"]) or r.verify.summary()
+            say(f"envbuilder: error: {sif} is not what its labels and attestation say: {why}",
+                err=True)
+        raise typer.Exit(EXIT_FAILED)
