@@ -54,7 +54,7 @@ def test_cascade_defaults_project_target_command_line(tmp_path):
     # the project's keys, then the target's own table
     assert (train.target, str(train.pins.get("deepspeed")), train.registry) == ("cu121", "0.16",
                                                                      "registry.example.com/team/train")
-    assert train.layouts == ("1x4", "2x2") and train.pip_index_url == "https://mirror.example.com/simple"
+    assert train.layouts == ((1, 4), (2, 2)) and train.pip_index_url == "https://mirror.example.com/simple"
     ev = make_spec("eval", project=proj)
     assert ev.registry == "registry.example.com/team/eval" and ev.requirements == ("einops==0.8.2",)
     # the command line wins, pins merged per axis

@@ -107,11 +107,13 @@ def _repository(v: str, what: str) -> str:
     return validate.repository(v, what)
 
 
-def _layouts(v: Sequence[str], what: str) -> tuple[str, ...]:
+def _layouts(v: Sequence[Any], what: str) -> tuple[tuple[int, int], ...]:
+    """``2x8`` (or ``8,8``: even) layouts as (nodes, ranks per node) pairs, in order."""
     from envbuilder.core import layouts
 
-    layouts.parse_layouts(v, what)
-    return tuple(v)
+    if all(isinstance(x, tuple) for x in v):  # already the pairs
+        return tuple(v)
+    return layouts.parse_layouts(v, what)
 
 
 def _nproc(v: int, what: str) -> int:

@@ -64,7 +64,7 @@ class TargetSpec:
     extra_index_urls: tuple[str, ...] = ()
     exclude_newer: str | None = None
     # how to run and publish it
-    layouts: tuple[str, ...] = ()
+    layouts: tuple[tuple[int, int], ...] = ()  # (nodes, ranks per node): --layout 2x8
     nproc: int | None = None
     registry: str | None = None
     image: str | None = None  # the image the job files run
