@@ -122,6 +122,17 @@ def _nproc(v: int, what: str) -> int:
     return v
 
 
+def _min_busbw(v: Any, what: str) -> float:
+    """A bandwidth floor in GB/s: above 0 (and below 100000)."""
+    try:
+        value = float(v)
+    except (TypeError, ValueError):
+        raise InputError(f"{what} {v!r} is not a number of GB/s") from None
+    if not 0 < value < 100000:
+        raise InputError(f"{what} {v!r} must be a bandwidth in GB/s above 0, e.g. 100 for an NVLink node")
+    return value
+
+
 def _exclude_newer(v: str, what: str) -> str:
     """A date or time, as the RFC 3339 UTC timestamp the resolver, uv and the lock read."""
     from envbuilder.core import validate
@@ -298,7 +309,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("min_busbw", "job", "--min-busbw", "min_busbw", "float",
            "monitoring/ alerts when the smoke job's all-reduce busbw falls below this (GB/s).", "jobs",
            {"description": "monitoring/ alerts when the smoke job's all-reduce busbw falls below this (GB/s).",
-            "type": "number", "exclusiveMinimum": 0}),
+            "type": "number", "exclusiveMinimum": 0}, check=_min_busbw),
     Option("command", "job", "--command", "jobs.command", "str",
            "The team's training command the job files also run (train-* files), e.g. 'torchrun train.py "
            "--config a.yaml': ranks and rendezvous come from the layout (default: the project's [jobs] "
