@@ -31,12 +31,14 @@ LOCK_NAME = "requirements.lock"
 LOCAL_REPOSITORY = "envbuilder"
 
 
-def smoke_layouts(nproc: int | None, layouts: Sequence[str] = ()) -> tuple[tuple[tuple[int, int], ...], int]:
-    """(the job files' layouts, the smoke job's world size) for ``--nproc`` and ``--layout``:
-    layouts given set the world size (``--nproc``, when also given, must agree); ``--nproc N``
-    alone is 1xN plus the splits that fit common nodes; neither is 12."""
+def smoke_layouts(nproc: int | None,
+                  layouts: Sequence[tuple[int, int]] = ()) -> tuple[tuple[tuple[int, int], ...], int]:
+    """(the job files' layouts, the smoke job's world size) for ``--nproc`` and ``--layout``
+    (a spec's: parsed and checked when it was made): layouts given set the world size
+    (``--nproc``, when also given, must agree); ``--nproc N`` alone is 1xN plus the splits that
+    fit common nodes; neither is 12."""
     if layouts:
-        lays = lm.parse_layouts(layouts)
+        lays = tuple(layouts)
         world = lm.world_of(lays)
         if nproc is not None and nproc != world:
             raise InputError(f"--nproc {nproc} disagrees with --layout {','.join(map(lm.fmt, lays))} "

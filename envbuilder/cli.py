@@ -63,7 +63,7 @@ def _specs(target: Optional[str], over: Any, *, all_: bool = False, only: Option
            command: str, matrix: Optional[str] = None) -> list:
     from envbuilder.api import target_specs
 
-    return target_specs(target, all_=all_, only=tuple(only or ()), overrides=over,
+    return target_specs(target, all_=all_, only=tuple(only or ()), given=over,
                         command=command, matrix_dir=matrix)
 
 
@@ -118,7 +118,7 @@ def resolve(target: Optional[str] = typer.Argument(None, autocompletion=complete
 
 @app.command()
 @command
-@spec_options(*COMPONENTS, before="os_")  # each component's pin (--NAME VERSION), into over.pins
+@spec_options(*COMPONENTS, before="os_")  # each component's pin (--NAME VERSION), into over
 def check(cuda: Optional[str] = typer.Option(None, "--cuda", help="CUDA version, e.g. 11.8."),
           driver: Optional[str] = DriverOpt, torch: Optional[str] = TorchOpt,
           python: Optional[str] = PythonOpt, nccl: Optional[str] = NcclOpt,
@@ -130,7 +130,7 @@ def check(cuda: Optional[str] = typer.Option(None, "--cuda", help="CUDA version,
 
     r = check_combination(matrix_dir=matrix, cuda=cuda, driver=driver, torch=torch,
                           python=python, nccl=nccl, os=os_, flavour=flavour, matrix_overlay=matrix_overlay,
-                          **{c: over.pins.get(c) for c in COMPONENTS}).to_dict()
+                          **{c: over.get(c) for c in COMPONENTS}).to_dict()
     if as_json:
         return echo_json(r)
     given = ", ".join(f"{k} {v}" for k, v in r["given"].items())
@@ -216,7 +216,7 @@ def bake(out: Optional[Path] = OutOpt, all_: bool = AllOpt, only: Optional[List[
          over: Any = None, matrix: Optional[str] = MatrixOpt, as_json: bool = JsonOpt) -> None:
     from envbuilder.api import bake as bake_specs, target_specs
 
-    specs = target_specs(None, all_=all_, only=tuple(only or ()), overrides=over, command="bake",
+    specs = target_specs(None, all_=all_, only=tuple(only or ()), given=over, command="bake",
                          matrix_dir=matrix, or_builtin=True)
     r = bake_specs(specs, out, matrix_dir=matrix, wheelhouse=wheelhouse, ca_cert=ca_cert,
                    docker_driver=docker_driver, cache_mounts=cache_mounts).to_dict()

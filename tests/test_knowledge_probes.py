@@ -272,7 +272,7 @@ def test_every_release_carries_its_upload_date():
 
 def test_exclude_newer_changes_the_resolved_stack():
     new = resolve_target("cu126", pins=Pins(with_=("deepspeed",)))
-    old = resolve_target("cu126", pins=Pins(with_=("deepspeed",), exclude_newer="2025-06-01"))
+    old = resolve_target("cu126", pins=Pins(with_=("deepspeed",)), exclude_newer="2025-06-01")
     assert str(new.deepspeed.version) == "0.19.8"
     assert old.deepspeed.version < Version("0.17") and old.torch.version < Version("2.8")
     assert old.torch.released <= "2025-06-01" and old.deepspeed.released <= "2025-06-01"

@@ -37,7 +37,6 @@ _WHERE: dict[str, str] = {
     "Stack": "envbuilder.core.resolve",
     # envbuilder.core.spec
     "Outcome": "envbuilder.core.spec",
-    "Overrides": "envbuilder.core.spec",
     "TargetSpec": "envbuilder.core.spec",
     # envbuilder.core.target
     "Pins": "envbuilder.core.target",
@@ -133,7 +132,7 @@ if TYPE_CHECKING:  # the same names, for type checkers (tests/test_api_lazy.py k
     from envbuilder.core.options import (COMMAND_LINE_ONLY, OPTIONS)
     from envbuilder.core.project import (Project, find_project)
     from envbuilder.core.resolve import (Stack)
-    from envbuilder.core.spec import (Outcome, Overrides, TargetSpec)
+    from envbuilder.core.spec import (Outcome, TargetSpec)
     from envbuilder.core.target import (Pins, request)
     from envbuilder.api.results import (BakeReport, BuildSummary, CheckResult, DiffResult,
         FolderFiles, GithubMatrix, ImageSource, InitResult, InspectLines, Inspection, LearnedCase,
@@ -159,7 +158,7 @@ if TYPE_CHECKING:  # the same names, for type checkers (tests/test_api_lazy.py k
 __all__ = ["BakeReport", "BuildFailed", "BuildOptions", "BuildSummary", "COMMAND_LINE_ONLY",
            "CheckResult", "DiffResult", "FolderFiles", "GithubMatrix", "ImageSource", "InitResult",
            "InspectLines", "Inspection", "LearnedCase", "LockResult", "Matrix", "OPTIONS",
-           "Outcome", "Overrides", "Pins", "Project", "RenderReport", "SmokeRun", "Stack",
+           "Outcome", "Pins", "Project", "RenderReport", "SmokeRun", "Stack",
            "TargetRow", "TargetSpec", "TargetsTable", "apptainer_available", "bake", "bake_all",
            "build", "build_options", "build_summary", "build_target", "builtin_target_names",
            "builtin_targets", "check_combination", "check_signed", "complete", "diff",

@@ -233,7 +233,6 @@ def bake(specs: Sequence[TargetSpec], out: str | Path | None = None, *,
     from envbuilder.run.build import BuildOptions, context_extra
 
     from envbuilder._fs import Outputs
-    from envbuilder.core import validate
     from envbuilder.render.bake import bake_hcl, summary
 
     import dataclasses
@@ -241,9 +240,9 @@ def bake(specs: Sequence[TargetSpec], out: str | Path | None = None, *,
     # each image goes under its spec's registry (the cascade's: --registry > target > project);
     # ``registry``, a library caller's, puts every one under it
     if registry is not None:
-        validate.repository(registry, "--registry")
-        # the job files pull the tags the bake file gives
-        specs = [dataclasses.replace(s, registry=registry) for s in specs]
+        # the job files pull the tags the bake file gives (each spec checks it, once, as made)
+        specs = [dataclasses.replace(s, registry=registry, origin={**s.origin, "registry": "--registry"})
+                 for s in specs]
     root = Path(out) if out is not None else (
         specs[0].project.parent / "build" if specs and specs[0].project is not None else Path("build"))
     extras = BuildOptions(wheelhouse=Path(wheelhouse) if wheelhouse is not None else None,

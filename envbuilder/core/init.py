@@ -19,7 +19,7 @@ written. Pure: the host is read by ``diagnose`` and handed in.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Sequence
 
 from envbuilder.core import layouts, validate
@@ -48,7 +48,8 @@ class Choice:
 
     def to_dict(self) -> dict[str, Any]:
         d = self.stack.to_dict()
-        return {"target": self.target, "driver": self.pins.driver, "torch_pin": self.pins.torch,
+        torch = None if self.pins.torch is None else str(self.pins.torch)
+        return {"target": self.target, "driver": self.pins.driver, "torch_pin": torch,
                 "with": list(self.pins.with_), "layout": self.layout, "registry": self.registry,
                 "why": self.why, "also_native": self.others, "not_chosen": self.refused,
                 "minor_compat": self.minor_compat, "warnings": self.warnings,
@@ -63,13 +64,11 @@ def _arch(cap: str) -> str:
     return f"sm_{major}{minor or '0'}"
 
 
-def _check_facts(compute_caps: Sequence[str], torch: str | None) -> None:
+def _check_facts(compute_caps: Sequence[str]) -> None:
     for cap in compute_caps:
         if cap and not re.fullmatch(r"[0-9]{1,2}\.[0-9]{1,2}", cap):
             raise InputError(f"the GPU compute capability {cap[:40]!r} this host reports is not "
                              f"one (e.g. 9.0): give --driver and --gpus-per-node")
-    if torch is not None:
-        validate.version(torch, "--torch")
 
 
 def choose(matrix: Matrix, *, driver: str, gpus_per_node: int, nodes: int,
@@ -77,7 +76,7 @@ def choose(matrix: Matrix, *, driver: str, gpus_per_node: int, nodes: int,
            compute_caps: Sequence[str] = (), torch: str | None = None) -> Choice:
     """The target and layout for a cluster (see the module's doc). InputError for bad facts;
     IncompatibleError (exit 3) when no CUDA line runs natively on ``driver``."""
-    driver = validate.driver_version(driver)
+    pins = Pins.of(driver=driver, torch=torch)  # the one check of the pins given
     n, p = layouts.check(nodes, gpus_per_node, "--nodes x --gpus-per-node")
     if registry is not None:
         registry = validate.repository(registry, "--registry")
@@ -85,9 +84,9 @@ def choose(matrix: Matrix, *, driver: str, gpus_per_node: int, nodes: int,
     for c in wanted:
         if c not in matrix.component_names:
             raise InputError(f"--with {c!r}: expected {' or '.join(matrix.component_names)}")
-    _check_facts(compute_caps, torch)
+    _check_facts(compute_caps)
     need = sorted({_arch(c) for c in compute_caps if c})
-    pins = Pins(driver=driver, with_=wanted, torch=torch)
+    pins = replace(pins, with_=wanted)
     native: list[tuple[str, Stack]] = []
     refused: list[str] = []
     by_compat: list[str] = []
@@ -144,15 +143,14 @@ def choose(matrix: Matrix, *, driver: str, gpus_per_node: int, nodes: int,
 def project_data(c: Choice, *, name: str = "train") -> dict[str, Any]:
     """The values of envbuilder.toml for ``c``, each validated (InputError for a bad one)."""
     validate.path_segment(name, "--name")
-    target: dict[str, Any] = {"name": name, "target": c.target,
-                              "driver": validate.driver_version(c.pins.driver or "")}
+    target: dict[str, Any] = {"name": name, "target": c.target, "driver": c.pins.driver}
     if c.pins.torch:
-        target["torch"] = str(validate.version(c.pins.torch, "--torch"))
+        target["torch"] = str(c.pins.torch)
     if c.pins.with_:
         target["with"] = list(c.pins.with_)
     data: dict[str, Any] = {"requirements": REQUIREMENTS_FILE}
     if c.registry:
-        data["registry"] = validate.repository(c.registry, "--registry")
+        data["registry"] = c.registry  # checked by choose
     data["layouts"] = [c.layout]
     data["targets"] = [target]
     return data

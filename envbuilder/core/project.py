@@ -30,10 +30,16 @@ SCHEMA_NAME = "project.schema.json"
 class ProjectTarget:
     name: str  # the project's name for it (its folder build/<name>)
     target: str  # the envbuilder target string
-    pins: Pins = field(default_factory=Pins)
-    # the target's own keys, as fields of Pins and TargetSpec (the cascade's third layer: they
-    # win over the project's); "_where" names each option's key for its errors
+    # the target's own keys, by the option table's names (the cascade's third layer: they win
+    # over the project's); "_where" names each option's key for its errors. Checked once, when
+    # a spec is made of them (core.spec.make_spec)
     settings: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def pins(self) -> Pins:
+        """The target's own pin options (checked now)."""
+        return Pins.of(origin=self.settings.get("_where", {}),
+                       **{n: self.settings[n] for n in options_mod.PIN_NAMES if n in self.settings})
 
 
 @dataclass(frozen=True)
@@ -107,7 +113,7 @@ class Project:
     def to_dict(self) -> dict[str, Any]:
         return {"path": str(self.path),
                 "targets": [{"name": t.name, "target": t.target,
-                             "pins": {k: v for k, v in t.pins.values().items() if v}}
+                             "pins": {k: v for k, v in t.pins.as_options().items() if v}}
                             for t in self.targets],
                 "requirements": (str(self.requirements_file) if self.requirements_file
                                  else list(self.requirements)),
@@ -215,14 +221,11 @@ def parse_project(path: Path, data: dict[str, Any]) -> Project:
         if t["name"] in seen:
             raise InputError(f"project file {path}: target name {t['name']!r} is listed twice")
         seen.add(t["name"])
-        _check_registry(path, t, f"{at}targets.{t['name']}.registry")
         settings = options_mod.project_values(t, path, f"{at}targets.{t['name']}.")
-        pins = Pins.of(**{n: settings[n] for n in options_mod.PIN_NAMES if n in settings})
         if "jobs" in t:  # the target's own jobs table over the project's, key by key
             settings["jobs"] = pjobs.merged(jobs_mod.parse(
                 t["jobs"], f"project file {path}, key {at}targets.{t['name']}.jobs."))
-        targets.append(ProjectTarget(t["name"], t["target"], pins, settings))
-    _check_registry(path, data, f"{at}registry")
+        targets.append(ProjectTarget(t["name"], t["target"], settings))
     values = options_mod.project_values(data, path, at)
     return Project(path=path, targets=tuple(targets), jobs=pjobs,
                    explain_cases=root / data["explain_cases"] if "explain_cases" in data else None,
@@ -247,12 +250,3 @@ def _did_you_mean(bad: str, path: Any) -> str:
         return ""
     close = difflib.get_close_matches(bad, known, n=1, cutoff=0.6)
     return f" (did you mean {close[0]}?)" if close else ""
-
-
-def _check_registry(path: Path, table: dict[str, Any], key: str) -> None:
-    """A project's ``registry`` (or a target's) is a repository: named by its key, not as the
-    --image it would become."""
-    if isinstance(table.get("registry"), str):
-        from envbuilder.core import validate
-
-        validate.repository(table["registry"], f"project file {path}, key {key}:")

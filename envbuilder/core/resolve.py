@@ -792,9 +792,11 @@ def _source(axis: str, value: Any, a: dict[str, Any], m: Matrix) -> tuple[str, .
     return tuple(value.source)
 
 
-def resolve_target(target: str, matrix: Matrix, pins: Pins | None = None) -> Stack:
-    """Resolve a target name (e.g. cu121-ds) with the pin options against ``matrix``."""
-    return resolve(request(target, matrix, pins), matrix)
+def resolve_target(target: str, matrix: Matrix, pins: Pins | None = None, *,
+                   exclude_newer: str | None = None) -> Stack:
+    """Resolve a target name (e.g. cu121-ds) with the pin options against ``matrix``;
+    ``exclude_newer``: a spec's (checked there: RFC 3339 UTC)."""
+    return resolve(request(target, matrix, pins, exclude_newer=exclude_newer), matrix)
 
 
 # -- driver first: which CUDA builds of a torch run on a given driver ----------------------

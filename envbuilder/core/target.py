@@ -53,7 +53,6 @@ class Pin:
         return self.text
 
 
-FABRICS = ("ib", "efa", "none")
 CORE_PINS = ("torch", "python", "nccl")  # the version axes besides the matrix's components
 
 
@@ -73,27 +72,127 @@ def ops_of(req: Request, matrix: Matrix) -> dict[str, tuple[str, ...]]:
     return out
 
 
-@dataclass(frozen=True)
-class Request:
-    """What the user asked for: pins per axis, the driver to run on, components to include."""
+def _ops_value(value: Any) -> tuple[str, ...]:
+    """A component's ops as a tuple: ``"a,b"`` (the command line's), a list (the project
+    file's), ``none`` or ``()``: none pre-built (JIT)."""
+    items = value.split(",") if isinstance(value, str) else list(value)
+    ops = tuple(dict.fromkeys(str(o).strip() for o in items if str(o).strip()))
+    return () if ops == ("none",) else ops
 
-    target: str
-    cuda: str | None = None  # "11.8"; None with cpu=True or when not given (check)
-    cpu: bool = False
+
+def _ops_option(component: str) -> str:
+    """The option that names a component's ops (``ds_ops``: the built-in matrix's tag)."""
+    from envbuilder.core.options import OPS_OPTIONS
+
+    return next((o for o, c in OPS_OPTIONS.items() if c == component), f"{component}_ops")
+
+
+@dataclass(frozen=True)
+class Pins:
+    """The pins of a target, in the one typed form the resolver reads: the axes a target's
+    parts pin and the pin options of core.options (``--torch``, a component's ``--NAME`` and
+    ``--<tag>-ops``, ``--with``, ``--driver`` ...). Checked when made (``__post_init__``): a
+    value as the command line or a project file gives it (``"2.1"``, ``"fused_adam,cpu_adam"``)
+    passes its option's check, naming where it came from (``origin``), and is kept in its typed
+    form (a ``Pin``, a tuple); a typed value is kept as it is. What only the matrix can say (is
+    the OS, the flavour, the component, the op known; does a pin agree with the target's) is
+    judged when the pins meet a target (``request``). ``Pins.of`` takes the option table's
+    names."""
+
     torch: Pin | None = None
     python: Pin | None = None
     nccl: Pin | None = None
     os: str | None = None
-    flavour: str | None = None  # the runtime base flavour (--flavour)
     driver: str | None = None
-    with_: frozenset[str] = field(default_factory=frozenset)
-    without: frozenset[str] = field(default_factory=frozenset)
-    # each pinned component's version, by name (a target part or its --NAME option)
+    with_: tuple[str, ...] = ()
+    without: tuple[str, ...] = ()
+    flavour: str | None = None  # the runtime base flavour
+    platform: str | None = None  # linux/amd64 (the default) or linux/arm64
+    fabric: str | None = None  # the RDMA user space of CUDA images: ib (the default), efa, none
+    # each pinned component's version (its --NAME option or a target part), by name
     versions: Mapping[str, Pin] = field(default_factory=dict, hash=False)
-    # the ops a component with ops pre-builds (--<tag>-ops), by component; () = JIT (none); a
-    # component left out gets its default on a CUDA target (ops_of)
+    # the ops a component pre-builds (--<tag>-ops), by component; () = none (JIT); a component
+    # left out gets its default on a CUDA target (ops_of)
     ops: Mapping[str, tuple[str, ...]] = field(default_factory=dict, hash=False)
-    exclude_newer: str | None = None  # RFC 3339 UTC: releases uploaded later are no candidates
+    # where each option's value came from ("--torch", or the project file's key), for the errors
+    origin: Mapping[str, str] = field(default_factory=dict, compare=False, hash=False, repr=False)
+
+    def __post_init__(self) -> None:
+        from envbuilder.core.options import check_value
+
+        for f in fields(Pins):
+            value = getattr(self, f.name)
+            if f.name == "versions":
+                value = {n: check_value(n, v, self.origin) for n, v in sorted(value.items())}
+            elif f.name == "ops":
+                value = {n: _ops_value(v) for n, v in sorted(value.items())}
+            elif f.name != "origin" and value is not None and value != ():
+                value = check_value(f.name, value, self.origin)
+            object.__setattr__(self, f.name, value)
+        for name in self.with_:
+            if name in self.without:
+                raise InputError(f"--with {name} and --without {name} contradict each other")
+
+    @classmethod
+    def of(cls, origin: Mapping[str, str] | None = None, **values: Any) -> Pins:
+        """Pins from the option table's names (core.options: a component's ``NAME`` and
+        ``<tag>_ops`` too; any other name is a component's version pin, which the matrix must
+        know); None means not given."""
+        from envbuilder.core.options import OPS_OPTIONS
+
+        own = {f.name for f in fields(Pins)} - {"versions", "ops", "origin"}
+        kw = {k: v for k, v in values.items() if k in own and v is not None}
+        rest = {k: v for k, v in values.items() if k not in own and v is not None}
+        return cls(**kw, origin=dict(origin or {}),
+                   versions={k: v for k, v in rest.items() if k not in OPS_OPTIONS},
+                   ops={OPS_OPTIONS[k]: v for k, v in rest.items() if k in OPS_OPTIONS})
+
+    def get(self, name: str) -> Any:
+        """The value of pin option ``name`` (None or () when not given)."""
+        from envbuilder.core.options import OPS_OPTIONS
+
+        if name in OPS_OPTIONS:
+            return self.ops.get(OPS_OPTIONS[name])
+        if name in _SCALARS:
+            return getattr(self, name)
+        return self.versions.get(name)
+
+    def as_options(self) -> dict[str, Any]:
+        """Every pin option, given or not, by the option table's names, as the command line
+        spells its value (a version's text, ``fused_adam,cpu_adam``, ``none``; lists as tuples)."""
+        out = {n: getattr(self, n) for n in _SCALARS}
+        out = {k: str(v) if isinstance(v, Pin) else v for k, v in out.items()}
+        comps = {**{n: str(p) for n, p in self.versions.items()},
+                 **{_ops_option(n): ",".join(o) or "none" for n, o in self.ops.items()}}
+        return {**out, **dict(sorted(comps.items()))}
+
+    def layer(self) -> dict[str, Any]:
+        """The pins given, by the option table's names, as a layer of the cascade
+        (core.options.cascade): their typed values (a component's ops as its option's text,
+        ``none`` for none), which pass their checks as they are."""
+        out = {n: getattr(self, n) for n in _SCALARS if getattr(self, n) not in (None, ())}
+        return {**out, **self.versions,
+                **{_ops_option(n): ",".join(o) or "none" for n, o in self.ops.items()}}
+
+    def with_components(self) -> dict[str, bool]:
+        """``with``/``without`` as {component: included}."""
+        return {**{c: True for c in self.with_}, **{c: False for c in self.without}}
+
+
+# the pins that are one value each (the rest: versions and ops, by component)
+_SCALARS = tuple(f.name for f in fields(Pins) if f.name not in ("versions", "ops", "origin"))
+
+
+@dataclass(frozen=True)
+class Request(Pins):
+    """What the resolver reads: a target's pins (its parts', with the pin options over them:
+    ``request``), the CUDA its base names, and the upload cut-off (the spec's
+    ``--exclude-newer``, checked there, as RFC 3339 UTC)."""
+
+    target: str = ""
+    cuda: str | None = None  # "11.8"; None with cpu=True or when not given (check)
+    cpu: bool = False
+    exclude_newer: str | None = None  # releases uploaded later are no candidates
     platform: str = "linux/amd64"  # the image's platform (--platform)
     fabric: str = "ib"  # the RDMA user space in CUDA images (--fabric): ib | efa | none
 
@@ -126,7 +225,7 @@ class Request:
         versions = {k: v for k, v in self.versions.items() if k != axis}
         if isinstance(pin, Pin):
             versions[axis] = pin
-        return replace(self, versions=dict(sorted(versions.items())))
+        return replace(self, versions=versions)
 
     def wants(self, component: str) -> bool:
         return component not in self.without and (
@@ -136,7 +235,7 @@ class Request:
         if axis == "cuda":
             return replace(self, cuda=None, cpu=False)
         if axis in self.versions:
-            return replace(self.pinned(axis, None), with_=self.with_ - {axis})
+            return replace(self.pinned(axis, None), with_=tuple(c for c in self.with_ if c != axis))
         return self.pinned(axis, None)
 
     def canonical(self, matrix: Matrix) -> str:
@@ -249,8 +348,9 @@ def _parse_target(text: str, matrix: Matrix) -> Request:
             text, replace(matrix, targets=tuple(t for t in matrix.targets if t.name != text)))
         req = replace(req, target=text)
         if alias.flavour or alias.ops:
-            req = apply_options(req, matrix, flavour=alias.flavour,
-                                **{k: ",".join(v) for k, v in alias.ops.items() if v})
+            ops = {matrix.ops_component[k].name: tuple(v) for k, v in alias.ops.items()
+                   if v and k in matrix.ops_component}
+            req = merge(req, Pins(flavour=alias.flavour, ops=ops), matrix)
         return req
     base, *parts = text.split("-")
     kw: dict[str, Any] = {"target": text}
@@ -303,40 +403,53 @@ def _parse_part(part: str, text: str, matrix: Matrix) -> tuple[str, Pin | str]:
                      f"({', '.join(sorted(matrix.os))})")
 
 
-def _put(req: Request, updates: dict[str, Any], axis: str, value: Any) -> None:
+def _agree(req: Request, axis: str, value: Pin | str) -> None:
+    """A pin option agrees with the target's pin of the same axis (or the target has none)."""
     current = req.pin(axis) if axis != "cuda" else req.cuda
     if current is not None and str(current) != str(value):
         raise InputError(f"--{axis} {value} conflicts with {current} in target {req.target!r}: "
                          f"give the version once")
-    if axis in (*CORE_PINS, "os", "cuda"):
-        updates[axis] = value
-    else:
-        updates["versions"] = {**updates.get("versions", req.versions), axis: value}
 
 
-def _flavour(req: Request, m: Matrix, v: str, up: dict[str, Any]) -> None:
-    names = [f.name for f in m.toolchains.flavours]
-    if v not in names:
-        raise InputError(f"--flavour {v!r} is not a base flavour"
-                         f"{validate.suggest(v, names)}; known: {', '.join(names)}")
-    up["flavour"] = v
+def with_cuda(req: Request, value: str, m: Matrix) -> Request:
+    """``req`` with ``check --cuda VALUE`` (a CUDA version of the matrix, or cpu)."""
+    if value == "cpu":
+        return replace(req, cpu=True)
+    ver = validate.version(value, "--cuda")
+    c = f"{ver.major}.{ver.minor}" if len(ver.release) >= 2 else None
+    if c is None or c not in m.cuda_minors:
+        raise InputError(f"--cuda {value} is not in the matrix{_nearest_cuda(c or value, m)}; known: "
+                         f"{', '.join(m.cuda_minors)}")
+    _agree(req, "cuda", c)
+    return replace(req, cuda=c)
 
 
-def _fabric(req: Request, m: Matrix, v: str, up: dict[str, Any]) -> None:
-    if v not in FABRICS:
-        raise InputError(f"--fabric {v[:40]!r} is not a fabric{validate.suggest(v, FABRICS)}; "
-                         f"known: {', '.join(FABRICS)}")
-    up["fabric"] = v
+def _known(pins: Pins, m: Matrix) -> None:
+    """What only the matrix can say of the pins: their components, flavour and OS exist."""
+    names = m.component_names
+    unknown = sorted(set(pins.versions) - set(names))
+    unknown += sorted(_ops_option(n) for n in pins.ops if n not in names or not m.component(n).has_ops)
+    if unknown:
+        raise InputError(f"no pin option {', '.join(unknown)} for this matrix (its components: "
+                         f"{', '.join(names) or 'none'})")
+    flavours = [f.name for f in m.toolchains.flavours]
+    if pins.flavour is not None and pins.flavour not in flavours:
+        raise InputError(f"--flavour {pins.flavour!r} is not a base flavour"
+                         f"{validate.suggest(pins.flavour, flavours)}; known: {', '.join(flavours)}")
+    for comp in (*pins.with_, *pins.without):
+        if comp not in names:
+            raise InputError(f"--with/--without {comp!r} is not a component"
+                             f"{validate.suggest(comp, names)}; use {' or '.join(names)}")
 
 
-def _ops(component: str) -> Any:
-    """The check of a component's ``--<tag>-ops`` (comma-separated op names, or none: JIT)."""
-    def apply(req: Request, m: Matrix, v: str, up: dict[str, Any]) -> None:
-        c = m.component(component)
+def _merged_ops(req: Request, pins: Pins, m: Matrix) -> dict[str, Any]:
+    """The ops the pins name, each an op of its component (pre-built ops imply it)."""
+    up: dict[str, Any] = {}
+    for c in m.components:
+        if c.name not in pins.ops:
+            continue
         flag = f"--{c.ops_option.replace('_', '-')}"
-        ops: tuple[str, ...] = ()
-        if v.strip() != "none":  # none: JIT (the runtime must carry nvcc; the component refuses otherwise)
-            ops = tuple(dict.fromkeys(o.strip() for o in v.split(",") if o.strip()))
+        ops = pins.ops[c.name]
         for op in ops:
             if op not in c.ops:
                 raise InputError(f"{flag}: {op[:40]!r} is not a {c.title} op envbuilder can pre-build"
@@ -345,102 +458,51 @@ def _ops(component: str) -> Any:
             raise InputError(f"{flag} conflicts with --without {c.name}")
         up["ops"] = {**up.get("ops", req.ops), c.name: ops}
         if ops:  # pre-built ops imply their component
-            up["with_"] = up.get("with_", req.with_) | {c.name}
-
-    return apply
-
-
-def _cuda(req: Request, m: Matrix, v: str, up: dict[str, Any]) -> None:
-    if v == "cpu":
-        up["cpu"] = True
-        return
-    ver = validate.version(v, "--cuda")
-    c = f"{ver.major}.{ver.minor}" if len(ver.release) >= 2 else None
-    if c is None or c not in m.cuda_minors:
-        raise InputError(f"--cuda {v} is not in the matrix{_nearest_cuda(c or v, m)}; known: "
-                         f"{', '.join(m.cuda_minors)}")
-    _put(req, up, "cuda", c)
+            up["with_"] = tuple(dict.fromkeys((*up.get("with_", req.with_), c.name)))
+    return up
 
 
-def _version_pin(axis: str) -> Any:
-    def apply(req: Request, m: Matrix, v: str, up: dict[str, Any]) -> None:
-        _put(req, up, axis, Pin.parse(v, f"--{axis}"))
-
-    return apply
-
-
-def _python(req: Request, m: Matrix, v: str, up: dict[str, Any]) -> None:
-    if validate.free_threaded_python(v):
-        _put(req, up, "python", Pin(v, exact=False))  # "3.14t": matched by name (rules, unknown_pins)
-        return
-    ver = validate.version(v, "--python")
-    if len(ver.release) < 2:
-        raise InputError(f"--python {v!r} is not a Python version: give major.minor, e.g. 3.11")
-    _put(req, up, "python", Pin(f"{ver.major}.{ver.minor}", exact=False))
-
-
-def _os(req: Request, m: Matrix, v: str, up: dict[str, Any]) -> None:
-    if v not in m.os:
-        raise InputError(f"--os {v!r} is not in the matrix{validate.suggest(v, m.os)}; "
-                         f"known: {', '.join(sorted(m.os))}")
-    _put(req, up, "os", v)
-
-
-def _components(req: Request, m: Matrix, v: Mapping[str, bool], up: dict[str, Any]) -> None:
-    w, wo = set(up.get("with_", req.with_)), set(req.without)
-    names = m.component_names
-    for comp, on in v.items():
-        if comp not in names:
-            raise InputError(f"--with/--without {comp!r} is not a component"
-                             f"{validate.suggest(comp, names)}; use {' or '.join(names)}")
+def _merged_components(req: Request, pins: Pins, up: dict[str, Any]) -> None:
+    """``--with``/``--without`` over the target's (and the ops') components."""
+    w, wo = list(up.get("with_", req.with_)), list(req.without)
+    for comp, on in pins.with_components().items():
         if on:
-            w.add(comp)
-            wo.discard(comp)
+            w, wo = [*w, comp], [c for c in wo if c != comp]
         else:
             if comp in req.versions or comp in up.get("versions", {}):
                 raise InputError(f"--without {comp} conflicts with the {comp} pin in "
                                  f"target {req.target!r}")
-            wo.add(comp)
-            w.discard(comp)
-    up["with_"], up["without"] = frozenset(w), frozenset(wo)
+            w, wo = [c for c in w if c != comp], [*wo, comp]
+    up["with_"], up["without"] = tuple(dict.fromkeys(w)), tuple(dict.fromkeys(wo))
 
 
-# each pin option's check and merge into a request (core.options: the pin options), in the
-# order they are judged (the first bad one is the error); a component's pin and its ops option
-# come from the matrix (_appliers)
-_APPLY: dict[str, Any] = {
-    "flavour": _flavour, "fabric": _fabric, "cuda": _cuda, "torch": _version_pin("torch"),
-    "nccl": _version_pin("nccl"), "python": _python,
-    "os": _os, "driver": lambda req, m, v, up: up.update(driver=validate.driver_version(v)),
-    "exclude_newer": lambda req, m, v, up: up.update(exclude_newer=validate.exclude_newer(v)),
-    "platform": lambda req, m, v, up: up.update(platform=validate.platform(v)),
-    "components": _components,
-}
-
-
-def _appliers(m: Matrix) -> dict[str, Any]:
-    """The table above with the matrix's components, in the order they are judged."""
-    head = ("flavour", "fabric")
-    ops = {c.ops_option: _ops(c.name) for c in m.components if c.has_ops}
-    pins = {c.name: _version_pin(c.name) for c in m.components}
-    return {**{k: _APPLY[k] for k in head}, **ops, "cuda": _APPLY["cuda"], "torch": _APPLY["torch"],
-            **pins, **{k: v for k, v in _APPLY.items() if k not in (*head, "cuda", "torch")}}
-
-
-def apply_options(req: Request, matrix: Matrix, **values: Any) -> Request:
-    """Merge pin options (core.options' pins by name, ``cuda``, and ``components``: the merged
-    --with/--without) into a request; a conflict with the target is an input error."""
-    table = _appliers(matrix)
-    unknown = set(values) - set(table)
-    if unknown:
-        raise InputError(f"no pin option {', '.join(sorted(unknown))} for this matrix (its components: "
-                         f"{', '.join(matrix.component_names) or 'none'})")
-    updates: dict[str, Any] = {}
-    for name, apply in table.items():
-        value = values.get(name)
-        if value is not None and (name != "components" or value):
-            apply(req, matrix, value, updates)
-    return replace(req, **updates)
+def merge(req: Request, pins: Pins, matrix: Matrix) -> Request:
+    """``req`` (a target's own pins) with the pin options ``pins`` over it. The pins' values
+    were checked when the pins were made; here is only what needs the matrix (its components,
+    flavours, OSes and ops) and the target: a pin that disagrees with the target's is bad input."""
+    m = matrix
+    _known(pins, m)
+    up = _merged_ops(req, pins, m)
+    if pins.flavour is not None:
+        up["flavour"] = pins.flavour
+    for axis in ("torch", *m.component_names, "nccl", "python", "os"):
+        value = pins.get(axis) if axis != "os" else pins.os
+        if value is None:
+            continue
+        if axis == "os" and value not in m.os:
+            raise InputError(f"--os {value!r} is not in the matrix{validate.suggest(value, m.os)}; "
+                             f"known: {', '.join(sorted(m.os))}")
+        _agree(req, axis, value)
+        if axis in (*CORE_PINS, "os"):
+            up[axis] = value
+        else:
+            up["versions"] = {**up.get("versions", req.versions), axis: value}
+    for name in ("driver", "platform", "fabric"):
+        if getattr(pins, name) is not None:
+            up[name] = getattr(pins, name)
+    if pins.with_ or pins.without:
+        _merged_components(req, pins, up)
+    return replace(req, **up)
 
 
 def known_values(axis: str, matrix: Matrix) -> list[Version]:
@@ -491,53 +553,9 @@ def check_pins_known(req: Request, matrix: Matrix) -> None:
                          f"{', '.join(lines[:12])}{' ...' if len(lines) > 12 else ''}")
 
 
-@dataclass(frozen=True)
-class Pins:
-    """Options that pin axes (the same axes a target's parts pin): the CLI's pin options. A
-    component's pin (``--NAME``) and ops (``--<tag>-ops``) are kept by name (``Pins.of``)."""
-
-    torch: str | None = None
-    python: str | None = None
-    nccl: str | None = None
-    os: str | None = None
-    driver: str | None = None
-    with_: tuple[str, ...] = ()
-    without: tuple[str, ...] = ()
-    flavour: str | None = None  # the runtime base flavour
-    exclude_newer: str | None = None  # leave out releases uploaded after this date (ISO)
-    platform: str | None = None  # linux/amd64 (default) or linux/arm64
-    fabric: str | None = None  # the RDMA user space of CUDA images: ib (default), efa, none
-    # a component's pin or ops option (core.options: its name, or <tag>_ops) -> its value
-    components: Mapping[str, str] = field(default_factory=dict, hash=False)
-
-    @classmethod
-    def of(cls, **values: Any) -> Pins:
-        """Pins from option names: the fields above, and any other pin option of the table
-        (a component's ``NAME`` or ``<tag>_ops``) kept in ``components``."""
-        own = {f.name for f in fields(cls)} - {"components"}
-        comps = {k: v for k, v in values.items() if k not in own and v is not None}
-        return cls(**{k: v for k, v in values.items() if k in own}, components=dict(sorted(comps.items())))
-
-    def get(self, name: str) -> Any:
-        """The value of pin option ``name`` (None or () when not given)."""
-        if name in self.components:
-            return self.components[name]
-        return getattr(self, name, None)
-
-    def values(self) -> dict[str, Any]:
-        """Every pin option given or not, by the option table's names."""
-        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "components"}
-        return {**out, **self.components}
-
-    def with_components(self) -> dict[str, bool]:
-        from envbuilder.core.options import with_without
-
-        return with_without(self.with_, self.without)
-
-
-def request(target: str, matrix: Matrix, pins: Pins | None = None) -> Request:
-    """The request a target name and the pin options make together."""
-    pins = pins or Pins()
-    req = parse_target(target, matrix)
-    given = {k: v for k, v in pins.values().items() if k not in ("with_", "without")}
-    return apply_options(req, matrix, components=pins.with_components(), **given)
+def request(target: str, matrix: Matrix, pins: Pins | None = None, *,
+            exclude_newer: str | None = None) -> Request:
+    """The request a target name and the pin options make together; ``exclude_newer``: the
+    spec's (checked there, RFC 3339 UTC)."""
+    req = merge(parse_target(target, matrix), pins or Pins(), matrix)
+    return replace(req, exclude_newer=exclude_newer) if exclude_newer is not None else req

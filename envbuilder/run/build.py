@@ -30,7 +30,7 @@ from envbuilder.core import validate
 from envbuilder.core.builder import compiled_parts
 from envbuilder.core.matrix import Matrix, load_matrix
 from envbuilder.assemble import folder_files, image_tag, with_team_compiled
-from envbuilder.core.resolve import Stack, resolve_target
+from envbuilder.core.resolve import Stack
 from envbuilder.core.spec import TargetSpec
 from envbuilder.diagnose.explain import explain_lines
 from envbuilder.errors import EnvbuilderError, InputError, OperationError
@@ -205,7 +205,7 @@ def prepare(spec: TargetSpec, *, matrix_dir: str | Path | None = None,
     """``spec`` (checked when it was made: core.spec.TargetSpec) resolved (refused: exit 3),
     with the team's compiled packages (assemble.with_team_compiled), once, before any work."""
     m = matrix or load_matrix(matrix_dir, spec.matrix_overlay)
-    return Prepared(spec, with_team_compiled(spec, resolve_target(spec.target, m, spec.pins)), m)
+    return Prepared(spec, with_team_compiled(spec, spec.resolve(m)), m)
 
 
 def prepare_context(spec: TargetSpec, stack: Stack, opts: BuildOptions, dest: Path, *,

@@ -36,8 +36,7 @@ def diff(a: str = typer.Argument(..., metavar="A", autocompletion=complete_targe
     """What changes from A to B: CUDA, driver floor, torch, NCCL, each component (and its pre-built ops), base image, packages, and which image layers rebuild."""
     from envbuilder import api
 
-    d = api.diff(a, b, matrix_dir=matrix, matrix_a=matrix_a, matrix_overlay=over.matrix_overlay,
-                 pins=over.pins, where=source)
+    d = api.diff(a, b, matrix_dir=matrix, matrix_a=matrix_a, given=over, where=source)
     if as_json:
         return echo_json(d.to_dict())
     if d.facts:
