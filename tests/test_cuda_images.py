@@ -155,7 +155,7 @@ def _build(name: str, docker_client, tmp_path_factory) -> Built:
         team = {"requirements": (f"{CUDA_EXT}==0.1.0",), "compiled": (CUDA_EXT,)}
     opts = BuildOptions(wheelhouse=wheels,
                         ca_cert=Path("/etc/ssl/certs/ca-certificates.crt"), smoke_timeout=300)
-    pins = Pins(ds_ops=case.ds_ops)
+    pins = Pins.of(ds_ops=case.ds_ops)
     spec = make_spec(case.target, pins=pins, base_image=base, **team)
     probe = tmp_path_factory.mktemp(f"{name}-probe") / "ctx"
     prepare_context(spec, resolve_target(case.target, pins=pins), opts, probe)

@@ -2,7 +2,7 @@
 
 - The smoke attestation carries backend, device, transport, busbw against its floor, /dev/shm
   and what the components initialised; ``verify --key --require`` and the admission policy
-  (project key ``admission_require``) demand fields. Built from real recordings: the 12-rank
+  (``[jobs] admission require``) demand fields. Built from real recordings: the 12-rank
   gloo run and the one-rank NCCL run of the H200 machine (tests/fixtures/gpu_runs/h200-1gpu).
 - DeepSpeed: the op its CPU accelerator builds at start-up is pre-built on cpu targets by default,
   refused on CUDA targets, and verify fails naming it when it can neither load nor build.
@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from envbuilder.core.attestreq import parse
 from envbuilder.errors import InputError
 from envbuilder.render import admission
 from envbuilder.run import smoke as sm
@@ -34,6 +35,10 @@ def recorded(name: str) -> sm.SmokeResult:
     return sm.SmokeResult(**d)
 
 
+def req(text: str):
+    return parse(text, "--require")
+
+
 def cli(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "envbuilder", *args], capture_output=True,
                           text=True, cwd=cwd, timeout=300)
@@ -47,13 +52,12 @@ def test_gloo_proof_says_gloo_over_tcp_and_fails_a_demand_for_nccl():
     assert check_predicate(BY_NAME["smoke"], pred) is None
     assert pred["backend"] == "gloo" and pred["device"] == {"kind": "cpu", "gpus": []}
     assert pred["transport"]["summary"] == "gloo over TCP" and pred["transport"]["fabric_used"] == "tcp"
-    nccl = admission.parse_requirement("backend=nccl")
-    assert admission.check_requirement(pred, nccl) == (False, "gloo")
-    assert admission.check_requirement(pred, admission.parse_requirement("backend=gloo"))[0]
-    assert admission.check_requirement(pred, admission.parse_requirement("world_size>=12"))[0]
-    assert not admission.check_requirement(pred, admission.parse_requirement("world_size>=16"))[0]
+    assert req("backend=nccl").check(pred) == (False, "gloo")
+    assert req("backend=gloo").check(pred)[0]
+    assert req("world_size>=12").check(pred)[0]
+    assert not req("world_size>=16").check(pred)[0]
     # no floor compared on CPU: a demand for a percentage of it is not met
-    assert admission.check_requirement(pred, admission.parse_requirement("floor_pct>=50")) == (False, None)
+    assert req("floor_pct>=50").check(pred) == (False, None)
 
 
 def test_nccl_proof_of_the_h200_records_its_transport_and_why_no_floor():
@@ -67,23 +71,30 @@ def test_nccl_proof_of_the_h200_records_its_transport_and_why_no_floor():
     assert t["nccl_version"] == "2.28.9" and t["declared_fabric"] == "ib" and t["fabric_used"] == "none"
     assert t["networks"] == ["Socket"] and "ib_no_device" in t["reasons"]
     assert pred["bandwidth_floor"]["rows"] == [] and "0 by definition" in pred["bandwidth_floor"]["why"]
-    assert admission.check_requirement(pred, admission.parse_requirement("backend=nccl"))[0]
-    assert admission.check_requirement(pred, admission.parse_requirement("device=cuda"))[0]
-    assert not admission.check_requirement(pred, admission.parse_requirement("transport=ib"))[0]
+    assert req("backend=nccl").check(pred)[0]
+    assert req("device=cuda").check(pred)[0]
+    assert not req("transport=ib").check(pred)[0]
 
 
-@pytest.mark.parametrize("bad", ["backend", "backend==nccl", "speed=fast", "backend>=3",
-                                 "world_size=many", "floor_pct=80", "backend=nccl;rm"])
+@pytest.mark.parametrize("bad", ["backend", "backend==nccl", "speed>=3", "backend>=3", "backend=fast",
+                                 "world_size=many", "floor_pct=80", "backend=nccl;rm", "Layout.x=1"])
 def test_a_requirement_that_is_not_one_is_bad_input(bad):
     with pytest.raises(InputError) as ei:
-        admission.parse_requirement(bad)
+        req(bad)
     assert "--require" in str(ei.value)
+
+
+def test_a_dotted_path_is_compared_for_equality():
+    pred = {"layout": {"world_size": 12}, "ok": True}
+    assert req("layout.world_size=12").check(pred) == (True, 12)
+    assert req("ok=true").check(pred) == (True, True)
+    assert req("layout.nnodes=2").check(pred) == (False, None)
 
 
 def test_verify_require_needs_a_key_and_a_field_it_knows():
     p = cli("verify", "registry.example.com/ml/train:cu124", "--require", "backend=nccl")
     assert p.returncode == 2 and "--key" in p.stderr and p.stderr.count("\n") == 1
-    p = cli("verify", "registry.example.com/ml/train:cu124", "--key", "cosign.pub", "--require", "x=y")
+    p = cli("verify", "registry.example.com/ml/train:cu124", "--key", "cosign.pub", "--require", "x")
     assert p.returncode == 2 and "backend, device, transport" in p.stderr
 
 
@@ -100,21 +111,21 @@ def test_the_admission_policy_demands_the_projects_fields(tmp_path):
     (proj / "cosign.pub").write_text(PEM)
     (proj / "envbuilder.toml").write_text(
         'registry = "registry.example.com/ml/train"\nsigning_key = "cosign.pub"\n'
-        'admission_require = ["backend=nccl", "transport=ib", "floor_pct>=80"]\n'
-        '[[targets]]\nname = "train"\ntarget = "cpu"\n')
+        '[[targets]]\nname = "train"\ntarget = "cpu"\n'
+        '[jobs]\nadmission = { require = ["backend=nccl", "transport=ib", "floor_pct>=80"] }\n')
     p = cli("render", "-o", str(tmp_path / "out"), "-q", cwd=proj)
     assert p.returncode == 0, p.stderr
     (f,) = (tmp_path / "out").rglob("admission/clusterimagepolicy.yaml")
     doc = yaml.safe_load(f.read_text())
     cue = doc["spec"]["authorities"][0]["attestations"][0]["policy"]["data"]
-    assert 'backend: "nccl"' in cue and 'transport: fabric_used: "ib"' in cue
-    assert "bandwidth_floor: rows: [{percent: >=80}, ...{percent: >=80}]" in cue
-    assert cue.startswith(admission.SMOKE_CUE.rsplit("}", 1)[0])  # the passed-job demands stay
+    assert 'predicate: backend: "nccl"' in cue and 'predicate: transport: fabric_used: "ib"' in cue
+    assert "predicate: bandwidth_floor: rows: [{percent: >=80}, ...{percent: >=80}]" in cue
+    assert cue.startswith(admission.SMOKE_CUE)  # the passed-job demands stay
     (proj / "envbuilder.toml").write_text(
         'registry = "registry.example.com/ml/train"\nsigning_key = "cosign.pub"\n'
-        'admission_require = ["backend=fast"]\n[[targets]]\nname = "train"\ntarget = "cpu"\n')
+        '[[targets]]\nname = "train"\ntarget = "cpu"\n[jobs]\nadmission = { require = ["backend=fast"] }\n')
     bad = cli("render", "-o", str(tmp_path / "out2"), "-q", cwd=proj)
-    assert bad.returncode == 2 and "admission_require" in bad.stderr
+    assert bad.returncode == 2 and "admission.require[0]" in bad.stderr
     assert not (tmp_path / "out2").exists()
 
 

@@ -21,7 +21,6 @@ def lock(specs: Sequence[TargetSpec], out: str | Path | None = None, *, single: 
          sbom: bool = False) -> list[Outcome[LockResult]]:
     """Write (or with ``check`` verify offline against its inputs) each spec's hash-pinned
     lock; keep going past a target that fails and name it (core.spec.run_each)."""
-    from envbuilder.core import validate
     from envbuilder.lock import requirements as lockreq
     from envbuilder.lock.write import write_locks
 
@@ -31,12 +30,6 @@ def lock(specs: Sequence[TargetSpec], out: str | Path | None = None, *, single: 
     if check and (conda or sbom):
         raise InputError("lock --check verifies requirements.lock only: drop --conda/--sbom "
                          "(run lock without --check to rewrite them)")
-    for s in specs:  # bad input: exit 2 before any work
-        lockreq.parse_exclude_newer(s.exclude_newer)
-        if s.pip_index_url:
-            validate.url(s.pip_index_url, "--pip-index-url")
-        for u in s.extra_index_urls:
-            validate.url(u, "--extra-index-url")
 
     def one(s: TargetSpec) -> LockResult:
         dest = out_dir(s, out, single=single)
@@ -49,10 +42,9 @@ def lock(specs: Sequence[TargetSpec], out: str | Path | None = None, *, single: 
                           command=s.invocation("lock"), compiled=s.compiled)
         rendered = _follow_lock(s, dest, check=check, matrix_dir=matrix_dir)
         return LockResult(name=s.name, target=s.name, tag=stack.tag,
-                          lock=res["lock"].to_dict(), warnings=list(stack.to_dict()["warnings"]),
-                          rendered=rendered,
-                          conda=None if res["conda"] is None else res["conda"].to_dict(),
-                          sbom=res["sbom"])
+                          lock=res.lock.to_dict(), warnings=list(stack.to_dict()["warnings"]),
+                          rendered=rendered, conda=None if res.conda is None else res.conda.to_dict(),
+                          sbom=res.sbom)
 
     return spec_mod.run_each(specs, "lock", one)
 

@@ -182,11 +182,8 @@ def _env(extra_dir: Path | None = None):
 
 
 def make_env(loader):
-    """The environment of the build files' templates (also what compiles them ahead of time)."""
-    import jinja2
-
-    return jinja2.Environment(loader=loader, undefined=jinja2.StrictUndefined,
-                              keep_trailing_newline=True, autoescape=False)
+    """The environment of the build files' templates (precompiled.SETS declares its options)."""
+    return precompiled.make_env("build", loader)
 
 
 precompiled.register("build", make_env)

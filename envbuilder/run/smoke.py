@@ -19,8 +19,6 @@ import json
 import os
 import re
 import shlex
-import signal
-import subprocess
 import sys
 import tarfile
 import tempfile
@@ -193,13 +191,17 @@ def run_smoke_host(*, nproc: int = 12, backend: str = "auto", timeout: int = SMO
     run_env = dict(os.environ)
     run_env.update(env or {})
     run_env["PYTHONUNBUFFERED"] = "1"
-    try:
-        probe = subprocess.run([python, "-c", "import torch, torch.distributed"], env=run_env,
-                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                               timeout=300)
-    except (OSError, subprocess.TimeoutExpired) as exc:
+    from envbuilder import _child
+
+    try:  # the one child runner: output capped, a deadline, a Ctrl-C forwarded to the ranks
+        probe = _child.run([python, "-c", "import torch, torch.distributed"], env=run_env,
+                           merge=True, timeout=300, cap=1 << 20)
+    except OSError as exc:
         raise OperationError(f"cannot run {python} to import torch on this host: {exc}",
                              step="smoke") from None
+    if probe.timed_out:
+        raise OperationError(f"cannot run {python} to import torch on this host: it ran past "
+                             f"300 s", step="smoke")
     if probe.returncode != 0:
         # one line: the import's last line, not the child's traceback
         raise OperationError(
@@ -212,31 +214,18 @@ def run_smoke_host(*, nproc: int = 12, backend: str = "auto", timeout: int = SMO
         os.makedirs(out)
         cmd = torchrun_command(python, str(payload_path()), nproc_per_node=nproc, out=out,
                                backend=backend, timeout=timeout, script_args=script_args)
-        timed_out = False
-        proc = subprocess.Popen(cmd, env=run_env, stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, start_new_session=True, cwd=tmp)
-        try:
-            log_bytes, _ = proc.communicate(timeout=job_deadline(timeout))
-        except subprocess.TimeoutExpired:
-            timed_out = True
-            _kill_group(proc.pid)
-            log_bytes, _ = proc.communicate()
-        exit_code = 124 if timed_out else proc.returncode
+        r = _child.run(cmd, env=run_env, merge=True, cwd=tmp, timeout=job_deadline(timeout),
+                       cap=LOG_CAP)
+        timed_out, exit_code = r.timed_out, r.returncode
         summary, ranks = _read_out_dir(out)
-    log = log_bytes.decode("utf-8", errors="replace")
+    log = r.stdout if not r.dropped else f"[{r.over_cap()}]\n{r.stdout}"
     return build_result(summary=summary, ranks=ranks, log=log, exit_code=exit_code,
                         nproc_per_node=nproc, nnodes=1, backend=backend,
                         seconds=time.monotonic() - started, where="host", timed_out=timed_out,
                         timeout=timeout)
 
 
-def _kill_group(pid: int) -> None:
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        try:
-            os.killpg(pid, sig)
-        except (ProcessLookupError, PermissionError):
-            return
-        time.sleep(2)
+LOG_CAP = 16 << 20  # the tail of the ranks' output kept
 
 
 def _read_out_dir(out: str) -> tuple[dict | None, list[dict]]:
