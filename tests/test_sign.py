@@ -189,6 +189,25 @@ def test_envbuilder_check_passes_prints_what_was_proven_and_refuses_another_key(
 
 
 @engine
+def test_verify_require_refuses_a_gloo_proof_where_nccl_is_demanded(signed, keys):
+    """Issue 40: the signed smoke attestation holds the backend and the transport; a team that
+    demands NCCL (verify --require backend=nccl) refuses this gloo-proven CPU image, exit 1."""
+    (_, pub), _ = keys
+    p = _cli("verify", signed["ref"], "--key", str(pub), "--require", "backend=nccl")
+    assert p.returncode == 1, p.stdout + p.stderr
+    assert "--require backend=nccl: the smoke attestation says backend gloo" in p.stderr
+    assert "transport: gloo over TCP" in p.stdout and "Traceback" not in p.stderr
+    ok = _cli("verify", signed["ref"], "--key", str(pub), "--require", "backend=gloo",
+              "--require", "world_size>=12", "--json")
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    d = json.loads(ok.stdout)
+    assert [r["ok"] for r in d["requirements"]] == [True, True]
+    proven = d["proven"]
+    assert proven["backend"] == "gloo" and proven["transport"]["summary"] == "gloo over TCP"
+    assert proven["device"] == {"kind": "cpu", "gpus": []} and proven["shm"]["ok"] is True
+
+
+@engine
 def test_nothing_is_signed_twice_and_a_signing_failure_is_one_line(signed, keys, monkeypatch):
     from envbuilder.errors import OperationError
     from envbuilder.run.sign import Cosign, SignOptions, sign_and_attest
@@ -800,6 +819,20 @@ def test_smoke_predicate_of_a_gpu_run_names_the_driver_and_gpus():
     assert host["cpu_only"] is False and host["driver"] and len(host["gpus"]) == 8
     assert "H100" in host["description"] and host["driver"] in host["description"]
     assert pred["backend"] == "nccl" and pred["layout"]["world_size"] == 8
+
+
+def test_admission_policy_with_required_smoke_fields_validates(cip_validator):
+    """Issue 40: the policy demands the project's fields of the smoke attestation (its CUE);
+    the document stays valid against policy-controller's CRD schema."""
+    from envbuilder.core.attestreq import parse
+    from envbuilder.render.admission import cluster_image_policy
+
+    doc = cluster_image_policy(name="train", repository="registry.example.com/ml/train",
+                               public_key=PEM, require=(parse("backend=nccl", "t"),
+                                                        parse("floor_pct>=50", "t")))
+    assert not list(cip_validator.iter_errors(doc))
+    cue = doc["spec"]["authorities"][0]["attestations"][0]["policy"]["data"]
+    assert 'predicate: backend: "nccl"' in cue and "percent: >=50" in cue
 
 
 # -- the SIF of the pushed image: tied to its digest, attested, verified as a file ---------------

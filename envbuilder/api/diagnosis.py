@@ -123,7 +123,7 @@ def image_labels(image: str, client: DockerClient | None = None) -> Mapping[str,
     return _labels(client or connect(), image)
 
 
-def check_signed(image: str, key: str) -> CheckReport:
+def check_signed(image: str, key: str, require: Sequence[str] = ()) -> CheckReport:
     """``envbuilder verify IMAGE --key PUB``: the signature and the four attestations of
     ``image``'s digest, verified from its registry with cosign (no layer pulled), and what the
     smoke attestation says the digest was proven to do (run.sign.check_image)."""
@@ -131,7 +131,7 @@ def check_signed(image: str, key: str) -> CheckReport:
     from envbuilder.run.sign import check_image
 
     validate.image_ref(image, "IMAGE")
-    return check_image(image, key)
+    return check_image(image, key, require=require)
 
 
 def verify_matrix(*, matrix_dir: str | Path | None = None, pypi: str = "https://pypi.org/simple",

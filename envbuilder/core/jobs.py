@@ -57,6 +57,7 @@ from typing import Any, Callable, Mapping
 
 from packaging.version import InvalidVersion, Version
 
+from envbuilder.core import attestreq
 from envbuilder.core.validate import ENV_NAME_RE
 from envbuilder.errors import InputError
 
@@ -91,8 +92,6 @@ _CPU = re.compile(r"^([0-9]+(\.[0-9]{1,3})?|[0-9]+m)\Z")  # a Kubernetes CPU qua
 _PATH = re.compile(r"^/[A-Za-z0-9_.@+/-]*\Z")  # an absolute path a job script carries unquoted
 _NFS = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9.]*[A-Za-z0-9])?|\[[0-9A-Fa-f:.]+\]):(/[A-Za-z0-9_.@+/-]*)\Z")
 _SECRET_KEY = re.compile(r"^[-._A-Za-z0-9]{1,253}\Z")
-_FIELD = re.compile(r"^[a-z_][a-z0-9_]*(\.[a-z_][a-z0-9_]*){0,7}\Z")
-_FIELD_VALUE = re.compile(r"^[A-Za-z0-9_.:/+-]{1,128}\Z")
 _SLURM_NAME = re.compile(r"^[A-Za-z0-9_.,+-]{1,128}\Z")  # partition(s), account, qos
 _SLURM_CONSTRAINT = re.compile(r"^[A-Za-z0-9_.,&|()\[\]*:!+-]{1,256}\Z")
 _TOLERATION_KEYS = ("key", "operator", "value", "effect", "toleration_seconds")
@@ -202,19 +201,15 @@ class Admission:
     fields (``field=value``, a dotted path of the smoke predicate), and for keyless signing the
     identity (OIDC issuer and certificate subject) the keyless policy admits."""
 
-    require: tuple[tuple[str, Any], ...] = ()
+    require: tuple[attestreq.Requirement, ...] = ()  # core.attestreq
     issuer: str | None = None
     subject: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"require": [f"{k}={_shown(v)}" for k, v in self.require]}
+        out: dict[str, Any] = {"require": [attestreq.shown(r) for r in self.require]}
         if self.issuer:
             out.update(issuer=self.issuer, subject=self.subject)
         return out
-
-
-def _shown(v: Any) -> str:
-    return ("true" if v else "false") if isinstance(v, bool) else str(v)
 
 
 @dataclass(frozen=True)
@@ -659,14 +654,6 @@ def _controllers(v: Any, where: str) -> dict[str, str]:
     return out
 
 
-def _field_value(text: str) -> Any:
-    if text in ("true", "false"):
-        return text == "true"
-    if re.fullmatch(r"-?[0-9]{1,15}", text):
-        return int(text)
-    return text
-
-
 def _admission(v: Any, where: str) -> Admission:
     unknown = sorted(set(v) - {"require", "issuer", "subject"})
     if unknown:
@@ -674,11 +661,11 @@ def _admission(v: Any, where: str) -> Admission:
                    "(known: require, issuer, subject)")
     req = []
     for i, item in enumerate(v.get("require", [])):
-        fld, eq, value = item.partition("=") if isinstance(item, str) else ("", "", "")
-        if not eq or not _FIELD.fullmatch(fld) or not _FIELD_VALUE.fullmatch(value):
-            raise _bad(where, f"admission.require[{i}]", item, "must be FIELD=VALUE of the smoke "
-                       "attestation, e.g. backend=nccl or layout.world_size=12")
-        req.append((fld, _field_value(value)))
+        got = attestreq.read(item)
+        if isinstance(got, str):
+            raise _bad(where, f"admission.require[{i}]", item, f"must be FIELD=VALUE of the smoke "
+                       f"attestation: {got}")
+        req.append(got)
     issuer, subject = v.get("issuer"), v.get("subject")
     if (issuer is None) != (subject is None):
         raise _bad(where, "admission.subject" if subject is None else "admission.issuer", None,

@@ -32,10 +32,10 @@ Kyverno v1.19.0's CRD declares them. Namespaces opt in to policy-controller with
 
 from __future__ import annotations
 
-import json
 import re
 from typing import Any, Sequence
 
+from envbuilder.core.attestreq import Requirement
 from envbuilder.errors import InputError
 from envbuilder.render.yamlemit import dump
 
@@ -61,7 +61,7 @@ predicate: {
 SMOKE_CEL = ("{p}.ok == true && {p}.layout.world_size >= 1 && "
              "(type({p}.busbw_gbps) == double || type({p}.busbw_gbps) == int)")
 
-Require = Sequence[tuple[str, Any]]  # (dotted field of the smoke predicate, value)
+Require = Sequence[Requirement]  # fields the smoke predicate must hold (core.attestreq)
 
 
 def public_key_pem(text: str, what: str) -> str:
@@ -75,20 +75,16 @@ def public_key_pem(text: str, what: str) -> str:
 
 def smoke_cue(require: Require = ()) -> str:
     """The CUE policy of the smoke attestation: the fields every policy requires, then the
-    project's (``layout.world_size=12`` is ``predicate: layout: world_size: 12``; CUE unifies
-    a field declared twice)."""
-    lines = [SMOKE_CUE]
-    for path, value in require:
-        lines.append("predicate: " + ": ".join(path.split(".")) + f": {json.dumps(value)}\n")
-    return "".join(lines)
+    project's (``layout.world_size=12`` is ``predicate: layout: world_size: 12``,
+    ``floor_pct>=80`` every bandwidth row's ``percent: >=80``; CUE unifies a field declared
+    twice). CUE leaves a field the attestation lacks unconstrained: an attestation of an older
+    envbuilder (no ``transport``) satisfies ``transport=ib`` there; ``verify --require`` does not."""
+    return SMOKE_CUE + "".join(r.cue() for r in require)
 
 
 def smoke_cel(require: Require = (), var: str = "p") -> str:
     """The same requirements as one CEL expression over ``var`` (the smoke predicate)."""
-    parts = [SMOKE_CEL.format(p=var)]
-    for path, value in require:
-        parts.append(f"{var}.{path} == {json.dumps(value)}")
-    return " && ".join(parts)
+    return " && ".join([SMOKE_CEL.format(p=var), *(r.cel(var) for r in require)])
 
 
 def _meta_name(name: str, suffix: str = "") -> str:

@@ -39,7 +39,7 @@ from envbuilder.render.plan import BuildPlan
 from envbuilder.render.templating import write_tree
 from envbuilder.run import engine
 from envbuilder.run import wheelhouse as wh
-from envbuilder.run.smoke import SmokeResult, run_smoke_container
+from envbuilder.run.smoke import SmokeResult, judge, run_smoke_container
 
 if TYPE_CHECKING:
     from docker import DockerClient
@@ -368,9 +368,12 @@ def _verify(b: _Build) -> None:
 def _smoke(b: _Build) -> None:
     client, image_id = b.built()
     opts, report = b.opts, b.report
-    result = b.smoke = run_smoke_container(client, image_id, nproc=b.rendered().host_nproc,
-                                           backend=opts.backend, timeout=opts.smoke_timeout,
-                                           shm_size=opts.shm_size)
+    result = run_smoke_container(client, image_id, nproc=b.rendered().host_nproc,
+                                 backend=opts.backend, timeout=opts.smoke_timeout,
+                                 shm_size=opts.shm_size)
+    # the transport against the target's fabric, busbw against the published floors on GPUs
+    fabric = getattr(b.job.stack, "fabric", None)
+    result = b.smoke = judge(result, fabric=fabric if fabric in ("ib", "efa") else None)
     report.smoke = _smoke_summary(result)
     if opts.metrics is not None:  # before the verdict: a failed run is a metric too
         from envbuilder.run.metrics import export_run
@@ -684,6 +687,7 @@ def _smoke_summary(result: SmokeResult) -> dict[str, Any]:
     return {"ok": result.ok, "world_size": result.world_size, "nproc_per_node": result.nproc_per_node,
             "nnodes": result.nnodes, "backend": result.backend, "checks": result.checks,
             "failed": result.failed, "details": result.details, "bandwidth": result.bandwidth,
+            "transport": result.transport, "floors": result.floors, "warnings": result.warnings,
             "seconds": round(result.seconds, 3), "exit_code": result.exit_code}
 
 

@@ -362,7 +362,15 @@ def smoke_predicate(target: str, result: Any, *, probe: Any = None) -> dict:
             "bandwidth": [dict(r) for r in result.bandwidth],
             "busbw_gbps": top["busbw_gbps"] if top else None,
             "seconds": round(float(result.seconds), 3),
-            "host": smoke_host(result.ranks, backend, probe)}
+            "host": smoke_host(result.ranks, backend, probe),
+            "device": {"kind": result.device_kind, "gpus": list(result.fact("gpu_names") or [])},
+            "transport": dict(result.transport) or {"backend": backend, "summary": "not recorded"},
+            "bandwidth_floor": {"fraction": (result.floors or {}).get("fraction", 0.0),
+                                "rows": list((result.floors or {}).get("rows") or []),
+                                "floor": (result.floors or {}).get("floor"),
+                                "why": str((result.floors or {}).get("why") or
+                                           "not compared (a CPU run, or --min-busbw GB/s)")},
+            "shm": result.fact("shm"), "components": result.fact("components")}
 
 
 _OS_PKGS = ("dpkg-query -W -f '${Package}\\t${Version}\\t${Architecture}\\n' 2>/dev/null; "
@@ -588,6 +596,7 @@ class CheckReport:
     attestations: dict[str, dict[str, Any]] = field(default_factory=dict)
     proven: dict[str, Any] = field(default_factory=dict)
     errors: list[str] = field(default_factory=list)
+    requirements: list[dict[str, Any]] = field(default_factory=list)  # --require, each judged
 
     @property
     def ok(self) -> bool:
@@ -597,7 +606,7 @@ class CheckReport:
     def to_dict(self) -> dict[str, Any]:
         return {"image": self.image, "ref": self.ref, "digest": self.digest, "ok": self.ok,
                 "signature": self.signature, "attestations": self.attestations,
-                "proven": self.proven, "errors": self.errors}
+                "proven": self.proven, "requirements": self.requirements, "errors": self.errors}
 
 
 def resolve_digest(image: str) -> tuple[str, str]:
@@ -625,8 +634,14 @@ def _at_digest(image: str, digest: str) -> str:
     return f"{name}@{digest}" if name else f"{ref.registry}/{ref.repository}@{digest}"
 
 
-def check_image(image: str, pub: str, *, cosign: Cosign | None = None) -> CheckReport:
-    """Verify ``image``'s signature and its four attestations with the public key ``pub``."""
+def check_image(image: str, pub: str, *, cosign: Cosign | None = None,
+                require: Sequence[str] = ()) -> CheckReport:
+    """Verify ``image``'s signature and its four attestations with the public key ``pub``; each
+    of ``require`` (``backend=nccl``, ``transport=ib``, ``floor_pct>=80``: render.admission's
+    core.attestreq) must hold in the verified smoke attestation."""
+    from envbuilder.core import attestreq
+
+    reqs = [attestreq.parse(r, "--require") for r in require]
     check_key(pub, "--key", private=False)
     # one deadline for the whole check: every cosign command together (the registry's
     # requests have theirs, ENVBUILDER_REGISTRY_DEADLINE)
@@ -651,7 +666,18 @@ def check_image(image: str, pub: str, *, cosign: Cosign | None = None) -> CheckR
                       "host": smoke["host"]["description"],
                       "collectives": sorted(k for k, v in smoke["collectives"].items()
                                             if v in ("pass", "ok")),
-                      "target": smoke["target"], "envbuilder_version": smoke["envbuilder_version"]}
+                      "target": smoke["target"], "envbuilder_version": smoke["envbuilder_version"],
+                      "device": smoke.get("device"), "transport": smoke.get("transport"),
+                      "bandwidth_floor": smoke.get("bandwidth_floor"), "shm": smoke.get("shm"),
+                      "components": smoke.get("components")}
+    for req in reqs:
+        met, got = req.check(smoke) if smoke else (False, None)
+        text = attestreq.shown(req)
+        rep.requirements.append({"require": text, "ok": met, "found": got})
+        if not met:
+            rep.errors.append(f"--require {text}: the smoke attestation "
+                              + (f"says {req.text} {got}" if got is not None else
+                                 f"records no {req.text}" if smoke else "is missing"))
     missing = [n for n, a in rep.attestations.items() if a.get("missing")]
     if missing:
         rep.errors.append(f"no {', '.join(missing)} attestation signed by this key names {digest}")
