@@ -140,9 +140,9 @@ def test_cpu_targets_pre_build_deepspeeds_start_up_op_by_default():
     from envbuilder.api.specs import resolve_spec
 
     stack = resolve_spec(make_spec("cpu-torch2.13-ds0.19.8-debian12"))
-    assert stack.ds_ops == ("deepspeed_shm_comm", "cpu_adam")
+    assert stack.ops["deepspeed"] == ("deepspeed_shm_comm", "cpu_adam")
     cu = resolve_spec(make_spec("cu124-torch2.6-ds0.16-debian13"))
-    assert cu.ds_ops == ("fused_adam", "cpu_adam")
+    assert cu.ops["deepspeed"] == ("fused_adam", "cpu_adam")
 
 
 def test_a_cuda_target_refuses_the_cpu_accelerators_op(tmp_path):
@@ -162,9 +162,10 @@ def _cpu_ds_labels(ops: str) -> dict[str, str]:
 
 
 def test_verify_asks_for_the_start_up_op_and_judges_it():
+    from envbuilder.core.matrix import load_matrix
     from envbuilder.run.verify import compare, payload_args
 
-    mods = {"cpu_adam": "deepspeed.ops.adam.cpu_adam_op"}
+    mods = load_matrix()  # the ops' modules: matrices/deepspeed.yaml
     args = payload_args(_cpu_ds_labels("cpu_adam"), mods)
     assert args == ["--ds-op", "cpu_adam=deepspeed.ops.adam.cpu_adam_op",
                     "--ds-op", "deepspeed_shm_comm=deepspeed.ops.comm.deepspeed_shm_comm_op"]
