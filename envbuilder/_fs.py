@@ -311,6 +311,58 @@ def _file_sha_at(dir_fd: int, name: str) -> str | None:
     return _fd_sha(fd)
 
 
+def read_owned(folder: str | Path, rel: str, limit: int) -> tuple[str, bytes] | None:
+    """What a check needs of the file ``rel`` in the output folder ``folder``, reached without
+    following a link (the folder's own path is the caller's): (its SHA-256, or a size-and-mtime
+    fingerprint over 32 MiB; its first ``limit`` bytes). None when it is absent, not a regular
+    file, or behind a link. Nothing is read beyond ``limit`` bytes (a 3 GiB file costs one
+    ``fstat`` for its fingerprint)."""
+    try:
+        root = os.open(folder, _DIR_FLAGS & ~getattr(os, "O_NOFOLLOW", 0))
+    except OSError:
+        return None
+    try:
+        pfd = _parent_fd(root, rel)
+    finally:
+        os.close(root)
+    if pfd is None:
+        return None
+    try:
+        fd = os.open(rel.rpartition("/")[2], os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0)
+                     | getattr(os, "O_NONBLOCK", 0), dir_fd=pfd)
+    except OSError:
+        return None
+    finally:
+        os.close(pfd)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            return None
+        head = os.pread(fd, limit, 0) if limit else b""
+    except OSError:
+        os.close(fd)
+        return None
+    sha = _fd_sha(fd)  # closes fd
+    return (sha, head) if sha is not None else None
+
+
+def free_name(folder: str | Path, rel: str) -> str:
+    """``rel``, or ``rel.2``, ``rel.3`` ...: the first name nothing (not even a dangling link)
+    has in the output folder (reached without following a link)."""
+    n, cand = 1, rel
+    try:
+        root = os.open(folder, _DIR_FLAGS & ~getattr(os, "O_NOFOLLOW", 0))
+    except OSError:
+        return rel
+    try:
+        while _lstat_at(root, cand) is not None:
+            n += 1
+            cand = f"{rel}.{n}"
+    finally:
+        os.close(root)
+    return cand
+
+
 def _lstat_at(root_fd: int, rel: str) -> os.stat_result | None:
     """lstat of ``rel`` under ``root_fd`` without following a link on the way (None: absent,
     or a component on the way is a link or not a folder)."""
@@ -504,6 +556,10 @@ class _Dest:
     unchanged: dict[str, bytes] = field(default_factory=dict)
     prune_groups: set[str] = field(default_factory=set)
     extras: list[tuple[Callable[[Path], None], str]] = field(default_factory=list)
+    # rel -> the name the user's edited file at rel is kept under (render --take-jobs): linked
+    # there at commit, before the new file replaces rel; ``linked`` are the links made
+    aside: dict[str, str] = field(default_factory=dict)
+    linked: list[tuple[str, str]] = field(default_factory=list)
 
 
 class Outputs:
@@ -552,10 +608,18 @@ class Outputs:
         return d
 
     def add(self, dest: str | Path, files: Mapping[str, str | bytes], *, group: str,
-            prune: bool = True) -> Path:
+            prune: bool = True, aside: Mapping[str, str] | None = None) -> Path:
         """Stage ``files`` (relative path -> content) for ``dest``, owned by ``group``.
-        With ``prune``, files ``group`` wrote there before and does not write now go away."""
+        With ``prune``, files ``group`` wrote there before and does not write now go away.
+        ``aside``: rel -> a new name in the same folder: the file at rel (one a user edited) is
+        kept under that name, and envbuilder's new one takes rel. Checked with everything else
+        before any change; done by ``commit`` (a refused or failed commit leaves both as they
+        were)."""
         d = self.folder(dest)
+        for rel, new in (aside or {}).items():
+            if not (_safe_rel(rel) and _safe_rel(new)) or rel.rpartition("/")[0] != new.rpartition("/")[0]:
+                raise InputError(f"refusing to keep {rel!r} as {new!r}: not a name beside it")
+            d.aside[rel] = new
         if prune:
             d.prune_groups.add(group)
         for rel, content in files.items():
@@ -643,6 +707,13 @@ class Outputs:
             self._check_parents(d, rel)
             prev = None
             st = _lstat_at(d.fd, rel)
+            if st is not None and rel in d.aside:  # the user's file is kept aside, not replaced
+                if not stat.S_ISREG(st.st_mode) or _lstat_at(d.fd, d.aside[rel]) is not None:
+                    raise InputError(f"{_short(str(Path(d.shown) / rel))} cannot be kept as "
+                                     f"{d.aside[rel].rpartition('/')[2]}: that name is taken, or "
+                                     f"it is not a file; move it away")
+                new[rel] = _Entry(group, sha, None)
+                continue
             if st is not None:
                 if not stat.S_ISREG(st.st_mode):
                     raise InputError(f"{_short(str(Path(d.shown) / rel))} is in the way and "
@@ -706,6 +777,7 @@ class Outputs:
             texts["manifest.inflight"] = _manifest_text(inflight)
             try:
                 self._make_folders(d, final)
+                self._link_aside(d)
                 for name, text in texts.items():
                     p = d.stage / name
                     with open(p, "wb") as f:
@@ -725,6 +797,46 @@ class Outputs:
             except OSError as e:
                 raise io_error(e, d.shown, self.step) from None
             self._done = True
+
+    @staticmethod
+    def _link_aside(d: _Dest) -> None:
+        """The user's files kept aside get their new name as a second link (nothing is
+        replaced: a name someone took since the check fails the commit); the rename of the
+        new file over the old name then leaves them only there."""
+        for rel, new in d.aside.items():
+            pfd = _parent_fd(d.fd, rel)
+            if pfd is None:
+                raise InputError(f"{_short(str(Path(d.shown) / rel))}: a folder on the way is a "
+                                 f"link or a file: move it away or choose another {_OPTION.get()}")
+            try:
+                try:
+                    os.link(rel.rpartition("/")[2], new.rpartition("/")[2], src_dir_fd=pfd,
+                            dst_dir_fd=pfd, follow_symlinks=False)
+                except FileExistsError:
+                    raise InputError(f"{_short(str(Path(d.shown) / new))} appeared while "
+                                     f"envbuilder wrote: move it away") from None
+                d.linked.append((rel, new))
+            finally:
+                os.close(pfd)
+
+    @staticmethod
+    def _unlink_aside(d: _Dest) -> None:
+        """A commit that did not finish: the second names go, where the first still names the
+        same file (the user's file is then where it was)."""
+        for rel, new in d.linked:
+            pfd = _parent_fd(d.fd, rel)
+            if pfd is None:
+                continue
+            try:
+                a = os.stat(rel.rpartition("/")[2], dir_fd=pfd, follow_symlinks=False)
+                b = os.stat(new.rpartition("/")[2], dir_fd=pfd, follow_symlinks=False)
+                if (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino):
+                    os.unlink(new.rpartition("/")[2], dir_fd=pfd)
+            except OSError:
+                pass
+            finally:
+                os.close(pfd)
+        d.linked.clear()
 
     @staticmethod
     def _make_folders(d: _Dest, final: Mapping[str, _Entry]) -> None:
@@ -811,6 +923,7 @@ class Outputs:
             for d in self._dests.values():
                 shutil.rmtree(d.stage, ignore_errors=True)
                 if not self._done:
+                    self._unlink_aside(d)
                     self._remove_created(d.created)
                 with contextlib.suppress(OSError):
                     os.close(d.fd)

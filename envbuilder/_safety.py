@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import errno
 import os
-import re
 import signal
 import sys
 from pathlib import Path
@@ -21,7 +20,6 @@ MAX_ARG_CHARS = 4096  # a path may be this long; anything longer is not a real a
 EXIT_SIGPIPE = 141  # what a shell reports for a tool killed by SIGPIPE (`| head`)
 MAX_MESSAGE_CHARS = 1000
 
-_CONTROL_RE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 
 
 class Terminated(KeyboardInterrupt):
@@ -369,14 +367,38 @@ def cut(s: str, n: int = MAX_MESSAGE_CHARS) -> str:
     return s if len(s) <= n else f"{s[:n]}... ({len(s) - n} more characters)"
 
 
+# Unicode categories of characters a reader cannot see or that act on the text: controls (C0,
+# DEL, C1: ESC starts a terminal sequence, U+0085 is a line break), format characters (the
+# bidi controls that reorder what a terminal shows, U+FEFF, zero-width ones, tags),
+# surrogates, private use, unassigned, and the line and paragraph separators
+_HIDDEN = frozenset(("Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"))
+
+
+def hidden(ch: str) -> bool:
+    """Whether the character ``ch`` must be shown escaped: a line break, a control character or
+    one a reader cannot see (the one rule of the terminal writer and of the YAML emitter)."""
+    import unicodedata
+
+    o = ord(ch)
+    if 0x20 <= o < 0x7F:
+        return False
+    return unicodedata.category(ch) in _HIDDEN or (o & 0xFFFE) == 0xFFFE
+
+
 def terminal_safe(s: Any) -> str:
-    """Text for a terminal: control characters (ANSI/OSC escapes, NUL, bells) are shown
-    escaped, never interpreted; tabs and newlines stay."""
-    return _CONTROL_RE.sub(lambda m: repr(m.group(0))[1:-1], str(s))
+    """Text for a terminal, on one line: every control character (ANSI/OSC escapes, NUL, bells),
+    line break (LF, CR, U+2028 ...) and invisible character (bidi controls) is shown escaped as
+    Python writes it (``\\x1b``, ``\\n``, ``\\u202e``), never interpreted; tabs stay. A string
+    from data can neither move the cursor nor start a line of its own (a fake
+    ``envbuilder: error:`` line)."""
+    text = str(s)
+    if text.isascii() and text.isprintable():
+        return text
+    return "".join(repr(ch)[1:-1] if ch != "\t" and hidden(ch) else ch for ch in text)
 
 
 def rich_text(s: Any):
-    """A rich Text of ``s``: no markup interpreted, control characters escaped."""
+    """A rich Text of ``s``: no markup interpreted, shown by ``terminal_safe``."""
     from rich.text import Text
 
     return Text(terminal_safe("" if s is None else s))

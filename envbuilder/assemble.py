@@ -13,6 +13,7 @@ it does not assemble folders.
 from __future__ import annotations
 
 import hashlib
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from envbuilder.core import layouts as lm
@@ -20,7 +21,7 @@ from envbuilder.core.resolve import Stack
 from envbuilder.core.spec import TargetSpec
 from envbuilder.errors import InputError
 from envbuilder.labels import PREFIX
-from envbuilder.render.plan import BuildPlan, Pinned, make_plan
+from envbuilder.render.plan import BuildPlan, Pinned, PlanOptions, make_plan
 from envbuilder.render.templating import render_files
 
 if TYPE_CHECKING:
@@ -30,12 +31,14 @@ LOCK_NAME = "requirements.lock"
 LOCAL_REPOSITORY = "envbuilder"
 
 
-def smoke_layouts(nproc: int | None, layouts: Sequence[str] = ()) -> tuple[tuple[tuple[int, int], ...], int]:
-    """(the job files' layouts, the smoke job's world size) for ``--nproc`` and ``--layout``:
-    layouts given set the world size (``--nproc``, when also given, must agree); ``--nproc N``
-    alone is 1xN plus the splits that fit common nodes; neither is 12."""
+def smoke_layouts(nproc: int | None,
+                  layouts: Sequence[tuple[int, int]] = ()) -> tuple[tuple[tuple[int, int], ...], int]:
+    """(the job files' layouts, the smoke job's world size) for ``--nproc`` and ``--layout``
+    (a spec's: parsed and checked when it was made): layouts given set the world size
+    (``--nproc``, when also given, must agree); ``--nproc N`` alone is 1xN plus the splits that
+    fit common nodes; neither is 12."""
     if layouts:
-        lays = lm.parse_layouts(layouts)
+        lays = tuple(layouts)
         world = lm.world_of(lays)
         if nproc is not None and nproc != world:
             raise InputError(f"--nproc {nproc} disagrees with --layout {','.join(map(lm.fmt, lays))} "
@@ -99,7 +102,6 @@ def with_team_compiled(spec: TargetSpec, stack: Stack) -> Stack:
 
     from envbuilder.lock.requirements import team_requirements
     from envbuilder.components import team_compiled as rc
-    from envbuilder.render.plan import make_plan
 
     team = team_requirements(stack, requirements_file=spec.requirements_file,
                              lines=spec.requirements, source=spec.requirements_source)
@@ -107,9 +109,9 @@ def with_team_compiled(spec: TargetSpec, stack: Stack) -> Stack:
     if not split:
         return stack
     b = rc.refuse_unbuildable(stack, split)
-    plan = make_plan(stack, **spec.plan_options(), team_requirements=team, compiled=_compiled_names(spec))
+    plan = make_plan(stack, PlanOptions(spec=spec, team_requirements=team, compiled=_compiled_names(spec)))
     more = rc.warnings(stack, split, b, plan.cuda_arch, spec.pip_index_url)
-    return replace(stack, warnings=stack.warnings + tuple(more))
+    return replace(stack, findings=stack.findings + tuple(more))
 
 
 def lock_pins(spec: TargetSpec, stack: Stack, lock_text: str, lock_source: str = LOCK_NAME) -> Pinned:
@@ -130,14 +132,15 @@ def lock_pins(spec: TargetSpec, stack: Stack, lock_text: str, lock_source: str =
 
 def folder_files(spec: TargetSpec, stack: Stack, *, lock_text: str | None = None,
                  lock_source: str = LOCK_NAME, wheelhouse: bool = False,
-                 image: str | None = None) -> tuple[BuildPlan, dict[str, str | bytes]]:
+                 image: str | None = None,
+                 tag_image: str | None = None) -> tuple[BuildPlan, dict[str, str | bytes]]:
     """Every file of ``spec``'s build folder: (plan, {relative path: content}).
 
     With ``lock_text`` the lock is checked (well formed, made for the stack's Python) and
     cross-checked against the stack (exit 3 naming the fact and the lock line), cut into
     per-layer hash-pinned files installed with ``--require-hashes``, and kept beside them.
-    ``image``: the reference the job files pull (``build --push`` passes ``REPO@sha256:...``);
-    default ``default_image``."""
+    ``image``: the reference the job files pull (``build --push`` passes ``REPO@sha256:...``,
+    and ``tag_image``, the tag it pushed it under); default ``default_image``."""
     from envbuilder.render.jobs import job_name, render_jobs
     from envbuilder.render.monitoring import render_monitoring
 
@@ -149,13 +152,12 @@ def folder_files(spec: TargetSpec, stack: Stack, *, lock_text: str | None = None
 
         team = team_requirements(stack, requirements_file=spec.requirements_file,
                                  lines=spec.requirements, source=spec.requirements_source)
-    plan_kw = dict(spec.plan_options(), smoke_nproc=nproc, team_requirements=team,
-                   wheelhouse=wheelhouse, host_nproc=host_ranks(spec, lays, nproc),
-                   compiled=_compiled_names(spec))
+    options = PlanOptions(spec=spec, smoke_nproc=nproc, team_requirements=team, wheelhouse=wheelhouse,
+                          host_nproc=host_ranks(spec, lays, nproc), compiled=_compiled_names(spec))
     extra: dict[str, object] = {}
     layer_reqs = None
     if lock_text is None:
-        plan = make_plan(stack, pinned=Pinned(apt_snapshot=spec.apt_snapshot), **plan_kw)
+        plan = make_plan(stack, replace(options, pinned=Pinned(apt_snapshot=spec.apt_snapshot)))
     else:
         from envbuilder.lock.requirements import (check_lock_text, cross_check, read_lock,
                                                   split_by_layer)
@@ -164,8 +166,8 @@ def folder_files(spec: TargetSpec, stack: Stack, *, lock_text: str | None = None
         cross_check(stack, read_lock(lock_text), lock_source)
         digest = "sha256:" + hashlib.sha256(lock_text.encode()).hexdigest()
         # the image names the lock it was installed from (envbuilder inspect shows it)
-        plan = make_plan(stack, hashes=True, labels={PREFIX + "lock-digest": digest},
-                         pinned=lock_pins(spec, stack, lock_text, lock_source), **plan_kw)
+        plan = make_plan(stack, replace(options, hashes=True, labels={PREFIX + "lock-digest": digest},
+                                        pinned=lock_pins(spec, stack, lock_text, lock_source)))
         layer_reqs = split_by_layer(lock_text, plan)
         extra["lock"] = {"file": LOCK_NAME, "digest": digest}
     if image_tag(spec, stack) != stack.tag:
@@ -187,7 +189,10 @@ def folder_files(spec: TargetSpec, stack: Stack, *, lock_text: str | None = None
         files[LOCK_NAME] = lock_text
     files.update(render_jobs(plan, image=image or default_image(spec, stack), layouts=lays,
                              gpus=stack.toolkit is not None, infiniband=spec.infiniband,
-                             jobs=spec.jobs.with_command(spec.command), name=job_base(spec)))
+                             jobs=spec.jobs.with_command(spec.command), name=job_base(spec),
+                             tag_image=tag_image,
+                             # the project's (or --layout's) nodes: the GPUs per node they use
+                             node_gpus=max(p for _, p in lays) if spec.layouts else None))
     files.update(render_monitoring(target=spec.name, min_busbw_gbps=spec.min_busbw,
                                    job_names=[job_name(job_base(spec) or spec.name, *lays[0])]))
     return plan, files

@@ -10,7 +10,6 @@ No traceback reaches a user (set ENVBUILDER_DEBUG=1 to see one).
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Any, List, Optional
 
@@ -20,14 +19,15 @@ from envbuilder import SMOKE_TIMEOUT
 from envbuilder.errors import EXIT_FAILED, EXIT_INCOMPATIBLE
 from envbuilder.ui import daily
 from envbuilder.ui import diagnose as diagnose_ui
+from envbuilder.ui import knowledge as knowledge_ui
 from envbuilder.ui import rebuild as rebuild_ui
-from envbuilder.ui.options import (CASCADE, COMPONENT_CHECKED, COMPONENT_NAMES, COMPONENTS, BackendOpt, DriverOpt, FlavourOpt,
+from envbuilder.ui.options import (CASCADE, COMPONENT_CHECKED, COMPONENTS, BackendOpt, DriverOpt, FlavourOpt,
                                    JsonOpt, MatrixOpt, NcclOpt, OsOpt, PythonOpt, ShmOpt,
-                                   SmokeTimeoutOpt, TorchOpt, complete_axis, complete_target,
+                                   SmokeTimeoutOpt, TorchOpt, complete_target,
                                    spec_options)
-from envbuilder.ui.output import (Progress, argument_types_off, command, console, echo_json,
-                                  exit_for_failures, print_build, print_lock, print_warnings, print_smoke, print_stack, readable_metavars, run_app, table,
-                                  warn)
+from envbuilder.ui.output import (Progress, argument_types_off, command, echo_json,
+                                  exit_for_failures, print_build, print_lock, print_warnings, print_smoke, print_stack, readable_metavars, run_app, say,
+                                  table, evidence, warn)
 
 app = typer.Typer(
     name="envbuilder",
@@ -49,7 +49,7 @@ def _version(value: bool) -> None:
     if value:
         from envbuilder import __version__
 
-        sys.stdout.write(f"envbuilder {__version__}\n")
+        say(f"envbuilder {__version__}")
         raise typer.Exit(0)
 
 
@@ -64,7 +64,7 @@ def _specs(target: Optional[str], over: Any, *, all_: bool = False, only: Option
            command: str, matrix: Optional[str] = None) -> list:
     from envbuilder.api import target_specs
 
-    return target_specs(target, all_=all_, only=tuple(only or ()), overrides=over,
+    return target_specs(target, all_=all_, only=tuple(only or ()), given=over,
                         command=command, matrix_dir=matrix)
 
 
@@ -112,14 +112,14 @@ def resolve(target: Optional[str] = typer.Argument(None, autocompletion=complete
             "failed": [{"target": o.spec.name, "error": o.error.to_dict()} for o in outcomes if o.error is not None]})
     for o, d in stacks if not as_json else ():
         if target is None:
-            sys.stdout.write(f"{o.spec.name}:\n")
+            say(f"{o.spec.name}:")
         print_stack(d)
     exit_for_failures(outcomes)
 
 
 @app.command()
 @command
-@spec_options(*COMPONENTS, before="os_")  # each component's pin (--NAME VERSION), into over.pins
+@spec_options(*COMPONENTS, before="os_")  # each component's pin (--NAME VERSION), into over
 def check(cuda: Optional[str] = typer.Option(None, "--cuda", help="CUDA version, e.g. 11.8."),
           driver: Optional[str] = DriverOpt, torch: Optional[str] = TorchOpt,
           python: Optional[str] = PythonOpt, nccl: Optional[str] = NcclOpt,
@@ -131,15 +131,17 @@ def check(cuda: Optional[str] = typer.Option(None, "--cuda", help="CUDA version,
 
     r = check_combination(matrix_dir=matrix, cuda=cuda, driver=driver, torch=torch,
                           python=python, nccl=nccl, os=os_, flavour=flavour, matrix_overlay=matrix_overlay,
-                          **{c: getattr(over.pins, c) for c in COMPONENTS}).to_dict()
+                          **{c: over.get(c) for c in COMPONENTS}).to_dict()
     if as_json:
         return echo_json(r)
     given = ", ".join(f"{k} {v}" for k, v in r["given"].items())
     sat = {k: v for k, v in r["satisfied_by"].items() if k not in r["given"] or v != r["given"][k]}
-    sys.stdout.write(f"ok: {given} can work together"
-                     + (f" (e.g. {', '.join(f'{k} {v}' for k, v in sat.items())})\n" if sat else "\n"))
+    say(f"ok: {given} can work together"
+        + (f" (e.g. {', '.join(f'{k} {v}' for k, v in sat.items())})" if sat else ""))
     for d in r.get("driver", ()):  # driver first (--driver with --torch, no --cuda)
-        sys.stdout.write(f"  torch {d['torch']}+{d['variant']}: driver >= {d['driver_min']} (CUDA {d['toolkit']}): {d['runs']}\n")
+        say(f"  torch {d['torch']}+{d['variant']}: driver >= {d['driver_min']} (CUDA {d['toolkit']}): {d['runs']}")
+    for e in r.get("evidence", ()):
+        evidence(e)
     for w in r["warnings"]:
         warn(w)
 
@@ -162,11 +164,11 @@ def render(target: Optional[str] = TargetArg, out: Optional[Path] = OutOpt,
         return echo_json(reports[0] if target is not None else {"rendered": reports})
     for r in reports if not quiet else ():
         d = r["stack"]
-        sys.stdout.write(f"{r['target']}: {d['tag']} (base {d['base_image']}) -> {r['out']}\n")
+        say(f"{r['target']}: {d['tag']} (base {d['base_image']}) -> {r['out']}")
         if not r["jobs"]["pinned"]:
-            sys.stdout.write(f"  jobs/ pull {r['jobs']['image']} by tag: `build --push REPO --context DIR` pins them to the digest\n")
+            say(f"  jobs/ pull {r['jobs']['image']} by tag: `build --push REPO --context DIR` pins them to the digest")
         if target is not None:
-            sys.stdout.writelines(f"  {Path(r['out']) / f}\n" for f in r["files"])
+            say(*(f"  {Path(r['out']) / f}" for f in r["files"]))
     print_warnings(reports)
 
 
@@ -216,20 +218,20 @@ def bake(out: Optional[Path] = OutOpt, all_: bool = AllOpt, only: Optional[List[
          over: Any = None, matrix: Optional[str] = MatrixOpt, as_json: bool = JsonOpt) -> None:
     from envbuilder.api import bake as bake_specs, target_specs
 
-    specs = target_specs(None, all_=all_, only=tuple(only or ()), overrides=over, command="bake",
+    specs = target_specs(None, all_=all_, only=tuple(only or ()), given=over, command="bake",
                          matrix_dir=matrix, or_builtin=True)
     r = bake_specs(specs, out, matrix_dir=matrix, wheelhouse=wheelhouse, ca_cert=ca_cert,
                    docker_driver=docker_driver, cache_mounts=cache_mounts).to_dict()
     if as_json:
         return echo_json(r)
     folder = Path(r["bake_file"]).parent
-    sys.stdout.write(f"{r['bake_file']}: run `docker buildx bake -f docker-bake.hcl` in {folder}\n")
+    say(f"{r['bake_file']}: run `docker buildx bake -f docker-bake.hcl` in {folder}")
     if r["bake"].get("aliases"):
-        sys.stdout.write(f"  moving aliases (pushed by `envbuilder build --push` after the smoke job): {', '.join(r['bake']['aliases'])}\n")
+        say(f"  moving aliases (pushed by `envbuilder build --push` after the smoke job): {', '.join(r['bake']['aliases'])}")
     for t in r["targets"]:  # locked whenever a lock exists: say which targets have none
         said = ("installs from its requirements.lock" + (f" (copied from {t['lock_from']})" if t["lock_from"] else "")
                 if t["locked"] else f"no lock in {t['out']} (unlocked; `envbuilder lock {t['target']}` writes one in {t['lock_default']})")
-        sys.stdout.write(f"  {t['target']}: {said}\n")
+        say(f"  {t['target']}: {said}")
     print_warnings(r["targets"])
 
 
@@ -244,7 +246,7 @@ def ci(github: bool = typer.Option(False, "--github", help="Write a GitHub Actio
     from envbuilder.api import write_ci
 
     path = write_ci(out, registry=registry, github=github, matrix_dir=matrix, install=install)
-    echo_json({"workflow": str(path)}) if as_json else sys.stdout.write(f"{path}\n")
+    echo_json({"workflow": str(path)}) if as_json else say(f"{path}")
 
 
 # -- build and smoke ------------------------------------------------------------------------
@@ -282,7 +284,7 @@ def build(target: Optional[str] = TargetArg, all_: bool = AllOpt, only: Optional
     from envbuilder import api
 
     if lock_legacy is not None and lock_file is None:
-        sys.stderr.write("envbuilder: warning: build --lock PATH is now --lock-file PATH (--lock is render's flag: lock first)\n")
+        say("envbuilder: warning: build --lock PATH is now --lock-file PATH (--lock is render's flag: lock first)", err=True)
     opts = api.build_options(
         verify=not no_verify, ca_cert=ca_cert, wheelhouse=wheelhouse, tags=tuple(tag or ()),
         proxies={"HTTP_PROXY": http_proxy, "HTTPS_PROXY": https_proxy, "NO_PROXY": no_proxy},
@@ -319,22 +321,24 @@ def build(target: Optional[str] = TargetArg, all_: bool = AllOpt, only: Optional
 
 @app.command()
 @command
-def smoke(image: Optional[str] = typer.Argument(None, help="The image to test (omit with --host)."),
+def smoke(image: Optional[str] = typer.Argument(None, help="The image (or an X.sif, run with apptainer) to test (omit with --host)."),
           host: bool = typer.Option(False, "--host", help="Run on this host with its torch, not in a container."),
           nproc: Optional[int] = typer.Option(None, "--nproc", "--nproc-per-node", min=1, help="Ranks per node (default 12)."),
           nnodes: Optional[int] = typer.Option(None, "--nnodes", min=1, help="Nodes (one container each, on a private network; default 1)."),
           layout: Optional[str] = typer.Option(None, "--layout", help="NNODESxNPROC_PER_NODE, e.g. 2x2, or ranks on each node for an uneven split, e.g. 7,5."),
           backend: str = BackendOpt,
           timeout: int = typer.Option(SMOKE_TIMEOUT, "--timeout", min=5, help="Seconds before a collective counts as hung (build --smoke-timeout)."),
-          progressive: bool = typer.Option(False, "--progressive", help="Run 2, then 4, then all ranks; stop at the first failing size."),
-          min_busbw: Optional[float] = typer.Option(None, "--min-busbw", help="Fail below this all-reduce bus bandwidth (GB/s)."),
+          progressive: bool = typer.Option(False, "--progressive", help="Run 2, 4, 8 ... then all ranks; stop at the first failing size and name it."),
+          min_busbw: Optional[str] = typer.Option(None, "--min-busbw", help="GB/s the all-reduce busbw must reach, or auto (the default on GPUs): each size against its published floor (matrices/bandwidth.yaml)."),
+          fabric: Optional[str] = typer.Option(None, "--fabric", help="The fabric NCCL must use between nodes: ib, efa, roce, or socket (sockets intended); check transport."),
+          max_size: Optional[str] = typer.Option(None, "--max-size", help="Largest all-reduce of the GPU sweep (default 16G; also bounded by free GPU memory)."),
           shm_size: str = ShmOpt,
           gpus: Optional[bool] = typer.Option(None, "--gpus/--no-gpus", help="Request GPUs (default: when the engine has the NVIDIA runtime)."),
           records: Optional[str] = typer.Option(None, "--records", help="Judge a finished run from its records folder or log (- for stdin) instead of running one."),
           metrics_file: Optional[Path] = typer.Option(None, "--metrics-file", help="Write the result as Prometheus metrics here (*.prom, for node-exporter's textfile collector)."),
           pushgateway: Optional[str] = typer.Option(None, "--pushgateway", help="Push the result as Prometheus metrics to this Pushgateway URL."),
           label: Optional[List[str]] = typer.Option(None, "--label", help="A metrics label KEY=VALUE (target, image, image_digest, node)."),
-          as_json: bool = JsonOpt) -> None:
+          matrix: Optional[str] = MatrixOpt, as_json: bool = JsonOpt) -> None:
     """Run the distributed smoke job in an image (or --host) and report every check."""
     from envbuilder.api import safe_text
     from envbuilder.api import smoke as run_smoke
@@ -343,7 +347,7 @@ def smoke(image: Optional[str] = typer.Argument(None, help="The image to test (o
         image, host=host, nproc=nproc, nnodes=nnodes, layout=layout, backend=backend,
         timeout=timeout, progressive=progressive, min_busbw=min_busbw, shm_size=shm_size,
         gpus=gpus, records=records, metrics_file=metrics_file, pushgateway=pushgateway,
-        labels=label)
+        labels=label, fabric=fabric, max_size=max_size, matrix_dir=matrix)
     result, runs, causes, exported = run.result, run.runs, run.causes, run.exported
     data = run.to_dict(progressive=progressive)
     if as_json:
@@ -356,7 +360,7 @@ def smoke(image: Optional[str] = typer.Argument(None, help="The image to test (o
         first = result.failed[0] if result.failed else None
         if first and result.details.get(first):
             msg += f" ({result.details[first].splitlines()[0][:200]})"
-        sys.stderr.write(f"envbuilder: error: {safe_text(msg)}\n")
+        say(f"envbuilder: error: {safe_text(msg)}", err=True)
         raise typer.Exit(EXIT_FAILED)
 
 
@@ -364,16 +368,20 @@ def smoke(image: Optional[str] = typer.Argument(None, help="The image to test (o
                   f"cuDNN, Python, {COMPONENT_CHECKED}, the NVIDIA variables (no GPU needed; exit 1 "
                   f"on a mismatch).")
 @command
-def verify(image: str = typer.Argument(..., help="An image built by envbuilder (its labels say what it holds)."),
+def verify(image: str = typer.Argument(..., help="An image built by envbuilder (its labels say what it holds), or its X.sif."),
            key: Optional[str] = typer.Option(None, "--key", help="A cosign public key: check IMAGE's signature and attestations in its registry instead (no layer pulled; exit 1 when one is missing or does not match its digest)."),
+           require: Optional[List[str]] = typer.Option(None, "--require", help="With --key: a field the smoke attestation must hold, FIELD=VALUE or FIELD>=N (backend=nccl, device=cuda, transport=ib, world_size>=16, floor_pct>=80); exit 1 when it does not."),
            matrix: Optional[str] = MatrixOpt, as_json: bool = JsonOpt) -> None:
     """Check that an image is what its labels say (the help above names each check)."""
-    from envbuilder.api import safe_text, verify_image
+    from envbuilder.api import is_sif, safe_text, verify_image
+    from envbuilder.ui.signing import sif_verdict
 
-    if key is not None:
+    if is_sif(image):  # an Apptainer SIF: its labels, the digest it came from, --key its attestation
+        return sif_verdict(image, key, as_json, require)
+    if key is not None or require:
         from envbuilder.ui.signing import signed_verdict
 
-        return signed_verdict(image, key, as_json)
+        return signed_verdict(image, key, as_json, require)
     r = verify_image(image, matrix_dir=matrix)
     d = r.to_dict()
     if as_json:
@@ -383,8 +391,8 @@ def verify(image: str = typer.Argument(..., help="An image built by envbuilder (
                [[c["name"], "ok" if c["ok"] else "FAIL", c["detail"]] for c in d["checks"]])
     if not r.ok:
         if not as_json:
-            sys.stderr.write(f"envbuilder: error: {safe_text(image)} is not what its labels say: "
-                             f"{safe_text(r.summary())}\n")
+            say(f"envbuilder: error: {safe_text(image)} is not what its labels say: "
+                             f"{safe_text(r.summary())}", err=True)
         raise typer.Exit(EXIT_FAILED)
 
 
@@ -414,66 +422,16 @@ def doctor(target: Optional[str] = typer.Option(None, "--target", help="Also jud
                 for c in checks])
     if failed:
         if not as_json:
-            sys.stderr.write(f"envbuilder: error: {len(failed)} check(s) failed: "
-                             f"{', '.join(c.name for c in failed)}\n")
+            say(f"envbuilder: error: {len(failed)} check(s) failed: "
+                             f"{', '.join(c.name for c in failed)}", err=True)
         raise typer.Exit(EXIT_FAILED)
 
 
 diagnose_ui.register(app)  # explain (envbuilder.ui.diagnose), in its place in --help
 
 
-# -- matrix: the knowledge itself (logic in envbuilder.knowledge) ----------------------------
-matrix_app = typer.Typer(help="Read the matrix (show) or check it against the package indexes (verify).",
-                         no_args_is_help=True)
-app.add_typer(matrix_app, name="matrix")
-
-
-@matrix_app.command("verify", help=f"Check torch releases, variants, NCCL pins and Python tags, "
-                                   f"and {COMPONENT_NAMES}'s releases and requires-python, against "
-                                   f"the reachable indexes (exit 1 on a disagreement).")
-@command
-def matrix_verify(pypi: str = typer.Option("https://pypi.org/simple", "--pypi-index-url", help="PyPI or a mirror."),
-                  torch_index: Optional[str] = typer.Option(None, "--torch-index", help="PyTorch's index template with {variant}."),
-                  write_overlay: Optional[str] = typer.Option(None, "--write-overlay", metavar="DIR", help="Write the new releases as a matrix overlay to review (--matrix-overlay DIR loads it)."),
-                  matrix: Optional[str] = MatrixOpt, as_json: bool = JsonOpt) -> None:
-    """Check the matrix against the package indexes (the help above says what)."""
-    from envbuilder.api import verify_matrix, write_verify_overlay
-
-    con = console(stderr=True)
-    con.quiet = as_json
-    with con.status("verify") as st:
-        rep = verify_matrix(matrix_dir=matrix, pypi=pypi, torch_index=torch_index,
-                            progress=lambda msg: st.update(msg))
-    if as_json:
-        echo_json(rep.to_dict())
-    else:
-        sys.stdout.write(rep.headline() + "\n")  # first: what could not be reached
-        for f in rep.findings:
-            sys.stdout.write(f"{f.kind}: {f}\n")
-        sys.stdout.write(f"{len(rep.agreed)} facts agree; {len(rep.of('disagree'))} disagreements, "
-                         f"{len(rep.of('new'))} new, {len(rep.of('skipped'))} skipped, {len(rep.of('unverified'))} unverified\n")
-    if write_overlay:
-        sys.stderr.write(f"overlay: {', '.join(write_verify_overlay(rep, write_overlay, matrix_dir=matrix)) or 'nothing new'} in {write_overlay}\n")
-    if rep.error:
-        sys.stderr.write(f"envbuilder: error: {rep.error}\n")
-    if not rep.ok:
-        raise typer.Exit(EXIT_FAILED)
-
-
-@matrix_app.command("show")
-@command
-def matrix_show(axis: str = typer.Argument(..., autocompletion=complete_axis, help=f"cuda, torch, nccl, os, base_images, {', '.join(COMPONENTS)} or incompatibilities."),
-                torch: Optional[str] = typer.Option(None, "--torch", metavar="VERSION", help="Only rows of this torch release or line (2.6)."),
-                cuda: Optional[str] = typer.Option(None, "--cuda", metavar="VERSION", help="Only rows of this CUDA version or line (12.4; torch: its cu124 variant)."),
-                python: Optional[str] = typer.Option(None, "--python", metavar="VERSION", help="Only rows that list this Python (3.11)."),
-                os_: Optional[str] = typer.Option(None, "--os", metavar="OS", help="Only rows of this OS (ubuntu22.04, debian)."),
-                nccl: Optional[str] = typer.Option(None, "--nccl", metavar="VERSION", help="Only rows of this NCCL release or line."),
-                matrix: Optional[str] = MatrixOpt, as_json: bool = JsonOpt) -> None:
-    """Print one axis of the matrix with the source of every row (filters: --torch, --cuda, --python, --os, --nccl)."""
-    from envbuilder.api import show_axis
-
-    t = show_axis(axis, matrix_dir=matrix, filters={"torch": torch, "cuda": cuda, "python": python, "os": os_, "nccl": nccl})
-    echo_json(t.to_dict()) if as_json else daily.print_axis(axis, t)
+# -- matrix: the knowledge itself (envbuilder.ui.knowledge; logic in envbuilder.knowledge) ------
+knowledge_ui.register(app)
 
 
 daily.register(app)

@@ -12,15 +12,16 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from packaging.version import InvalidVersion, Version
 
 from envbuilder import __version__
-from envbuilder.core.matrix import COMPONENT_TITLES, COMPONENTS, OPS_KEY
+from envbuilder.core import catalog
 from envbuilder.errors import InputError
 
 if TYPE_CHECKING:
+    from envbuilder.core.matrix import Matrix
     from envbuilder.core.resolve import Stack
 
 PREFIX = "io.envbuilder."
@@ -34,7 +35,7 @@ class Label:
     always: bool = True  # every image carries it; else it is left out when empty
 
 
-LABELS: tuple[Label, ...] = (
+_HEAD: tuple[Label, ...] = (
     Label("org.opencontainers.image.title", "title"),
     Label("org.opencontainers.image.description", "description"),
     Label("org.opencontainers.image.version", "tag"),
@@ -53,16 +54,34 @@ LABELS: tuple[Label, ...] = (
     Label(PREFIX + "driver-minor-compat", "driver_minor_compat", always=False),
     Label(PREFIX + "torch-arch", "torch_arch", always=False),
     Label(PREFIX + "nccl", "nccl", always=False),
-    *(Label(PREFIX + c, c, always=False) for c in COMPONENTS),  # each matrix component's version
+)
+_MIDDLE: tuple[Label, ...] = (
     Label(PREFIX + "flavour", "flavour", always=False),  # the runtime base flavour
     Label(PREFIX + "nccl-package", "nccl_package", always=False),
-    Label(PREFIX + OPS_KEY.replace("_", "-"), OPS_KEY, always=False),  # pre-built ops, comma-separated
+)
+_TAIL: tuple[Label, ...] = (
     Label(PREFIX + "cuda-arch-list", "cuda_arch_list", always=False),  # TORCH_CUDA_ARCH_LIST compiled for
     Label(PREFIX + "builder-nvcc", "builder_nvcc", always=False),
     Label(PREFIX + "cpu-isa", "cpu_isa", always=False),  # -march of compiled CPU code
     Label(PREFIX + "fabric", "fabric", always=False),  # RDMA user space (CUDA images): ib, efa, none
 )
+
+
+def _table(components: Sequence[Any]) -> tuple[Label, ...]:
+    """The rows for a matrix's components (core.catalog.Identity or core.matrix.Component): each
+    one's version after NCCL's, each one's pre-built ops (comma-separated) after the package."""
+    return (*_HEAD, *(Label(PREFIX + c.name, c.name, always=False) for c in components), *_MIDDLE,
+            *(Label(PREFIX + c.ops_key.replace("_", "-"), c.ops_key, always=False)
+              for c in components if c.has_ops), *_TAIL)
+
+
+LABELS: tuple[Label, ...] = _table(catalog.builtin())  # the built-in matrix's
 KEY_OF = {lab.field: lab.key for lab in LABELS}
+
+
+def table(matrix: Matrix) -> tuple[Label, ...]:
+    """The labels of an image made from ``matrix`` (a team's matrix may have other components)."""
+    return _table(matrix.components)
 
 
 def facts(stack: Stack, base_image: str | None = None, *, cuda_arch_list: str | None = None,
@@ -75,7 +94,7 @@ def facts(stack: Stack, base_image: str | None = None, *, cuda_arch_list: str | 
         "title": f"envbuilder {stack.target}",
         "description": f"PyTorch {d['torch']} ({d['torch_variant']}), Python {d['python']}, "
                        f"{d['os']}"
-                       + "".join(f", {COMPONENT_TITLES[c]} {d[c]}" for c in COMPONENTS if d[c]),
+                       + "".join(f", {c.title} {d[c.name]}" for c in stack.matrix.components if d[c.name]),
         "tag": stack.tag,
         "base_image": base_image or stack.runtime_image,
         "vendor": "envbuilder",
@@ -92,10 +111,10 @@ def facts(stack: Stack, base_image: str | None = None, *, cuda_arch_list: str | 
         "driver_minor_compat": dm["minor_compat"] if dm else None,
         "torch_arch": ",".join(d["torch_arch"]) or None,
         "nccl": d["nccl"],
-        **{c: d[c] for c in COMPONENTS},
+        **{c: d[c] for c in stack.matrix.component_names},
         "flavour": d["flavour"],
         "nccl_package": d["nccl_package"],
-        OPS_KEY: ",".join(d[OPS_KEY]) or None,
+        **{c.ops_key: ",".join(d[c.ops_key]) or None for c in stack.matrix.components if c.has_ops},
         "cuda_arch_list": cuda_arch_list,
         "builder_nvcc": (d["builder"] or {}).get("nvcc"),
         "cpu_isa": cpu_isa,
@@ -109,7 +128,7 @@ def write(stack: Stack, extra: Mapping[str, str] | None = None,
     """The labels an image of ``stack`` carries (``extra``: the user's own, added last)."""
     values = facts(stack, base_image, cuda_arch_list=cuda_arch_list, cpu_isa=cpu_isa)
     labels: dict[str, str] = {}
-    for lab in LABELS:
+    for lab in table(stack.matrix):
         v = values[lab.field]
         if lab.always or v:
             labels[lab.key] = str(v)

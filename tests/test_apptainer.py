@@ -270,6 +270,59 @@ def test_a_broken_post_fails_the_build_naming_the_step(cpu_sif, docker_client, t
     assert os.listdir(out) == []  # no half-written SIF, no work folder left
 
 
+def _apptainer_containers(client, under: Path) -> list:
+    """The apptainer wrapper's containers (scripts/test-services.sh) that bind a path under
+    ``under`` (this test's own: other sessions may share the engine)."""
+    found = []
+    for c in client.containers.list(filters={"ancestor": "envbuilder-test/apptainer:sid"}):
+        if any(str(m.get("Source", "")).startswith(str(under)) for m in c.attrs.get("Mounts") or ()):
+            found.append(c)
+    return found
+
+
+@pytest.mark.docker
+@pytest.mark.slow
+@pytest.mark.parametrize("sig, code", [("INT", 130), ("TERM", 143)])
+def test_an_interrupted_sif_build_exits_130_or_143_and_apptainer_stops(docker_client, wheelhouse,
+                                                                      tmp_path, sig, code):
+    """Issue 47: a Ctrl-C (or SIGTERM) while the real ``apptainer build`` runs is the signal's
+    exit code (f06a763 said 1), the signal reaches Apptainer (the wrapper's ``docker run``
+    passes it on: its container ends), and nothing is left at --sif or beside it."""
+    import signal
+    import time
+
+    from hostile_helpers import start
+
+    _apptainer()
+    out = tmp_path / "out"
+    out.mkdir()
+    p = start("build", CPU, "--runtime", "apptainer", "--base-image", "envbuilder-test/debian:12",
+              "--wheelhouse", str(wheelhouse), "--sif", str(out / "x.sif"), "--no-smoke",
+              "--no-verify", cwd=tmp_path)
+    try:
+        seen, t0 = None, time.monotonic()
+        while p.poll() is None and time.monotonic() - t0 < 300:
+            if _apptainer_containers(docker_client, tmp_path):
+                seen = seen or time.monotonic()
+                if time.monotonic() - seen > 8:  # apptainer has been building for a while
+                    break
+            time.sleep(0.5)
+        assert seen is not None and p.poll() is None, p.communicate(timeout=60)[1][-2000:]
+        p.send_signal(getattr(signal, f"SIG{sig}"))
+        err = p.communicate(timeout=120)[1]
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait(30)
+    assert p.returncode == code, err[-2000:]
+    assert "interrupted during apptainer" in err and "Traceback" not in err, err[-2000:]
+    deadline = time.monotonic() + 60
+    while _apptainer_containers(docker_client, tmp_path) and time.monotonic() < deadline:
+        time.sleep(1)
+    assert _apptainer_containers(docker_client, tmp_path) == []  # Apptainer got the signal
+    assert os.listdir(out) == []  # no SIF, no record, no work folder
+
+
 @pytest.mark.docker
 def test_an_existing_file_at_sif_is_never_replaced(cpu_sif, docker_client, tmp_path):
     from envbuilder.api import make_spec, resolve_target

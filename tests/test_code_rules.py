@@ -11,7 +11,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "envbuilder"
 COMPLEXITY = {"C901", "PLR0912", "PLR0915"}
-MAX_COMPLEXITY_NOQA = 8
+MAX_COMPLEXITY_NOQA = 0  # issue 43: no function over the limits
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -97,10 +97,18 @@ def test_no_test_module_imports_torch_when_collected():
     assert found == [], found
 
 
+def test_core_names_no_component():
+    """Issue 43: a component is its module and its matrix file; core reads them generically
+    (core.catalog, core.matrix.Component, core.compiles) and names none of them."""
+    named = sorted(str(p.relative_to(PACKAGE)) for p in (PACKAGE / "core").rglob("*.py")
+                   if re.search(r"deepspeed|horovod", p.read_text(encoding="utf-8"), re.IGNORECASE))
+    assert named == []
+
+
 def test_a_component_is_named_in_few_modules_outside_its_own():
     """Issue 27: outside the component's own module (and diagnose/, the smoke payload, data/
     and the generated templates), at most 6 modules of envbuilder/ name DeepSpeed or Horovod:
-    generic code iterates over the matrix's components (core.options) instead."""
+    generic code iterates over the matrix's components (core.catalog) instead."""
     skip = ("diagnose/", "run/payload/", "data/", "_precompiled")
     for name in ("deepspeed", "horovod"):
         naming = sorted(str(p.relative_to(PACKAGE)) for p in PACKAGE.rglob("*.py")

@@ -170,10 +170,10 @@ def test_payload_arguments_come_from_the_components():
 
     labels = {"io.envbuilder.torch": "2.6.0", "io.envbuilder.deepspeed-ops": "fused_adam",
               "io.envbuilder.compiled": "flash-attn,Bad Name"}
-    modules = {"fused_adam": "deepspeed.ops.adam.fused_adam", "cpu_adam": "deepspeed.ops.adam.cpu_adam"}
-    assert payload_args(labels, modules) == ["--ds-op", "fused_adam=deepspeed.ops.adam.fused_adam",
-                                             "--compiled", "flash-attn"]
-    assert payload_args({"io.envbuilder.torch": "2.6.0"}, modules) == []
+    m = builtin()  # the op's module comes from the matrix (matrices/deepspeed.yaml ops)
+    assert payload_args(labels, m) == ["--ds-op", "fused_adam=deepspeed.ops.adam.fused_adam_op",
+                                       "--compiled", "flash-attn"]
+    assert payload_args({"io.envbuilder.torch": "2.6.0"}, m) == []
 
 
 def test_each_components_smoke_check_is_one_the_payload_runs():

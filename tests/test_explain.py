@@ -22,10 +22,13 @@ from envbuilder.diagnose.explain import (
     CATEGORIES,
     Cause,
     Evidence,
+    analyse_files,
+    analyse_lines,
     explain_files,
     explain_lines,
     load_signatures,
 )
+from envbuilder.diagnose.ranking import default_model
 
 CORPUS = Path(__file__).parent / "explain_corpus"
 # Thresholds of the development split (test_corpus_accuracy, measured 1.00 on it: the signatures
@@ -46,11 +49,17 @@ UNHANDLED = ("RuntimeError: NCCL error in: ../torch/csrc/distributed/c10d/Proces
 WATCHDOG_SEQ1 = ("[Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=1, "
                  "OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600047 "
                  "milliseconds before timing out.")
+BLIND = ("-unseen", "-fresh")  # batches measured with no case of such a batch in the index
 WATCHDOG_LATE = WATCHDOG_SEQ1.replace("SeqNum=1,", "SeqNum=48213,")
 
 
 def categories(causes: list[Cause]) -> list[str]:
     return [c.category for c in causes]
+
+
+def answer(report) -> list[str]:
+    """explain's answer: its causes, then its low-confidence guesses."""
+    return categories(report.causes + report.guesses)
 
 
 def load_cases() -> list[dict]:
@@ -84,11 +93,11 @@ def measuring_index(case: dict) -> object:
         data = yaml.safe_load((CORPUS / "heldout.yaml").read_text())
         _SPLITS.append({r.lower() for r in data["repositories"] or ()})
         _SPLITS.append({repository(c["source"]) for c in load_cases()
-                        if str(c.get("batch", "")).endswith("-unseen")})
+                        if str(c.get("batch", "")).endswith(BLIND)})
     held, unseen = _SPLITS
     repo = repository(case["source"])
     strict = repo in held
-    blind = str(case.get("batch", "")).endswith("-unseen")
+    blind = str(case.get("batch", "")).endswith(BLIND)
     if (repo, blind) not in _MEASURING:
         _MEASURING[(repo, blind)] = default_index().without(
             lambda k: k.repository == repo or (strict and k.repository in held) or (blind and k.repository in unseen))
@@ -96,16 +105,21 @@ def measuring_index(case: dict) -> object:
 
 
 def accuracy(cases: list[dict]) -> tuple[float, float, str]:
-    top1 = top3 = 0
+    """top-1/top-3 of explain's answer (causes, then guesses: what the figures meant before
+    issue 45); the report also gives the share whose first *confident* cause is right."""
+    top1 = top3 = confident = 0
     misses = []
     for case in cases:
-        got = categories(explain_files([str(CORPUS / case["file"])], cases=measuring_index(case)))
+        report = analyse_files([str(CORPUS / case["file"])], cases=measuring_index(case))
+        got = answer(report)
         top1 += got[:1] == [case["category"]]
         top3 += case["category"] in got[:3]
+        confident += categories(report.causes)[:1] == [case["category"]]
         if got[:1] != [case["category"]]:
-            misses.append(f"{case['file']}: expected {case['category']}, got {got[:3]}")
+            misses.append(f"{case['file']}: expected {case['category']}, got {got[:3]} ({report.verdict})")
     n = len(cases)
-    report = f"{n} cases: top-1 {top1 / n:.3f}, top-3 {top3 / n:.3f}; misses: {misses}"
+    report = (f"{n} cases: top-1 {top1 / n:.3f}, top-3 {top3 / n:.3f}, confident top-1 {confident / n:.3f}; "
+              f"misses: {misses}")
     print(report)
     return top1 / n, top3 / n, report
 
@@ -184,6 +198,22 @@ def test_second_unseen_batch_of_forty_from_new_repositories():
     assert top1 >= 0.85, report
 
 
+def test_unseen_batch_after_issue_45_is_forty_five_logs_from_new_repositories():
+    """Batch 2026-12-05-unseen (issue 45's done-when, second round): 45 real logs from 45
+    repositories with no other case in the corpus, gathered after issue 45's first round and
+    measured once before any change for them (0.933 / 0.956 on 2026-12-05, commit f73bee8;
+    docs/explain.md), never tuned on; nearest cases searched without any unseen/fresh case."""
+    batch = [c for c in load_cases() if c.get("batch") == "2026-12-05-unseen"]
+    assert len(batch) >= 40
+    repos = {repository(c["source"]) for c in batch}
+    assert len(repos) == len(batch)
+    earlier = {repository(c["source"]) for c in load_cases() if c.get("batch") != "2026-12-05-unseen"}
+    assert not repos & earlier, repos & earlier
+    assert all(c.get("note") and c.get("family") for c in batch)
+    top1, _, report = accuracy(batch)
+    assert top1 >= 0.85, report
+
+
 # ----------------------------------------------------------------------------- engine
 
 
@@ -206,13 +236,15 @@ def test_generic_error_weighs_socket_context_as_network() -> None:
 
 
 def test_generic_error_alone_is_unsure() -> None:
-    causes = explain_lines([UNHANDLED])
-    assert causes, "a generic NCCL error still yields candidates"
-    assert causes[0].confidence < 0.5
+    """A lone generic message names no cause: its candidates are low-confidence guesses (issue 45)."""
+    report = analyse_lines([UNHANDLED])
+    assert report.causes == [] and report.verdict == "low confidence"
+    assert report.guesses, "a generic NCCL error still yields candidates"
+    assert all(g.confidence < default_model().threshold for g in report.guesses)
 
 
 def test_first_collective_timeout_points_to_setup_not_slow_op() -> None:
-    first = categories(explain_lines([WATCHDOG_SEQ1]))
+    first = answer(analyse_lines([WATCHDOG_SEQ1]))
     late = categories(explain_lines([WATCHDOG_LATE]))
     assert first[0] == "network_interface"
     assert "nccl_timeout" in first
@@ -539,17 +571,18 @@ def test_stack_frames_name_the_timeout_without_the_watchdog_line():
     assert categories(explain_lines(frames))[:1] == ["nccl_timeout"]
 
 
-def test_a_hang_without_an_error_is_read_from_nccl_setup_lines():
-    """Channels set up, then nothing: a low-confidence reading that points at the transport."""
+def test_nccl_setup_lines_alone_are_no_failure_but_a_watchdog_is_read_with_them():
+    """Channels set up, then nothing: a healthy run prints the same (issue 45: NCCL's INFO
+    lines are not evidence of a failure); with a watchdog timeout the transport is read too."""
     p2p = [f"host:1:2 [{r}] NCCL INFO Channel 0{c}/0 : {r}[{r}] -> {(r + 1) % 4}[{(r + 1) % 4}] via P2P/IPC"
            for r in range(4) for c in range(2)] + ["host:1:2 [0] NCCL INFO Connected all rings"]
-    got = explain_lines(p2p)
-    assert categories(got)[:2] == ["p2p_topology", "nccl_timeout"]
-    assert got[0].confidence < 0.6  # a reading, not a diagnosis
+    report = analyse_lines(p2p)
+    assert report.verdict == "no failure found" and not report.causes and not report.guesses
     ib = [ln.replace("via P2P/IPC", "via NET/IB/0/GDRDMA") for ln in p2p]
-    assert categories(explain_lines(ib))[0] == "ib_rdma"
-    # any real error outranks the reading
-    assert categories(explain_lines(p2p + [WATCHDOG_LATE]))[0] == "nccl_timeout"
+    assert analyse_lines(ib).verdict == "no failure found"
+    # a real error: the timeout first, the transport read beside it
+    hung = analyse_lines(p2p + [WATCHDOG_LATE])
+    assert answer(hung)[0] == "nccl_timeout" and hung.facts.transports() == ["P2P/IPC"]
 
 
 @pytest.mark.parametrize("line, category", [
@@ -570,8 +603,8 @@ def test_second_and_third_causes_when_the_evidence_supports_them():
            "NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600047 milliseconds before timing out.",
            "host:1:2 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via NET/IB/0/GDRDMA",
            "host:1:2 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via NET/Socket/0"]
-    got = categories(explain_lines(log))
-    assert len(got) >= 3 and {"network_interface", "ib_rdma", "nccl_timeout"} <= set(got[:3])
+    got = answer(analyse_lines(log))
+    assert len(got) >= 2 and {"network_interface", "nccl_timeout"} <= set(got[:3])
 
 
 def test_heldout_manifest_names_corpus_cases():

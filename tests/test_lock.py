@@ -11,15 +11,15 @@ from pathlib import Path
 
 import pytest
 
-from envbuilder.api import resolve_target
+from envbuilder.api import make_spec, resolve_target
 from envbuilder.errors import (IncompatibleError, InputError, MissingExtraError,
                                OperationError)
 from envbuilder.lock.system import lock_epoch
 from envbuilder.lock.requirements import (LOCK_NAME, cross_check, lock_digest, lock_inputs,
-                                          parse_exclude_newer, read_lock,
+                                          read_lock,
                                           read_lockfile, split_by_layer)
 from envbuilder.lock.write import lock_stack
-from envbuilder.render.plan import make_plan
+from envbuilder.render.plan import PlanOptions, make_plan
 from envbuilder.render.templating import render_files
 
 TARGET = "cu121-torch2.1-py310"
@@ -251,7 +251,7 @@ def test_plain_lock_keeps_a_current_lock_and_upgrade_resolves_again(locked, stac
 
 def test_plain_lock_resolves_again_when_an_input_changed(locked, stack, tmp_path):
     d = _copy(locked, tmp_path)
-    r = lock_stack(stack, d, exclude_newer="2024-06-01")
+    r = lock_stack(stack, d, exclude_newer=_cutoff("2024-06-01"))
     assert r.status == "resolved"
     assert r.changed == ["exclude newer none -> 2024-06-01T00:00:00Z"]
     text = (d / LOCK_NAME).read_text()
@@ -261,7 +261,7 @@ def test_plain_lock_resolves_again_when_an_input_changed(locked, stack, tmp_path
     from packaging.version import Version
 
     assert Version(r.packages["fsspec"]) < Version("2024.6.0")
-    assert lock_stack(stack, d, exclude_newer="2024-06-01T00:00:00+00:00",
+    assert lock_stack(stack, d, exclude_newer=_cutoff("2024-06-01T00:00:00+00:00"),
                        check=True).problems == []
     err = _check_fails(stack, d)  # without --exclude-newer now: an input changed
     assert "exclude newer 2024-06-01T00:00:00Z -> none" in str(err)
@@ -283,16 +283,24 @@ def test_uv_environment_cannot_change_a_lock_behind_its_inputs(locked, stack, tm
     ("2024-06-01T12:30:00.5z", "2024-06-01T12:30:00.500000Z"),
 ])
 def test_exclude_newer_dates(value, normal):
-    assert parse_exclude_newer(value) == normal
+    assert _cutoff(value) == normal
+    assert make_spec("cpu", exclude_newer=value).exclude_newer == normal  # what a lock is given
 
 
 @pytest.mark.parametrize("value", ["yesterday", "2024-13-01", "2024-06-01T25:00:00Z", "", "2024",
                                    "20240601", "2024-06-01; rm -rf /", "2024-06-01\n"[:-1] + "x"])
-def test_exclude_newer_garbage_is_bad_input(stack, tmp_path, value):
+def test_exclude_newer_garbage_is_bad_input(value):
+    # checked once, when the spec is made: the lock is given the spec's checked value
     with pytest.raises(InputError) as e:
-        lock_stack(stack, tmp_path / "o", exclude_newer=value)
+        make_spec("cpu", exclude_newer=value)
     assert e.value.exit_code == 2 and "--exclude-newer" in str(e.value)
-    assert not (tmp_path / "o").exists()
+
+
+def _cutoff(value: str) -> str:
+    """A date as the option's check returns it (what a spec holds and a lock is given)."""
+    from envbuilder.core.options import check_value
+
+    return check_value("exclude_newer", value, {})
 
 
 def test_index_credentials_are_not_inputs(stack):
@@ -435,7 +443,7 @@ def test_joint_resolution_frees_torchs_small_dependencies(uv_cache, tmp_path):
 
     def layers(d: Path) -> dict[str, str]:
         text = (d / LOCK_NAME).read_text()
-        return split_by_layer(text, make_plan(st, hashes=True, team_requirements=("x",)))
+        return split_by_layer(text, make_plan(st, PlanOptions.of(hashes=True, team_requirements=("x",))))
 
     a, b, c = layers(tmp_path / "a"), layers(tmp_path / "b"), layers(tmp_path / "c")
     assert a["torch"] == b["torch"] == c["torch"]  # the stack layer: the same bytes
@@ -566,7 +574,7 @@ def test_split_by_layer_real_deepspeed_lock(uv_cache, tmp_path):
     st = resolve_target("cu121-torch2.1-py310-ds0.14")
     r = lock_stack(st, tmp_path / "ds")
     text = Path(r.path).read_text()
-    plan = make_plan(st, hashes=True)
+    plan = make_plan(st, PlanOptions.of(hashes=True))
     parts = split_by_layer(text, plan)
     assert list(parts) == ["torch", "deepspeed.build", "deepspeed", "team"]
     names = {k: {p.name for p in read_lock(v)} for k, v in parts.items()}
@@ -611,14 +619,14 @@ def test_split_by_layer_horovod_and_extras(stack):
         _entry("rich", "13.0"),
         _entry("markdown-it-py", "3.0", ["rich"]),
     ])
-    from envbuilder.components import deepspeed, horovod
     from envbuilder.render.plan import PipLayer
 
-    plan = make_plan(stack, hashes=True)
+    plan = make_plan(stack, PlanOptions.of(hashes=True))
+    build = {c: stack.matrix.component(c).compiles.build for c in ("horovod", "deepspeed")}  # their files'
     plan = replace(plan, layers=(plan.layers[0],
-                                 PipLayer("horovod", ("horovod==0.28.1",), None, build_deps=horovod.BUILD_DEPS),
+                                 PipLayer("horovod", ("horovod==0.28.1",), None, build_deps=build["horovod"]),
                                  PipLayer("deepspeed", ("deepspeed==0.14.5",), None,
-                                          build_deps=deepspeed.BUILD_DEPS)))
+                                          build_deps=build["deepspeed"])))
     parts = split_by_layer(text, plan)
     assert list(parts) == ["torch", "horovod.build", "horovod", "deepspeed.build", "deepspeed"]
     names = {k: [p.name for p in read_lock(v)] for k, v in parts.items()}

@@ -22,7 +22,7 @@ def test_builtin_matrix_loads():
     assert m.path == MATRICES
     assert m.digest.startswith("sha256:") and len(m.digest) == len("sha256:") + 64
     assert m.toolkits and m.torch and m.nccl and m.os and m.base_images and m.targets
-    assert m.deepspeed.releases and m.horovod.releases and m.incompatibilities
+    assert m.component("deepspeed").releases and m.component("horovod").releases and m.incompatibilities
     # newest first, as the resolver assumes
     assert [t.version for t in m.toolkits] == sorted((t.version for t in m.toolkits), reverse=True)
     assert [t.version for t in m.torch] == sorted((t.version for t in m.torch), reverse=True)

@@ -66,12 +66,14 @@ def test_cu134_is_refused_for_want_of_a_torch_build_not_as_unknown():
 
 @pytest.mark.parametrize("target,platform,expect", [
     ("cu128", "linux/amd64", "2.11.0"),        # cuda axis, amd64: the newest cu128 torch
-    ("cu128", "linux/arm64", "2.9.1"),         # 2.11's cu128 is amd64-only: the newest cu128 arm64 build
-    ("cu128-torch2.11", "linux/arm64", None),  # torch pinned to a release without it: the reason
+    ("cu128", "linux/arm64", "2.11.0"),        # 2.11's cu128 aarch64 build (RELEASE.md, HF build variants)
+    ("cu128-torch2.11", "linux/arm64", "2.11.0"),
     ("cu130", "linux/arm64", "2.14.1"),        # cuda axis, arm64: the newest cu130 arm64 build
     ("cu132", "linux/arm64", "2.15.0"),
     ("cu130-torch2.11", "linux/arm64", "2.11.0"),  # torch axis pinned: 2.11's cu130 aarch64 wheels
-    ("cu126-torch2.11", "linux/arm64", None),
+    ("cu126-torch2.11", "linux/arm64", "2.11.0"),
+    ("cu129-torch2.13", "linux/arm64", None),  # an index-only variant with no aarch64 wheels: the reason
+    ("cu118-torch2.7", "linux/arm64", None),
 ])
 def test_platform_search_picks_among_releases_with_the_build(target, platform, expect):
     args = ["resolve", target, "--platform", platform, "--json"]
@@ -218,7 +220,7 @@ def test_facts_from_non_vendor_sources_are_listed_and_the_list_only_shrinks():
     facts = [(f"cuda {t.version}", t.source) for t in m.toolkits]
     facts += [(f"base {b.cuda} {'/'.join(b.os)}", b.source) for b in m.base_images]
     facts += [(f"torch {t.version}", t.source) for t in m.torch]
-    facts += [(f"{c.component} {c.version}", c.source) for c in m.deepspeed.releases + m.horovod.releases]
+    facts += [(f"{c.component} {c.version}", c.source) for c in m.component("deepspeed").releases + m.component("horovod").releases]
     facts += [(f"incompatibility {x.id}", x.source) for x in m.incompatibilities]
     facts += [(f"advisory {x.id}", x.source) for x in m.advisories]
     weak = {name for name, src in facts if not any(any(v in s for v in VENDOR) for s in src)}
@@ -248,7 +250,7 @@ def test_verify_write_overlay_is_loaded_by_matrix_overlay(tmp_path: Path):
     versions = {str(t.version) for t in m2.torch}
     assert {"2.15.0", "2.15.1", "2.16.0"} <= versions
     assert "cu134" in next(t for t in m2.torch if str(t.version) == "2.15.0").variants
-    assert "0.19.9" in {str(c.version) for c in m2.deepspeed.releases}
+    assert "0.19.9" in {str(c.version) for c in m2.component("deepspeed").releases}
     assert "2.30.9" in {str(n.version) for n in m2.nccl}
     assert "13.5.1" in {str(t.version) for t in m2.toolkits}
     assert all(e["action"] in ("added", "replaced") and e["source"] for e in m2.overlay)
@@ -262,9 +264,10 @@ def test_free_threaded_python_resolves_where_torch_ships_its_wheels():
     st = resolve_target("cu130", matrix=m, pins=Pins(python="3.14t"))
     assert st.python == "3.14t" and "3.14t" in st.torch.python_ft
     assert st.to_dict()["python"] == "3.14t"
-    # 2.12.1 dropped cp313t: a 3.13t pin on the 2.12 line is refused with the reason
+    # 2.12.1 dropped cp313t (2.12.0 had it, as PyPI's files say): 2.12.1 with 3.13t is refused
+    # with the reason (2.12.0 has the wheels; no OS of the matrix installs a 3.13t)
     with pytest.raises(IncompatibleError) as e:
-        resolve_target("cu130-torch2.12", matrix=m, pins=Pins(python="3.13t"))
+        resolve_target("cu130-torch2.12.1", matrix=m, pins=Pins(python="3.13t"))
     assert "cp313t" in str(e.value) and "free-threaded" in str(e.value)
     # a free-threaded Python no torch ships is bad input, named
     with pytest.raises(InputError) as bad:
@@ -329,6 +332,15 @@ def test_check_and_resolve_say_the_same_of_what_a_driver_runs(cuda, driver, mode
     assert check_combination(cuda="13.4", driver="580.65.06").to_dict()["runs"] == "minor-compat"
     tk = next(t for t in m.toolkits if str(t.version) == st.to_dict()["driver_min"]["toolkit"])
     assert driver_mode(m, tk, driver) == mode
+
+
+def test_a_forward_compat_stack_on_a_branch_past_its_end_of_life_is_warned_about():
+    """13.0 on R550 runs only by forward compatibility; the 13.0 images' NVIDIA_REQUIRE_CUDA lists
+    R550, so they start, but R550 reached end of life (June 2025): a warning naming both facts."""
+    st = resolve_target("cu130", matrix=live(), pins=Pins(driver="550.90.07"))
+    w = next(v for v in st.warnings if v.rule == "image_driver_branch")
+    assert "R550" in w.message and "end of life" in w.message and "forward compatibility" in w.message
+    assert any("Dockerfile" in s for s in w.source) and any("gpu-driver-container" in s for s in w.source)
 
 
 def test_a_v100_host_is_not_offered_torch_2_11_cu128():

@@ -121,7 +121,7 @@ def test_verify_checks_deepspeed_and_horovod_on_pypi():
     assert not [d for d in rep["disagreements"] if d["index_url"] in (ds, hv)]
     agreed = set(rep["agreed"])
     m = load_matrix()
-    for comp in (m.deepspeed, m.horovod):
+    for comp in (m.component("deepspeed"), m.component("horovod")):
         for r in comp.releases:
             assert any(a.startswith(f"{comp.name} {r.version}: release on the index") for a in agreed)
     assert "deepspeed 0.9.1: release on the index (uploaded 2023-04-21)" in agreed
@@ -184,7 +184,7 @@ def test_verify_reads_yanked_and_requires_python_from_an_html_index():
     """No network: a PEP 503 HTML index on a local port (a mirror's form) with a yanked
     release, a contradicting requires-python, one release missing and newer ones."""
     m = load_matrix(MATRICES)
-    listed = sorted(r.version for r in m.horovod.releases)
+    listed = sorted(r.version for r in m.component("horovod").releases)
     links = []
     for v in listed:
         if str(v) == "0.26.0":

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
+from pathlib import Path
 
 import pytest
 
@@ -16,7 +17,7 @@ from hostile_helpers import assert_clean_failure, cli
 
 from envbuilder.core import options
 from envbuilder.core.project import find_project, schema
-from envbuilder.core.spec import Overrides, TargetSpec, make_spec, pin_args
+from envbuilder.core.spec import TargetSpec, make_spec, pin_args
 from envbuilder.core.target import Pins
 
 
@@ -74,16 +75,28 @@ def test_the_schema_is_the_table():
 # -- the table against the types it feeds ----------------------------------------------------------
 
 def test_the_table_names_every_field_once():
-    pins = {f.name for f in dataclasses.fields(Pins)} - {"exclude_newer"}
-    assert {o.name for o in options.OPTIONS if o.kind == "pin"} == pins
+    pins = {f.name for f in dataclasses.fields(Pins)} - {"versions", "ops", "origin"}
+    # a component's pin and ops option live in Pins.versions and Pins.ops, by component
+    comps = set(options.COMPONENTS) | set(options.OPS_OPTIONS)
+    assert {o.name for o in options.OPTIONS if o.kind == "pin"} == pins | comps
+    given = Pins.of(**{c: "1.0" for c in options.COMPONENTS}, **{o: "x" for o in options.OPS_OPTIONS})
+    assert {n: str(v) for n, v in given.versions.items()} == {c: "1.0" for c in options.COMPONENTS}
+    assert given.ops == {c: ("x",) for c in options.OPS_OPTIONS.values()}
+    assert {n: given.get(n) for n in options.OPS_OPTIONS} == {n: ("x",) for n in options.OPS_OPTIONS}
+    # every other option is a field of TargetSpec: its one home (no mirror of the fields: the
+    # command line's layer is a mapping keyed by the table, core.options.given)
     spec = {f.name for f in dataclasses.fields(TargetSpec)}
-    over = {f.name for f in dataclasses.fields(Overrides)} - {"pins"}
     fields = {f for o in options.OPTIONS if o.kind != "pin" for f in o.fields}
-    assert fields == over and fields <= spec
+    assert fields <= spec
     assert len({o.name for o in options.OPTIONS}) == len(options.OPTIONS)
     assert {o.kind for o in options.OPTIONS} <= set(options.KINDS)
     with pytest.raises(KeyError, match="no option 'flavor'"):
         options.get("flavor")
+    with pytest.raises(TypeError, match="no option 'base_imag' .*did you mean base_image"):
+        options.given({"base_imag": "debian:12"})
+    assert options.given({"nproc": 0, "infiniband": False, "layouts": [], "cuda_arch": "8.0,9.0",
+                          "requirements_file": "r.txt"}) == {
+        "nproc": 0, "cuda_arch": ("8.0", "9.0"), "requirements_file": Path("r.txt")}
 
 
 def test_the_command_line_options_come_from_the_table():
@@ -96,7 +109,7 @@ def test_the_command_line_options_come_from_the_table():
 
 
 def test_made_by_line_states_the_pins_in_the_table_order():
-    pins = Pins(fabric="efa", torch="2.3", with_=("deepspeed",), ds_ops="fused_adam")
+    pins = Pins.of(fabric="efa", torch="2.3", with_=("deepspeed",), ds_ops="fused_adam")
     assert pin_args(pins) == ["--torch", "2.3", "--ds-ops", "fused_adam", "--fabric", "efa",
                               "--with", "deepspeed"]
 
@@ -135,15 +148,14 @@ def test_every_target_option_is_a_project_key_with_the_cascade(tmp_path):
     proj = find_project(tmp_path)
     train = make_spec("train", project=proj)
     assert train.pins.driver == "535.104.05" and train.pins.fabric == "efa"  # the top level's
-    assert train.pins.ds_ops == "fused_adam" and train.base_image.endswith("base-ubuntu22.04")
+    assert train.pins.get("ds_ops") == ("fused_adam",) and train.base_image.endswith("base-ubuntu22.04")
     assert train.builder_image.endswith("devel-ubuntu22.04") and train.cuda_arch == ("8.0", "9.0")
     assert (train.nproc, train.cpu_isa, train.image) == (16, "x86-64-v3", "registry.example.com/team/train:v1")
     assert train.infiniband and train.min_busbw == 50.0
     jit = make_spec("jit", project=proj)
-    assert jit.pins.ds_ops == "none" and jit.infiniband is False and jit.nproc == 8
+    assert jit.pins.get("ds_ops") == () and jit.infiniband is False and jit.nproc == 8
     # the command line wins over both
-    s = make_spec("train", project=proj, overrides=Overrides(nproc=4, cpu_isa="x86-64-v2",
-                                                            pins=Pins(driver="550.54.15")))
+    s = make_spec("train", project=proj, given={"nproc": 4, "cpu_isa": "x86-64-v2", "driver": "550.54.15"})
     assert (s.nproc, s.cpu_isa, s.pins.driver) == (4, "x86-64-v2", "550.54.15")
 
 
@@ -181,10 +193,12 @@ def test_ds_ops_is_a_list_as_in_targets_yaml(tmp_path):
 def test_one_type_per_key_in_the_project_file_and_targets_yaml():
     from envbuilder.core.schema import TARGETS
 
-    matrix_keys = TARGETS["properties"]["targets"]["items"]["properties"]
+    items = TARGETS["properties"]["targets"]["items"]
     project = schema()["properties"]["targets"]["items"]["properties"]
+    matrix_keys = {**items["properties"], **{k: v for k in project for p, v in items["patternProperties"].items()
+                                            if re.fullmatch(p, k)}}
     shared = set(matrix_keys) & set(project) - {"description"}
-    assert {"name", "target", "flavour", "ds_ops"} <= shared
+    assert {"name", "target", "flavour", "ds_ops"} <= shared  # ds_ops: a <tag>_ops key of targets.yaml
     for key in shared:
         assert matrix_keys[key].get("type") == project[key].get("type"), key
 

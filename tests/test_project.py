@@ -68,7 +68,7 @@ def test_found_walking_up_from_a_subfolder(tmp_path):
     p = find_project(root / "src" / "deep")
     assert p is not None and p.path == root / "envbuilder.toml"
     assert [t.name for t in p.targets] == ["train", "eval"]
-    assert p.targets[1].pins.python == "3.11"
+    assert str(p.targets[1].pins.python) == "3.11"
     assert p.requirements_file == root / "team-requirements.txt"
     assert p.layout_pairs == ((1, 12), (2, 6)) and p.registry == "registry.example.com/team/train"
     assert p.matrix_overlay == root / "matrix"

@@ -29,7 +29,7 @@ from core_helpers import (
 from envbuilder import __version__
 from envbuilder.api import Pins, render_all, render_target, resolve_target
 from envbuilder.errors import IncompatibleError, InputError
-from envbuilder.render.plan import make_plan
+from envbuilder.render.plan import PlanOptions, make_plan
 from envbuilder.render.templating import render_files, write_tree
 
 UPDATE = os.environ.get("ENVBUILDER_UPDATE_GOLDEN") == "1"
@@ -38,7 +38,7 @@ UPDATE = os.environ.get("ENVBUILDER_UPDATE_GOLDEN") == "1"
 def rendered(target: str, **plan_kw) -> dict[str, str | bytes]:
     m = builtin()
     pins = plan_kw.pop("pins", None)
-    return render_files(make_plan(resolve_target(target, matrix=m, pins=pins), **plan_kw))
+    return render_files(make_plan(resolve_target(target, matrix=m, pins=pins), PlanOptions.of(**plan_kw)))
 
 
 @pytest.fixture(scope="module")
@@ -56,7 +56,7 @@ def all_out(tmp_path_factory) -> Path:
 @pytest.mark.parametrize("target", GOLDEN_TARGETS)
 def test_golden(target, name):
     t, pins = GOLDEN_CASES[target]
-    text = rendered(t, pins=Pins(**pins))[name]
+    text = rendered(t, pins=Pins.of(**pins))[name]
     path = GOLDEN / target / name
     if UPDATE:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -106,7 +106,7 @@ def test_hadolint_passes_on_every_flavour_and_builder(tmp_path):
     for name, (t, pins) in GOLDEN_CASES.items():
         f = tmp_path / name / "Dockerfile"
         f.parent.mkdir()
-        f.write_text(rendered(t, pins=Pins(**pins))["Dockerfile"])
+        f.write_text(rendered(t, pins=Pins.of(**pins))["Dockerfile"])
         files.append(f)
     bad = [f for f in _hadolint(files) if f["level"] in ("error", "warning")]
     assert not bad, json.dumps(bad, indent=1)
@@ -405,10 +405,11 @@ def test_injection_is_refused(tmp_path, kw):
     assert _leftovers(tmp_path) == []
 
 
-@pytest.mark.parametrize("pins", [Pins(torch="2.1;id"), Pins(python="3.10$(id)"),
-                                  Pins(deepspeed="0.16\nRUN x"), Pins(driver="535; id"),
-                                  Pins(os="ubuntu22.04;id"), Pins(with_=("deepspeed;id",))])
+@pytest.mark.parametrize("pins", [{"torch": "2.1;id"}, {"python": "3.10$(id)"},
+                                  {"deepspeed": "0.16\nRUN x"}, {"driver": "535; id"},
+                                  {"os": "ubuntu22.04;id"}, {"with_": ("deepspeed;id",)}])
 def test_bad_pins_are_refused(tmp_path, pins):
+    # refused when the pins are made (their form) or when they meet the matrix (its names)
     with pytest.raises(InputError):
-        render_target("cu121", tmp_path / "o", pins=pins)
+        render_target("cu121", tmp_path / "o", pins=Pins.of(**pins))
     assert _leftovers(tmp_path) == []

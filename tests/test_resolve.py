@@ -14,7 +14,7 @@ from packaging.version import Version
 from core_helpers import builtin
 from envbuilder.api import Pins, request, resolve_target
 from envbuilder.errors import IncompatibleError, InputError
-from envbuilder.core.resolve import AXIS_ORDER, resolve
+from envbuilder.core.resolve import axis_order, resolve
 from envbuilder.core.rules import Context, all_rules
 from envbuilder.core.target import parse_target
 
@@ -76,14 +76,14 @@ def test_options_pin_like_target_parts():
 
 def test_with_adds_a_component_and_without_removes_it():
     m = builtin()
-    s = resolve_target("cu121", matrix=m, pins=Pins(with_=("deepspeed",), ds_ops="none"))
+    s = resolve_target("cu121", matrix=m, pins=Pins.of(with_=("deepspeed",), ds_ops="none"))
     assert s.deepspeed is not None and s.builder is None, "JIT ops (--ds-ops none) compile nothing"
     assert s.builder_image == s.runtime_image == f"nvidia/cuda:12.1.1-base-{s.os.name}"
     s = resolve_target("cu121", matrix=m, pins=Pins(with_=("deepspeed",)))
-    assert s.ds_ops == ("fused_adam", "cpu_adam"), "a standard ZeRO config's ops, pre-built"
+    assert s.ops["deepspeed"] == ("fused_adam", "cpu_adam"), "a standard ZeRO config's ops, pre-built"
     assert s.builder is not None and s.builder.image_kind == "devel"
-    s = resolve_target("cu121", matrix=m, pins=Pins(ds_ops="fused_adam"))
-    assert s.deepspeed is not None and s.ds_ops == ("fused_adam",), "--ds-ops implies DeepSpeed"
+    s = resolve_target("cu121", matrix=m, pins=Pins.of(ds_ops="fused_adam"))
+    assert s.deepspeed is not None and s.ops["deepspeed"] == ("fused_adam",), "--ds-ops implies DeepSpeed"
     assert s.builder is not None and s.builder.image_kind == "devel" and str(s.builder.nvcc) == "12.1.1"
     assert s.builder_image == f"nvidia/cuda:12.1.1-devel-{s.os.name}"
     assert s.runtime_image.endswith("-base-" + s.os.name)
@@ -108,10 +108,19 @@ def test_driver_excludes_stacks():
     # on an nvidia/cuda base it can run only through forward compatibility (cuda-compat): a warning
     s = resolve_target("cu121", matrix=m, pins=Pins(driver="470.82.01"))
     assert s.flavour == "cuda-base"
-    assert [w.rule for w in s.warnings] == ["driver_cuda"] and "forward compatibility" in s.warnings[0].message
+    assert [w.rule for w in s.warnings][0] == "driver_cuda" and "forward compatibility" in s.warnings[0].message
+    # the frozen matrix records no NVIDIA_REQUIRE_CUDA for the 12.1.1 images: whether they start on
+    # R470 is said to be unknown, never taken as agreement
+    assert [w.rule for w in s.warnings] == ["driver_cuda", "image_driver_branch"]
+    assert "no NVIDIA_REQUIRE_CUDA" in s.warnings[1].message and "R470" in s.warnings[1].message
     # the same driver runs CUDA 11.8 through minor-version compatibility: a warning, not a refusal
+    # (and, in the frozen matrix, that whether the 11.8.0 images start on R470 is not recorded)
     s = resolve_target("cu118", matrix=m, pins=Pins(driver="470.82.01"))
-    assert [w.rule for w in s.warnings] == ["driver_cuda"]
+    assert [w.rule for w in s.warnings] == ["driver_cuda", "image_driver_branch"]
+    # the live matrix has the 11.8.0 images' NVIDIA_REQUIRE_CUDA: R470 is listed, the image starts
+    s = resolve_target("cu118", pins=Pins(driver="470.82.01"))
+    assert "image_driver_branch" not in [w.rule for w in s.warnings]
+    assert any(e.rule == "image_driver_branch" and "lists R470" in e.message for e in s.evidence)
     # and a new enough driver leaves no warning
     s = resolve_target("cu121", matrix=m, pins=Pins(driver="535.104.05"))
     assert s.warnings == ()
@@ -202,7 +211,7 @@ def test_to_dict_keys_choices_and_sources():
     assert isinstance(d["driver_min"], dict) and d["driver_min"]["version"] == "530.30.02"
     assert d["driver_min"]["minor_compat"] == "525.60.13" and _is_url(d["driver_min"]["source"])
     assert d["matrix"]["digest"] == m.digest
-    assert set(d["choices"]) == set(AXIS_ORDER)
+    assert set(d["choices"]) == set(axis_order(m))
     for axis, c in d["choices"].items():
         assert c["reason"], axis
         assert isinstance(c["source"], list)
@@ -238,8 +247,8 @@ def _targets(draw):
                 else st.sampled_from(m.cuda_minors))
     line = draw(st.none() | st.just(rel.line) | st.sampled_from(lines))
     py = draw(st.none() | st.sampled_from(rel.python) | st.sampled_from(m.pythons))
-    ds = sorted({r.line for r in m.deepspeed.releases}, key=Version)
-    hvd = sorted({r.line for r in m.horovod.releases}, key=Version)
+    ds = sorted({r.line for r in m.component("deepspeed").releases}, key=Version)
+    hvd = sorted({r.line for r in m.component("horovod").releases}, key=Version)
     comp = draw(st.none() | st.tuples(st.just("deepspeed"), st.sampled_from(ds))
                 | st.tuples(st.just("horovod"), st.sampled_from(hvd)))
     os_name = draw(st.none() | st.none() | st.sampled_from(sorted(m.os)))
@@ -319,7 +328,7 @@ def test_property_resolution_is_consistent(t):
         assert all(v.severity == "error" for v in e.violations)
         return
     a = s.assignment
-    assert set(a) == set(AXIS_ORDER)
+    assert set(a) == set(axis_order(m))
     ctx = Context(m, driver=req.driver, nccl_pin=req.nccl.text if req.nccl else None)
     for r in all_rules(m):
         errors = [v for v in r.check(a, ctx) if v.severity == "error"]
@@ -410,18 +419,18 @@ def test_a_compiling_stack_without_a_same_major_nvcc_is_refused():
     assert "builder" in {v.rule for v in ei.value.violations} or \
         "known_incompatibility" in {v.rule for v in ei.value.violations}
     with pytest.raises(IncompatibleError) as ei:
-        resolve_target("cu124-torch2.6-debian12", matrix=builtin(), pins=Pins(ds_ops="fused_adam"))
+        resolve_target("cu124-torch2.6-debian12", matrix=builtin(), pins=Pins.of(ds_ops="fused_adam"))
     v = [v for v in ei.value.violations if v.rule == "builder"]
     assert v and "CUDA 12.x" in v[0].message and "debian12" in v[0].message
 
 
 def test_deepspeed_ops_on_debian13_and_cuda13_wheels():
-    s = resolve_target("cu124-torch2.6-debian13", matrix=builtin(), pins=Pins(ds_ops="fused_adam,cpu_adam"))
-    assert s.ds_ops == ("fused_adam", "cpu_adam") and str(s.builder.nvcc) == "12.4.131"
+    s = resolve_target("cu124-torch2.6-debian13", matrix=builtin(), pins=Pins.of(ds_ops="fused_adam,cpu_adam"))
+    assert s.ops["deepspeed"] == ("fused_adam", "cpu_adam") and str(s.builder.nvcc) == "12.4.131"
     assert s.builder.gcc == 13, "nvcc 12.4 accepts GCC <= 13; Debian 13's default is 14"
     assert not s.warnings
-    s = resolve_target("cu130-torch2.11-debian12", matrix=builtin(), pins=Pins(ds_ops="fused_adam"))
+    s = resolve_target("cu130-torch2.11-debian12", matrix=builtin(), pins=Pins.of(ds_ops="fused_adam"))
     assert s.builder.toolkit.install == "pip" and str(s.builder.nvcc).startswith("13.0")
     with pytest.raises(InputError) as ei:
-        resolve_target("cu121", matrix=builtin(), pins=Pins(ds_ops="fused_adm"))
+        resolve_target("cu121", matrix=builtin(), pins=Pins.of(ds_ops="fused_adm"))
     assert "fused_adam" in str(ei.value)

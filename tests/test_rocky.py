@@ -33,7 +33,7 @@ CASES = {
 
 
 def _render(target: str, **pins) -> dict[str, str | bytes]:
-    st = resolve_target(target, matrix=live(), pins=Pins(**pins) if pins else None)
+    st = resolve_target(target, matrix=live(), pins=Pins.of(**pins) if pins else None)
     return render_files(make_plan(st))
 
 
@@ -69,7 +69,7 @@ def test_rocky_files_use_dnf_and_the_rhel_ca_store():
 
 
 def test_a_compiling_rocky_builder_gets_python_headers_and_gcc_from_dnf():
-    st = resolve_target("cu130-rockylinux9", matrix=live(), pins=Pins(with_=("deepspeed",), ds_ops="fused_adam"))
+    st = resolve_target("cu130-rockylinux9", matrix=live(), pins=Pins.of(with_=("deepspeed",), ds_ops="fused_adam"))
     docker = str(render_files(make_plan(st))["Dockerfile"])
     assert "FROM ${BUILDER_IMAGE} AS builder" in docker
     assert "ARG BUILDER_IMAGE=nvidia/cuda:13.0.3-devel-rockylinux9" in docker

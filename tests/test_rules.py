@@ -37,8 +37,9 @@ def hvd_strict(m: Matrix) -> Matrix:
     """The built-in matrix with Horovod 0.28 declaring torch <2.0 (no built-in Horovod release
     declares a torch or Python bound the matrix's torch/Python versions can break)."""
     rels = tuple(replace(r, requires={**r.requires, "torch": SpecifierSet(">=1.5.0,<2.0")})
-                 if r.line == "0.28" else r for r in m.horovod.releases)
-    return replace(m, horovod=replace(m.horovod, releases=rels))
+                 if r.line == "0.28" else r for r in m.component("horovod").releases)
+    return replace(m, components=tuple(replace(c, releases=rels) if c.name == "horovod" else c
+                                        for c in m.components))
 
 
 # (id, rule, expectation, build(m) -> (assignment, context kwargs, matrix or None), message needles)
@@ -119,7 +120,7 @@ CASES: list[Case] = [
     ("cu124-ds-ops-debian13-apt-nvcc12.4", "builder", ACCEPT,
      lambda m: (base(m, cuda=toolkit(m, "12.4.1"), torch=torch(m, "2.6.0"), os=os_(m, "debian13"),
                      python="3.13", flavour="os", deepspeed=component(m, "deepspeed", "0.16.9")),
-                {"ds_ops": ("fused_adam", "cpu_adam")}, None), ()),
+                {"ops": {"deepspeed": ("fused_adam", "cpu_adam")}}, None), ()),
     # nccl_pin: torch 2.1.2 cu121 bundles NCCL 2.18.1
     ("cu121-torch2.1-nccl2.18", "nccl_pin", ACCEPT,
      lambda m: (base(m), {"nccl_pin": "2.18"}, None), ()),
@@ -182,6 +183,40 @@ CASES: list[Case] = [
     ("nccl2.19.3-medium-only-warns", "advisory", WARN,
      lambda m: (base(live(), nccl=nccl(live(), "2.19.3")), {"avoid": frozenset({"nccl"})}, live()),
      ("nccl-2.18.5-usb-netdev", "2.20.3")),
+    # image_driver_branch (live matrix: NVIDIA_REQUIRE_CUDA of the 13.0.x sets lists R535, R550,
+    # R565, R570, R575): a driver of CUDA 13.0 starts it; R560 is not listed; R575 is (forward
+    # compatibility), but past its end of life: a warning
+    ("cu130-driver580-native", "image_driver_branch", ACCEPT,
+     lambda m: (base(live(), cuda=toolkit(live(), "13.0.3"), torch=torch(live(), "2.14.1"), python="3.12",
+                     os=os_(live(), "ubuntu24.04"), nccl=None), {"driver": "580.95.05"}, live()), ()),
+    ("cu130-driver560-unlisted", "image_driver_branch", REFUSE,
+     lambda m: (base(live(), cuda=toolkit(live(), "13.0.3"), torch=torch(live(), "2.14.1"), python="3.12",
+                     os=os_(live(), "ubuntu24.04"), nccl=None), {"driver": "560.35.03"}, live()),
+     ("NVIDIA_REQUIRE_CUDA=cuda>=13.0", "R535, R550, R565, R570, R575", "R560", "nvidia-container-cli")),
+    ("cu130-driver575-listed-but-eol", "image_driver_branch", WARN,
+     lambda m: (base(live(), cuda=toolkit(live(), "13.0.3"), torch=torch(live(), "2.14.1"), python="3.12",
+                     os=os_(live(), "ubuntu24.04"), nccl=None), {"driver": "575.57.08"}, live()),
+     ("R575", "end of life", "forward compatibility")),
+    # deepspeed_imports (live matrix): 0.18.9's module-level torch.library.custom_op needs torch 2.4
+    ("ds0.19.8-torch2.6", "deepspeed_imports", ACCEPT,
+     lambda m: (base(live(), cuda=toolkit(live(), "12.4.1"), torch=torch(live(), "2.6.0"), nccl=None,
+                     deepspeed=component(live(), "deepspeed", "0.19.8")), {}, live()), ()),
+    ("ds0.18.9-torch2.3", "deepspeed_imports", REFUSE,
+     lambda m: (base(live(), torch=torch(live(), "2.3.1"), nccl=None,
+                     deepspeed=component(live(), "deepspeed", "0.18.9")), {}, live()),
+     ("0.18.9", "2.3.1", ">=2.4", "custom_op", "0.18.6")),
+    ("ds0.8.1-torch2.0", "deepspeed_imports", REFUSE,
+     lambda m: (base(live(), cuda=toolkit(live(), "11.8.0"), torch=torch(live(), "2.0.1"), nccl=None,
+                     deepspeed=component(live(), "deepspeed", "0.8.1")), {}, live()),
+     ("0.8.1", "torch._six", "<2.0")),
+    # horovod_imports (live matrix): horovodrun of 0.28.1 imports distutils (gone in Python 3.12)
+    ("hvd0.28.1-py3.11", "horovod_imports", ACCEPT,
+     lambda m: (base(live(), cuda=toolkit(live(), "11.8.0"), torch=torch(live(), "2.0.1"), python="3.11",
+                     nccl=None, horovod=component(live(), "horovod", "0.28.1")), {}, live()), ()),
+    ("hvd0.28.1-py3.12", "horovod_imports", REFUSE,
+     lambda m: (base(live(), cuda=toolkit(live(), "11.8.0"), torch=torch(live(), "2.0.1"), python="3.12",
+                     nccl=None, horovod=component(live(), "horovod", "0.28.1")), {}, live()),
+     ("distutils", "3.12", "<3.12")),
     ("hvd0.28.0-gcc12-is-a-warning", "known_incompatibility", WARN,
      lambda m: (base(m, cuda=toolkit(m, "11.8.0"), torch=torch(m, "2.0.1"), nccl=nccl(m, "2.14.3"),
                      horovod=component(m, "horovod", "0.28.0")), {}, None),
@@ -260,8 +295,8 @@ def test_needs_devel():
     assert not needs_devel(base(m), m)
     ds = base(m, deepspeed=component(m, "deepspeed", "0.16.9"))
     assert not needs_devel(ds, m), "DeepSpeed without --ds-ops JIT-compiles: nothing to build"
-    assert needs_devel(ds, m, ("fused_adam",))
-    assert needs_devel(ds, m, ("cpu_adam",)), "on a CUDA torch, CPU ops link cudart and cuBLAS"
+    assert needs_devel(ds, m, {"deepspeed": ("fused_adam",)})
+    assert needs_devel(ds, m, {"deepspeed": ("cpu_adam",)}), "on a CUDA torch, CPU ops link cudart and cuBLAS"
     assert needs_devel(base(m, horovod=component(m, "horovod", "0.28.1")), m)
     assert not needs_devel(base(m, cuda=None, horovod=component(m, "horovod", "0.28.1")), m)
 
@@ -280,7 +315,7 @@ def test_base_image_without_devel_refuses_compiling_stacks(tmp_path):
     assert not _run("builder", m, plain, {})
     ds = base(m, cuda=toolkit(m, "11.8.0"), deepspeed=component(m, "deepspeed", "0.16.9"))
     assert not _run("builder", m, ds, {}), "JIT ops (no --ds-ops) compile nothing"
-    vs = _run("builder", m, ds, {"ds_ops": ("fused_adam",)})
+    vs = _run("builder", m, ds, {"ops": {"deepspeed": ("fused_adam",)}})
     assert vs and "devel" in vs[0].message and "fused_adam" in vs[0].message
 
 
@@ -315,7 +350,11 @@ CHECKS = [
      dict(cuda="11.8", os="ubuntu22.04", flavour="cuda-base")),
     ("nccl_pin", dict(cuda="12.1", torch="2.1", nccl="2.19"), dict(cuda="12.1", torch="2.1", nccl="2.18")),
     ("nccl_cuda", dict(cuda="13.0", nccl="2.18"), dict(cuda="12.1", nccl="2.18")),
-    ("deepspeed_requires", dict(torch="1.13", deepspeed="0.19.2"), dict(torch="2.1", deepspeed="0.19.2")),
+    # (0.19.2 imports only with torch >= 2.4: deepspeed_imports)
+    ("deepspeed_requires", dict(torch="1.13", deepspeed="0.19.2"), dict(torch="2.4", deepspeed="0.19.2")),
+    ("deepspeed_imports", dict(torch="2.3", deepspeed="0.18.9"), dict(torch="2.4", deepspeed="0.18.9")),
+    ("image_driver_branch", dict(cuda="13.0", driver="560.35.03", flavour="cuda-base"),
+     dict(cuda="13.0", driver="580.95.05", flavour="cuda-base")),
     ("known_incompatibility", dict(torch="2.6", horovod="0.28"), dict(torch="2.0", horovod="0.28")),
 ]
 
@@ -340,6 +379,33 @@ def test_check_driver_warning_is_not_a_refusal():
     assert [w["rule"] for w in r["warnings"]] == ["driver_cuda", "driver_lifecycle"]
     assert all(w["severity"] == "warning" for w in r["warnings"])
     assert "530.30.02" in r["warnings"][0]["message"]
+
+
+def test_a_listed_branch_past_end_of_life_still_runs_an_image_of_its_own_major():
+    """R535 (CUDA 12.2, end of life 2026-06) is in the 12.6.3 images' NVIDIA_REQUIRE_CUDA: the
+    image starts, and CUDA 12.6 runs on it by minor-version compatibility, which needs no
+    supported branch: accepted, with the fact as evidence."""
+    r = check_combination(cuda="12.6.3", os="rockylinux9", flavour="cuda-base", driver="535.54.03").to_dict()
+    assert r["ok"] is True and r["runs"] == "minor-compat"
+    ev = [e for e in r["evidence"] if e["rule"] == "image_driver_branch"]
+    assert ev and "lists R535" in ev[0]["message"] and "minor-version compatibility" in ev[0]["message"]
+    assert any(s.endswith("/dist/12.6.3/rockylinux9/base/Dockerfile") for s in ev[0]["source"])
+    # another major runs by forward compatibility: a listed branch past its end of life is a warning
+    r = check_combination(cuda="13.0", flavour="cuda-base", driver="575.57.08").to_dict()
+    w = [w for w in r["warnings"] if w["rule"] == "image_driver_branch"]
+    assert r["ok"] is True and w and "end of life" in w[0]["message"] and "forward compatibility" in w[0]["message"]
+
+
+def test_an_image_set_without_its_require_cuda_is_a_warning_not_agreement():
+    """13.3.1's base Dockerfiles were not read: on a driver of an older CUDA (R580: 13.0), whether
+    the image starts is unknown, and said so (never silently accepted as if checked)."""
+    r = check_combination(cuda="13.3", flavour="cuda-base", driver="580.65.06").to_dict()
+    w = [w for w in r["warnings"] if w["rule"] == "image_driver_branch"]
+    assert r["ok"] is True and w and "no NVIDIA_REQUIRE_CUDA" in w[0]["message"] and "not known" in w[0]["message"]
+    assert w[0]["source"] and "matrix refresh" in w[0]["fix"]
+    # a driver of the image's CUDA needs no list
+    r = check_combination(cuda="13.3", flavour="cuda-base", driver="610.43.02").to_dict()
+    assert not [w for w in r["warnings"] if w["rule"] == "image_driver_branch"]
 
 
 def test_check_refusal_names_the_driver_needed():

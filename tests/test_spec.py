@@ -12,7 +12,7 @@ import pytest
 
 from hostile_helpers import assert_clean_failure, cli
 
-from envbuilder.api import Overrides, Pins, make_spec, resolve_spec
+from envbuilder.api import Pins, make_spec, resolve_spec
 from envbuilder.core.project import find_project
 from envbuilder.core.spec import merge_pins, specs
 
@@ -52,15 +52,15 @@ def test_cascade_defaults_project_target_command_line(tmp_path):
     proj = find_project(_project(tmp_path / "p"))
     train = make_spec("train", project=proj)
     # the project's keys, then the target's own table
-    assert (train.target, train.pins.deepspeed, train.registry) == ("cu121", "0.16",
+    assert (train.target, str(train.pins.get("deepspeed")), train.registry) == ("cu121", "0.16",
                                                                      "registry.example.com/team/train")
-    assert train.layouts == ("1x4", "2x2") and train.pip_index_url == "https://mirror.example.com/simple"
+    assert train.layouts == ((1, 4), (2, 2)) and train.pip_index_url == "https://mirror.example.com/simple"
     ev = make_spec("eval", project=proj)
     assert ev.registry == "registry.example.com/team/eval" and ev.requirements == ("einops==0.8.2",)
     # the command line wins, pins merged per axis
-    (s,) = specs("train", project=proj, overrides=Overrides(
-        pins=Pins(python="3.10", with_=("horovod",)), registry="reg.example/other", nproc=8))
-    assert (s.pins.deepspeed, s.pins.python, s.pins.with_) == ("0.16", "3.10", ("horovod",))
+    (s,) = specs("train", project=proj, given={"python": "3.10", "with_": ("horovod",),
+                                                "registry": "reg.example/other", "nproc": 8})
+    assert (str(s.pins.get("deepspeed")), str(s.pins.python), s.pins.with_) == ("0.16", "3.10", ("horovod",))
     assert (s.registry, s.nproc) == ("reg.example/other", 8)
     # a plain target inside a project gets the project's defaults, not a target's table
     plain = make_spec("cu118", project=proj)
@@ -69,19 +69,19 @@ def test_cascade_defaults_project_target_command_line(tmp_path):
 
 def test_merge_pins_without_drops_a_with():
     assert merge_pins(Pins(with_=("deepspeed",)), Pins(without=("deepspeed",))).without == ("deepspeed",)
-    assert merge_pins(Pins(torch="2.3"), Pins()).torch == "2.3"
+    assert str(merge_pins(Pins(torch="2.3"), Pins()).torch) == "2.3"
 
 
 def test_the_invocation_reproduces_the_pins():
     s = make_spec("cu121", pins=Pins(torch="2.3", with_=("deepspeed",)), exclude_newer="2025-01-01")
     assert s.invocation("lock") == ("envbuilder lock cu121 --torch 2.3 --with deepspeed "
-                                    "--exclude-newer 2025-01-01")
+                                    "--exclude-newer 2025-01-01T00:00:00Z")
 
 
 def test_alias_with_more_parts_resolves():
     st = resolve_spec(make_spec("cu121-torch2.5-ds"))
     assert str(st.torch.version).startswith("2.5") and st.deepspeed is not None
-    assert st.ds_ops  # the alias's pre-built ops come along
+    assert st.ops["deepspeed"]  # the alias's pre-built ops come along
 
 
 # -- a project target's name works with every option and command -------------------------------
@@ -234,3 +234,26 @@ def test_lock_check_fix_command_keeps_the_pins(tmp_path, uv_cache):
     p = cli("lock", *args, "--check", cwd=tmp_path, **env)
     assert p.returncode == 0, p.stderr
     assert "\ndeepspeed==0.16" in (tmp_path / "d" / "requirements.lock").read_text()
+
+
+def test_a_spec_cannot_be_made_unchecked():
+    """Validate once: a TargetSpec checks its options when it is made (whatever makes it), so
+    no consumer (the plan, the build, the lock) checks them again."""
+    from dataclasses import replace
+
+    from envbuilder.core.spec import TargetSpec
+    from envbuilder.errors import InputError
+
+    for field, bad, flag in (("base_image", "ubuntu; id", "--base-image"),
+                             ("builder_image", "x$(id)", "--builder-image"),
+                             ("pip_index_url", "http://x/ $(id)", "--pip-index-url"),
+                             ("extra_index_urls", ("https://x/`id`",), "--extra-index-url"),
+                             ("nproc", 0, "--nproc"), ("registry", "Bad Repo", "--registry")):
+        with pytest.raises(InputError, match=flag.replace("$", "\\$")):
+            TargetSpec(name="t", target="cu121", **{field: bad})
+    ok = TargetSpec(name="t", target="cu121", base_image="ubuntu:22.04")
+    with pytest.raises(InputError, match="--base-image"):
+        replace(ok, base_image="ubuntu:22.04\nRUN id")
+    # the cascade names where a value came from
+    with pytest.raises(InputError, match="project file"):
+        TargetSpec(name="t", target="cu121", base_image="x y", origin={"base_image": "project file p, key base_image:"})

@@ -156,9 +156,9 @@ def test_the_project_compiled_key_names_its_own_packages(tmp_path):
 
 def test_no_team_compiled_layer_without_compiled_packages(tmp_path):
     from envbuilder.api import resolve_target
-    from envbuilder.render.plan import make_plan
+    from envbuilder.render.plan import PlanOptions, make_plan
 
-    plan = make_plan(resolve_target("cu124"), team_requirements=("einops==0.8.1",))
+    plan = make_plan(resolve_target("cu124"), PlanOptions.of(team_requirements=("einops==0.8.1",)))
     assert [la.name for la in plan.layers] == ["torch", "team"]
     assert "io.envbuilder.compiled" not in plan.labels
 

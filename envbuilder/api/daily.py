@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from envbuilder.errors import InputError
 from envbuilder.core.matrix import Matrix, load_matrix
 from envbuilder.core.project import find_project
-from envbuilder.core.target import Pins
 
 from envbuilder.api.results import (DiffResult, ImageSource, InitResult, InspectLines,
                                     Inspection)
@@ -80,8 +79,7 @@ def inspect_lines(inspection: Inspection) -> InspectLines:
 
 
 def _diff_side(arg: str, *, matrix: Matrix | None, matrix_dir: str | Path | None,
-               matrix_overlay: str | Path | None, pins: Pins | None,
-               where: str, client: DockerClient | None) -> Side:
+               given: Mapping[str, Any], where: str, client: DockerClient | None) -> Side:
     """One argument of ``envbuilder diff``: an existing path is a build folder or a lock
     (knowledge.diff.path_side); else a project target's name or a target (the folder render
     would write, in memory); else an image reference (engine or registry)."""
@@ -92,7 +90,7 @@ def _diff_side(arg: str, *, matrix: Matrix | None, matrix_dir: str | Path | None
         return path_side(p, arg)
     from envbuilder.assemble import folder_files
 
-    spec = make_spec(arg, project=find_project(), pins=pins, matrix_overlay=matrix_overlay)
+    spec = make_spec(arg, project=find_project(), **given)
     try:
         stack = resolve_spec(spec, matrix_dir=matrix_dir, matrix=matrix)
     except InputError:
@@ -107,18 +105,19 @@ def _diff_side(arg: str, *, matrix: Matrix | None, matrix_dir: str | Path | None
 
 
 def diff(a: str, b: str, *, matrix_dir: str | Path | None = None,
-         matrix_a: str | Path | None = None, matrix_overlay: str | Path | None = None,
-         pins: Pins | None = None, where: str = "auto",
-         client: DockerClient | None = None) -> DiffResult:
-    """``envbuilder diff A B`` (knowledge.diff): A and B are targets (with ``pins``), build
-    folders, locks or images. ``matrix_a``: resolve A against another matrix (an older copy),
-    to see what a matrix update moves."""
+         matrix_a: str | Path | None = None, given: Mapping[str, Any] | None = None,
+         where: str = "auto", client: DockerClient | None = None) -> DiffResult:
+    """``envbuilder diff A B`` (knowledge.diff): A and B are targets (with the options
+    ``given``, by the option table's names: pins, matrix_overlay), build folders, locks or
+    images. ``matrix_a``: resolve A against another matrix (an older copy), to see what a
+    matrix update moves."""
     from envbuilder.knowledge.diff import diff as _diff
 
-    m = load_matrix(matrix_dir, matrix_overlay) if matrix_dir or matrix_overlay else None
-    ma = load_matrix(matrix_a, matrix_overlay) if matrix_a else m
-    kw: dict[str, Any] = dict(matrix_dir=matrix_dir, matrix_overlay=matrix_overlay, pins=pins,
-                              where=where, client=client)
+    given = dict(given or {})
+    overlay = given.get("matrix_overlay")
+    m = load_matrix(matrix_dir, overlay) if matrix_dir or overlay else None
+    ma = load_matrix(matrix_a, overlay) if matrix_a else m
+    kw: dict[str, Any] = dict(matrix_dir=matrix_dir, given=given, where=where, client=client)
     return DiffResult.from_dict(_diff(_diff_side(a, matrix=ma, **kw), _diff_side(b, matrix=m, **kw)))
 
 

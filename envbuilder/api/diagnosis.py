@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from envbuilder.errors import InputError
 from envbuilder.core.matrix import load_matrix
@@ -15,12 +15,14 @@ from envbuilder.api.daily import image_source
 
 if TYPE_CHECKING:
     from envbuilder.knowledge.indexcheck import MatrixReport as MatrixVerifyReport
+    from envbuilder.knowledge.refresh import RefreshReport
     from envbuilder.knowledge.show import AxisTable
     from envbuilder.run.sign import CheckReport
     from docker import DockerClient
 
     from envbuilder.diagnose.doctor import Check
     from envbuilder.run.verify import VerifyReport
+    from envbuilder.run.apptainer import SifCheck
 
 
 def doctor(*, spec: TargetSpec | None = None, image: str | None = None, nproc: int | None = None,
@@ -79,6 +81,28 @@ def smoke_proof(image: str, *, key: str | None = None, nproc: int | None = None)
     return proof_check(pred, inventory(), verified=key is not None, nproc=nproc)
 
 
+def is_sif(image: str) -> bool:
+    """``image`` names an Apptainer SIF file (verify and smoke run it with apptainer)."""
+    from envbuilder.run.apptainer import is_sif as _is_sif
+
+    return _is_sif(image)
+
+
+def verify_sif(sif: str, *, key: str | None = None, matrix_dir: str | Path | None = None,
+               apptainer: str | None = None) -> SifCheck:
+    """``envbuilder verify X.sif [--key PUB]``: the verification payload run in the SIF against
+    its labels (apptainer exec), the image digest it came from (its label), and with ``key``
+    its attestation (``X.sif.att.json``: signed by the key, naming this file, that digest and
+    config). A run.apptainer.SifCheck."""
+    from envbuilder.run.apptainer import apptainer_command, check_sif_file
+    from envbuilder.run.sign import check_sif
+
+    cmd = apptainer_command(apptainer)
+    m = load_matrix(matrix_dir)
+    return check_sif_file(cmd, Path(sif).absolute(), key=key, matrix=m,
+                          attest_check=lambda path, pub, labels: check_sif(path, pub, labels))
+
+
 def verify_image(image: str, *, matrix_dir: str | Path | None = None,
                  client: DockerClient | None = None) -> VerifyReport:
     """Run the verification payload in ``image`` and compare with its labels (envbuilder verify)."""
@@ -89,7 +113,7 @@ def verify_image(image: str, *, matrix_dir: str | Path | None = None,
     validate.image_ref(image, "IMAGE")
     c = client or connect()
     m = load_matrix(matrix_dir)
-    return verify_image_labels(c, image, _labels(c, image), m.toolchains.op_modules)
+    return verify_image_labels(c, image, _labels(c, image), m)
 
 
 def image_labels(image: str, client: DockerClient | None = None) -> Mapping[str, str]:
@@ -99,7 +123,7 @@ def image_labels(image: str, client: DockerClient | None = None) -> Mapping[str,
     return _labels(client or connect(), image)
 
 
-def check_signed(image: str, key: str) -> CheckReport:
+def check_signed(image: str, key: str, require: Sequence[str] = ()) -> CheckReport:
     """``envbuilder verify IMAGE --key PUB``: the signature and the four attestations of
     ``image``'s digest, verified from its registry with cosign (no layer pulled), and what the
     smoke attestation says the digest was proven to do (run.sign.check_image)."""
@@ -107,7 +131,7 @@ def check_signed(image: str, key: str) -> CheckReport:
     from envbuilder.run.sign import check_image
 
     validate.image_ref(image, "IMAGE")
-    return check_image(image, key)
+    return check_image(image, key, require=require)
 
 
 def verify_matrix(*, matrix_dir: str | Path | None = None, pypi: str = "https://pypi.org/simple",
@@ -125,6 +149,45 @@ def write_verify_overlay(rep: MatrixVerifyReport, dest: str | Path, *,
                          matrix_dir: str | Path | None = None) -> list[str]:
     """matrix verify --write-overlay DIR: the report's new releases as a matrix overlay."""
     from envbuilder.knowledge.overlay import write_overlay
+
+    return write_overlay(rep, load_matrix(matrix_dir), dest)
+
+
+def refresh_matrix(*, matrix_dir: str | Path | None = None, sources: Sequence[str] | None = None,
+                   replay: str | Path | None = None, pypi: str = "https://pypi.org/simple",
+                   component_versions: Sequence[str] | None = None, record: str | Path | None = None,
+                   progress: Callable[[str], None] | None = None) -> RefreshReport:
+    """Read the matrix's facts again from the sources that publish them (matrix refresh):
+    ``sources`` names some of them (all by default), ``replay`` a folder of recorded responses
+    read instead of the network, ``component_versions`` the component releases whose sources
+    are read (``deepspeed==0.18.9``); ``record`` a new folder where every response read is
+    kept (what ``replay`` reads)."""
+    from envbuilder.core import validate
+    from envbuilder.knowledge.refresh import SOURCES, Fetch, Recorder, Replay, refresh
+
+    validate.url(pypi, "--pypi-index-url")
+    versions: dict[str, list[str]] = {}
+    for item in component_versions or ():
+        name, sep, v = item.partition("==")
+        if not sep or not name or not v:
+            raise InputError(f"--component-version {item!r}: write NAME==VERSION, e.g. deepspeed==0.18.9")
+        versions.setdefault(name, []).append(v)
+    fetch: Fetch = Replay(replay) if replay is not None else Fetch()
+    recorder = Recorder(fetch) if record is not None else None
+    rep = refresh(load_matrix(matrix_dir), sources=list(sources or SOURCES), fetch=recorder or fetch,
+                  pypi=pypi, component_versions=versions, progress=progress, asked=list(sources or ()))
+    if recorder is not None and record is not None:
+        from envbuilder._fs import write_tree
+
+        write_tree(record, recorder.files(rep.read), group="recording", step="matrix refresh --record",
+                   option="--record")
+    return rep
+
+
+def write_refresh_overlay(rep: RefreshReport, dest: str | Path, *,
+                          matrix_dir: str | Path | None = None) -> list[str]:
+    """matrix refresh --write-overlay DIR: the differing facts as a matrix overlay to review."""
+    from envbuilder.knowledge.refresh import write_overlay
 
     return write_overlay(rep, load_matrix(matrix_dir), dest)
 

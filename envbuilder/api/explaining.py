@@ -8,7 +8,7 @@ model unless a project file is there to read.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from envbuilder.errors import InputError
 
@@ -25,9 +25,10 @@ def explain(logs: Sequence[str], *, top: int = 5) -> list[Cause]:
 
 
 def explain_report(logs: Sequence[str], *, top: int = 5) -> Report:
-    """The facts read from the logs (and flight-recorder dumps) and the likely causes, best
-    first (``report.to_dict()`` is the ``explain --json`` document). Inside a project the
-    team's own learned cases are searched too (explain --learn)."""
+    """The facts read from the logs (and flight-recorder dumps), the likely causes and the
+    low-confidence guesses, best first, and the verdict (``report.to_dict()`` is the ``explain
+    --json`` document). Inside a project the team's own learned cases are searched too
+    (explain --learn)."""
     from dataclasses import replace
 
     from envbuilder.diagnose.explain import analyse_files
@@ -38,18 +39,23 @@ def explain_report(logs: Sequence[str], *, top: int = 5) -> Report:
     except InputError:  # a broken project file does not stop explain (other commands say it)
         folder = None
     report = analyse_files(list(logs), cases=team_index(folder))
-    return replace(report, causes=report.causes[:top])
+    return replace(report, causes=report.causes[:top], guesses=report.guesses[:top])
 
 
-def _explain_cases_dir(start: str | Path | None) -> Path | None:
-    """The current project's explain-cases folder (None outside a project)."""
+def _project_of(start: str | Path | None) -> Any:
+    """The project of ``start`` (None outside a project)."""
     from envbuilder.core.where import any_project_file
 
     if not any_project_file(start):  # no project file up to the root: the model is not loaded
         return None
     from envbuilder.core.project import find_project
 
-    project = find_project(start)
+    return find_project(start)
+
+
+def _explain_cases_dir(start: str | Path | None) -> Path | None:
+    """The current project's explain-cases folder (None outside a project)."""
+    project = _project_of(start)
     return project.explain_cases_dir if project is not None else None
 
 
@@ -61,9 +67,10 @@ def explain_learn(log: str, *, category: str, fix: str, cause: str | None = None
     from envbuilder.diagnose.explain import CATEGORIES
     from envbuilder.diagnose.team import learn
 
-    folder = _explain_cases_dir(start)
-    if folder is None:
+    project = _project_of(start)
+    if project is None:
         raise InputError("explain --learn keeps a team's cases in its project: run it inside a folder "
                          "with an envbuilder.toml (or pyproject.toml [tool.envbuilder])")
-    return LearnedCase(**learn(log, category=category, fix=fix, cause=cause, folder=folder,
-                             categories=CATEGORIES))
+    return LearnedCase(**learn(log, category=category, fix=fix, cause=cause,
+                             folder=project.explain_cases_dir, categories=CATEGORIES,
+                             root=project.root))

@@ -41,6 +41,8 @@ def _spec_files(spec: TargetSpec, out: str | Path, *, matrix_dir: str | Path | N
     from envbuilder.assemble import folder_files
 
     stack = resolve_spec(spec, matrix_dir=matrix_dir, matrix=matrix)
+    if spec.image:
+        check_image_stack(spec.image, stack)
     existing = Path(out) / "requirements.lock"
     lock_text = None
     source, copied = existing, False
@@ -61,22 +63,64 @@ def _spec_files(spec: TargetSpec, out: str | Path, *, matrix_dir: str | Path | N
     return stack, files, lock_text is not None
 
 
+# the stack facts an image's labels must share with the target its job files are rendered for
+_STACK_FACTS = ("cuda", "torch", "torch_variant", "python", "os", "nccl")
+IMAGE_CHECK_TIMEOUT_S = 5.0
+
+
+def check_image_stack(image: str, stack: Stack) -> str:
+    """``render --image IMAGE``: when IMAGE's registry answers (within a few seconds), the
+    image's ``io.envbuilder.*`` labels must name the target's stack: the job files of one stack
+    pinned to another stack's image (a CPU image for cu124 files) are refused (exit 2) naming
+    both. Returns what was found: "matches", "not an envbuilder image" or "not checked: WHY"
+    (the registry unreachable: render works offline)."""
+    from envbuilder.core import validate
+    from envbuilder.errors import OperationError
+    from envbuilder.labels import PREFIX, facts
+    from envbuilder.run.registry import image_labels
+
+    validate.image_ref(image, "--image")
+    try:
+        labels, where = image_labels(image, timeout=IMAGE_CHECK_TIMEOUT_S)
+    except (OperationError, InputError) as e:  # unreachable, unknown, or no such image there
+        return f"not checked: {str(e)[:200]}"
+    if PREFIX + "torch" not in labels:
+        return "not an envbuilder image"
+    want = facts(stack)
+    for name in _STACK_FACTS:
+        key = PREFIX + name.replace("_", "-")
+        have, expect = labels.get(key), want.get(name)
+        if have != (expect if expect is not None else None):
+            raise InputError(
+                f"--image {image}: its label {key}={have!r} says another stack than the "
+                f"target's ({name} {expect!r}, {stack.tag}); the job files would run the wrong "
+                f"image: give the digest of this target's image (envbuilder build {stack.target} "
+                f"--push REPO prints it)")
+    return "matches"
+
+
 def _admission_files(spec: TargetSpec) -> dict[str, str]:
-    """With the project's ``signing_key``: admission/clusterimagepolicy.yaml for the spec's
-    registry (render.admission)."""
+    """With the project's ``signing_key`` and/or the keyless identity of ``[jobs] admission``:
+    the admission/ policies for the spec's registry (render.admission)."""
     from envbuilder.core.project import load_project
 
     proj = load_project(spec.project) if spec.project is not None else None  # the spec's project
-    if proj is None or proj.signing_key is None:
+    adm = spec.jobs.admission
+    keyless = adm is not None and adm.issuer is not None
+    if proj is None or (proj.signing_key is None and not keyless):
         return {}
     from envbuilder.core.readfile import read_text_capped
-    from envbuilder.render.admission import FILE, render_policy
+    from envbuilder.render.admission import render_policies
 
+    key_name = "signing_key" if proj.signing_key is not None else "jobs.admission"
     if not spec.registry:
-        raise InputError(f"project file {proj.path}, key signing_key: the admission policy "
+        raise InputError(f"project file {proj.path}, key {key_name}: the admission policy "
                          f"names the images it admits: set registry too")
-    key = read_text_capped(proj.signing_key, "project file key signing_key", limit=64 << 10)
-    return {FILE: render_policy(name=spec.name, repository=spec.registry, public_key=key)}
+    key = (read_text_capped(proj.signing_key, "project file key signing_key", limit=64 << 10)
+           if proj.signing_key is not None else None)
+    return render_policies(name=spec.name, repository=spec.registry, public_key=key,
+                           issuer=adm.issuer if adm else None, subject=adm.subject if adm else None,
+                           require=adm.require if adm else ())
 
 
 def _lock_text(spec: TargetSpec, stack: Stack) -> str:
@@ -115,13 +159,14 @@ def render(specs: Sequence[TargetSpec], out: str | Path | None = None, *, single
         out_dir(s, out, single=single),
         *_spec_files(s, out_dir(s, out, single=single), matrix_dir=matrix_dir, lock=lock)))
     _raise_failed(made)
-    for o in made:
-        assert o.value is not None
-        guard_edited(o.value[0], o.value[2], take=take_jobs)
+    # hand-edited job files: refused, or (take_jobs) kept aside by the transaction itself, so
+    # a refused render changes nothing (the one output guard, _fs)
+    asides = [guard_edited(o.value[0], o.value[2], take=take_jobs) for o in made
+              if o.value is not None]
     with Outputs("render", root=_out_root(specs, out)) as tx:
-        for o in made:
+        for o, aside in zip(made, asides):
             assert o.value is not None
-            tx.add(o.value[0], o.value[2], group="render")
+            tx.add(o.value[0], o.value[2], group="render", aside=aside)
         tx.commit()
     return [_report(o.spec, *o.value) for o in made if o.value is not None]
 
@@ -188,7 +233,6 @@ def bake(specs: Sequence[TargetSpec], out: str | Path | None = None, *,
     from envbuilder.run.build import BuildOptions, context_extra
 
     from envbuilder._fs import Outputs
-    from envbuilder.core import validate
     from envbuilder.render.bake import bake_hcl, summary
 
     import dataclasses
@@ -196,9 +240,9 @@ def bake(specs: Sequence[TargetSpec], out: str | Path | None = None, *,
     # each image goes under its spec's registry (the cascade's: --registry > target > project);
     # ``registry``, a library caller's, puts every one under it
     if registry is not None:
-        validate.repository(registry, "--registry")
-        # the job files pull the tags the bake file gives
-        specs = [dataclasses.replace(s, registry=registry) for s in specs]
+        # the job files pull the tags the bake file gives (each spec checks it, once, as made)
+        specs = [dataclasses.replace(s, registry=registry, origin={**s.origin, "registry": "--registry"})
+                 for s in specs]
     root = Path(out) if out is not None else (
         specs[0].project.parent / "build" if specs and specs[0].project is not None else Path("build"))
     extras = BuildOptions(wheelhouse=Path(wheelhouse) if wheelhouse is not None else None,

@@ -24,7 +24,6 @@ def lock(specs: Sequence[TargetSpec], out: str | Path | None = None, *, single: 
     also pin the base and builder images by digest and every apt package by version, through
     the Docker engine (run.system); with ``check``, compare those pins with the images and the
     mirror now (online)."""
-    from envbuilder.core import validate
     from envbuilder.lock import requirements as lockreq
     from envbuilder.lock.write import write_locks
 
@@ -34,12 +33,6 @@ def lock(specs: Sequence[TargetSpec], out: str | Path | None = None, *, single: 
     if check and (conda or sbom):
         raise InputError("lock --check verifies requirements.lock only: drop --conda/--sbom "
                          "(run lock without --check to rewrite them)")
-    for s in specs:  # bad input: exit 2 before any work
-        lockreq.parse_exclude_newer(s.exclude_newer)
-        if s.pip_index_url:
-            validate.url(s.pip_index_url, "--pip-index-url")
-        for u in s.extra_index_urls:
-            validate.url(u, "--extra-index-url")
 
     def one(s: TargetSpec) -> LockResult:
         dest = out_dir(s, out, single=single)
@@ -53,17 +46,16 @@ def lock(specs: Sequence[TargetSpec], out: str | Path | None = None, *, single: 
         pinned = None
         if system:
             pinned = _system_pins(s, stack, dest, check=check,
-                                  refresh=upgrade or res["lock"].status == "resolved")
+                                  refresh=upgrade or res.lock.status == "resolved")
             if not check:
                 from envbuilder.lock.entries import lock_digest
 
-                res["lock"].digest = lock_digest(dest / LOCK_NAME)
+                res.lock.digest = lock_digest(dest / LOCK_NAME)
         rendered = _follow_lock(s, dest, check=check, matrix_dir=matrix_dir)
         return LockResult(name=s.name, target=s.name, tag=stack.tag,
-                          lock=res["lock"].to_dict(), warnings=list(stack.to_dict()["warnings"]),
-                          rendered=rendered,
-                          conda=None if res["conda"] is None else res["conda"].to_dict(),
-                          sbom=res["sbom"], system=pinned)
+                          lock=res.lock.to_dict(), warnings=list(stack.to_dict()["warnings"]),
+                          rendered=rendered, conda=None if res.conda is None else res.conda.to_dict(),
+                          sbom=res.sbom, system=pinned)
 
     return spec_mod.run_each(specs, "lock", one)
 
@@ -82,14 +74,14 @@ def _system_pins(spec: TargetSpec, stack: Any, dest: Path, *, check: bool,
     from envbuilder.lock import model
     from envbuilder.lock.requirements import read_lockfile
     from envbuilder.lock.system import lock_epoch, moved
-    from envbuilder.render.plan import make_plan
+    from envbuilder.render.plan import PlanOptions, make_plan
     from envbuilder.run import engine
     from envbuilder.run import system as run_system
 
     path = dest / LOCK_NAME
     text = read_text_capped(path, "lock", limit=64 << 20, follow_links=False)
     lf = read_lockfile(text, str(path), stack, spec.invocation("lock"))
-    plan = make_plan(stack, **spec.plan_options())  # the images and packages by name
+    plan = make_plan(stack, PlanOptions(spec=spec))  # the images and packages by name
     client = engine.connect()
     if check:
         if lf.system is None:

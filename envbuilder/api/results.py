@@ -31,18 +31,21 @@ class CheckResult:
     runs: str | None = None
     driver: list[JSON] | None = None
     ok: bool = True
+    # the facts (rule, message, source) that decided an acceptance at an edge
+    evidence: list[JSON] = field(default_factory=list)
 
     @classmethod
     def from_dict(cls, d: JSON) -> CheckResult:
         return cls(given=d["given"], satisfied_by=d["satisfied_by"], warnings=d["warnings"],
-                   runs=d.get("runs"), driver=d.get("driver"), ok=d["ok"])
+                   runs=d.get("runs"), driver=d.get("driver"), ok=d["ok"],
+                   evidence=d.get("evidence", []))
 
     def to_dict(self) -> JSON:
         out: JSON = {"runs": self.runs} if self.runs is not None else {}
         out |= {"ok": self.ok, "given": self.given, "satisfied_by": self.satisfied_by}
         if self.driver is not None:
             out["driver"] = self.driver
-        return out | {"warnings": self.warnings}
+        return out | {"warnings": self.warnings} | ({"evidence": self.evidence} if self.evidence else {})
 
 
 @dataclass(frozen=True)

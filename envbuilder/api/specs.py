@@ -4,47 +4,30 @@ the one cascade), and `check`'s judgement of a partial combination."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 from envbuilder.errors import InputError
-from envbuilder.core.matrix import COMPONENTS, Matrix, load_matrix
-from envbuilder.core.options import OPTIONS
+from envbuilder.core.matrix import Matrix, load_matrix
 from envbuilder.core.project import Project, find_project
 from envbuilder.core import resolve
 from envbuilder.core import spec as spec_mod
 from envbuilder.core.resolve import Stack
-from envbuilder.core.spec import Overrides, TargetSpec
+from envbuilder.core.spec import TargetSpec
 from envbuilder.api.results import CheckResult
-from envbuilder.core.target import Pins, Request, apply_options
-
-
-if TYPE_CHECKING:
-
-    pass
+from envbuilder.core.target import Pins, Request, merge, with_cuda
 
 
 def make_spec(target: str, *, project: Project | None = None, pins: Pins | None = None,
               **fields: Any) -> TargetSpec:
-    """One target's spec through the cascade: ``fields`` are command-line values
-    (core.spec.Overrides' fields: base_image, requirements_file, layouts, nproc ...)."""
-    return spec_mod.make_spec(target, project=project,
-                              overrides=Overrides(pins=pins or Pins(), **_overrides(fields)))
-
-
-def _overrides(fields: Mapping[str, Any]) -> dict[str, Any]:
-    """A library caller's values as the fields hold them (by the option table's types)."""
-    out = dict(fields)
-    for opt in OPTIONS:
-        key = opt.fields[0]
-        if key in out and opt.value in ("list", "csv"):
-            out[key] = tuple(out[key] or ())
-        elif out.get(key) is not None and opt.value in ("path", "requirements"):
-            out[key] = Path(out[key])
-    return out
+    """One target's spec through the cascade: ``pins`` and ``fields`` are command-line values
+    by the option table's names (core.options.given: base_image, requirements_file, layouts,
+    nproc, a pin such as torch ...)."""
+    given = {**({} if pins is None else pins.layer()), **fields}
+    return spec_mod.make_spec(target, project=project, given=given)
 
 
 def target_specs(target: str | None, *, all_: bool = False, only: Sequence[str] = (),
-                 overrides: Overrides | None = None, command: str = "render",
+                 given: Mapping[str, Any] | None = None, command: str = "render",
                  matrix_dir: str | Path | None = None,
                  project: Project | None | bool = True,
                  or_builtin: bool = False) -> list[TargetSpec]:
@@ -57,10 +40,9 @@ def target_specs(target: str | None, *, all_: bool = False, only: Sequence[str] 
         all_ = True
     builtin: list[str] = []
     if all_:
-        o = overrides or Overrides()
-        builtin = builtin_targets(load_matrix(matrix_dir, o.matrix_overlay))
+        builtin = builtin_targets(load_matrix(matrix_dir, (given or {}).get("matrix_overlay")))
     return spec_mod.specs(target, all_=all_, only=only, project=proj, builtin=builtin,
-                          overrides=overrides, command=command)
+                          given=given, command=command)
 
 
 def spec_matrix(spec: TargetSpec, matrix_dir: str | Path | None = None) -> Matrix:
@@ -71,7 +53,7 @@ def spec_matrix(spec: TargetSpec, matrix_dir: str | Path | None = None) -> Matri
 def resolve_spec(spec: TargetSpec, *, matrix_dir: str | Path | None = None,
                  matrix: Matrix | None = None) -> Stack:
     m = matrix or spec_matrix(spec, matrix_dir)
-    stack = resolve.resolve_target(spec.target, m, spec.pins)
+    stack = spec.resolve(m)
     if spec.requirements or spec.requirements_file is not None:
         from envbuilder.assemble import with_team_compiled  # the team's compiled packages
 
@@ -86,10 +68,15 @@ def resolve_each(specs: Sequence[TargetSpec], *,
 
 
 def resolve_target(target: str, *, matrix_dir: str | Path | None = None, pins: Pins | None = None,
-                   matrix: Matrix | None = None,
-                   matrix_overlay: str | Path | None = None) -> Stack:
+                   matrix: Matrix | None = None, matrix_overlay: str | Path | None = None,
+                   exclude_newer: str | None = None) -> Stack:
+    """A target with ``pins`` resolved, without a spec (``exclude_newer``: a date or time,
+    checked here as the option's check does)."""
+    from envbuilder.core.options import check_value
+
     m = matrix or load_matrix(matrix_dir, matrix_overlay)
-    return resolve.resolve_target(target, m, pins)
+    when = None if exclude_newer is None else check_value("exclude_newer", exclude_newer, {})
+    return resolve.resolve_target(target, m, pins, exclude_newer=when)
 
 
 def builtin_targets(matrix: Matrix) -> list[str]:
@@ -122,28 +109,14 @@ def check_combination(*, matrix_dir: str | Path | None = None, cuda: str | None 
                       driver: str | None = None, torch: str | None = None,
                       python: str | None = None, nccl: str | None = None,
                       os: str | None = None, flavour: str | None = None,
-                      matrix_overlay: str | Path | None = None,
-                      **components: str | None) -> CheckResult:
+                      matrix_overlay: str | Path | None = None, **components: str | None) -> CheckResult:
     """Judge a partial combination using only the axes given (envbuilder check), against the
     matrix with the overlay given (default: the project's); exit 3 naming every violated rule.
-    ``components``: a version pin per component of the matrix (core.matrix.COMPONENTS), by name."""
-    return CheckResult.from_dict(_check_combination(
-        matrix_dir=matrix_dir, cuda=cuda, driver=driver, torch=torch, python=python, nccl=nccl,
-        os=os, flavour=flavour, matrix_overlay=matrix_overlay, **components))
-
-
-def _check_combination(*, matrix_dir: str | Path | None = None, cuda: str | None = None,
-                      driver: str | None = None, torch: str | None = None,
-                      python: str | None = None, nccl: str | None = None,
-                      os: str | None = None, flavour: str | None = None,
-                      matrix_overlay: str | Path | None = None, **components: str | None) -> dict:
-    """Judge a partial combination using only the axes given (envbuilder check), against the
-    matrix with the overlay given (default: the project's)."""
-    unknown = set(components) - set(COMPONENTS)
+    ``components``: a version pin per component of the matrix, by name."""
+    m = load_matrix(matrix_dir, spec_mod.settings(find_project(), {"matrix_overlay": matrix_overlay})["matrix_overlay"])
+    unknown = set(components) - set(m.component_names)
     if unknown:
         raise TypeError(f"check_combination: no component {', '.join(sorted(unknown))}")
-    over = Overrides(matrix_overlay=Path(matrix_overlay) if matrix_overlay is not None else None)
-    m = load_matrix(matrix_dir, spec_mod.settings(find_project(), over)["matrix_overlay"])
     given = {ax for ax, v in (("cuda", cuda), ("torch", torch), ("python", python), ("nccl", nccl),
                               *components.items(), ("os", os), ("flavour", flavour)) if v is not None}
     if cuda is None and driver is not None and torch is None:
@@ -151,22 +124,28 @@ def _check_combination(*, matrix_dir: str | Path | None = None, cuda: str | None
                          "version, or against the CUDA builds of a torch release")
     if not given:
         raise InputError("check needs at least one of --cuda, --torch, --python, --nccl, "
-                         + "".join(f"--{c}, " for c in COMPONENTS) + "--os, --flavour")
+                         + "".join(f"--{c}, " for c in m.component_names) + "--os, --flavour")
     req = Request(target="check")
-    req = apply_options(req, m, cuda=cuda, driver=driver, torch=torch, python=python,
-                        nccl=nccl, os=os, flavour=flavour, **components)
+    if cuda is not None:
+        req = with_cuda(req, cuda, m)
+    values: dict[str, Any] = dict(driver=driver, torch=torch, python=python, nccl=nccl, os=os,
+                                  flavour=flavour, **components)
+    req = merge(req, Pins.of(**values), m)
     if cuda is None and driver is not None:  # driver first: which CUDA builds of torch run
         from dataclasses import replace as _replace
 
         resolve.check(_replace(req, driver=None), m, given)  # the other pins, as without a driver
-        return resolve.driver_check(req, m)
+        d = resolve.driver_check(req, m)
+        return CheckResult(given=d["given"], satisfied_by=d["satisfied_by"], warnings=d["warnings"],
+                           driver=d["driver"])
     assignment, warnings = resolve.check(req, m, given)
-    runs = {}
+    runs = None
     if driver is not None and assignment.get("cuda") is not None:  # native | minor-compat | forward-compat
         from envbuilder.core.rules import driver_mode
-        runs = {"runs": driver_mode(m, assignment["cuda"], req.driver or driver)}
-    return runs | {"ok": True,
-            "given": {k: v for k, v in req.pins().items()} | ({"driver": driver} if driver else {}),
-            "satisfied_by": {k: "cpu" if k == "cuda" and v is None else resolve._show(v)
-                             for k, v in assignment.items() if k in given},
-            "warnings": [w.to_dict() for w in warnings]}
+        runs = driver_mode(m, assignment["cuda"], req.driver or driver)
+    return CheckResult(
+        given={k: v for k, v in req.pins().items()} | ({"driver": driver} if driver else {}),
+        satisfied_by={k: "cpu" if k == "cuda" and v is None else resolve._show(v)
+                      for k, v in assignment.items() if k in given},
+        warnings=[w.to_dict() for w in warnings if w.severity != "info"], runs=runs,
+        evidence=[w.to_dict() for w in warnings if w.severity == "info"])

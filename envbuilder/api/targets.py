@@ -6,10 +6,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
 from envbuilder.errors import InputError
-from envbuilder.core.matrix import COMPONENTS, load_matrix
+from envbuilder.core.matrix import load_matrix
 from envbuilder.core.project import find_project
 from envbuilder.core import spec as spec_mod
-from envbuilder.core.spec import Overrides, TargetSpec
+from envbuilder.core.spec import TargetSpec
 
 from envbuilder.api.results import GithubMatrix, TargetRow, TargetsTable
 from envbuilder.api.specs import builtin_targets, make_spec, resolve_spec
@@ -39,7 +39,7 @@ def list_targets(specs: Sequence[TargetSpec] | None = None, *,
             rows.append(TargetRow(**row, ok=True, tag=d["tag"], warnings=d["warnings"],
                                   stack={k: d[k] for k in (
                                       "cuda", "cuda_toolkit", "torch", "python", "nccl",
-                                      *COMPONENTS, "os", "base_image")}))
+                                      *m.component_names, "os", "base_image")}))
         except IncompatibleError as e:
             rows.append(TargetRow(**row, ok=False, error=str(e)))
     return TargetsTable(matrix_path=str(m.path), matrix_digest=m.digest, targets=rows)
@@ -65,7 +65,7 @@ def write_ci(out: str | Path, *, registry: str | None, github: bool,
     if not github:
         raise InputError("ci needs a CI system: --github")
     proj = find_project()
-    registry = spec_mod.settings(proj, Overrides(registry=registry))["registry"]  # the cascade's
+    registry = spec_mod.settings(proj, {"registry": registry})["registry"]  # the cascade's
     if registry is None:
         raise InputError("ci needs --registry (or a project file with registry = ...)")
     if matrix_dir is not None:

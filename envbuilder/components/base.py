@@ -33,6 +33,8 @@ from envbuilder.components.instructions import Copy, Run, Stage
 if TYPE_CHECKING:
     from envbuilder.components.team_compiled import TeamSplit
     from envbuilder.core.builder import Builder
+    from envbuilder.core.matrix import Component as MatrixComponent
+    from envbuilder.core.matrix import Matrix
     from envbuilder.core.resolve import Stack
 
 VENV = "/opt/venv"
@@ -151,11 +153,21 @@ class VerifyContext:
     labels: Mapping[str, str]
     torch: Mapping[str, Any]
     nccl: tuple[Mapping[str, Any], ...] = ()
-    op_modules: Mapping[str, str] = field(default_factory=dict)  # compiled op -> module loading it
+    matrix: Matrix | None = None  # the matrix the image was made from (a component's own facts)
 
     @property
     def gpu(self) -> bool:
         return self.labels.get("cuda", "cpu") != "cpu"
+
+
+def hide_modules(names: tuple[str, ...]) -> list[str]:
+    """Shell lines that make ``import NAME`` fail for the build step (PYTHONPATH=HIDE_DIR)."""
+    out = []
+    for name in names:
+        out += [f"mkdir -p {HIDE_DIR}/{name}",
+                f"echo 'raise ImportError(\"{name} is hidden from this build by envbuilder\")' "
+                f"> {HIDE_DIR}/{name}/__init__.py"]
+    return out
 
 
 def public(v: str | None) -> str | None:
@@ -178,7 +190,7 @@ class Component:
     """One part of the stack. Subclasses set ``name`` and override the hooks they need."""
 
     name: str = ""
-    axis: str | None = None  # the matrix axis it resolves on (a component file), if any
+    axis: str | None = None  # the matrix axis it resolves on (its file matrices/<axis>.yaml), if any
     facts_key: str | None = None  # its entry in the verification payload's facts
     # the smoke payload's check of it (run/payload/ddp_smoke.py CHECKS): the payload runs in
     # any image without envbuilder, so the check itself lives there, named here
@@ -191,6 +203,47 @@ class Component:
     def release(self, stack: Stack) -> Any:
         """Its resolved release (a ComponentRelease for an axis), None when not in the stack."""
         return stack.assignment.get(self.axis) if self.axis else None
+
+    def facts(self, matrix: Matrix) -> MatrixComponent:
+        """What its matrix file says (identity, order, how it compiles, its ops): the component
+        with an axis only."""
+        assert self.axis is not None, f"component {self.name} has no matrix file"
+        return matrix.component(self.axis)
+
+    def order(self, stack: Stack) -> int:
+        """Where its layer goes (registry): its matrix file's order for a component with an
+        axis, else its module's ORDER."""
+        if self.axis is not None and self.axis in stack.matrix.component_names:
+            return self.facts(stack.matrix).order
+        return self.module_order
+
+    module_order: int = 50  # set by the registry from the module's ORDER (no axis: its place)
+
+    def ops(self, stack: Stack) -> tuple[str, ...]:
+        """The ops it pre-builds in ``stack`` (its ``--<tag>-ops``, or its default on CUDA)."""
+        return stack.ops.get(self.axis or self.name, ())
+
+    def compiled_layer(self, ctx: PlanContext, requirements: tuple[str, ...],
+                       env: Mapping[str, str], *, compiles: bool = True,
+                       extra_build: tuple[str, ...] = (), pre_install: tuple[str, ...] = ()) -> PipLayer:
+        """Its layer when it compiles against the image's torch (core.compiles, its matrix file):
+        no build isolation, the build requirements its file names, ``env`` with the settings its
+        file's ``tools`` give for its version, and the modules they hide from the build (only
+        when something ``compiles``: a tool that hides a module is about compiling)."""
+        facts = self.facts(ctx.stack.matrix)
+        assert facts.compiles is not None
+        rel = self.release(ctx.stack)
+        out = dict(env)
+        pre: list[str] = []
+        for tool in facts.compiles.tools_for(rel.version):
+            if compiles or not tool.hide_modules:
+                out.update(tool.env)
+                pre += hide_modules(tool.hide_modules)
+        if pre:
+            out["PYTHONPATH"] = HIDE_DIR
+        return PipLayer(self.name, requirements, None, build_env=out, no_build_isolation=True,
+                        extra_build=extra_build, pre_install=tuple(pre) + pre_install,
+                        build_deps=facts.compiles.build)
 
     # -- the plan ------------------------------------------------------------------------
     def refuse(self, stack: Stack, base_image: str | None) -> None:

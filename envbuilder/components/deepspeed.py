@@ -6,14 +6,22 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Mapping
 
-from envbuilder.components.base import (HIDE_DIR, PSABI_LEVELS, Component, PipLayer, PlanContext, VerifyCheck,
+from envbuilder.components.base import (PSABI_LEVELS, Component, PipLayer, PlanContext, VerifyCheck,
                                         VerifyContext, eq, public)
 
 if TYPE_CHECKING:
     from envbuilder.core.resolve import Stack
 
-# what DeepSpeed's setup.py imports while building (no build isolation: it imports torch)
-BUILD_DEPS = ("setuptools", "wheel", "packaging", "ninja", "py-cpuinfo", "psutil")
+# The ops DeepSpeed builds at start-up (deepspeed.init_distributed()), by accelerator, with the
+# module that loads each pre-built: on its CPU accelerator the shared-memory collective op
+# (comm/torch.py TorchBackend -> build_shm_op -> op_builder/cpu/comm.py ShareMemCommBuilder,
+# absolute_name deepspeed.ops.comm.deepspeed_shm_comm_op); its CUDA accelerator has no such
+# builder (create_op_builder returns None). Read in the v0.16.9, v0.18.0 and v0.19.5 tags.
+# https://github.com/deepspeedai/DeepSpeed/blob/v0.16.9/deepspeed/comm/torch.py
+# https://github.com/deepspeedai/DeepSpeed/blob/v0.16.9/op_builder/cpu/comm.py
+STARTUP_OPS: dict[str, dict[str, str]] = {
+    "cpu": {"deepspeed_shm_comm": "deepspeed.ops.comm.deepspeed_shm_comm_op"}, "cuda": {}}
+CPU_ACCELERATOR_OPS = ("deepspeed_shm_comm",)  # only DeepSpeed's CPU accelerator builds these
 
 
 class DeepSpeed(Component):
@@ -21,44 +29,49 @@ class DeepSpeed(Component):
     smoke_check = "deepspeed_zero"
 
     def refuse(self, stack: Stack, base_image: str | None) -> None:
-        if stack.ds_jit:
+        if stack.ops_left_to_jit(self.name):
             _refuse_jit_without_nvcc(stack, base_image)
+        cpu_only = [o for o in self.ops(stack) if o in CPU_ACCELERATOR_OPS]
+        if cpu_only and stack.toolkit is not None:
+            from envbuilder.errors import IncompatibleError
+
+            raise IncompatibleError(
+                f"--ds-ops {','.join(cpu_only)}: an op of DeepSpeed's CPU accelerator, which a "
+                f"CUDA target's DeepSpeed does not use (its CUDA accelerator builds no such op); "
+                f"drop it, or build a cpu target for it")
 
     def compiles_cpu(self, ctx: PlanContext) -> bool:
-        ops = ctx.stack.matrix.toolchains.deepspeed_ops
-        return any(not ops[o].cuda for o in ctx.stack.ds_ops)
+        ops = self.facts(ctx.stack.matrix).ops
+        return any(not ops[o].cuda for o in self.ops(ctx.stack))
 
     def layer(self, ctx: PlanContext) -> PipLayer:
         stack, setup, gpu = ctx.stack, ctx.setup, ctx.gpu
-        m = stack.matrix
-        ds = self.release(stack)
+        ops = self.ops(stack)
         env = {"DS_BUILD_OPS": "0"}
-        if stack.ds_ops:
+        if ops:
             # DeepSpeed picks its accelerator at build time from the GPUs it sees: the builder
             # has none, so the CUDA op builders are chosen explicitly (else CPU ops are built)
             env["DS_ACCELERATOR"] = "cuda" if gpu else "cpu"
-            env.update({m.toolchains.deepspeed_ops[o].env: "1" for o in stack.ds_ops})
+            env.update({self.facts(stack.matrix).ops[o].env: "1" for o in ops})
             env.update(ctx.compile_env)
             if gpu:
                 env["TORCH_CUDA_ARCH_LIST"] = ";".join(ctx.arch)
             env.update(setup.isa_env)
-        pre: list[str] = []
-        for tool in m.toolchains.build_tools:
-            if tool.applies(self.name, ds.version) and (stack.ds_ops or not tool.hide_modules):
-                env.update(tool.env)
-                pre += hide_modules(tool.hide_modules)
-        if pre:
-            env["PYTHONPATH"] = HIDE_DIR
         # with DS_ACCELERATOR=cuda DeepSpeed's setup.py adds nvidia-ml-py to its requirements
         # (its sdist metadata does not list it): named here so offline wheelhouses carry it
-        extra = ("nvidia-ml-py",) if stack.ds_ops and gpu else ()
-        return PipLayer(self.name, (f"deepspeed=={ds.version}",), None, build_env=env, no_build_isolation=True,
-                        pre_install=tuple(pre), extra_build=extra, build_deps=BUILD_DEPS)
+        extra = ("nvidia-ml-py",) if ops and gpu else ()
+        return self.compiled_layer(ctx, (f"deepspeed=={self.release(stack).version}",), env,
+                                   compiles=bool(ops), extra_build=extra)
 
     def payload_args(self, ctx: VerifyContext) -> list[str]:
-        """Each pre-built op the labels name, with the module that loads it (--ds-op op=module)."""
+        """Each pre-built op the labels name and each op DeepSpeed builds at start-up on the
+        image's accelerator, with the module that loads it (--ds-op op=module)."""
         ops = (ctx.labels.get("deepspeed-ops") or "").split(",")
-        return [a for op, mod in ctx.op_modules.items() if op in ops for a in ("--ds-op", f"{op}={mod}")]
+        modules = {op: mod for op, mod in _op_modules(ctx).items() if op in ops}
+        if ctx.labels.get("deepspeed") is not None:
+            modules.update({op: mod for op, mod in STARTUP_OPS["cuda" if ctx.gpu else "cpu"].items()
+                            if op not in modules})
+        return [a for op, mod in modules.items() for a in ("--ds-op", f"{op}={mod}")]
 
     def verify_checks(self, facts: Mapping[str, Any], ctx: VerifyContext) -> list[VerifyCheck]:
         d = facts.get("deepspeed")
@@ -76,11 +89,33 @@ class DeepSpeed(Component):
             inst = bool(installed.get(op))
             ok = inst and bool(rec.get("loaded"))
             detail = (f"{op} is pre-built and {rec.get('file')} loads" if ok else
-                      f"{op}: installed_ops says {inst}; loading {ctx.op_modules.get(op, '?')} "
+                      f"{op}: installed_ops says {inst}; loading {_op_modules(ctx).get(op, '?')} "
                       f"{'worked' if rec.get('loaded') else 'failed: ' + str(rec.get('error', 'not tried'))}")
             out.append(VerifyCheck(f"ds_op_{op}", ok, "installed and loads",
                                    {"installed": inst, "loaded": rec.get("loaded")}, detail))
-        return out + _isa_checks(d, lab.get("cpu-isa"))
+        labelled = [o for o in (lab.get("deepspeed-ops") or "").split(",") if o]
+        startup = [o for o in STARTUP_OPS["cuda" if ctx.gpu else "cpu"] if o not in labelled]
+        return out + [_startup_check(op, d, installed) for op in startup] + _isa_checks(d, lab.get("cpu-isa"))
+
+
+def _startup_check(op: str, d: Mapping[str, Any], installed: Mapping[str, Any]) -> VerifyCheck:
+    """An op DeepSpeed builds at deepspeed.init_distributed() on the image's accelerator: it
+    loads pre-built, or the image keeps a compiler for DeepSpeed to build it at start-up."""
+    rec = (d.get("ops") or {}).get(op) or {}
+    cxx = (d.get("compilers") or {}).get("c++")
+    if installed.get(op) and rec.get("loaded"):
+        ok, detail = True, f"{op} (built by deepspeed.init_distributed()) is pre-built and {rec.get('file')} loads"
+    elif cxx:
+        ok, detail = True, (f"{op} is not pre-built; deepspeed.init_distributed() builds it at start-up "
+                            f"with the image's compiler ({cxx})")
+    else:
+        ok, detail = False, (f"{op} can neither load (installed_ops says {bool(installed.get(op))}"
+                             + (f"; {rec.get('error')}" if rec.get("error") else "")
+                             + ") nor build (no c++ in the image): deepspeed.init_distributed() fails "
+                             f"with \"Error building extension '{op}'\"; rebuild with --ds-ops {op} "
+                             f"(pre-built by default on cpu targets)")
+    return VerifyCheck(f"ds_startup_{op}", ok, "pre-built, or a compiler for the JIT",
+                       {"installed": bool(installed.get(op)), "loaded": rec.get("loaded"), "c++": cxx}, detail)
 
 
 def _isa_checks(d: Mapping[str, Any], isa: str | None) -> list[VerifyCheck]:
@@ -120,15 +155,11 @@ def _refuse_jit_without_nvcc(stack: Stack, base_image: str | None) -> None:
         f"nvidia/cuda:{want}.x-devel-<os>")
 
 
-def hide_modules(names: tuple[str, ...]) -> list[str]:
-    """Shell lines that make ``import NAME`` fail for the build step (PYTHONPATH=HIDE_DIR)."""
-    out = []
-    for name in names:
-        out += [f"mkdir -p {HIDE_DIR}/{name}",
-                f"echo 'raise ImportError(\"{name} is hidden from this build by envbuilder\")' "
-                f"> {HIDE_DIR}/{name}/__init__.py"]
-    return out
+def _op_modules(ctx: VerifyContext) -> dict[str, str]:
+    """Each op's module, from the matrix the image was made from (matrices/deepspeed.yaml ops)."""
+    if ctx.matrix is None or "deepspeed" not in ctx.matrix.component_names:
+        return {}
+    return ctx.matrix.component("deepspeed").op_modules()
 
 
-COMPONENT = DeepSpeed()
-ORDER = 20
+COMPONENT = DeepSpeed()  # its order, tag, title, ops and how it compiles: matrices/deepspeed.yaml

@@ -12,13 +12,6 @@ from envbuilder.components.base import Component, PipLayer, PlanContext, VerifyC
 if TYPE_CHECKING:
     from envbuilder.core.resolve import Stack
 
-# what Horovod's setup.py imports while building (no build isolation: it imports torch, which
-# must come from the torch layer). Its setup.py adds cffi>=1.4.0 to its requirements at build
-# time (PyTorch support); its sdist metadata lists none, so they are named here for offline
-# wheelhouses too
-BUILD_DEPS = ("setuptools", "wheel", "packaging", "cmake", "psutil", "pyyaml", "cloudpickle", "cffi>=1.4.0")
-
-
 class Horovod(Component):
     name = axis = facts_key = "horovod"
     smoke_check = "horovod_allreduce"
@@ -28,15 +21,12 @@ class Horovod(Component):
 
     def layer(self, ctx: PlanContext) -> PipLayer:
         stack, setup, arch = ctx.stack, ctx.setup, ctx.arch
-        m = stack.matrix
-        env = dict(m.component(self.name).build_env)
-        hvd = self.release(stack)
+        compiles = self.facts(stack.matrix).compiles
+        assert compiles is not None
+        env = dict(compiles.env)
         env.setdefault("HOROVOD_WITH_PYTORCH", "1")
         env.update({"HOROVOD_WITHOUT_TENSORFLOW": "1", "HOROVOD_WITHOUT_MXNET": "1",
                     "HOROVOD_WITH_GLOO": "1", "HOROVOD_WITHOUT_MPI": "1"})
-        for tool in m.toolchains.build_tools:
-            if tool.applies(self.name, hvd.version):
-                env.update(tool.env)
         extra_build: list[str] = []
         pre: list[str] = []
         if not ctx.gpu:
@@ -56,8 +46,8 @@ class Horovod(Component):
                 env["HOROVOD_CUDA_HOME"] = setup.cuda_home
             if arch:
                 env["HOROVOD_BUILD_CUDA_CC_LIST"] = ",".join(a.split("+")[0].replace(".", "") for a in arch)
-        return PipLayer(self.name, (f"horovod=={hvd.version}",), None, build_env=env, no_build_isolation=True,
-                        extra_build=tuple(extra_build), pre_install=tuple(pre), build_deps=BUILD_DEPS)
+        return self.compiled_layer(ctx, (f"horovod=={self.release(stack).version}",), env,
+                                   extra_build=tuple(extra_build), pre_install=tuple(pre))
 
     def verify_checks(self, facts: Mapping[str, Any], ctx: VerifyContext) -> list[VerifyCheck]:
         h = facts.get("horovod")
@@ -108,5 +98,4 @@ def _nccl_checks(h: Mapping[str, Any], ctx: VerifyContext) -> list[VerifyCheck]:
     return out
 
 
-COMPONENT = Horovod()
-ORDER = 10
+COMPONENT = Horovod()  # its order, tag, title and how it compiles: matrices/horovod.yaml

@@ -1,8 +1,9 @@
-"""The components, in plan order (each module's ``ORDER``): torch's layer first (0), then each
-compiled component's (10-30), the fabric (40), the team's compiled packages (80) and the team's
-own packages last (90), so bumping a later one never rebuilds an earlier one. Built-in
-components register when this module is first used; a test or a plugin adds one with
-``register`` (``before`` places it)."""
+"""The components, in plan order: torch's layer first (0), then each matrix component's (the
+``order`` of its file, matrices/<name>.yaml: 1-79), the fabric (40), the team's compiled
+packages (80) and the team's own packages last (90), so bumping a later one never rebuilds an
+earlier one. A component without a matrix file has its place in its module (``ORDER``).
+Built-in components register when this module is first used; a test or a plugin adds one with
+``register``; ``active(stack)`` orders them by the stack's matrix."""
 
 from __future__ import annotations
 
@@ -50,8 +51,20 @@ def _load() -> None:
         mod = importlib.import_module(f"{pkg.__name__}.{info.name}")
         c = getattr(mod, "COMPONENT", None)
         if isinstance(c, Component):
-            found.append((int(mod.ORDER), c.name, c))
-    _REGISTRY.extend(c for _, _, c in sorted(found, key=lambda t: (t[0], t[1])))
+            _place(c, getattr(mod, "ORDER", None))
+            found.append(c)
+    _REGISTRY.extend(sorted(found, key=lambda c: (c.module_order, c.name)))
+
+
+def _place(component: Component, order: int | None) -> None:
+    """A component's place when no stack says it: its module's ORDER, else (a component with
+    an axis) its built-in matrix file's order."""
+    if order is None and component.axis is not None:
+        from envbuilder.core import catalog
+
+        order = next((c.order for c in catalog.builtin() if c.name == component.axis), None)
+    if order is not None:
+        component.module_order = int(order)
 
 
 def register(component: Component, *, before: str | None = None) -> Component:
@@ -60,6 +73,7 @@ def register(component: Component, *, before: str | None = None) -> Component:
     _builtin()
     if not component.name or any(c.name == component.name for c in _REGISTRY):
         raise ValueError(f"component {component.name!r} has no name or is registered already")
+    _place(component, None)
     at = next((i for i, c in enumerate(_REGISTRY) if c.name == before), len(_REGISTRY))
     _REGISTRY.insert(at, component)
     return component
@@ -83,5 +97,6 @@ def get(name: str) -> Component:
 
 
 def active(stack: Stack) -> Iterator[Component]:
-    """The components ``stack`` carries, in plan order."""
-    return (c for c in components() if c.active(stack))
+    """The components ``stack`` carries, in plan order (a matrix component's order is its
+    file's, in the stack's matrix)."""
+    return iter(sorted((c for c in components() if c.active(stack)), key=lambda c: c.order(stack)))

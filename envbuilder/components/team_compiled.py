@@ -11,7 +11,8 @@ plan's portable ISA; what it builds is collected into the layer the runtime stag
 the runtime has no compiler. A target whose stack cannot build them is refused (exit 3)
 before anything builds: no nvcc for torch's CUDA on that OS, or a CUDA-only package on a CPU
 target. Which packages are known to compile, and how each is told to, is data:
-``envbuilder/data/compiled_packages.yaml``.
+``envbuilder/data/compiled_packages.yaml``, each package described as a matrix component's
+``compiles:`` is (core.compiles: one description of "compiles against torch").
 """
 
 from __future__ import annotations
@@ -26,11 +27,14 @@ from packaging.utils import canonicalize_name
 
 from envbuilder.components.base import (BuilderSetup, Component, PipLayer, PlanContext, VerifyCheck,
                                         VerifyContext)
+from envbuilder.core import compiles
 from envbuilder.core.builder import Builder, NoBuilder, builder_for
+from envbuilder.core.compiles import Compiles
+from envbuilder.core.schema import first_error
 from envbuilder.core.resolve import Stack
 from envbuilder.core.resources import data_path
 from envbuilder.core.rules import Violation
-from envbuilder.errors import IncompatibleError, InputError
+from envbuilder.errors import IncompatibleError, InputError, MatrixError
 from envbuilder.labels import PREFIX
 
 LAYER = "team-compiled"
@@ -38,20 +42,8 @@ DATA = "compiled_packages.yaml"
 
 
 @dataclass(frozen=True)
-class Known:
-    """What the data says about one package that compiles against torch."""
-
-    name: str
-    cuda_only: bool
-    build: tuple[str, ...]
-    env: Mapping[str, str]
-    cuda_env: tuple[str, ...]  # env entries that only make sense with nvcc (dropped on CPU)
-    source: tuple[str, ...]
-
-
-@dataclass(frozen=True)
 class Catalog:
-    packages: Mapping[str, Known]
+    packages: Mapping[str, Compiles]  # by canonical name
     default_build: tuple[str, ...]
     gib_per_job: int
     gib_per_job_source: str
@@ -65,12 +57,13 @@ def catalog() -> Catalog:
     # 3.6 ms in pure Python)
     raw: dict[str, Any] = yaml.load(data_path(DATA).read_text(),
                                     Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
-    pkgs: dict[str, Known] = {}
+    pkgs: dict[str, Compiles] = {}
     for name, d in raw["packages"].items():
-        pkgs[canonicalize_name(name)] = Known(
-            canonicalize_name(name), bool(d.get("cuda_only")), tuple(d.get("build", ())),
-            {str(k): str(v) for k, v in (d.get("env") or {}).items()}, tuple(d.get("cuda_env", ())),
-            tuple(d.get("source", ())))
+        where = f"{DATA}, key packages/{name}"
+        err = first_error(d, compiles.SCHEMA)
+        if err is not None:
+            raise MatrixError(f"{where}/{'/'.join(map(str, err.path))}: {err.message}")
+        pkgs[canonicalize_name(name)] = compiles.parse(d, where)
     return Catalog(pkgs, tuple(raw["default_build"]), int(raw["gib_per_job"]),
                    str(raw["gib_per_job_source"]))
 
@@ -164,7 +157,7 @@ def refuse_unbuildable(stack: Stack, split: TeamSplit) -> Builder:
                 f"target (CPU torch, no nvcc): use a CUDA target, or drop it from this target's "
                 f"requirements", details=[f"source: {k.source[0]}"])
     try:
-        b = builder_for(stack.assignment, stack.matrix, stack.ds_ops, extensions=split.names)
+        b = builder_for(stack.assignment, stack.matrix, stack.ops, extensions=split.names)
     except NoBuilder as e:
         raise IncompatibleError(f"{stack.target} cannot build {', '.join(split.names)}: {e}; {e.fix}",
                                 details=[f"source: {s}" for s in e.source[:2]]) from None
@@ -209,7 +202,7 @@ def layer_env(stack: Stack, split: TeamSplit, compile_env: Mapping[str, str],
     for n in split.names:
         k = known.get(n)
         if k is not None:
-            env.update({key: v for key, v in k.env.items() if gpu or key not in k.cuda_env})
+            env.update(k.env_for(gpu))
     env.update(compile_env)
     if gpu:
         env["TORCH_CUDA_ARCH_LIST"] = ";".join(arch)

@@ -20,12 +20,11 @@ from typing import Any, Iterable, Mapping
 from packaging.version import InvalidVersion, Version
 
 from envbuilder.core.matrix import Advisory, DriverBranch, Matrix
-from envbuilder.core.target import COMPONENTS
 
 AVOIDED = ("critical", "high")  # severities the resolver steers around when it can
 SEVERITY_ORDER = {"critical": 0, "high": 1, "medium": 2, "low": 3}
 # the stack axis each component is read from (cublas and driver are facts only)
-AXIS_OF = {"torch": "torch", "nccl": "nccl", "cuda": "cuda", **{c: c for c in COMPONENTS}}
+AXIS_OF = {"torch": "torch", "nccl": "nccl", "cuda": "cuda"}  # and each component of the matrix
 
 
 def _valid(version: str) -> bool:
@@ -73,7 +72,7 @@ def value_version(axis: str, value: Any) -> str | None:
 def stack_facts(stack: Any) -> dict[str, str]:
     """The component versions of a resolved ``Stack`` (and its request's driver)."""
     facts: dict[str, str] = {}
-    for comp, axis in AXIS_OF.items():
+    for comp, axis in {**AXIS_OF, **{c: c for c in stack.matrix.component_names}}.items():
         v = value_version(axis, stack.assignment.get(axis))
         if v:
             facts[comp] = v

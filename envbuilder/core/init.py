@@ -19,13 +19,13 @@ written. Pure: the host is read by ``diagnose`` and handed in.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Sequence
 
 from envbuilder.core import layouts, validate
-from envbuilder.core.matrix import COMPONENT_TITLES, Matrix
+from envbuilder.core.matrix import Matrix
 from envbuilder.core.resolve import Stack, resolve_target
-from envbuilder.core.target import COMPONENTS, Pins
+from envbuilder.core.target import Pins
 from envbuilder.errors import EnvbuilderError, IncompatibleError, InputError
 
 PROJECT_FILE = "envbuilder.toml"
@@ -48,13 +48,14 @@ class Choice:
 
     def to_dict(self) -> dict[str, Any]:
         d = self.stack.to_dict()
-        return {"target": self.target, "driver": self.pins.driver, "torch_pin": self.pins.torch,
+        torch = None if self.pins.torch is None else str(self.pins.torch)
+        return {"target": self.target, "driver": self.pins.driver, "torch_pin": torch,
                 "with": list(self.pins.with_), "layout": self.layout, "registry": self.registry,
                 "why": self.why, "also_native": self.others, "not_chosen": self.refused,
                 "minor_compat": self.minor_compat, "warnings": self.warnings,
                 "stack": {k: d[k] for k in ("cuda_toolkit", "driver_min", "torch",
-                                            "torch_variant", "python", "nccl", *COMPONENTS,
-                                            "os", "base_image")}}
+                                            "torch_variant", "python", "nccl",
+                                            *self.stack.matrix.component_names, "os", "base_image")}}
 
 
 def _arch(cap: str) -> str:
@@ -63,13 +64,11 @@ def _arch(cap: str) -> str:
     return f"sm_{major}{minor or '0'}"
 
 
-def _check_facts(compute_caps: Sequence[str], torch: str | None) -> None:
+def _check_facts(compute_caps: Sequence[str]) -> None:
     for cap in compute_caps:
         if cap and not re.fullmatch(r"[0-9]{1,2}\.[0-9]{1,2}", cap):
             raise InputError(f"the GPU compute capability {cap[:40]!r} this host reports is not "
                              f"one (e.g. 9.0): give --driver and --gpus-per-node")
-    if torch is not None:
-        validate.version(torch, "--torch")
 
 
 def choose(matrix: Matrix, *, driver: str, gpus_per_node: int, nodes: int,
@@ -77,17 +76,17 @@ def choose(matrix: Matrix, *, driver: str, gpus_per_node: int, nodes: int,
            compute_caps: Sequence[str] = (), torch: str | None = None) -> Choice:
     """The target and layout for a cluster (see the module's doc). InputError for bad facts;
     IncompatibleError (exit 3) when no CUDA line runs natively on ``driver``."""
-    driver = validate.driver_version(driver)
+    pins = Pins.of(driver=driver, torch=torch)  # the one check of the pins given
     n, p = layouts.check(nodes, gpus_per_node, "--nodes x --gpus-per-node")
     if registry is not None:
         registry = validate.repository(registry, "--registry")
     wanted = tuple(dict.fromkeys(c.strip().lower() for w in with_ for c in w.split(",") if c.strip()))
     for c in wanted:
-        if c not in COMPONENTS:
-            raise InputError(f"--with {c!r}: expected {' or '.join(COMPONENTS)}")
-    _check_facts(compute_caps, torch)
+        if c not in matrix.component_names:
+            raise InputError(f"--with {c!r}: expected {' or '.join(matrix.component_names)}")
+    _check_facts(compute_caps)
     need = sorted({_arch(c) for c in compute_caps if c})
-    pins = Pins(driver=driver, with_=wanted, torch=torch)
+    pins = replace(pins, with_=wanted)
     native: list[tuple[str, Stack]] = []
     refused: list[str] = []
     by_compat: list[str] = []
@@ -99,6 +98,8 @@ def choose(matrix: Matrix, *, driver: str, gpus_per_node: int, nodes: int,
             if not native:
                 refused.append(f"{target}: {str(e).split(': ', 1)[-1][:200]}")
             continue
+        except InputError:  # a pin the matrix does not know (--torch 9.9): bad input, exit 2,
+            raise           # as resolve says it, not "upgrade the driver"
         except EnvbuilderError:
             continue
         compat = [w for w in st.warnings if w.rule == "driver_cuda"]
@@ -142,15 +143,14 @@ def choose(matrix: Matrix, *, driver: str, gpus_per_node: int, nodes: int,
 def project_data(c: Choice, *, name: str = "train") -> dict[str, Any]:
     """The values of envbuilder.toml for ``c``, each validated (InputError for a bad one)."""
     validate.path_segment(name, "--name")
-    target: dict[str, Any] = {"name": name, "target": c.target,
-                              "driver": validate.driver_version(c.pins.driver or "")}
+    target: dict[str, Any] = {"name": name, "target": c.target, "driver": c.pins.driver}
     if c.pins.torch:
-        target["torch"] = str(validate.version(c.pins.torch, "--torch"))
+        target["torch"] = str(c.pins.torch)
     if c.pins.with_:
         target["with"] = list(c.pins.with_)
     data: dict[str, Any] = {"requirements": REQUIREMENTS_FILE}
     if c.registry:
-        data["registry"] = validate.repository(c.registry, "--registry")
+        data["registry"] = c.registry  # checked by choose
     data["layouts"] = [c.layout]
     data["targets"] = [target]
     return data
@@ -206,7 +206,8 @@ def project_toml(c: Choice, *, name: str = "train", source: str) -> str:
         lines.append(line)
     lines.append(_comment(f"resolves to torch {d['torch']} ({d['torch_variant']}), Python "
                           f"{d['python']}, {d['os']}, NCCL {d['nccl']}"
-                          + "".join(f", {COMPONENT_TITLES[k]} {d[k]}" for k in COMPONENTS if d[k])))
+                          + "".join(f", {k.title} {d[k.name]}" for k in c.stack.matrix.components
+                                    if d[k.name])))
     if c.others:
         lines.append(_comment(f"also native on this driver: {', '.join(c.others)}"))
     if c.minor_compat:

@@ -1,8 +1,10 @@
 """The compatibility matrix: YAML files in one folder, schema-checked, turned into typed data.
 
-``load_matrix(path)`` reads every file named in ``schema.FILES``, validates it (unknown keys
-and missing ``source:`` are errors naming the file and the key), and returns a frozen
-``Matrix``. Versions are ``packaging`` versions; specifiers are ``SpecifierSet``s.
+``load_matrix(path)`` reads every file named in ``schema.FILES`` and every component file beside
+them (``core.catalog``: ``<name>.yaml``, one per component), validates it (unknown keys and
+missing ``source:`` are errors naming the file and the key), and returns a frozen ``Matrix``.
+Versions are ``packaging`` versions; specifiers are ``SpecifierSet``s. Nothing here names a
+component: each is what its file says (``Component``).
 """
 
 from __future__ import annotations
@@ -11,24 +13,17 @@ import hashlib
 from dataclasses import dataclass, field, replace
 from functools import cached_property, lru_cache
 from pathlib import Path
-from typing import Any, Iterable, Mapping, cast
+from typing import Any, Iterable, Mapping
 
 import yaml
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import Version
 
-from envbuilder.core import schema
-# the matrix's components (core.options declares them, with their option rows)
-from envbuilder.core.options import COMPONENT_PLAN_ORDER as COMPONENT_PLAN_ORDER
-from envbuilder.core.options import COMPONENT_TAGS as COMPONENT_TAGS
-from envbuilder.core.options import COMPONENT_TITLES as COMPONENT_TITLES
-from envbuilder.core.options import COMPONENTS as COMPONENTS
-from envbuilder.core.options import OPS_COMPONENT as OPS_COMPONENT
-from envbuilder.core.options import OPS_KEY as OPS_KEY
+from envbuilder.core import catalog, schema
+from envbuilder.core.compiles import Compiles
+from envbuilder.core.compiles import parse as parse_compiles
 from envbuilder.errors import MatrixError
 from envbuilder.core.resources import matrices_dir
-
-AXES = ("cuda", "torch", "python", "nccl", *COMPONENTS, "os")
 
 
 def _sources(value: Any) -> tuple[str, ...]:
@@ -81,7 +76,7 @@ class Advisory:
     """A known-bad release (incompatibilities.yaml advisories): affected range, fix, URL."""
 
     id: str
-    component: str  # torch | nccl | cuda | cublas | driver | one of COMPONENTS
+    component: str  # torch | nccl | cuda | cublas | driver | a component of the matrix
     affected: SpecifierSet
     fixed: str | None
     severity: str  # critical | high | medium | low
@@ -100,6 +95,18 @@ class Advisory:
 
 
 @dataclass(frozen=True)
+class RequireCuda:
+    """An image set's ``NVIDIA_REQUIRE_CUDA``: ``cuda>=X.Y`` and the driver branches its brand
+    clauses list (``brand=tesla,driver>=535,driver<536 ...``). nvidia-container-cli starts the
+    image on a driver whose CUDA is older than X.Y only on one of those branches."""
+
+    cuda: Version  # the cuda>=X.Y part
+    branches: tuple[int, ...]
+    source: tuple[str, ...]
+    note: str = ""  # "unverified for this patch: ..." where it was read in another patch's image
+
+
+@dataclass(frozen=True)
 class BaseImages:
     cuda: Version
     os: tuple[str, ...]
@@ -110,6 +117,7 @@ class BaseImages:
     source: tuple[str, ...]
     repository: str | None = None  # this set's own repository (a team's internal images)
     platforms: tuple[str, ...] = ("linux/amd64",)  # the platforms NVIDIA builds this set for
+    require_cuda: RequireCuda | None = None  # its NVIDIA_REQUIRE_CUDA, where the matrix records it
 
     def tag(self, flavour: str, os_name: str, *, cudnn: bool = True) -> str:
         """nvidia/cuda's tag: 12.1.1-cudnn8-runtime-ubuntu22.04 (cudnn) or 12.1.1-runtime-ubuntu22.04."""
@@ -161,8 +169,8 @@ class OsInfo:
 
     @property
     def package_manager(self) -> str:
-        """apt (Debian, Ubuntu) or dnf (Rocky Linux)."""
-        return "dnf" if self.family == "rockylinux" else "apt"
+        """apt (Debian, Ubuntu) or dnf (Rocky Linux, Red Hat's UBI)."""
+        return "dnf" if self.family in ("rockylinux", "ubi") else "apt"
 
     @property
     def sort_key(self) -> tuple[Any, ...]:
@@ -182,6 +190,13 @@ class TorchVariant:
     # platforms whose wheels of this variant are on PyTorch's index only: PyPI's files for them
     # are another build (torch 2.8-2.10 on aarch64: CPU-only on PyPI, CUDA on download.pytorch.org)
     index_only: tuple[str, ...] = ()
+    # another platform's architecture list where it differs from ``arch`` (the amd64 build's)
+    platform_arch: Mapping[str, tuple[str, ...]] = field(default_factory=dict, hash=False)
+    source: tuple[str, ...] = ()  # the variant's own source (its facts beyond the release's)
+
+    def arch_for(self, platform: str) -> tuple[str, ...]:
+        """The GPU architectures the build for ``platform`` carries."""
+        return self.platform_arch.get(platform, self.arch)
 
     @property
     def cuda(self) -> str | None:
@@ -215,7 +230,7 @@ def python_key(python: str) -> tuple[Version, bool]:
 
 @dataclass(frozen=True)
 class ComponentRelease:
-    component: str  # one of COMPONENTS
+    component: str  # the name of one of the matrix's components
     version: Version
     line: str
     requires: Mapping[str, SpecifierSet]
@@ -224,29 +239,102 @@ class ComponentRelease:
 
 
 @dataclass(frozen=True)
+class ImportNeed:
+    """What some releases of a component need at import time (its file's ``imports:``): a torch
+    or Python range, apart from what they declare for installing (``requires:``)."""
+
+    versions: SpecifierSet  # the releases it applies to
+    requires: Mapping[str, SpecifierSet]  # torch, python
+    reason: str
+    source: tuple[str, ...]
+    derived: str | None = None  # how `matrix refresh` derived it, where it did
+
+    def applies(self, version: Version) -> bool:
+        return self.versions.contains(version, prereleases=True)
+
+
+@dataclass(frozen=True)
+class ToolchainNeed:
+    """What some releases of a component need of the OS's toolchain to build (``toolchain:``)."""
+
+    versions: SpecifierSet
+    gcc: SpecifierSet  # the host GCC majors it builds with
+    reason: str
+    source: tuple[str, ...]
+
+    def applies(self, version: Version) -> bool:
+        return self.versions.contains(version, prereleases=True)
+
+
+@dataclass(frozen=True)
+class TorchApi:
+    """A torch API and the releases that added or removed it (torch.yaml ``apis:``)."""
+
+    api: str  # torch.library.custom_op
+    added: Version | None
+    removed: Version | None
+    source: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Op:
+    """One op a component can pre-build at install time (its file's ``ops:``)."""
+
+    name: str  # e.g. fused_adam
+    env: str  # the build variable that asks for it
+    cuda: bool  # needs nvcc (False: a CPU op, g++ only)
+    module: str | None  # the extension module that loads it (what verify imports)
+    source: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class Component:
+    """One component of the matrix: its identity, releases, rules and how it compiles (its file,
+    ``matrices/<name>.yaml``; core.catalog reads the identity line alone)."""
+
     name: str
-    needs_nvcc: bool
-    build_env: Mapping[str, str]
+    tag: str  # the part that names its version in targets and image tags
+    title: str  # its name in sentences and image descriptions
+    order: int  # the resolver's and the plan's order (torch 0; the team's layers 80, 90)
+    checks: str  # what verify checks of it (verify's help)
+    compiles: Compiles | None  # how it compiles against torch (None: it does not)
     releases: tuple[ComponentRelease, ...]  # newest first
-    # CUDA majors whose nvcc may differ from torch's CUDA in the minor (DeepSpeed's op builder
-    # refuses a minor mismatch for any other major); None: no such check
+    ops: Mapping[str, Op] = field(default_factory=dict)  # the ops it can pre-build
+    ops_default: tuple[str, ...] | None = None  # None: it has no ops; else a CUDA target's default
+    ops_default_source: tuple[str, ...] = ()
+    # CUDA majors in which its build accepts an nvcc of another minor than torch's CUDA; None:
+    # no such check (outside them nvcc must be torch's exact minor)
     minor_mismatch_majors: tuple[int, ...] | None = None
     minor_mismatch_source: tuple[str, ...] = ()
     legacy: str | None = None  # why the component is legacy (its file's legacy:)
     legacy_source: tuple[str, ...] = ()
+    source: tuple[str, ...] = ()
+    imports: tuple[ImportNeed, ...] = ()  # import-time needs of some releases
+    toolchain: tuple[ToolchainNeed, ...] = ()  # OS toolchain needs of some releases
+    ops_default_cpu: tuple[str, ...] = ()  # a cpu target's default ops (component line)
 
     @property
-    def tag(self) -> str:
-        """The part that names its version in targets and image tags (ds0.16, hvd0.28)."""
-        return COMPONENT_TAGS[self.name]
+    def has_ops(self) -> bool:
+        return self.ops_default is not None
 
     @property
-    def title(self) -> str:
-        """Its name in sentences and image descriptions."""
-        return COMPONENT_TITLES[self.name]
+    def ops_key(self) -> str:
+        """Its pre-built ops' key in stack.json, plans and diffs."""
+        return f"{self.name}_ops"
 
+    @property
+    def ops_option(self) -> str:
+        """The option that names its ops to pre-build (``--<tag>-ops``)."""
+        return f"{self.tag}_ops"
 
+    def compiled(self, ops: tuple[str, ...]) -> bool:
+        """It compiles in a stack that carries it with ``ops`` pre-built."""
+        c = self.compiles
+        return c is not None and (c.when == "always" or bool(ops))
+
+    def op_modules(self) -> dict[str, str]:
+        """Each op's extension module (the ones that have one), as verify checks it."""
+        return {n: o.module for n, o in self.ops.items() if o.module}
 
 
 @dataclass(frozen=True)
@@ -312,32 +400,10 @@ class HostCompilers:
 
 
 @dataclass(frozen=True)
-class DsOp:
-    name: str  # fused_adam
-    env: str  # DS_BUILD_FUSED_ADAM
-    cuda: bool  # needs nvcc (False: a CPU op, g++ only)
-    module: str | None  # the extension module that loads it (deepspeed.ops.adam...)
-    source: tuple[str, ...]
-
-
-@dataclass(frozen=True)
 class CpuIsa:
     name: str  # x86-64-v3: a -march value every node of the fleet runs
-    simd: str  # the SIMD width DeepSpeed's CPU ops compile for at that ISA
+    simd: str  # the SIMD width pre-built CPU ops compile for at that ISA
     source: tuple[str, ...]
-
-
-@dataclass(frozen=True)
-class BuildTool:
-    component: str
-    versions: SpecifierSet
-    env: Mapping[str, str]
-    reason: str
-    source: tuple[str, ...]
-    hide_modules: tuple[str, ...] = ()  # Python modules the build must not import
-
-    def applies(self, component: str, version: Version) -> bool:
-        return self.component == component and self.versions.contains(version, prereleases=True)
 
 
 @dataclass(frozen=True)
@@ -346,14 +412,7 @@ class Toolchains:
     nvcc_host_gcc: tuple[GccRange, ...]
     builder_toolkits: tuple[BuilderToolkit, ...]
     host_compilers: Mapping[str, HostCompilers]
-    deepspeed_ops: Mapping[str, DsOp]
     cpu_isas: Mapping[str, CpuIsa]
-    build_tools: tuple[BuildTool, ...]
-
-    @property
-    def op_modules(self) -> dict[str, str]:
-        """Each pre-built op's extension module (the ones that have one), as verify checks it."""
-        return {n: o.module for n, o in self.deepspeed_ops.items() if o.module}
 
     def flavour(self, name: str) -> Flavour:
         for f in self.flavours:
@@ -379,7 +438,7 @@ class TargetAlias:
     target: str
     description: str
     flavour: str | None = None  # options the alias carries (a target string cannot say them)
-    ds_ops: tuple[str, ...] = ()
+    ops: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # <tag>_ops -> ops to pre-build
 
 
 @dataclass(frozen=True)
@@ -394,8 +453,7 @@ class Matrix:
     os: Mapping[str, OsInfo]
     torch_index: str
     torch: tuple[TorchRelease, ...]  # newest first
-    deepspeed: Component
-    horovod: Component
+    components: tuple[Component, ...]  # by name
     incompatibilities: tuple[Incompatibility, ...]
     targets: tuple[TargetAlias, ...]
     toolchains: Toolchains
@@ -404,6 +462,7 @@ class Matrix:
     overlay: tuple[Mapping[str, Any], ...] = ()  # what it added or replaced (_apply_overlay)
     driver_branches: tuple[DriverBranch, ...] = ()  # newest branch first
     advisories: tuple[Advisory, ...] = ()
+    torch_apis: tuple[TorchApi, ...] = ()  # torch.yaml apis: (import-time needs are read against them)
 
     # -- lookups ---------------------------------------------------------------------------
     def toolkits_for(self, cuda_minor: str) -> list[Toolkit]:
@@ -447,9 +506,30 @@ class Matrix:
         return out
 
     def component(self, name: str) -> Component:
-        if name not in COMPONENTS:
-            raise KeyError(name)
-        return cast(Component, getattr(self, name))
+        """The component ``name`` (KeyError when the matrix has none of that name)."""
+        try:
+            return self._components_by_name[name]
+        except KeyError:
+            raise KeyError(name) from None
+
+    @cached_property
+    def _components_by_name(self) -> dict[str, Component]:
+        return {c.name: c for c in self.components}
+
+    @cached_property
+    def component_names(self) -> tuple[str, ...]:
+        """Its components' names, in the order targets, tags and stack.json list them."""
+        return tuple(c.name for c in self.components)
+
+    @cached_property
+    def plan_order(self) -> tuple[str, ...]:
+        """Its components in the order the resolver assigns them and the plan installs them."""
+        return tuple(c.name for c in sorted(self.components, key=lambda c: (c.order, c.name)))
+
+    @cached_property
+    def ops_component(self) -> dict[str, Component]:
+        """The components with pre-built ops, by the option that names them (``<tag>_ops``)."""
+        return {c.ops_option: c for c in self.components if c.has_ops}
 
     @cached_property
     def pythons(self) -> list[str]:
@@ -624,15 +704,26 @@ OVERLAY_KEYS: dict[tuple[str, str], tuple[str, ...]] = {
     ("cuda.yaml", "toolkits"): ("version",), ("cuda.yaml", "minor_compat"): ("major",),
     ("base_images.yaml", "images"): ("cuda", "os"), ("nccl.yaml", "releases"): ("version",),
     ("os.yaml", "os"): ("name",), ("torch.yaml", "releases"): ("line",),
-    **{(f"{c}.yaml", "releases"): ("line",) for c in COMPONENTS},
     ("incompatibilities.yaml", "incompatibilities"): ("id",), ("targets.yaml", "targets"): ("name",),
     ("incompatibilities.yaml", "advisories"): ("id",), ("cuda.yaml", "driver_branches"): ("branch",),
     ("toolchains.yaml", "flavours"): ("name",), ("toolchains.yaml", "nvcc_host_gcc"): ("cuda",),
     ("toolchains.yaml", "builder_toolkits"): ("os", "cuda"),
-    ("toolchains.yaml", "host_compilers"): ("os",), ("toolchains.yaml", "deepspeed_ops"): ("name",),
-    ("toolchains.yaml", "cpu_isas"): ("name",),
-    ("toolchains.yaml", "build_tools"): ("component", "versions"),
+    ("toolchains.yaml", "host_compilers"): ("os",), ("toolchains.yaml", "cpu_isas"): ("name",),
+    ("torch.yaml", "apis"): ("api",),
 }
+# ... and of a component file's lists
+COMPONENT_OVERLAY_KEYS: dict[str, tuple[str, ...]] = {"releases": ("line",), "ops": ("name",),
+                                                      "imports": ("versions",), "toolchain": ("versions",)}
+
+
+def _overlay_fields(name: str, key: str) -> tuple[str, ...] | None:
+    if name in schema.FILES:
+        return OVERLAY_KEYS.get((name, key))
+    return COMPONENT_OVERLAY_KEYS.get(key)
+
+
+def _file_schema(name: str) -> dict[str, Any]:
+    return schema.FILES.get(name, schema.COMPONENT)
 
 
 def load_matrix(path: str | Path | None = None, overlay: str | Path | None = None) -> Matrix:
@@ -654,7 +745,7 @@ def load_matrix(path: str | Path | None = None, overlay: str | Path | None = Non
                           f"folder holding {', '.join(sorted(schema.FILES))}")
     texts: dict[str, str] = {}
     digest = hashlib.sha256()
-    for name in sorted(schema.FILES):
+    for name in _file_names(root):
         text = _read_text(root / name)
         texts[name] = text
         digest.update(name.encode() + b"\0" + text.encode() + b"\0")
@@ -669,9 +760,9 @@ def load_matrix(path: str | Path | None = None, overlay: str | Path | None = Non
     if cached is not None:
         return _keep(key, replace(cached, path=root, overlay_path=over_root))
     raw: dict[str, Any] = {}
-    for name in sorted(schema.FILES):
+    for name in texts:
         data = _parse(root / name, texts[name])
-        _validate(root / name, data, schema.FILES[name])
+        _validate(root / name, data, _file_schema(name))
         raw[name] = data
     entries: list[dict[str, Any]] = []
     if over_root is not None:
@@ -684,21 +775,41 @@ def load_matrix(path: str | Path | None = None, overlay: str | Path | None = Non
     return _keep(key, m)
 
 
+def load_floors(path: str | Path | None = None) -> Any:
+    """The bandwidth floors (``matrices/bandwidth.yaml``, schema ``schema.BANDWIDTH``) of the
+    matrix folder ``path``, or of the built-in matrix when ``path`` is None or has no such file
+    (a team's matrix folder may leave it out): a ``core.floors.Floors``."""
+    from envbuilder.core import floors
+
+    root = Path(path) if path is not None else matrices_dir()
+    file = root / schema.BANDWIDTH_FILE
+    if not file.exists() and path is not None:
+        file = matrices_dir() / schema.BANDWIDTH_FILE
+    data = _parse(file, _read_text(file))
+    _validate(file, data, schema.BANDWIDTH)
+    return floors.build(data, file)
+
+
+def _file_names(root: Path) -> list[str]:
+    """The matrix folder's files: the core files, then its components' (core.catalog)."""
+    return sorted(schema.FILES) + [p.name for p in catalog.component_files(root) if catalog.check_name(p)]
+
+
 def _read_overlay(over_root: Path, digest: Any) -> dict[str, str]:
     """The overlay folder's matrix files (name -> text), added to ``digest``."""
     if not over_root.is_dir():
         raise MatrixError(f"matrix overlay {str(over_root)[:200]} is not a folder: pass "
                           f"--matrix-overlay DIR with some of {', '.join(sorted(schema.FILES))}")
     for f in sorted(over_root.iterdir()):
-        if f.suffix in (".yaml", ".yml") and f.name not in schema.FILES:
-            raise MatrixError(f"matrix overlay file {f}: not a matrix file name (one of "
-                              f"{', '.join(sorted(schema.FILES))})")
+        if f.suffix == ".yml":
+            raise MatrixError(f"matrix overlay file {f}: name it {f.stem}.yaml (a matrix file name: one "
+                              f"of {', '.join(sorted(schema.FILES))}, or a component's <name>.yaml)")
     over_texts: dict[str, str] = {}
-    for name in sorted(schema.FILES):
-        if (over_root / name).exists():
-            over_texts[name] = _read_text(over_root / name)
-            digest.update(b"overlay\0" + name.encode() + b"\0" +
-                          over_texts[name].encode() + b"\0")
+    for name in _file_names(over_root):
+        if name in schema.FILES and not (over_root / name).exists():
+            continue
+        over_texts[name] = _read_text(over_root / name)
+        digest.update(b"overlay\0" + name.encode() + b"\0" + over_texts[name].encode() + b"\0")
     if not over_texts:
         raise MatrixError(f"matrix overlay {over_root} holds none of "
                           f"{', '.join(sorted(schema.FILES))}")
@@ -741,11 +852,17 @@ def _apply_overlay(path: Path, data: Any, raw: dict[str, Any], name: str) -> lis
     if not isinstance(data, dict):
         raise MatrixError(f"matrix overlay file {path}: expected a mapping of keys (as in the "
                           f"built-in {name})")
+    if name not in raw:  # a component of the team's own: the whole file
+        _validate(path, data, schema.COMPONENT)
+        raw[name] = data
+        src = data.get("source")
+        return [{"file": name, "key": "component", "entry": f"name={Path(name).stem}", "action": "added",
+                 "overlay": str(path), "source": [src] if isinstance(src, str) else list(src or [])}]
     base = raw[name]
     merged = dict(base)
     done: list[dict[str, Any]] = []
     for key, value in data.items():
-        fields = OVERLAY_KEYS.get((name, key))
+        fields = _overlay_fields(name, key)
         if fields is None or not isinstance(value, list):
             merged[key] = value
             continue
@@ -782,7 +899,7 @@ def _apply_overlay(path: Path, data: Any, raw: dict[str, Any], name: str) -> lis
                          "action": action, "overlay": str(path),
                          "source": [src] if isinstance(src, str) else list(src or [])})
         merged[key] = items
-    _validate(path, merged, schema.FILES[name])
+    _validate(path, merged, _file_schema(name))
     raw[name] = merged
     return done
 
@@ -802,7 +919,7 @@ def _build(root: Path, raw: dict[str, Any], digest: str) -> Matrix:
         BaseImages(Version(b["cuda"]), tuple(b["os"]), tuple(b["flavours"]), b.get("cudnn"),
                    tuple(b["cudnn_os"]) if "cudnn_os" in b else None,
                    bool(b.get("removed", False)), _sources(b["source"]), b.get("repository"),
-                   tuple(b.get("platforms", ("linux/amd64",))))
+                   tuple(b.get("platforms", ("linux/amd64",))), _require_cuda(b.get("require_cuda")))
         for b in bi["images"])
     _dupes(root / "base_images.yaml", "images", (f"{b.cuda} on {o}" for b in base_images for o in b.os))
 
@@ -833,7 +950,9 @@ def _build(root: Path, raw: dict[str, Any], digest: str) -> Matrix:
                                v.get("nccl_package"), tuple(v.get("arch", ())),
                                Version(v["cuda_toolkit"]) if v.get("cuda_toolkit") else None,
                                tuple(v.get("platforms", ("linux/amd64",))),
-                               tuple(v.get("index_only", ())))
+                               tuple(v.get("index_only", ())),
+                               {p: tuple(a) for p, a in v.get("platform_arch", {}).items()},
+                               _sources(v.get("source")))
             for name, v in r["variants"].items()}
         for ver in r["versions"]:
             v = Version(ver)
@@ -846,27 +965,6 @@ def _build(root: Path, raw: dict[str, Any], digest: str) -> Matrix:
     releases.sort(key=lambda t: t.version, reverse=True)
     _dupes(root / "torch.yaml", "releases", (t.version for t in releases))
 
-    def component(name: str) -> Component:
-        fname = f"{name}.yaml"
-        data = raw[fname]
-        rels: list[ComponentRelease] = []
-        for i, r in enumerate(data["releases"]):
-            req = {k: _spec(root / fname, f"releases/{i}/requires/{k}", s)
-                   for k, s in r["requires"].items()}
-            for ver in r["versions"]:
-                rels.append(ComponentRelease(name, Version(ver), r["line"], req,
-                                             _sources(r["source"]), _released(r, ver)))
-        rels.sort(key=lambda c: c.version, reverse=True)
-        _dupes(root / fname, "releases", (c.version for c in rels))
-        mm = data.get("cuda_minor_mismatch")
-        lg = data.get("legacy")
-        return Component(name, bool(data.get("needs_nvcc", False)),
-                         dict(data.get("build_env", {})), tuple(rels),
-                         None if mm is None else tuple(int(x) for x in mm["majors"]),
-                         () if mm is None else _sources(mm["source"]),
-                         None if lg is None else f"{lg['reason']} (since {lg['since']})",
-                         () if lg is None else _sources(lg["source"]))
-
     incompat = []
     for i, x in enumerate(raw["incompatibilities.yaml"]["incompatibilities"]):
         when: dict[str, SpecifierSet | str] = {}
@@ -878,7 +976,7 @@ def _build(root: Path, raw: dict[str, Any], digest: str) -> Matrix:
     _dupes(root / "incompatibilities.yaml", "incompatibilities", (x.id for x in incompat))
 
     targets = tuple(TargetAlias(t["name"], t.get("target", t["name"]), t.get("description", ""),
-                                t.get("flavour"), tuple(t.get("ds_ops", ())))
+                                t.get("flavour"), {k: tuple(v) for k, v in t.items() if k.endswith("_ops")})
                     for t in raw["targets.yaml"]["targets"])
     _dupes(root / "targets.yaml", "targets", (t.name for t in targets))
     _no_alias_cycles(root / "targets.yaml", targets)
@@ -899,15 +997,100 @@ def _build(root: Path, raw: dict[str, Any], digest: str) -> Matrix:
             _sources(x["source"]), x.get("gpus")))
     _dupes(root / "incompatibilities.yaml", "advisories", (x.id for x in advisories))
 
+    apis = tuple(TorchApi(a["api"], Version(a["added"]) if a.get("added") else None,
+                          Version(a["removed"]) if a.get("removed") else None, _sources(a["source"]))
+                 for a in tdata.get("apis", ()))
+    _dupes(root / "torch.yaml", "apis", (a.api for a in apis))
+    components = tuple(_component(root / name, data) for name, data in sorted(raw.items())
+                       if name not in schema.FILES)
+    _check_components(root, components, incompat, advisories, targets)
     return Matrix(
-        driver_branches=branches, advisories=tuple(advisories),
+        driver_branches=branches, advisories=tuple(advisories), torch_apis=apis,
         toolchains=_toolchains(root / "toolchains.yaml", raw["toolchains.yaml"], oses),
         path=root, digest=digest, toolkits=toolkits, minor_compat=compat,
         base_repository=bi.get("repository", "nvidia/cuda"), base_images=base_images,
         nccl=nccl, os=oses, torch_index=index,
-        torch=tuple(releases), deepspeed=component("deepspeed"), horovod=component("horovod"),
+        torch=tuple(releases), components=components,
         incompatibilities=tuple(incompat), targets=targets,
     )
+
+
+def _component(path: Path, data: Mapping[str, Any]) -> Component:
+    """One component file's data (checked against schema.COMPONENT) as a Component."""
+    name = path.stem
+    rels: list[ComponentRelease] = []
+    for i, r in enumerate(data["releases"]):
+        req = {k: _spec(path, f"releases/{i}/requires/{k}", s) for k, s in r["requires"].items()}
+        for ver in r["versions"]:
+            rels.append(ComponentRelease(name, Version(ver), r["line"], req, _sources(r["source"]),
+                                         _released(r, ver)))
+    rels.sort(key=lambda c: c.version, reverse=True)
+    _dupes(path, "releases", (c.version for c in rels))
+    ops = {o["name"]: Op(o["name"], o["env"], o["cuda"], o.get("module"), _sources(o["source"]))
+           for o in data.get("ops", ())}
+    _dupes(path, "ops", (o["name"] for o in data.get("ops", ())))
+    ident, mm, lg = data["component"], data.get("cuda_minor_mismatch"), data.get("legacy")
+    default = None if "ops_default" not in ident else tuple(ident["ops_default"])
+    default_cpu = tuple(ident.get("ops_default_cpu", ()))
+    for key, names in (("ops_default", default or ()), ("ops_default_cpu", default_cpu)):
+        unknown = [o for o in names if o not in ops]
+        if unknown:
+            raise MatrixError(f"matrix file {path}, key component/{key}: {unknown[0]} is not one of "
+                              f"its ops ({', '.join(ops) or 'none'})")
+    comp = data.get("compiles")
+    imports = tuple(ImportNeed(
+        _spec(path, f"imports/{i}/versions", x["versions"]),
+        {k: _spec(path, f"imports/{i}/requires/{k}", v) for k, v in x["requires"].items()},
+        x["reason"], _sources(x["source"]), x.get("derived"))
+        for i, x in enumerate(data.get("imports", ())))
+    toolchain = tuple(ToolchainNeed(
+        _spec(path, f"toolchain/{i}/versions", x["versions"]), _spec(path, f"toolchain/{i}/gcc", x["gcc"]),
+        x["reason"], _sources(x["source"])) for i, x in enumerate(data.get("toolchain", ())))
+    return Component(
+        name, ident["tag"], ident["title"], ident["order"], ident["checks"],
+        None if comp is None else parse_compiles(comp, f"matrix file {path}, key compiles"),
+        tuple(rels), ops, default, _sources(data.get("ops_default_source")),
+        None if mm is None else tuple(int(x) for x in mm["majors"]),
+        () if mm is None else _sources(mm["source"]),
+        None if lg is None else f"{lg['reason']} (since {lg['since']})",
+        () if lg is None else _sources(lg["source"]), _sources(data.get("source")), imports, toolchain,
+        default_cpu)
+
+
+def _require_cuda(data: Mapping[str, Any] | None) -> RequireCuda | None:
+    if data is None:
+        return None
+    return RequireCuda(Version(data["cuda"]), tuple(int(b) for b in data["branches"]), _sources(data["source"]),
+                       data.get("note", ""))
+
+
+def _check_components(root: Path, components: tuple[Component, ...], incompat: list[Incompatibility],
+                      advisories: list[Advisory], targets: tuple[TargetAlias, ...]) -> None:
+    """What the schema cannot say about the components: tags that tell them apart in a target,
+    and breakages, advisories and aliases that name them."""
+    tags: dict[str, str] = {"torch": "torch", "py": "python", "nccl": "nccl"}
+    for c in components:
+        if c.tag in tags:
+            raise MatrixError(f"matrix file {root / (c.name + '.yaml')}, key component/tag: {c.tag!r} is "
+                              f"{tags[c.tag]}'s already: give each component a tag of its own")
+        tags[c.tag] = c.name
+    names = {c.name for c in components}
+    for x in incompat:
+        bad = [ax for ax in x.when if ax not in schema.CORE_AXES and ax not in names]
+        if bad:
+            raise MatrixError(f"matrix file {root / 'incompatibilities.yaml'}, key {x.id}/when: {bad[0]} is "
+                              f"not an axis (axes: {', '.join((*schema.CORE_AXES, *sorted(names)))})")
+    for adv in advisories:
+        if adv.component not in ("torch", "nccl", "cuda", "cublas", "driver") and adv.component not in names:
+            raise MatrixError(f"matrix file {root / 'incompatibilities.yaml'}, key {adv.id}/component: "
+                              f"{adv.component} is not a component of the matrix")
+    ops_options = {c.ops_option: c for c in components if c.has_ops}
+    for t in targets:
+        for key, ops in t.ops.items():
+            owner = ops_options.get(key)
+            if owner is None or any(o not in owner.ops for o in ops):
+                raise MatrixError(f"matrix file {root / 'targets.yaml'}, key {t.name}/{key}: not the ops of a "
+                                  f"component ({', '.join(ops_options) or 'none has ops'})")
 
 
 def _released(entry: Mapping[str, Any], version: str) -> str | None:
@@ -939,15 +1122,8 @@ def _toolchains(path: Path, data: dict[str, Any], oses: Mapping[str, OsInfo]) ->
     hc = {h["os"]: HostCompilers(h["os"], h["default"],
                                  {int(k): tuple(v) for k, v in h["packages"].items()},
                                  _sources(h["source"])) for h in data["host_compilers"]}
-    ops = {o["name"]: DsOp(o["name"], o["env"], o["cuda"], o.get("module"), _sources(o["source"]))
-           for o in data["deepspeed_ops"]}
-    _dupes(path, "deepspeed_ops", (o["name"] for o in data["deepspeed_ops"]))
     isas = {i["name"]: CpuIsa(i["name"], i["simd"], _sources(i["source"])) for i in data["cpu_isas"]}
-    tools = tuple(BuildTool(b["component"], _spec(path, f"build_tools/{i}/versions", b["versions"]),
-                            dict(b["env"]), b["reason"], _sources(b["source"]),
-                            tuple(b.get("hide_modules", ())))
-                  for i, b in enumerate(data.get("build_tools", ())))
-    return Toolchains(flavours, gcc, tks, hc, ops, isas, tools)
+    return Toolchains(flavours, gcc, tks, hc, isas)
 
 
 def _no_alias_cycles(path: Path, targets: tuple[TargetAlias, ...]) -> None:

@@ -20,29 +20,21 @@ Kinds: ``pin`` pins an axis of the stack (``Pins``); ``spec`` says what to resol
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
+from envbuilder.core import catalog
 from envbuilder.errors import InputError
 
 KINDS = ("pin", "spec", "build", "job")
-# the matrix's components: an axis, a <name>.yaml matrix file and a pin option each, in the order
-# pins, targets, image tags and stack.json name them, with the part that names their version in
-# targets and tags (ds0.16) and their name in sentences. Declared here, with the option table
-# (stdlib only: --help imports no resolver), and read from here by core.matrix: the one list
-# generic code iterates instead of naming a component
-COMPONENT_TAGS = {"deepspeed": "ds", "horovod": "hvd"}
-COMPONENT_TITLES = {"deepspeed": "DeepSpeed", "horovod": "Horovod"}
-COMPONENTS = tuple(COMPONENT_TAGS)
-# what verify checks of each (the help of verify names them)
-COMPONENT_CHECKS = {"deepspeed": "DeepSpeed's pre-built ops", "horovod": "Horovod's NCCL"}
-# the order the resolver assigns them and the plan installs their layers (components' ORDER)
-COMPONENT_PLAN_ORDER = ("horovod", "deepspeed")
-# the component whose pre-built ops the plan compiles (--ds-ops; toolchains.yaml's ops), and
-# their key in stack.json, plans and diffs
-OPS_COMPONENT = "deepspeed"
-OPS_KEY = "deepspeed_ops"
+# the matrix's components: a pin option (and a project key) each, and a --TAG-ops option for a
+# component with pre-built ops, read from the built-in matrix's component files
+# (core.catalog: their one-line identity, without PyYAML: --help imports no resolver)
+COMPONENTS = tuple(c.name for c in catalog.builtin())
+COMPONENT_TITLES = {c.name: c.title for c in catalog.builtin()}  # their names in sentences
+COMPONENT_CHECKS = {c.name: c.checks for c in catalog.builtin()}  # what verify checks of each
 # what a project file holds besides options: its targets, and settings of the project itself
 PROJECT_ONLY_KEYS = ("targets", "jobs", "signing_key", "explain_cases")
 TARGET_ONLY_KEYS = ("name", "target", "jobs")
@@ -65,7 +57,7 @@ _REQUIREMENTS = {"oneOf": [
 class Option:
     """One option: what it is, how the command line and the project file spell it."""
 
-    name: str  # the field: of Pins (kind "pin"), else of TargetSpec
+    name: str  # the field: of Pins (kind "pin"; a component's pin or ops: Pins.of), else of TargetSpec
     kind: str  # pin | spec | build | job
     flag: str | None  # the command-line flag (None: a project key only)
     key: str | None  # the project key (None: the command line only); "jobs.command": a subkey
@@ -124,11 +116,13 @@ def _repository(v: str, what: str) -> str:
     return validate.repository(v, what)
 
 
-def _layouts(v: Sequence[str], what: str) -> tuple[str, ...]:
+def _layouts(v: Sequence[Any], what: str) -> tuple[tuple[int, int], ...]:
+    """``2x8`` (or ``8,8``: even) layouts as (nodes, ranks per node) pairs, in order."""
     from envbuilder.core import layouts
 
-    layouts.parse_layouts(v, what)
-    return tuple(v)
+    if all(isinstance(x, tuple) for x in v):  # already the pairs
+        return tuple(v)
+    return layouts.parse_layouts(v, what)
 
 
 def _nproc(v: int, what: str) -> int:
@@ -137,47 +131,119 @@ def _nproc(v: int, what: str) -> int:
     return v
 
 
+def _min_busbw(v: Any, what: str) -> float:
+    """A bandwidth floor in GB/s: above 0 (and below 100000)."""
+    try:
+        value = float(v)
+    except (TypeError, ValueError):
+        raise InputError(f"{what} {v!r} is not a number of GB/s") from None
+    if not 0 < value < 100000:
+        raise InputError(f"{what} {v!r} must be a bandwidth in GB/s above 0, e.g. 100 for an NVLink node")
+    return value
+
+
 def _exclude_newer(v: str, what: str) -> str:
+    """A date or time, as the RFC 3339 UTC timestamp the resolver, uv and the lock read."""
     from envbuilder.core import validate
 
-    try:
-        validate.exclude_newer(v)
-    except InputError as e:
-        raise InputError(str(e).replace("--exclude-newer", what, 1)) from None
+    return str(validate.exclude_newer(v, what))
+
+
+def _version_pin(v: Any, what: str) -> Any:
+    """A version pin (``2.1``: a line; ``2.1.2``: a version) as a core.target.Pin."""
+    from envbuilder.core.target import Pin
+
+    return v if isinstance(v, Pin) else Pin.parse(v, what)
+
+
+def _python_pin(v: Any, what: str) -> Any:
+    """A Python pin: major.minor (a longer version names its line), or a free-threaded 3.14t."""
+    from envbuilder.core import validate
+    from envbuilder.core.target import Pin
+
+    if isinstance(v, Pin):
+        return v
+    if validate.free_threaded_python(v):
+        return Pin(v, exact=False)  # "3.14t": matched by name (rules, unknown_pins)
+    ver = validate.version(v, what)
+    if len(ver.release) < 2:
+        raise InputError(f"{what} {v!r} is not a Python version: give major.minor, e.g. 3.11")
+    return Pin(f"{ver.major}.{ver.minor}", exact=False)
+
+
+def _driver(v: str, what: str) -> str:
+    from envbuilder.core import validate
+
+    return validate.driver_version(v, what)
+
+
+def _platform(v: str, what: str) -> str:
+    from envbuilder.core import validate
+
+    return validate.platform(v, what)
+
+
+FABRICS = ("ib", "efa", "none")
+
+
+def _fabric(v: str, what: str) -> str:
+    from envbuilder.core import validate
+
+    if v not in FABRICS:
+        raise InputError(f"{what} {str(v)[:40]!r} is not a fabric{validate.suggest(str(v), FABRICS)}; "
+                         f"known: {', '.join(FABRICS)}")
     return v
 
 
+def _names(v: Iterable[Any], what: str) -> tuple[str, ...]:
+    """``--with``/``--without``: component names (each item may be comma-separated)."""
+    return tuple(dict.fromkeys(n.strip() for item in v for n in str(item).split(",") if n.strip()))
+
+
+def _ops_option(c: catalog.Identity) -> Option:
+    """``--TAG-ops``: the ops of component ``c`` to pre-build (a list in a project file)."""
+    ops = ",".join(c.ops_default or ())
+    return Option(c.ops_option, "pin", f"--{c.ops_option.replace('_', '-')}", c.ops_option, "csv",
+                  f"{c.title} ops to pre-build, e.g. {ops} (default on CUDA: {ops}); "
+                  "none: JIT (needs nvcc in the runtime).", _P,
+                  {"description": f"{c.title} ops to pre-build, e.g. {json.dumps(list(c.ops_default or ()))} (as "
+                                  "in matrices/targets.yaml); [] builds none (JIT: needs nvcc in the runtime).",
+                   "type": "array", "maxItems": 32, "items": {"type": "string", "minLength": 1, "maxLength": 64}},
+                  metavar="OPS")
+
+
+# the options that name a component's ops to pre-build, to the component they belong to
+OPS_OPTIONS = {c.ops_option: c.name for c in catalog.builtin() if c.ops_default is not None}
+
 _P = "pins"
 OPTIONS: tuple[Option, ...] = (
-    # -- pins: the axes a target's parts pin (core.target.apply_options checks them) ------------
-    Option("torch", "pin", "--torch", "torch", "str", "Pin torch: a line (2.1) or a version (2.1.2).", _P, _STR),
-    Option("python", "pin", "--python", "python", "str", "Pin Python, e.g. 3.10.", _P, _STR),
-    *(Option(c, "pin", f"--{c}", c, "str", f"Pin {COMPONENT_TITLES[c]} (and include it).", _P, _STR)
-      for c in COMPONENTS),
-    Option("nccl", "pin", "--nccl", "nccl", "str", "Pin NCCL (must be the one torch bundles).", _P, _STR),
+    # -- pins: the axes a target's parts pin (core.target.Pins holds them, checked when made) -----
+    Option("torch", "pin", "--torch", "torch", "str", "Pin torch: a line (2.1) or a version (2.1.2).", _P, _STR,
+           check=_version_pin),
+    Option("python", "pin", "--python", "python", "str", "Pin Python, e.g. 3.10.", _P, _STR, check=_python_pin),
+    *(Option(c.name, "pin", f"--{c.name}", c.name, "str", f"Pin {c.title} (and include it).", _P, _STR,
+             check=_version_pin) for c in catalog.builtin()),
+    Option("nccl", "pin", "--nccl", "nccl", "str", "Pin NCCL (must be the one torch bundles).", _P, _STR,
+           check=_version_pin),
     Option("os", "pin", "--os", "os", "str", "Pin the base OS, e.g. ubuntu22.04.", _P, _STR, param="os_"),
     Option("driver", "pin", "--driver", "driver", "str",
-           "The driver of the hosts the image must run on, e.g. 525.60.13.", _P, _STR),
-    Option("with_", "pin", "--with", "with", "list", f"Include components: {','.join(COMPONENTS)}.", _P, _STRS),
-    Option("without", "pin", "--without", "without", "list", f"Exclude components: {','.join(COMPONENTS)}.", _P, _STRS),
+           "The driver of the hosts the image must run on, e.g. 525.60.13.", _P, _STR, check=_driver),
+    Option("with_", "pin", "--with", "with", "list", f"Include components: {','.join(COMPONENTS)}.", _P, _STRS,
+           check=_names),
+    Option("without", "pin", "--without", "without", "list", f"Exclude components: {','.join(COMPONENTS)}.", _P,
+           _STRS, check=_names),
     Option("flavour", "pin", "--flavour", "flavour", "str",
            "Runtime base flavour: cuda-base (default), cuda-runtime, cudnn-runtime or os.", _P, _STR,
            metavar="NAME", complete="flavour"),
-    Option("ds_ops", "pin", "--ds-ops", "ds_ops", "csv",
-           "DeepSpeed ops to pre-build, e.g. fused_adam,cpu_adam (default on CUDA: fused_adam,cpu_adam); "
-           "none: JIT (needs nvcc in the runtime).", _P,
-           {"description": "DeepSpeed ops to pre-build, e.g. [\"fused_adam\", \"cpu_adam\"] (as in "
-                           "matrices/targets.yaml); [] builds none (JIT: needs nvcc in the runtime).",
-            "type": "array", "maxItems": 32, "items": {"type": "string", "minLength": 1, "maxLength": 64}},
-           metavar="OPS"),
+    *(_ops_option(c) for c in catalog.builtin() if c.ops_default is not None),
     Option("platform", "pin", "--platform", "platform", "str",
            "The image's platform: linux/amd64 (default) or linux/arm64.", _P,
-           {"description": "The image's platform.", "enum": ["linux/amd64", "linux/arm64"]}),
+           {"description": "The image's platform.", "enum": ["linux/amd64", "linux/arm64"]}, check=_platform),
     Option("fabric", "pin", "--fabric", "fabric", "str",
            "RDMA user space in CUDA images and the job files' RDMA settings: ib (default: verbs, rdmacm, "
            "ibv_devinfo), efa (+ libfabric, aws-ofi-nccl), none.", _P,
            {"description": "RDMA user space in CUDA images: ib (default), efa or none.", "type": "string",
-            "enum": ["ib", "efa", "none"]}, metavar="FABRIC"),
+            "enum": list(FABRICS)}, metavar="FABRIC", check=_fabric),
     # -- spec: what to resolve and what to add ----------------------------------------------------
     Option("matrix_overlay", "spec", "--matrix-overlay", "matrix_overlay", "path",
            "A team's matrix folder whose entries are added to (or replace) the matrix's (default: the "
@@ -221,8 +287,8 @@ OPTIONS: tuple[Option, ...] = (
                            "torch's own).", "type": "array", "maxItems": 32,
             "items": {"type": "string", "minLength": 1, "maxLength": 16}}, metavar="LIST"),
     Option("cpu_isa", "build", "--cpu-isa", "cpu_isa", "str",
-           "-march of compiled CPU code (DeepSpeed CPU ops): x86-64-v3 (default), x86-64-v4, x86-64-v2.",
-           "images", {"description": "-march of compiled CPU code (DeepSpeed CPU ops): x86-64-v3 (default), "
+           "-march of compiled CPU code (pre-built CPU ops): x86-64-v3 (default), x86-64-v4, x86-64-v2.",
+           "images", {"description": "-march of compiled CPU code (pre-built CPU ops): x86-64-v3 (default), "
                                      "x86-64-v4, x86-64-v2.", **_STR}, metavar="ISA"),
     Option("apt_snapshot", "build", "--apt-snapshot", "apt_snapshot", "str",
            "Point apt at a snapshot archive of the mirror as of the lock's date for the build: each "
@@ -259,7 +325,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("min_busbw", "job", "--min-busbw", "min_busbw", "float",
            "monitoring/ alerts when the smoke job's all-reduce busbw falls below this (GB/s).", "jobs",
            {"description": "monitoring/ alerts when the smoke job's all-reduce busbw falls below this (GB/s).",
-            "type": "number", "exclusiveMinimum": 0}),
+            "type": "number", "exclusiveMinimum": 0}, check=_min_busbw),
     Option("command", "job", "--command", "jobs.command", "str",
            "The team's training command the job files also run (train-* files), e.g. 'torchrun train.py "
            "--config a.yaml': ranks and rendezvous come from the layout (default: the project's [jobs] "
@@ -293,13 +359,36 @@ def split_csv(value: str | None) -> tuple[str, ...]:
     return tuple(a.strip() for a in (value or "").replace(";", ",").split(",") if a.strip())
 
 
-def cli_value(opt: Option, value: Any) -> Any:
-    """A command-line value as the field holds it (None, False, () mean "not given")."""
-    if opt.value == "list":
-        return tuple(value or ())
-    if opt.value == "csv" and opt.kind != "pin":
-        return split_csv(value)
-    return value
+_BY_FIELD = {f: o for o in OPTIONS for f in o.fields}
+
+
+def given(values: Mapping[str, Any]) -> dict[str, Any]:
+    """A layer of the cascade as the command line (or a library caller) gives it: values by
+    the option table's names (a pin's, a field of TargetSpec; a requirements file as
+    ``requirements_file``, requirement lines as ``requirements``), only the values given
+    (None, False and () mean "not given"; 0 is a value), each as the cascade holds it: a list
+    as a tuple, a comma-separated list (``--cuda-arch 8.0,9.0``) split, a path as a Path. A
+    name no option has is a programming error (TypeError)."""
+    out: dict[str, Any] = {}
+    for name, value in values.items():
+        opt = _BY_FIELD.get(name)
+        if opt is None:
+            import difflib
+
+            close = difflib.get_close_matches(name, list(_BY_FIELD), n=1)
+            raise TypeError(f"no option {name!r} in envbuilder.core.options.OPTIONS"
+                            + (f" (did you mean {close[0]}?)" if close else ""))
+        if value is None or value is False or (isinstance(value, (tuple, list)) and not value):
+            continue
+        if name == "requirements":  # the lines of a library caller
+            value = (value,) if isinstance(value, str) else tuple(value)
+        elif opt.value == "list" or (opt.value == "csv" and opt.kind != "pin"):
+            value = split_csv(value) if isinstance(value, str) else tuple(value)
+        elif opt.value in ("path", "requirements") and name != "requirements_source":
+            value = Path(value)
+        if value != ():
+            out[name] = value
+    return out
 
 
 # -- the project file ---------------------------------------------------------------------------
@@ -333,7 +422,7 @@ def project_value(opt: Option, value: Any, path: Path, where: str) -> dict[str, 
         if opt.name == "matrix_overlay" and not p.is_dir():
             raise InputError(f"project file {path}, key {where}: {p} is not a folder")
         return {opt.name: p}
-    if opt.name == "ds_ops":  # a list, as in matrices/targets.yaml; [] = none (JIT)
+    if opt.name in OPS_OPTIONS:  # a list, as in matrices/targets.yaml; [] = none (JIT)
         return {opt.name: ",".join(value) if value else "none"}
     if opt.value in ("list", "csv"):
         return {opt.name: tuple(value)}
@@ -396,12 +485,22 @@ def cascade(layers: Iterable[Mapping[str, Any]],
     return values, where
 
 
-def check_values(values: Mapping[str, Any], where: Mapping[str, str]) -> None:
-    """The one check of every value the cascade chose, naming where it came from."""
-    for opt in OPTIONS:
-        value = values.get(opt.name)
-        if opt.check is not None and value is not None and value != ():
-            opt.check(value, where.get(opt.name, opt.flag or opt.name))
+def check_value(name: str, value: Any, where: Mapping[str, str]) -> Any:
+    """The check of option ``name``'s value (naming where it came from: ``where[name]``, else
+    its flag), as the value the check returns; a name the table lacks is a component's version
+    pin (a team matrix's component: its ``--NAME``)."""
+    opt = BY_NAME.get(name)
+    if opt is None:
+        return _version_pin(value, where.get(name, f"--{name}"))
+    return value if opt.check is None else opt.check(value, where.get(name, opt.flag or name))
+
+
+def check_values(values: Mapping[str, Any], where: Mapping[str, str]) -> dict[str, Any]:
+    """The one check of every value the cascade chose, naming where it came from: the values
+    as their checks return them (only those an option checks)."""
+    return {opt.name: opt.check(values[opt.name], where.get(opt.name, opt.flag or opt.name))
+            for opt in OPTIONS
+            if opt.check is not None and values.get(opt.name) is not None and values.get(opt.name) != ()}
 
 
 def pin_flags(values: Mapping[str, Any]) -> list[str]:

@@ -30,30 +30,55 @@ SCHEMA_NAME = "project.schema.json"
 class ProjectTarget:
     name: str  # the project's name for it (its folder build/<name>)
     target: str  # the envbuilder target string
-    pins: Pins = field(default_factory=Pins)
-    # the target's own keys, as fields of Pins and TargetSpec (the cascade's third layer: they
-    # win over the project's); "_where" names each option's key for its errors
+    # the target's own keys, by the option table's names (the cascade's third layer: they win
+    # over the project's); "_where" names each option's key for its errors. Checked once, when
+    # a spec is made of them (core.spec.make_spec)
     settings: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def pins(self) -> Pins:
+        """The target's own pin options (checked now)."""
+        return Pins.of(origin=self.settings.get("_where", {}),
+                       **{n: self.settings[n] for n in options_mod.PIN_NAMES if n in self.settings})
 
 
 @dataclass(frozen=True)
 class Project:
+    """A project file: its targets, the settings of the project itself, and the options its
+    top level sets (``values``: the one home of those, by the option table's fields; the
+    properties below read them)."""
+
     path: Path  # the file (envbuilder.toml or pyproject.toml)
     targets: tuple[ProjectTarget, ...] = ()
-    requirements_file: Path | None = None  # the team's requirements, as a file ...
-    requirements: tuple[str, ...] = ()  # ... or as lines
-    registry: str | None = None
-    layouts: tuple[str, ...] = ()
-    matrix_overlay: Path | None = None
-    pip_index_url: str | None = None
-    extra_index_urls: tuple[str, ...] = ()
-    exclude_newer: str | None = None
     explain_cases: Path | None = None  # the team's explain cases folder (explain --learn)
     signing_key: Path | None = None  # the cosign public key: render writes the admission policy
     jobs: jobs_mod.JobsConfig = field(default_factory=jobs_mod.JobsConfig)  # [jobs]
-    compiled: tuple[str, ...] = ()  # requirements that compile against torch (render.compiled)
     # every option the top level sets (core.options), as fields of Pins and TargetSpec
     values: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def requirements_file(self) -> Path | None:  # the team's requirements, as a file ...
+        return self.values.get("requirements_file")
+
+    @property
+    def requirements(self) -> tuple[str, ...]:  # ... or as lines
+        return tuple(self.values.get("requirements", ()))
+
+    @property
+    def registry(self) -> str | None:
+        return self.values.get("registry")
+
+    @property
+    def layouts(self) -> tuple[str, ...]:
+        return tuple(self.values.get("layouts", ()))
+
+    @property
+    def matrix_overlay(self) -> Path | None:
+        return self.values.get("matrix_overlay")
+
+    @property
+    def compiled(self) -> tuple[str, ...]:  # requirements that compile against torch
+        return tuple(self.values.get("compiled", ()))
 
     @property
     def root(self) -> Path:
@@ -88,7 +113,7 @@ class Project:
     def to_dict(self) -> dict[str, Any]:
         return {"path": str(self.path),
                 "targets": [{"name": t.name, "target": t.target,
-                             "pins": {k: v for k, v in vars(t.pins).items() if v}}
+                             "pins": {k: v for k, v in t.pins.as_options().items() if v}}
                             for t in self.targets],
                 "requirements": (str(self.requirements_file) if self.requirements_file
                                  else list(self.requirements)),
@@ -196,26 +221,16 @@ def parse_project(path: Path, data: dict[str, Any]) -> Project:
         if t["name"] in seen:
             raise InputError(f"project file {path}: target name {t['name']!r} is listed twice")
         seen.add(t["name"])
-        _check_registry(path, t, f"{at}targets.{t['name']}.registry")
         settings = options_mod.project_values(t, path, f"{at}targets.{t['name']}.")
-        pins = Pins(**{n: settings[n] for n in options_mod.PIN_NAMES if n in settings})
         if "jobs" in t:  # the target's own jobs table over the project's, key by key
             settings["jobs"] = pjobs.merged(jobs_mod.parse(
                 t["jobs"], f"project file {path}, key {at}targets.{t['name']}.jobs."))
-        targets.append(ProjectTarget(t["name"], t["target"], pins, settings))
-    _check_registry(path, data, f"{at}registry")
+        targets.append(ProjectTarget(t["name"], t["target"], settings))
     values = options_mod.project_values(data, path, at)
-    return Project(path=path, targets=tuple(targets),
-                   requirements_file=values.get("requirements_file"),
-                   requirements=values.get("requirements", ()),
-                   registry=values.get("registry"), layouts=values.get("layouts", ()),
-                   matrix_overlay=values.get("matrix_overlay"),
-                   pip_index_url=values.get("pip_index_url"),
-                   extra_index_urls=values.get("extra_index_urls", ()),
-                   exclude_newer=values.get("exclude_newer"), jobs=pjobs,
+    return Project(path=path, targets=tuple(targets), jobs=pjobs,
                    explain_cases=root / data["explain_cases"] if "explain_cases" in data else None,
                    signing_key=root / data["signing_key"] if "signing_key" in data else None,
-                   compiled=values.get("compiled", ()), values=values)
+                   values=values)
 
 
 def _did_you_mean(bad: str, path: Any) -> str:
@@ -235,12 +250,3 @@ def _did_you_mean(bad: str, path: Any) -> str:
         return ""
     close = difflib.get_close_matches(bad, known, n=1, cutoff=0.6)
     return f" (did you mean {close[0]}?)" if close else ""
-
-
-def _check_registry(path: Path, table: dict[str, Any], key: str) -> None:
-    """A project's ``registry`` (or a target's) is a repository: named by its key, not as the
-    --image it would become."""
-    if isinstance(table.get("registry"), str):
-        from envbuilder.core import validate
-
-        validate.repository(table["registry"], f"project file {path}, key {key}:")

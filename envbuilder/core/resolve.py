@@ -19,10 +19,6 @@ from envbuilder import __version__
 from envbuilder.errors import IncompatibleError
 from envbuilder.core.builder import Builder, builder_for, compiled
 from envbuilder.core.matrix import (
-    COMPONENT_PLAN_ORDER,
-    COMPONENT_TAGS,
-    OPS_COMPONENT,
-    OPS_KEY,
     ComponentRelease,
     Flavour,
     Matrix,
@@ -36,10 +32,15 @@ from envbuilder.core.matrix import (
 )
 from envbuilder.core.rules import (Context, Rule, Violation, all_rules, breakages_covering, driver_mode,
                                    floor_toolkit, runs_natively, variant_of)
-from envbuilder.core.target import (COMPONENTS, ds_ops_of, Pin, Pins, Request, check_pins_known, request,
-                                    unknown_pins)
+from envbuilder.core.target import Pin, Pins, Request, check_pins_known, ops_of, request, unknown_pins
 
-AXIS_ORDER = ("cuda", "torch", "flavour", "os", "python", "nccl", *COMPONENT_PLAN_ORDER)
+CORE_ORDER = ("cuda", "torch", "flavour", "os", "python", "nccl")
+
+
+def axis_order(m: Matrix) -> tuple[str, ...]:
+    """The order the search assigns the axes: the core axes, then the matrix's components in
+    their plan order."""
+    return CORE_ORDER + m.plan_order
 PYPI = "https://pypi.org/simple"
 _NODE_LIMIT = 500_000
 
@@ -67,7 +68,17 @@ class Stack:
     matrix: Matrix
     assignment: dict[str, Any]
     choices: dict[str, Choice]
-    warnings: tuple[Violation, ...] = ()
+    # the rules' findings on the stack: warnings, and the evidence (severity "info": the facts
+    # that decided an acceptance at an edge)
+    findings: tuple[Violation, ...] = ()
+
+    @property
+    def warnings(self) -> tuple[Violation, ...]:
+        return tuple(v for v in self.findings if v.severity != "info")
+
+    @property
+    def evidence(self) -> tuple[Violation, ...]:
+        return tuple(v for v in self.findings if v.severity == "info")
 
     # -- the values ------------------------------------------------------------------------
     @property
@@ -107,15 +118,16 @@ class Stack:
         return self.assignment.get("nccl")
 
     def component(self, name: str) -> ComponentRelease | None:
-        """A component's resolved release (core.matrix.COMPONENTS), None when not in the stack."""
-        if name not in COMPONENTS:
+        """A component's resolved release (one of the matrix's), None when not in the stack."""
+        if name not in self.matrix.component_names:
             raise KeyError(name)
         return cast("ComponentRelease | None", self.assignment.get(name))
 
     def __getattr__(self, name: str) -> ComponentRelease | None:
         # stack.<component>: each of the matrix's components by its name, as stack.json names it
-        if name in COMPONENTS:
-            return cast("ComponentRelease | None", self.__dict__["assignment"].get(name))
+        d = self.__dict__
+        if "matrix" in d and name in d["matrix"].component_names:
+            return cast("ComponentRelease | None", d["assignment"].get(name))
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     @property
@@ -128,18 +140,17 @@ class Stack:
         return self.matrix.toolchains.flavour(self.flavour)
 
     @property
-    def ds_ops(self) -> tuple[str, ...]:
-        """The ops pre-built: --ds-ops, or by default on CUDA FusedAdam + CPU Adam."""
-        if self.component(OPS_COMPONENT) is None:
-            return ()
-        return ds_ops_of(self.request, self.matrix)
+    def ops(self) -> dict[str, tuple[str, ...]]:
+        """The ops each component with ops pre-builds (--<tag>-ops, or its default on CUDA):
+        () for one the stack does not carry."""
+        return {n: v if self.assignment.get(n) is not None else ()
+                for n, v in ops_of(self.request, self.matrix).items()}
 
-    @property
-    def ds_jit(self) -> bool:
-        """The ops' component on CUDA with its ops left to JIT (--ds-ops none): the runtime
-        needs nvcc."""
-        return (self.component(OPS_COMPONENT) is not None and self.toolkit is not None
-                and self.request.ds_ops == ())
+    def ops_left_to_jit(self, name: str) -> bool:
+        """Component ``name`` on CUDA with its ops left to JIT (``--<tag>-ops none``): the
+        runtime needs nvcc."""
+        return (self.assignment.get(name) is not None and self.toolkit is not None
+                and self.request.ops.get(name) == ())
 
     @property
     def fabric(self) -> str:
@@ -149,12 +160,12 @@ class Stack:
     @property
     def compiles(self) -> bool:
         """Something is built from source in the image (a compiled component, pre-built ops)."""
-        return compiled(self.assignment, self.matrix, self.ds_ops)[0]
+        return compiled(self.assignment, self.matrix, self.ops)[0]
 
     @property
     def builder(self) -> Builder | None:
         """The builder stage's compilers (None when nothing compiles); the rules made sure it exists."""
-        return builder_for(self.assignment, self.matrix, self.ds_ops)
+        return builder_for(self.assignment, self.matrix, self.ops)
 
     def _nvidia(self, tag_flavour: str, cudnn: bool) -> str:
         assert self.toolkit is not None
@@ -217,10 +228,10 @@ class Stack:
         """An image tag naming the versions: cu121-torch2.5.1-py311[-<tag><version> per
         component]-<os>."""
         parts = [self.variant, f"torch{self.torch.version}", "py" + self.python.replace(".", "")]
-        for c in COMPONENTS:
-            rel = self.component(c)
+        for c in self.matrix.components:
+            rel = self.component(c.name)
             if rel:
-                parts.append(f"{COMPONENT_TAGS[c]}{rel.version}")
+                parts.append(f"{c.tag}{rel.version}")
         parts.append(self.os.name)
         return "-".join(parts)
 
@@ -246,7 +257,7 @@ class Stack:
             return key.get("line") == self.torch.line
         if f == "cuda.yaml" and e["key"] == "toolkits":
             return self.toolkit is not None and key.get("version") == str(self.toolkit.version)
-        for comp in COMPONENTS:
+        for comp in self.matrix.component_names:
             rel = self.component(comp)
             if f == f"{comp}.yaml":
                 return rel is not None and key.get("line") == rel.line
@@ -261,24 +272,26 @@ class Stack:
             "torch": str(self.torch.version),
             "torch_variant": self.variant,
             "torch_index": self.torch_index,
-            "torch_arch": list(tv.arch),
+            "torch_arch": list(tv.arch_for(self.platform)),
             "python": self.python,
             "nccl": None if self.nccl is None else str(self.nccl.version),
             "nccl_package": tv.nccl_package,
-            **{c: None if (rel := self.component(c)) is None else str(rel.version) for c in COMPONENTS},
+            **{c: None if (rel := self.component(c)) is None else str(rel.version)
+               for c in self.matrix.component_names},
             "os": self.os.name,
             "flavour": self.flavour,
             "base_image": self.runtime_image,
             "builder_image": self.builder_image,
             "builder": None if self.builder is None else self.builder.to_dict(),
-            OPS_KEY: list(self.ds_ops),
+            **{self.matrix.component(n).ops_key: list(v) for n, v in self.ops.items()},
             "fabric": self.fabric,
             "tag": self.tag,
             "choices": {k: c.to_dict() for k, c in self.choices.items()},
             "warnings": [w.to_dict() for w in self.warnings],
             "matrix": {"path": str(self.matrix.path), "digest": self.matrix.digest},
             "envbuilder_version": __version__,
-        } | ({"platform": self.platform} if self.platform != "linux/amd64" else {})
+        } | ({"platform": self.platform} if self.platform != "linux/amd64" else {}) | (
+            {"evidence": [e.to_dict() for e in self.evidence]} if self.evidence else {})
 
 
 # -- the search -----------------------------------------------------------------------------
@@ -394,10 +407,10 @@ def _domain(axis: str, a: dict[str, Any], req: Request, m: Matrix) -> list[Any]:
     d = _DOMAINS.get(axis)
     if d is not None:
         return d(a, req, m)
-    if axis in COMPONENTS:
+    if axis in m.component_names:
         if not req.wants(axis):
             return [None]
-        pin = getattr(req, axis)
+        pin = req.versions.get(axis)
         return [c for c in m.component(axis).releases if (pin is None or pin.matches(c.version))
                 and not _after(c.released, req.exclude_newer)]
     raise KeyError(axis)
@@ -447,13 +460,13 @@ class _Search:
             if pos:
                 self.trig.setdefault(self.active[max(pos)], []).append(r)
         # A component comes last in the order, and its values do not depend on the axes
-        # before it; a rule between it and an earlier axis (horovod's torch range) is asked
+        # before it; a rule between it and an earlier axis (a component's torch range) is asked
         # as soon as that axis has a value: when no release of the component can pass it,
-        # nothing below that value can either. Without this, a target with Horovod tried
-        # every (os, flavour, python, nccl) under each torch Horovod does not build against.
+        # nothing below that value can either. Without this, a target with a component tried
+        # every (os, flavour, python, nccl) under each torch the component does not build against.
         where = {ax: k for k, ax in enumerate(self.active)}
         for axj in self.active:
-            if axj not in COMPONENTS:
+            if axj not in self.m.component_names:
                 continue
             by_axis: dict[str, list[Rule]] = {}
             for r in self.trig.get(axj, ()):
@@ -536,9 +549,9 @@ class _Search:
 
 
 def _search(req: Request, m: Matrix, active: tuple[str, ...], *, avoid: bool = False) -> _Search:
-    base = {c: None for c in COMPONENTS if c not in active}
+    base = {c: None for c in m.component_names if c not in active}
     ctx = Context(m, driver=req.driver, nccl_pin=req.nccl.text if req.nccl else None,
-                  ds_ops=ds_ops_of(req, m), platform=req.platform,
+                  ops=ops_of(req, m), platform=req.platform,
                   avoid=_avoidable(req, m) if avoid else frozenset())
     return _Search(req, m, ctx, active, base, all_rules(m))
 
@@ -549,7 +562,7 @@ def _avoidable(req: Request, m: Matrix) -> frozenset[str]:
     warning). The toolkit patch is steered around only when the CUDA pin is a minor."""
     if not m.advisories:
         return frozenset()
-    pins = {"torch": req.torch, "nccl": req.nccl, **{c: getattr(req, c) for c in COMPONENTS}}
+    pins = {"torch": req.torch, "nccl": req.nccl, **{c: req.versions.get(c) for c in m.component_names}}
     out = {c for c, p in pins.items() if p is None or not p.exact}
     if not req.cpu:
         out.add("cuda")
@@ -561,10 +574,10 @@ def resolve(req: Request, m: Matrix) -> Stack:
     A stack without advised-against releases (critical/high advisories) is preferred; when
     none exists, the stack is resolved as if there were none and carries their warnings."""
     _pins_known_or_refused(req, m)
-    s = _search(req, m, AXIS_ORDER, avoid=True)
+    s = _search(req, m, axis_order(m), avoid=True)
     a = s.first() if s.ctx.avoid else None
     if a is None:
-        s = _search(req, m, AXIS_ORDER)
+        s = _search(req, m, axis_order(m))
         a = s.first()
     if a is None:
         raise _refusal(req, m, s)
@@ -574,12 +587,12 @@ def resolve(req: Request, m: Matrix) -> Stack:
 def check(req: Request, m: Matrix, given: set[str]) -> tuple[dict[str, Any], list[Violation]]:
     """Judge a partial combination using only the axes given; raises IncompatibleError."""
     _pins_known_or_refused(req, m)
-    active = tuple(ax for ax in AXIS_ORDER if ax in given)
+    active = tuple(ax for ax in axis_order(m) if ax in given)
     s = _search(req, m, active)
     a = s.first()
     if a is None:
         raise _refusal(req, m, s, suggest=False)
-    return a, _warnings(s, a)
+    return a, _warnings(s, a) + evidence(s, a)
 
 
 def _pins_known_or_refused(req: Request, m: Matrix) -> None:
@@ -589,7 +602,7 @@ def _pins_known_or_refused(req: Request, m: Matrix) -> None:
     for axis, pin in unknown_pins(req, m).items():
         if axis == "python" and free_threaded(pin.text):
             continue  # no breakage names a free-threaded Python: check_pins_known says it
-        included = frozenset(c for c in COMPONENTS if req.wants(c))
+        included = frozenset(c for c in m.component_names if req.wants(c))
         vs = breakages_covering(axis, pin.text, pins, m, included)
         if vs:
             what = req.target if req.target != "check" else "this combination (" + ", ".join(
@@ -601,12 +614,18 @@ def _pins_known_or_refused(req: Request, m: Matrix) -> None:
     check_pins_known(req, m)
 
 
-def _warnings(s: _Search, a: dict[str, Any]) -> list[Violation]:
+def _warnings(s: _Search, a: dict[str, Any], severity: str = "warning") -> list[Violation]:
+    """What the rules report of a complete assignment at one severity: ``warning``, or
+    ``info`` (the evidence: the facts that decided an acceptance at an edge)."""
     out: list[Violation] = []
     for rules in s.trig.values():
         for r in rules:
-            out.extend(v for v in r.check(a, s.ctx) if v.severity == "warning")
-    return out
+            out.extend(v for v in r.check(a, s.ctx) if v.severity == severity)
+    return list(dict.fromkeys(out))
+
+
+def evidence(s: _Search, a: dict[str, Any]) -> list[Violation]:
+    return _warnings(s, a, "info")
 
 
 def _refusal(req: Request, m: Matrix, s: _Search, *, suggest: bool = True) -> IncompatibleError:
@@ -636,11 +655,11 @@ def _refusal(req: Request, m: Matrix, s: _Search, *, suggest: bool = True) -> In
 def alternatives(req: Request, m: Matrix) -> list[str]:
     """For each pin, what resolves when that pin alone is dropped."""
     out: list[str] = []
-    for axis in (*COMPONENT_PLAN_ORDER, "nccl", "python", "os", "torch", "cuda"):
+    for axis in (*m.plan_order, "nccl", "python", "os", "torch", "cuda"):
         if axis not in req.pins():
             continue
         relaxed = req.without_pin(axis)
-        s = _search(relaxed, m, AXIS_ORDER)
+        s = _search(relaxed, m, axis_order(m))
         a = s.first()
         if a is None:
             continue
@@ -653,7 +672,7 @@ def alternatives(req: Request, m: Matrix) -> list[str]:
                 out.append(f"without the CUDA pin: {target} resolves ({desc}, {st.variant}"
                            f"{', driver >= ' + st.driver_min['version'] if st.driver_min else ''}{how})")
         else:
-            out.append(f"without the {axis} pin ({req.pins()[axis]}): {relaxed.canonical()} resolves ({desc})")
+            out.append(f"without the {axis} pin ({req.pins()[axis]}): {relaxed.canonical(m)} resolves ({desc})")
     return out
 
 
@@ -677,7 +696,7 @@ def _cuda_alternatives(req: Request, m: Matrix) -> list[tuple[str, Stack, str]]:
     for want in ("native", "minor-compat"):
         for c in cands:
             trial = replace(relaxed, cuda=c, driver=drv)
-            s = _search(trial, m, AXIS_ORDER)
+            s = _search(trial, m, axis_order(m))
             a = s.first()
             if a is None:
                 continue
@@ -690,7 +709,7 @@ def _cuda_alternatives(req: Request, m: Matrix) -> list[tuple[str, Stack, str]]:
                     mode = ("minor-compat" if floor is not None
                             and Version(drv) >= Version(floor.driver_min) else "none")
             if mode == want:
-                out.append((replace(relaxed, cuda=c).canonical(), st, mode))
+                out.append((replace(relaxed, cuda=c).canonical(m), st, mode))
                 break
         if drv is None:
             break
@@ -700,11 +719,12 @@ def _cuda_alternatives(req: Request, m: Matrix) -> list[tuple[str, Stack, str]]:
 def _stack(req: Request, m: Matrix, s: _Search, a: dict[str, Any]) -> Stack:
     pins = req.pins()
     choices: dict[str, Choice] = {}
-    for axis in AXIS_ORDER:
+    order = axis_order(m)
+    for axis in order:
         value = a.get(axis)
         # what was passed over, and by which rules
         skipped: list[tuple[str | None, tuple[str, ...]]] = []
-        for cand in _domain(axis, {k: a[k] for k in AXIS_ORDER[:AXIS_ORDER.index(axis)] if k in a}, req, m):
+        for cand in _domain(axis, {k: a[k] for k in order[:order.index(axis)] if k in a}, req, m):
             if cand is value or cand == value:
                 break
             trial = dict(a)
@@ -714,10 +734,10 @@ def _stack(req: Request, m: Matrix, s: _Search, a: dict[str, Any]) -> Stack:
                 for v in r.check(trial, s.ctx) if v.severity == "error"))
             if len(skipped) < 5:
                 skipped.append((_show(cand), names))
-        choices[axis] = Choice(axis, _show(value), _reason(axis, value, pins, req),
+        choices[axis] = Choice(axis, _show(value), _reason(axis, value, pins, req, m),
                                _source(axis, value, a, m), tuple(skipped))
-    warnings = _warnings(s, a)
-    for comp in COMPONENTS:  # a legacy component (legacy: in its file): resolvable, and said so
+    warnings = _warnings(s, a) + evidence(s, a)
+    for comp in m.component_names:  # a legacy component (legacy: in its file): resolvable, and said so
         c = m.component(comp)
         if a.get(comp) is not None and c.legacy:
             warnings.append(Violation(f"{comp}_legacy", f"{comp} is legacy: {c.legacy}",
@@ -736,7 +756,7 @@ def _show(value: Any) -> str | None:
     return str(value.version)
 
 
-def _reason(axis: str, value: Any, pins: dict[str, str], req: Request) -> str:
+def _reason(axis: str, value: Any, pins: dict[str, str], req: Request, m: Matrix) -> str:
     if axis == "cuda":
         if value is None:
             return "CPU target"
@@ -749,8 +769,8 @@ def _reason(axis: str, value: Any, pins: dict[str, str], req: Request) -> str:
         return ("a CPU image starts from its OS image" if value == "os" and req.cpu
                 else "the smallest base that exists for this CUDA and OS (torch's wheels bring "
                      "cuBLAS, cuDNN and NCCL)")
-    if axis in COMPONENTS and value is None:
-        return "not requested (add ds/hvd to the target or --with)"
+    if axis in m.component_names and value is None:
+        return f"not requested (add {'/'.join(c.tag for c in m.components)} to the target or --with)"
     if axis in pins:
         return f"pinned {pins[axis]} by {req.target!r}; newest compatible release that matches"
     if axis == "python":
@@ -772,9 +792,11 @@ def _source(axis: str, value: Any, a: dict[str, Any], m: Matrix) -> tuple[str, .
     return tuple(value.source)
 
 
-def resolve_target(target: str, matrix: Matrix, pins: Pins | None = None) -> Stack:
-    """Resolve a target name (e.g. cu121-ds) with the pin options against ``matrix``."""
-    return resolve(request(target, matrix, pins), matrix)
+def resolve_target(target: str, matrix: Matrix, pins: Pins | None = None, *,
+                   exclude_newer: str | None = None) -> Stack:
+    """Resolve a target name (e.g. cu121-ds) with the pin options against ``matrix``;
+    ``exclude_newer``: a spec's (checked there: RFC 3339 UTC)."""
+    return resolve(request(target, matrix, pins, exclude_newer=exclude_newer), matrix)
 
 
 # -- driver first: which CUDA builds of a torch run on a given driver ----------------------

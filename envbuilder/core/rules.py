@@ -8,20 +8,20 @@ reads is assigned, so the same rules judge a full stack (``resolve``) and a part
 
 An assignment maps axis names to matrix objects:
 ``cuda`` Toolkit | None (CPU), ``torch`` TorchRelease, ``python`` str, ``os`` OsInfo,
-``nccl`` NcclRelease | None, ``deepspeed``/``horovod`` ComponentRelease | None.
+``nccl`` NcclRelease | None, and each component of the matrix (by name) ComponentRelease | None.
 ``flavour`` str (the runtime base flavour: cuda-base, cuda-runtime, cudnn-runtime, os).
 """
 
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Mapping
 
 from packaging.version import Version
 
 from envbuilder.core.builder import NoBuilder, builder_for, compiled
-from envbuilder.core.matrix import ComponentRelease, Matrix, OsInfo, Toolkit, TorchRelease, python_key
+from envbuilder.core.matrix import ComponentRelease, Matrix, OsInfo, Toolkit, TorchRelease, minor, python_key
 from envbuilder.core.target import Pin
 
 Assignment = Mapping[str, Any]
@@ -33,7 +33,9 @@ class Violation:
     message: str
     source: tuple[str, ...]
     fix: str = ""
-    severity: str = "error"  # "error" refuses; "warning" is reported with the stack
+    # "error" refuses; "warning" is reported with the stack; "info" is evidence: the fact that
+    # decided an acceptance at an edge (the stack's evidence, never a reason to refuse)
+    severity: str = "error"
     detail: str = ""  # the longer explanation, when the message is its first sentence
 
     def to_dict(self) -> dict[str, Any]:
@@ -56,7 +58,8 @@ class Context:
     matrix: Matrix
     driver: str | None = None
     nccl_pin: str | None = None
-    ds_ops: tuple[str, ...] = ()  # DeepSpeed ops pre-built at install time (--ds-ops)
+    # the ops each component with ops pre-builds at install time (--<tag>-ops), by name
+    ops: Mapping[str, tuple[str, ...]] = field(default_factory=dict, hash=False)
     platform: str = "linux/amd64"  # the image's platform (--platform)
     # components whose advised-against releases (critical/high advisories) the search steers
     # around: those the request does not pin to an exact version
@@ -73,14 +76,16 @@ class Rule:
     doc: str
     check: CheckFn
     unless: tuple[str, ...] = ()  # not applied when these axes are part of the search
+    components: bool = False  # it also reads every component of the matrix (all_rules adds them)
 
 
 RULES: list[Rule] = []
 
 
-def rule(name: str, *axes: str, unless: tuple[str, ...] = ()) -> Callable[[CheckFn], CheckFn]:
+def rule(name: str, *axes: str, unless: tuple[str, ...] = (),
+         components: bool = False) -> Callable[[CheckFn], CheckFn]:
     def deco(fn: CheckFn) -> CheckFn:
-        RULES.append(Rule(name, tuple(axes), (fn.__doc__ or "").strip(), fn, unless))
+        RULES.append(Rule(name, tuple(axes), (fn.__doc__ or "").strip(), fn, unless, components))
         return fn
     return deco
 
@@ -89,9 +94,9 @@ def variant_of(cuda: Toolkit | None) -> str:
     return "cpu" if cuda is None else cuda.variant
 
 
-def needs_devel(a: Assignment, m: Matrix, ds_ops: tuple[str, ...] = ()) -> bool:
-    """Something compiles against CUDA: Horovod, or DeepSpeed's pre-built ops (--ds-ops)."""
-    return compiled(a, m, ds_ops)[1]
+def needs_devel(a: Assignment, m: Matrix, ops: Mapping[str, tuple[str, ...]] | None = None) -> bool:
+    """Something compiles against CUDA: a component that compiles, or pre-built ops."""
+    return compiled(a, m, ops or {})[1]
 
 
 # -- driver ---------------------------------------------------------------------------------
@@ -246,8 +251,10 @@ def _torch_platform(a: Assignment, ctx: Context) -> list[Violation]:
     exist only for some variants)."""
     t: TorchRelease = a["torch"]
     var = t.variants.get(variant_of(a["cuda"]))
-    if var is None or ctx.platform in var.platforms:
+    if var is None:
         return []
+    if ctx.platform in var.platforms:
+        return _platform_evidence(t, var, ctx)
     have = [n for n, v in t.variants.items() if ctx.platform in v.platforms]
     others = [r.line for r in ctx.matrix.torch for n, v in r.variants.items()
               if n == var.name and ctx.platform in v.platforms]
@@ -261,7 +268,25 @@ def _torch_platform(a: Assignment, ctx: Context) -> list[Violation]:
     none = "" if others else f"; no torch release in the matrix has {var.name} wheels for {ctx.platform}"
     return [Violation("torch_platform",
                       f"torch {t.version} has no {var.name} wheels for {ctx.platform} (it has them for "
-                      f"{', '.join(var.platforms)}){none}", t.source, fix)]
+                      f"{', '.join(var.platforms)}){none}", tuple(dict.fromkeys(var.source + t.source)), fix)]
+
+
+def _platform_evidence(t: TorchRelease, var: Any, ctx: Context) -> list[Violation]:
+    """On a platform other than linux/amd64, the fact that lets the variant stand: where its
+    wheels for the platform are and which GPU architectures that build carries."""
+    if ctx.platform == "linux/amd64":
+        return []
+    where = (f"on PyTorch's index only ({ctx.matrix.torch_index.format(variant=var.name)}; PyPI's "
+             f"{ctx.platform} wheels are another build)" if ctx.platform in var.index_only
+             else "on PyPI" if t.pypi_default == var.name
+             else f"on PyTorch's index ({ctx.matrix.torch_index.format(variant=var.name)})")
+    arch = var.arch_for(ctx.platform)
+    own = ctx.platform in var.platform_arch
+    what = (f"its {ctx.platform} build carries {', '.join(arch)}" + ("" if own else " (the matrix "
+            "records no separate arch list for this platform: the amd64 build's)")) if arch else \
+        "the matrix records no arch list for it"
+    return [Violation("torch_platform", f"torch {t.version} has {var.name} wheels for {ctx.platform} "
+                      f"{where}; {what}", tuple(dict.fromkeys(var.source + t.source)), severity="info")]
 
 
 @rule("torch_python", "torch", "python")
@@ -346,17 +371,121 @@ def _base_image(a: Assignment, ctx: Context) -> list[Violation]:
     return []
 
 
-@rule("builder", "cuda", "os", "flavour", "horovod", "deepspeed")
+def driver_cuda_of(m: Matrix, driver: str) -> Version | None:
+    """The newest CUDA minor a driver runs natively: the newest toolkit whose floor it meets
+    (the CUDA version nvidia-smi and nvidia-container-cli read from the driver)."""
+    drv = Version(driver)
+    ok = [t.version for t in m.toolkits if drv >= Version(t.driver_min)]
+    return Version(minor(max(ok))) if ok else None
+
+
+def image_require(m: Matrix, t: Toolkit, os_name: str | None) -> tuple[Any, Any] | None:
+    """The image set of a toolkit (on the OS when given) and its NVIDIA_REQUIRE_CUDA, when the
+    matrix records one."""
+    sets = [b for b in m.base_images if b.cuda == t.version and (os_name is None or os_name in b.os)]
+    for b in sets:
+        if b.require_cuda is not None:
+            return b, b.require_cuda
+    return None
+
+
+@rule("image_driver_branch", "cuda", "flavour")
+def _image_driver_branch(a: Assignment, ctx: Context) -> list[Violation]:
+    """An nvidia/cuda image starts only where its NVIDIA_REQUIRE_CUDA allows: on a driver whose
+    CUDA is at least the image's, or on one of the driver branches its brand clauses list
+    (forward compatibility through the image's cuda-compat package, or minor-version
+    compatibility within a CUDA major); a listed branch past its end of life is a warning where
+    forward compatibility is what runs it."""
+    t: Toolkit | None = a["cuda"]
+    if t is None or ctx.driver is None:
+        return []
+    m = ctx.matrix
+    fl = m.toolchains.flavour(a["flavour"])
+    if fl.nvidia_tag is None:
+        return []
+    os_name = getattr(a.get("os"), "name", None)
+    # the rule runs once CUDA and flavour are known, mostly before the OS is: a set of the patch on
+    # any OS stands in (every set read lists the same branches for each OS of a patch)
+    found = image_require(m, t, os_name)
+    have = driver_cuda_of(m, ctx.driver)
+    if found is None:
+        return _require_unknown(m, t, os_name, ctx.driver, have)
+    imgs, req = found
+    if have is not None and have >= req.cuda:
+        return []
+    branch = Version(ctx.driver).release[0]
+    listed = ", ".join(f"R{b}" for b in req.branches) or "none"
+    image = f"{imgs.repository or m.base_repository}:{t.version} images"
+    said = req.note.split(":")[0]
+    if said.startswith("unverified") and ("this patch" in said or os_name is None or os_name in said):
+        image += f" ({said})"  # read in another patch's or OS's image: say so where it decides
+    runs = f", CUDA {have}" if have is not None else ""
+    if branch not in req.branches:
+        return [Violation(
+            "image_driver_branch",
+            f"{image} set NVIDIA_REQUIRE_CUDA=cuda>={req.cuda} with driver branches {listed}: "
+            f"nvidia-container-cli refuses to start them on driver {ctx.driver} (R{branch}{runs})",
+            req.source,
+            f"a driver of CUDA {req.cuda} or newer (>= {_floor_of(m, req.cuda)}), a branch the image lists, or "
+            f"a CUDA this driver runs natively")]
+    from envbuilder.core.advisories import branch_status
+
+    st = branch_status(ctx.driver, m) or {}
+    same_major = have is not None and have.major == req.cuda.major  # minor-version compatibility
+    if st.get("eol_passed") and not same_major:
+        return [Violation(
+            "image_driver_branch",
+            f"{image} list R{branch} in NVIDIA_REQUIRE_CUDA: they start on driver {ctx.driver} and run "
+            f"by forward compatibility (their cuda-compat package), but R{branch} "
+            + (f"reached end of life in {st['eol']}" if st.get("eol") else
+               "is end of life (NVIDIA: every branch older than those in its support table is)")
+            + ": no more fixes for the driver the stack leans on",
+            req.source + tuple(st.get("source", ())),
+            f"a driver of CUDA {req.cuda} or newer (>= {_floor_of(m, req.cuda)}), or a supported branch "
+            f"the image lists", severity="warning")]
+    return [Violation(
+        "image_driver_branch",
+        f"driver {ctx.driver} (R{branch}{runs}) is older than {image}' CUDA {req.cuda}; the image "
+        f"starts on it because its NVIDIA_REQUIRE_CUDA lists R{branch} (branches {listed})"
+        + ("; it runs by minor-version compatibility" if same_major else "; it runs by forward compatibility"),
+        req.source, severity="info")]
+
+
+def _require_unknown(m: Matrix, t: Toolkit, os_name: str | None, driver: str,
+                     have: Version | None) -> list[Violation]:
+    """A set without a recorded NVIDIA_REQUIRE_CUDA, on a driver of an older CUDA: whether
+    nvidia-container-cli starts it is not known (a warning, never agreement)."""
+    sets = [b for b in m.base_images if b.cuda == t.version and (os_name is None or os_name in b.os)]
+    if not sets or (have is not None and have >= Version(minor(t.version))):
+        return []
+    b = sets[0]
+    return [Violation(
+        "image_driver_branch",
+        f"the matrix has no NVIDIA_REQUIRE_CUDA for {b.repository or m.base_repository}:{t.version} images: "
+        f"whether nvidia-container-cli starts them on driver {driver} (R{Version(driver).release[0]}"
+        + (f", CUDA {have}" if have is not None else "") + ") is not known",
+        b.source, "read it (envbuilder matrix refresh --source nvidia-images) or use a driver of CUDA "
+        f"{minor(t.version)} or newer", severity="warning")]
+
+
+def _floor_of(m: Matrix, cuda: Version) -> str:
+    """The driver floor of a CUDA minor's first toolkit patch (its GA)."""
+    tks = sorted(m.toolkits_for(minor(cuda)), key=lambda k: k.version)
+    return tks[0].driver_min if tks else "?"
+
+
+@rule("builder", "cuda", "os", "flavour", components=True)
 def _builder(a: Assignment, ctx: Context) -> list[Violation]:
-    """What compiles (Horovod, DeepSpeed ops) needs a builder with nvcc of torch's CUDA major
-    and a host GCC that nvcc accepts."""
+    """What compiles (a compiled component, pre-built ops) needs a builder with nvcc of torch's
+    CUDA major and a host GCC that nvcc accepts."""
     try:
-        b = builder_for(a, ctx.matrix, ctx.ds_ops)
+        b = builder_for(a, ctx.matrix, ctx.ops)
     except NoBuilder as e:
         return [Violation("builder", str(e), e.source, e.fix)]
     if b is None:
         return []
-    return [Violation("builder", msg, src, fix, severity="warning") for msg, fix, src in b.warnings]
+    return ([Violation("builder", msg, src, fix, severity="warning") for msg, fix, src in b.warnings]
+            + [Violation("builder", msg, src, severity="info") for msg, src in b.evidence])
 
 
 # -- NCCL -----------------------------------------------------------------------------------
@@ -428,7 +557,7 @@ def _nccl_cuda(a: Assignment, ctx: Context) -> list[Violation]:
                       n.source, "use the NCCL that torch bundles for this CUDA")]
 
 
-# -- DeepSpeed and Horovod ------------------------------------------------------------------
+# -- what each component's releases declare -------------------------------------------------
 
 def _requires_value(axis: str, a: Assignment) -> Version | None:
     if axis == "python":
@@ -437,9 +566,12 @@ def _requires_value(axis: str, a: Assignment) -> Version | None:
     return None if value is None else value.version
 
 
+REQUIRES_AXES = ("torch", "python", "cuda", "nccl")  # what a release's requires: may name
+
+
 def _requires(comp: str, axis: str) -> CheckFn:
-    # One rule per (component, axis), so that `check` judges e.g. --torch with --deepspeed
-    # without needing --python (a rule applies only once every axis it reads is assigned).
+    # One rule per (component, axis), so that `check` judges e.g. --torch with a component's
+    # pin without needing --python (a rule applies only once every axis it reads is assigned).
     def check(a: Assignment, ctx: Context) -> list[Violation]:
         c: ComponentRelease | None = a[comp]
         if c is None:
@@ -459,9 +591,75 @@ def _requires(comp: str, axis: str) -> CheckFn:
     return check
 
 
-for _comp in ("deepspeed", "horovod"):
-    for _axis in ("torch", "python", "cuda", "nccl"):
-        rule(f"{_comp}_requires", _comp, _axis)(_requires(_comp, _axis))
+def requires_rules(matrix: Matrix) -> list[Rule]:
+    """Each component's requires: rules (its releases' torch, Python, CUDA and NCCL ranges) and
+    imports: rules (what some releases need at import time, torch and Python)."""
+    return [Rule(f"{c}_requires", (c, axis), f"{c} declares the torch, Python (and CUDA, NCCL) "
+                 f"versions it supports.", _requires(c, axis))
+            for c in matrix.component_names for axis in REQUIRES_AXES] + [
+        Rule(f"{c.name}_imports", (c.name, axis), f"{c.name} releases that cannot be imported with "
+             f"some {axis} releases (a {axis} API or module they use while importing).", _imports(c.name, axis))
+        for c in matrix.components if c.imports
+        for axis in IMPORT_AXES if any(axis in n.requires for n in c.imports)]
+
+
+IMPORT_AXES = ("torch", "python")  # what a component's imports: may name
+
+
+def _imports(comp: str, axis: str) -> CheckFn:
+    def check(a: Assignment, ctx: Context) -> list[Violation]:
+        c: ComponentRelease | None = a[comp]
+        if c is None:
+            return []
+        value = _requires_value(axis, a)
+        if value is None:
+            return []
+        out: list[Violation] = []
+        for need in ctx.matrix.component(comp).imports:
+            spec = need.requires.get(axis)
+            if spec is None or not need.applies(c.version):
+                continue
+            if not _covers(spec, value):
+                ok = [str(r.version) for r in ctx.matrix.component(comp).releases
+                      if _imports_ok(ctx.matrix, comp, r, axis, value)]
+                alt = (f"{comp} {', '.join(ok[:3])} import{'s' if len(ok) == 1 else ''} with {axis} {value}, or "
+                       f"a {axis} that satisfies {spec}" if ok else f"a {axis} that satisfies {spec}")
+                out.append(Violation(f"{comp}_imports",
+                                     f"{comp} {c.version} cannot be imported with {axis} {value} (it needs "
+                                     f"{axis} {spec}): {_first_sentence(need.reason)}",
+                                     need.source, alt, detail=need.reason))
+            elif _at_edge(ctx.matrix, axis, spec, value):
+                out.append(Violation(f"{comp}_imports",
+                                     f"{comp} {c.version} imports with {axis} {value}, at the edge of what it "
+                                     f"needs ({axis} {spec}): {_first_sentence(need.reason)}",
+                                     need.source, severity="info"))
+        return out
+    check.__doc__ = f"{comp} releases that cannot be imported with some {axis} releases."
+    return check
+
+
+def _imports_ok(m: Matrix, comp: str, rel: ComponentRelease, axis: str, value: Version) -> bool:
+    return all(_covers(s, value) for n in m.component(comp).imports
+               if n.applies(rel.version) and (s := n.requires.get(axis)) is not None)
+
+
+def _at_edge(m: Matrix, axis: str, spec: Any, value: Version) -> bool:
+    """The value is the last one a range admits on either side: the matrix's nearest older or
+    newer release line of the axis falls outside it (torch 2.4 against >=2.4, torch 2.3 and
+    2.4 being lines of the matrix)."""
+    if axis == "torch":
+        lines = sorted({Version(t.line) for t in m.torch})
+        at = Version(f"{value.major}.{value.minor}")
+        probe = {ln: max(t.version for t in m.torch if Version(t.line) == ln) for ln in lines}
+    else:
+        lines = sorted({Version(p) for p in m.pythons})
+        at = value
+        probe = {ln: ln for ln in lines}
+    if at not in lines:
+        return False
+    i = lines.index(at)
+    near = [lines[j] for j in (i - 1, i + 1) if 0 <= j < len(lines)]
+    return any(not _covers(spec, probe[ln]) for ln in near)
 
 
 def _images_source(m: Matrix, toolkit: Version) -> tuple[str, ...]:
@@ -580,9 +778,9 @@ def _candidates(axis: str, pins: Mapping[str, Any], m: Matrix,
                 included: frozenset[str]) -> list[Version | str | None]:
     """The values an axis can take under the request's pins (None: a CPU build, or a
     component the request leaves out)."""
-    from envbuilder.core.target import COMPONENTS, Pin
+    from envbuilder.core.target import Pin
     pin = pins.get(axis)
-    if axis in COMPONENTS and pin is None and axis not in included:
+    if axis in m.component_names and pin is None and axis not in included:
         return [None]
     if axis == "cuda":
         if pin == "cpu":
@@ -595,7 +793,7 @@ def _candidates(axis: str, pins: Mapping[str, Any], m: Matrix,
         known = [t.version for t in m.torch]
     elif axis == "python":
         known = [Version(p) for p in m.pythons]
-    elif axis in COMPONENTS:
+    elif axis in m.component_names:
         known = [c.version for c in m.component(axis).releases]
     else:  # nccl
         known = [n.version for n in m.nccl]
@@ -651,9 +849,11 @@ def all_rules(matrix: Matrix) -> list[Rule]:
     Matrix: render --all resolves every target against the same one)."""
     if _LAST_RULES and _LAST_RULES[0] is matrix:
         return list(_LAST_RULES[1])
-    rules = RULES + [_incompat_rule(x) for x in matrix.incompatibilities] + [
+    names = matrix.component_names
+    rules = [replace(r, axes=r.axes + names) if r.components else r for r in RULES]
+    rules += requires_rules(matrix) + [_incompat_rule(x) for x in matrix.incompatibilities] + [
         _advisory_rule(x) for x in matrix.advisories if x.component in (
-            "torch", "nccl", "cuda", "deepspeed", "horovod", "driver")]
+            "torch", "nccl", "cuda", *names, "driver")]
     _LAST_RULES[:] = [matrix, rules]
     return list(rules)
 

@@ -10,7 +10,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from envbuilder.core.options import COMPONENT_PLAN_ORDER, COMPONENTS
+from envbuilder.core import compiles
 
 _VERSION = {"type": "string", "pattern": r"^[0-9]+(\.[0-9]+)*$"}
 _SPEC = {"type": "string", "pattern": r"^[<>=!~,.0-9* ]+$"}
@@ -63,6 +63,12 @@ BASE_IMAGES = _file(
           "cudnn_os": {"type": "array", "items": _NAME},
           "removed": {"type": "boolean"}, "source": _SOURCE, "note": _NOTE,
           "platforms": {"type": "array", "items": _PLATFORM, "minItems": 1},
+          # the driver branches its NVIDIA_REQUIRE_CUDA lists (brand=...,driver>=N,driver<N+1):
+          # below its CUDA version, nvidia-container-cli starts it only on those branches
+          "require_cuda": _obj(["cuda", "branches", "source"], {
+              "cuda": {"type": "string", "pattern": r"^[0-9]+\.[0-9]+$"},
+              "branches": {"type": "array", "items": {"type": "integer", "minimum": 1}},
+              "source": _SOURCE, "note": _NOTE}),
           # a set's own repository (e.g. a team's internal registry, in a matrix overlay)
           "repository": {"type": "string", "pattern": r"^[a-z0-9][a-z0-9./:_-]*$"}}),
     {"repository": {"type": "string", "pattern": r"^[a-z0-9./_-]+$"}, "note": _NOTE},
@@ -79,7 +85,7 @@ NCCL = _file(
 OS = _file(
     "os",
     _obj(["name", "family", "image", "python_default", "python", "source"],
-         {"name": _NAME, "family": {"enum": ["ubuntu", "debian", "rockylinux"]},
+         {"name": _NAME, "family": {"enum": ["ubuntu", "debian", "rockylinux", "ubi"]},
           "image": {"type": "string", "pattern": r"^[a-z0-9./_-]+:[A-Za-z0-9._-]+$"},
           "codename": {"type": "string", "pattern": r"^[a-z]+$"},
           "python_default": _VERSION,
@@ -98,13 +104,19 @@ OS = _file(
     {"note": _NOTE},
 )
 
+_ARCH = {"type": "array", "items": {"type": "string", "pattern": r"^(sm|compute)_[0-9]+[a-z]?$"}}
 _VARIANT = _obj([], {
     "nccl": {"oneOf": [_VERSION, {"type": "null"}]},
     "nccl_package": {"type": ["string", "null"], "pattern": r"^nvidia-nccl-cu[0-9]+$"},
-    "arch": {"type": "array", "items": {"type": "string", "pattern": r"^(sm|compute)_[0-9]+[a-z]?$"}},
+    "arch": _ARCH,
     "cuda_toolkit": _VERSION,
     "platforms": {"type": "array", "items": _PLATFORM, "minItems": 1},
     "index_only": {"type": "array", "items": _PLATFORM, "minItems": 1},
+    # the architecture list of another platform's build, when it differs from ``arch`` (the
+    # linux/amd64 build's): torch's aarch64 builds compile for fewer GPUs
+    "platform_arch": {"type": "object", "minProperties": 1,
+                      "propertyNames": {"enum": ["linux/arm64"]},
+                      "additionalProperties": _ARCH},
     "note": _NOTE, "source": _SOURCE,
 })
 
@@ -120,36 +132,80 @@ TORCH = _file(
                        "patternProperties": {r"^(cpu|cu[0-9]+)$": _VARIANT},
                        "additionalProperties": False},
           "released": _RELEASED, "source": _SOURCE, "note": _NOTE}),
-    {"index": {"type": "string", "pattern": r"^https?://\S*\{variant\}\S*$"}, "note": _NOTE},
+    {"index": {"type": "string", "pattern": r"^https?://\S*\{variant\}\S*$"}, "note": _NOTE,
+     # torch APIs a component may use at import time, with the release that added or removed
+     # each (what `matrix refresh` reads a component's import-time torch range against)
+     "apis": {"type": "array", "items": _obj(
+         ["api", "source"],
+         {"api": {"type": "string", "pattern": r"^torch(\.[A-Za-z_][A-Za-z0-9_]*)+$"},
+          "added": _VERSION, "removed": _VERSION, "source": _SOURCE, "note": _NOTE})}},
 )
 
+# a component's file (matrices/<name>.yaml beside the core files: core.catalog)
 COMPONENT = _file(
     "releases",
     _obj(["line", "versions", "requires", "source"],
          {"line": _VERSION, "versions": {"type": "array", "items": _VERSION, "minItems": 1},
           "requires": _obj([], {"torch": _SPEC, "python": _SPEC, "cuda": _SPEC, "nccl": _SPEC}),
           "released": _RELEASED, "source": _SOURCE, "note": _NOTE}),
-    {"needs_nvcc": {"type": "boolean"},
+    {"component": _obj(["tag", "title", "order", "checks"], {
+        "tag": {"type": "string", "pattern": r"^[a-z][a-z0-9]{0,15}$"},
+        "title": {"type": "string", "pattern": r"^[A-Za-z0-9][A-Za-z0-9 .+_-]{0,63}$"},
+        "order": {"type": "integer", "minimum": 1, "maximum": 79},
+        "checks": {"type": "string", "minLength": 1, "maxLength": 200},
+        "ops_default": {"type": "array", "items": {"type": "string", "pattern": r"^[a-z][a-z0-9_]*$"}},
+        "ops_default_cpu": {"type": "array", "items": {"type": "string", "pattern": r"^[a-z][a-z0-9_]*$"}}}),
+     "compiles": compiles.SCHEMA,
      # a component with no release for years: still resolvable, marked and warned about
      "legacy": _obj(["since", "reason", "source"], {
          "since": {"type": "string", "pattern": r"^[0-9]{4}-[0-9]{2}(-[0-9]{2})?$"},
          "reason": {"type": "string"}, "source": _SOURCE, "note": _NOTE}),
+     # CUDA majors in which its build accepts an nvcc of another minor than torch's CUDA
      "cuda_minor_mismatch": _obj(["majors", "source"], {
          "majors": {"type": "array", "items": {"type": "integer"}}, "source": _SOURCE,
          "note": _NOTE}),
-     "build_env": {"type": "object",
-     "additionalProperties": {"type": "string", "pattern": r"^[A-Za-z0-9_.,;:/=+-]*$"}},
+     # the named ops it can pre-build at install time (the component's ops option), and where
+     # its default (the component line's ops_default) comes from
+     "ops": {"type": "array", "items": _obj(
+         ["name", "env", "cuda", "source"],
+         {"name": {"type": "string", "pattern": r"^[a-z][a-z0-9_]*$"},
+          "env": {"type": "string", "pattern": r"^[A-Z][A-Z0-9_]*$"},
+          "cuda": {"type": "boolean"}, "module": {"type": "string", "pattern": r"^[a-z0-9_.]+$"},
+          "source": _SOURCE, "note": _NOTE})},
+     "ops_default_source": _SOURCE,
+     # what its releases need at import time (importing it, starting its launcher), apart from
+     # what they declare for installing (``releases: requires:``): a torch API a release
+     # calls while importing, a Python module it imports
+     "imports": {"type": "array", "items": _obj(
+         ["versions", "requires", "reason", "source"],
+         {"versions": _SPEC, "requires": _obj([], {"torch": _SPEC, "python": _SPEC}),
+          "reason": {"type": "string", "pattern": r"\S"}, "derived": {"type": "string"},
+          "source": _SOURCE, "note": _NOTE})},
+     # where its releases' sources are read (matrix refresh): files at a release's tag,
+     # ``raw`` with ``{version}``; ``package`` the import name; ``requirements`` its file
+     "sources": _obj(["raw", "package", "source"], {
+         "raw": {"type": "string", "pattern": r"^https://\S*\{version\}\S*/$"},
+         "package": {"type": "string", "pattern": r"^[a-z_][a-z0-9_]*$"},
+         "requirements": {"type": "string", "pattern": r"^[A-Za-z0-9_./-]+$"},
+         "source": _SOURCE, "note": _NOTE}),
+     # what its releases need of the OS's toolchain to build (the host GCC major)
+     "toolchain": {"type": "array", "items": _obj(
+         ["versions", "gcc", "reason", "source"],
+         {"versions": _SPEC, "gcc": _SPEC, "reason": {"type": "string", "pattern": r"\S"},
+          "source": _SOURCE, "note": _NOTE})},
      "note": _NOTE, "source": _SOURCE},
 )
+COMPONENT["required"] = [*COMPONENT["required"], "component"]
 
-_AXES = ["cuda", "torch", "python", "nccl", *COMPONENTS, "os"]
+# the axes a breakage may name besides the matrix's components (core.matrix checks those)
+CORE_AXES = ("cuda", "torch", "python", "nccl", "os")
 
 INCOMPATIBILITIES = _file(
     "incompatibilities",
     _obj(["id", "when", "reason", "fix", "source"],
          {"id": {"type": "string", "pattern": r"^[a-z0-9][a-z0-9.-]*$"},
           "when": {"type": "object", "minProperties": 1,
-                   "propertyNames": {"enum": _AXES},
+                   "propertyNames": {"pattern": r"^[a-z][a-z0-9_]*$"},
                    "additionalProperties": {"type": "string"}},
           "reason": {"type": "string"}, "fix": {"type": "string"},
           "severity": {"enum": ["error", "warning"]},
@@ -158,7 +214,7 @@ INCOMPATIBILITIES = _file(
     {"advisories": {"type": "array", "items": _obj(
         ["id", "component", "affected", "severity", "symptom", "source"],
         {"id": {"type": "string", "pattern": r"^[a-z0-9][a-z0-9.-]*$"},
-         "component": {"enum": ["torch", "nccl", "cuda", "cublas", "driver", *COMPONENTS]},
+         "component": {"type": "string", "pattern": r"^[a-z][a-z0-9_]*$"},
          "affected": _SPEC,
          "fixed": {"oneOf": [_VERSION, {"type": "null"}]},
          "severity": {"enum": ["critical", "high", "medium", "low"]},
@@ -169,11 +225,13 @@ INCOMPATIBILITIES = _file(
 
 TARGETS = _file(
     "targets",
-    _obj(["name"], {"name": {"type": "string", "pattern": r"^[a-z0-9][a-z0-9.-]*$"},
-                    "target": {"type": "string", "pattern": r"^[a-z0-9][a-z0-9.-]*$"},
-                    "flavour": {"type": "string", "pattern": r"^[a-z-]+$"},
-                    "ds_ops": {"type": "array", "items": {"type": "string", "pattern": r"^[a-z][a-z0-9_]*$"}},
-                    "description": {"type": "string"}}),
+    {**_obj(["name"], {"name": {"type": "string", "pattern": r"^[a-z0-9][a-z0-9.-]*$"},
+                       "target": {"type": "string", "pattern": r"^[a-z0-9][a-z0-9.-]*$"},
+                       "flavour": {"type": "string", "pattern": r"^[a-z-]+$"},
+                       "description": {"type": "string"}}),
+     # <tag>_ops: the ops of the component of that tag to pre-build (core.matrix checks them)
+     "patternProperties": {r"^[a-z][a-z0-9]*_ops$": {
+         "type": "array", "items": {"type": "string", "pattern": r"^[a-z][a-z0-9_]*$"}}}},
 )
 
 _ENV = {"type": "object", "propertyNames": {"pattern": r"^[A-Z_][A-Z0-9_]*$"},
@@ -182,7 +240,7 @@ _PKG = {"type": "string", "pattern": r"^[A-Za-z0-9][A-Za-z0-9.+_-]*([=<>~!]=?[0-
 
 TOOLCHAINS = _obj(
     ["schema_version", "flavours", "nvcc_host_gcc", "builder_toolkits", "host_compilers",
-     "deepspeed_ops", "cpu_isas"],
+     "cpu_isas"],
     {"schema_version": {"const": 1}, "note": _NOTE,
      "flavours": {"type": "array", "minItems": 1, "items": _obj(
          ["name", "nvidia_tag", "cudnn", "forward_compat", "description", "source"],
@@ -208,25 +266,36 @@ TOOLCHAINS = _obj(
           "packages": {"type": "object", "patternProperties": {r"^[0-9]+$": {
               "type": "array", "minItems": 1, "items": _PKG}}, "additionalProperties": False},
           "source": _SOURCE, "note": _NOTE})},
-     "deepspeed_ops": {"type": "array", "items": _obj(
-         ["name", "env", "cuda", "source"],
-         {"name": {"type": "string", "pattern": r"^[a-z][a-z0-9_]*$"},
-          "env": {"type": "string", "pattern": r"^DS_BUILD_[A-Z0-9_]+$"},
-          "cuda": {"type": "boolean"}, "module": {"type": "string", "pattern": r"^[a-z0-9_.]+$"},
-          "source": _SOURCE, "note": _NOTE})},
      "cpu_isas": {"type": "array", "minItems": 1, "items": _obj(
          ["name", "simd", "source"],
          {"name": {"type": "string", "pattern": r"^[a-z0-9-]+$"},
           "simd": {"enum": ["__SCALAR__", "__AVX256__", "__AVX512__"]},
           "source": _SOURCE, "note": _NOTE})},
-     "build_tools": {"type": "array", "items": _obj(
-         ["component", "versions", "env", "reason", "source"],
-         {"component": {"enum": [*COMPONENT_PLAN_ORDER]}, "versions": _SPEC, "env": _ENV,
-          "hide_modules": {"type": "array", "items": {"type": "string", "pattern": r"^[a-z_][a-z0-9_]*$"}},
-          "reason": {"type": "string"}, "source": _SOURCE, "note": _NOTE})},
      },
 )
 
+# matrices/bandwidth.yaml: published all-reduce bus bandwidth by GPU model, links, node count
+# and message size (not a file of the resolver's matrix: core.matrix.load_floors reads it)
+_SIZE_KEY = r"^[1-9][0-9]*(KiB|MiB|GiB)$"
+BANDWIDTH = _obj(
+    ["schema_version", "floor_fraction", "floors"],
+    {"schema_version": {"const": 1}, "note": _NOTE,
+     "floor_fraction": {"type": "number", "exclusiveMinimum": 0, "maximum": 1},
+     "floors": {"type": "array", "minItems": 1, "items": _obj(
+         ["gpu", "names", "intra", "fabric", "nodes", "gpus_per_node", "busbw_gbps", "source"],
+         {"gpu": {"type": "string", "minLength": 1, "maxLength": 64},
+          "names": {"type": "array", "minItems": 1, "items": {"type": "string", "minLength": 1,
+                                                              "maxLength": 128}},
+          "intra": {"type": "string", "pattern": r"^[a-z0-9-]+$"},
+          "fabric": {"enum": ["none", "ib", "roce", "efa", "socket"]},
+          "nodes": {"type": "integer", "minimum": 1}, "gpus_per_node": {"type": "integer", "minimum": 1},
+          "busbw_gbps": {"type": "object", "minProperties": 1, "propertyNames": {"pattern": _SIZE_KEY},
+                         "additionalProperties": {"type": "number", "exclusiveMinimum": 0}},
+          "source": _SOURCE, "note": _NOTE})}},
+)
+BANDWIDTH_FILE = "bandwidth.yaml"  # core.catalog.OTHER_FILES
+
+# the matrix's own files (core.catalog.CORE_FILES); every other <name>.yaml is a COMPONENT file
 FILES: dict[str, dict[str, Any]] = {
     "toolchains.yaml": TOOLCHAINS,
     "cuda.yaml": CUDA,
@@ -234,7 +303,6 @@ FILES: dict[str, dict[str, Any]] = {
     "nccl.yaml": NCCL,
     "os.yaml": OS,
     "torch.yaml": TORCH,
-    **{f"{c}.yaml": COMPONENT for c in COMPONENTS},
     "incompatibilities.yaml": INCOMPATIBILITIES,
     "targets.yaml": TARGETS,
 }
@@ -269,7 +337,8 @@ def signatures_schema(categories: Sequence[str], settings: Sequence[str]) -> dic
                 "items": _obj(["id", "pattern", "adds"],
                               {"id": _TEXT, "pattern": _TEXT, "adds": _WEIGHTS, "unless": _TEXT,
                                "scale": _WEIGHTS, "evidence": {"type": "boolean"},
-                               "requires": {"type": "array", "items": {"type": "string"}}})},
+                               "requires": {"type": "array", "items": {"type": "string"}},
+                               "fix": _TEXT, "source": _URL})},
         },
     }
 

@@ -18,10 +18,10 @@ keeps going past a failure and returns one ``Outcome`` per target that names it.
 
 from __future__ import annotations
 
-from dataclasses import MISSING, dataclass, field, fields, replace
+from dataclasses import MISSING, dataclass, field, fields
 import re
 from pathlib import Path
-from typing import Any, Callable, Generic, Sequence, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Generic, Mapping, Sequence, TypeVar
 
 from envbuilder.core import options as options_mod
 from envbuilder.core.jobs import JobsConfig
@@ -29,13 +29,19 @@ from envbuilder.core.project import Project
 from envbuilder.core.target import Pins
 from envbuilder.errors import EnvbuilderError, InputError
 
+if TYPE_CHECKING:  # annotations only: a spec is made without loading the matrix
+    from envbuilder.core.matrix import Matrix
+    from envbuilder.core.resolve import Stack
+
 T = TypeVar("T")
 
 
 
 @dataclass(frozen=True)
 class TargetSpec:
-    """Everything a command needs to know about one target, frozen.
+    """Everything a command needs to know about one target, frozen, and checked when it is
+    made (``__post_init__``: every option's check of core.options, naming where its value came
+    from): a spec cannot be made unchecked, so no consumer checks its values again.
 
     What to resolve (``target``, ``pins``, ``matrix_overlay``), what to add (the team's
     requirements), how to build and test it (images, indexes, layouts, registry, smoke)."""
@@ -59,7 +65,7 @@ class TargetSpec:
     extra_index_urls: tuple[str, ...] = ()
     exclude_newer: str | None = None
     # how to run and publish it
-    layouts: tuple[str, ...] = ()
+    layouts: tuple[tuple[int, int], ...] = ()  # (nodes, ranks per node): --layout 2x8
     nproc: int | None = None
     registry: str | None = None
     image: str | None = None  # the image the job files run
@@ -71,12 +77,24 @@ class TargetSpec:
     project: Path | None = None
     from_project: bool = False  # ``name`` is one of the project's targets
     cli_pins: Pins = field(default_factory=Pins)
+    # where each option's value came from ("--base-image", or the project file's key), for the
+    # errors of the check below
+    origin: Mapping[str, str] = field(default_factory=dict, compare=False, hash=False, repr=False)
 
-    def plan_options(self) -> dict[str, Any]:
-        """make_plan's options that come from the spec."""
-        return {"base_image": self.base_image, "builder_image": self.builder_image,
-                "pip_index_url": self.pip_index_url, "extra_index_urls": self.extra_index_urls,
-                "cuda_arch": self.cuda_arch or None, "cpu_isa": self.cpu_isa}
+    def __post_init__(self) -> None:
+        # every value as its check returns it (--exclude-newer as RFC 3339 UTC ...): the spec
+        # holds checked values only
+        checked = options_mod.check_values({f.name: getattr(self, f.name) for f in fields(self)},
+                                           self.origin)
+        for name, value in checked.items():
+            object.__setattr__(self, name, value)
+
+    def resolve(self, matrix: Matrix) -> Stack:
+        """The stack this spec resolves to against ``matrix`` (its target, its pins and its
+        upload cut-off; refused: IncompatibleError, exit 3)."""
+        from envbuilder.core.resolve import resolve_target
+
+        return resolve_target(self.target, matrix, self.pins, exclude_newer=self.exclude_newer)
 
     def invocation(self, command: str, out: str | Path | None = None) -> str:
         """The command line that makes this spec again: the name as given, the pins the
@@ -97,95 +115,53 @@ class TargetSpec:
 
 def pin_args(pins: Pins) -> list[str]:
     """``pins`` as the command-line options that state them (core.options.pin_flags)."""
-    return options_mod.pin_flags(vars(pins))
+    return options_mod.pin_flags(pins.as_options())
 
 
 def merge_pins(base: Pins, over: Pins) -> Pins:
     """``over``'s pins win per axis; components are merged (``--without`` drops a ``with``)."""
-    values, _ = options_mod.cascade([_pin_layer(base), _pin_layer(over)], {})
-    kw: dict[str, Any] = {n: values.get(n) for n in options_mod.PIN_NAMES}
-    return Pins(**kw,
-                exclude_newer=over.exclude_newer or base.exclude_newer)
-
-
-def _pin_layer(pins: Pins) -> dict[str, Any]:
-    """The pins given (not None, not empty) as a layer of the cascade."""
-    return {n: getattr(pins, n) for n in options_mod.PIN_NAMES if getattr(pins, n) not in (None, ())}
-
-
-@dataclass(frozen=True)
-class Overrides:
-    """The command line's layer of the cascade: None (or empty) means "not given"."""
-
-    pins: Pins = field(default_factory=Pins)
-    matrix_overlay: Path | None = None
-    requirements_file: Path | None = None
-    requirements: tuple[str, ...] = ()  # lines (a library caller's; the CLI takes a file)
-    requirements_source: str | None = None
-    compiled: tuple[str, ...] = ()
-    base_image: str | None = None
-    builder_image: str | None = None
-    cuda_arch: tuple[str, ...] = ()
-    cpu_isa: str | None = None
-    apt_snapshot: str | None = None
-    pip_index_url: str | None = None
-    extra_index_urls: tuple[str, ...] = ()
-    exclude_newer: str | None = None
-    layouts: tuple[str, ...] = ()
-    nproc: int | None = None
-    registry: str | None = None
-    image: str | None = None
-    infiniband: bool = False
-    min_busbw: float | None = None
-    command: str | None = None
-
-    def given(self) -> dict[str, Any]:
-        """The values given (0 is a value: only None, False and () mean "not given")."""
-        out = {}
-        for f in fields(self):
-            v = getattr(self, f.name)
-            if f.name != "pins" and v is not None and v is not False and v != ():
-                out[f.name] = v
-        return out
+    values, _ = options_mod.cascade([base.layer(), over.layer()], {})
+    return Pins.of(**{n: values.get(n) for n in options_mod.PIN_NAMES})
 
 
 _SPEC_DEFAULTS = {f.name: f.default for f in fields(TargetSpec) if f.default is not MISSING}
 
 
 def make_spec(name: str, *, project: Project | None = None,
-              overrides: Overrides | None = None) -> TargetSpec:
+              given: Mapping[str, Any] | None = None) -> TargetSpec:
     """The spec of one target ``name`` (a target string, an alias or a project target's name)
-    through the cascade (core.options.cascade), every value then checked once."""
-    o = overrides or Overrides()
+    through the cascade (core.options.cascade) over the project's values and ``given``, the
+    command line's (core.options.given: keyed by the option table), every value then checked
+    once, where it is kept: the pins in ``Pins``, the rest in the ``TargetSpec``."""
+    cli = options_mod.given(given or {})
     t = project.target(name) if project is not None else None
     if project is not None and t is None:
         _check_project_name(name, project)
-    layers: list[dict[str, Any]] = []
+    layers: list[Mapping[str, Any]] = []
     if project is not None:
         layers += [{"project": project.path}, project.defaults]
     if t is not None:
-        layers.append(dict(t.settings))
-    layers.append({**_pin_layer(o.pins), **o.given()})
+        layers.append(t.settings)
+    layers.append(cli)
     values, where = options_mod.cascade(layers, _SPEC_DEFAULTS)
-    options_mod.check_values(values, where)
-    pins = Pins(**{n: values.pop(n, None) for n in options_mod.PIN_NAMES if n in values})
+    pins = Pins.of(origin=where, **{n: values.pop(n) for n in options_mod.PIN_NAMES if n in values})
+    # the pins the command line added (the invocation repeats them): the values just checked
+    cli_pins = Pins.of(**{n: cli[n] if n in ("with_", "without") else pins.get(n)
+                          for n in options_mod.PIN_NAMES if n in cli})
     values = {k: v for k, v in values.items() if k in _SPEC_DEFAULTS or k in ("jobs",)}
-    # one date for the resolver's candidates and uv's files: the cascade's (a pin otherwise)
-    values["exclude_newer"] = values.get("exclude_newer") or o.pins.exclude_newer
-    return TargetSpec(name=name, target=t.target if t is not None else name,
-                      pins=replace(pins, exclude_newer=values["exclude_newer"]), cli_pins=o.pins,
-                      from_project=t is not None, **values)
+    return TargetSpec(name=name, target=t.target if t is not None else name, pins=pins,
+                      cli_pins=cli_pins, from_project=t is not None, origin=where, **values)
 
 
-def settings(project: Project | None, overrides: Overrides | None = None) -> dict[str, Any]:
-    """The cascade without a target (defaults < the project's top level < the command line):
-    what a command that acts on no one target reads (check's matrix overlay, ci's registry)."""
-    o = overrides or Overrides()
+def settings(project: Project | None, given: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The cascade without a target (defaults < the project's top level < the command line's
+    ``given``): what a command that acts on no one target reads (check's matrix overlay, ci's
+    registry), every value checked once."""
     layers = [project.defaults] if project is not None else []
-    layers.append({**_pin_layer(o.pins), **o.given()})
+    layers.append(options_mod.given(given or {}))
     values, where = options_mod.cascade(layers, _SPEC_DEFAULTS)
-    options_mod.check_values(values, where)
-    return {**_SPEC_DEFAULTS, **values}
+    checked = options_mod.check_values(values, where)
+    return {**_SPEC_DEFAULTS, **values, **{k: v for k, v in checked.items() if k in _SPEC_DEFAULTS}}
 
 
 _BASE = re.compile(r"(cpu|any|cu[0-9]{2,3})(-.*)?")
@@ -237,14 +213,14 @@ def select(target: str | None, *, all_: bool = False, only: Sequence[str] = (),
 
 def specs(target: str | None, *, all_: bool = False, only: Sequence[str] = (),
           project: Project | None = None, builtin: Sequence[str] = (),
-          overrides: Overrides | None = None, command: str = "render") -> list[TargetSpec]:
+          given: Mapping[str, Any] | None = None, command: str = "render") -> list[TargetSpec]:
     """``select`` then ``make_spec`` for each name: what every command acts on."""
     names = select(target, all_=all_, only=only, project=project, builtin=builtin,
                    command=command)
     # --all means the built-in targets: the project's targets and defaults stay out of it
     proj = None if all_ else project
-    out = [make_spec(n, project=proj, overrides=overrides) for n in names]
-    if len(out) > 1 and overrides is not None and overrides.image is not None:
+    out = [make_spec(n, project=proj, given=given) for n in names]
+    if len(out) > 1 and (given or {}).get("image") is not None:
         raise InputError("--image names one image: use it with one TARGET")
     return out
 
@@ -276,5 +252,5 @@ def run_each(items: Sequence[TargetSpec], step: str,
     return out
 
 
-__all__ = ["TargetSpec", "Overrides", "Outcome", "make_spec", "merge_pins", "pin_args",
+__all__ = ["TargetSpec", "Outcome", "make_spec", "merge_pins", "pin_args",
            "run_each", "select", "settings", "specs"]

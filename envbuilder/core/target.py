@@ -2,15 +2,15 @@
 
 BASE is ``cuXY[Z]`` (CUDA major+minor: cu118 = 11.8), ``cpu``, or ``any`` (the resolver picks
 the CUDA: with ``--driver``, the newest stack the driver runs natively); each PART pins one axis:
-``torch2.1`` / ``torch2.1.2``, ``py310`` / ``py3.10``, ``ds0.14``, ``hvd0.28``, ``nccl2.18``,
-or an OS name such as ``ubuntu22.04``. Options pin the same axes; a target part and an option
+``torch2.1`` / ``torch2.1.2``, ``py310`` / ``py3.10``, ``nccl2.18``, a component's tag and
+version (the tags are the matrix's: core.catalog), or an OS name such as ``ubuntu22.04``. Options pin the same axes; a target part and an option
 that disagree are an input error. Named aliases come from the matrix's ``targets.yaml``.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any, Mapping
 
@@ -18,8 +18,6 @@ from packaging.version import Version
 
 from envbuilder.core import validate
 from envbuilder.errors import InputError
-from envbuilder.core.options import COMPONENT_TAGS, COMPONENT_TITLES, OPS_COMPONENT
-from envbuilder.core.options import COMPONENTS as COMPONENTS  # what generic code iterates over
 
 if TYPE_CHECKING:  # annotations only: parsing a project's pins does not load the matrix
     from envbuilder.core.matrix import Matrix
@@ -55,45 +53,148 @@ class Pin:
         return self.text
 
 
-FABRICS = ("ib", "efa", "none")
-# the DeepSpeed ops a standard ZeRO config loads, pre-built by default on CUDA targets:
-# FusedAdam (DeepSpeed's optimizer for "type": "Adam"/"AdamW" on GPUs) and DeepSpeedCPUAdam
-# (the same config with "offload_optimizer": {"device": "cpu"})
-# https://github.com/deepspeedai/DeepSpeed/blob/v0.16.9/deepspeed/runtime/engine.py
-# (_configure_basic_optimizer: FusedAdam, or DeepSpeedCPUAdam when the optimizer is offloaded)
-DEFAULT_DS_OPS = ("fused_adam", "cpu_adam")
+CORE_PINS = ("torch", "python", "nccl")  # the version axes besides the matrix's components
 
 
-def ds_ops_of(req: Request, matrix: Matrix) -> tuple[str, ...]:
-    """The DeepSpeed ops a request pre-builds: the ones asked for (--ds-ops; none = JIT), else
-    on a CUDA target that wants DeepSpeed DEFAULT_DS_OPS (those the matrix knows)."""
-    if req.ds_ops is not None:
-        return req.ds_ops
-    if req.cpu or not req.wants(OPS_COMPONENT):
-        return ()
-    return tuple(o for o in DEFAULT_DS_OPS if o in matrix.toolchains.deepspeed_ops)
+def ops_of(req: Request, matrix: Matrix) -> dict[str, tuple[str, ...]]:
+    """The ops each component with ops pre-builds: the ones asked for (``--<tag>-ops``; none =
+    JIT), else on a target that wants the component its default (the component line's
+    ``ops_default``, ``ops_default_cpu`` on a cpu target)."""
+    out: dict[str, tuple[str, ...]] = {}
+    for c in matrix.components:
+        if not c.has_ops:
+            continue
+        if c.name in req.ops:
+            out[c.name] = req.ops[c.name]
+        elif req.wants(c.name):
+            defaults = c.ops_default_cpu if req.cpu else c.ops_default or ()
+            out[c.name] = tuple(o for o in defaults if o in c.ops)
+        else:
+            out[c.name] = ()
+    return out
+
+
+def _ops_value(value: Any) -> tuple[str, ...]:
+    """A component's ops as a tuple: ``"a,b"`` (the command line's), a list (the project
+    file's), ``none`` or ``()``: none pre-built (JIT)."""
+    items = value.split(",") if isinstance(value, str) else list(value)
+    ops = tuple(dict.fromkeys(str(o).strip() for o in items if str(o).strip()))
+    return () if ops == ("none",) else ops
+
+
+def _ops_option(component: str) -> str:
+    """The option that names a component's ops (``ds_ops``: the built-in matrix's tag)."""
+    from envbuilder.core.options import OPS_OPTIONS
+
+    return next((o for o, c in OPS_OPTIONS.items() if c == component), f"{component}_ops")
 
 
 @dataclass(frozen=True)
-class Request:
-    """What the user asked for: pins per axis, the driver to run on, components to include."""
+class Pins:
+    """The pins of a target, in the one typed form the resolver reads: the axes a target's
+    parts pin and the pin options of core.options (``--torch``, a component's ``--NAME`` and
+    ``--<tag>-ops``, ``--with``, ``--driver`` ...). Checked when made (``__post_init__``): a
+    value as the command line or a project file gives it (``"2.1"``, ``"fused_adam,cpu_adam"``)
+    passes its option's check, naming where it came from (``origin``), and is kept in its typed
+    form (a ``Pin``, a tuple); a typed value is kept as it is. What only the matrix can say (is
+    the OS, the flavour, the component, the op known; does a pin agree with the target's) is
+    judged when the pins meet a target (``request``). ``Pins.of`` takes the option table's
+    names."""
 
-    target: str
-    cuda: str | None = None  # "11.8"; None with cpu=True or when not given (check)
-    cpu: bool = False
     torch: Pin | None = None
     python: Pin | None = None
     nccl: Pin | None = None
-    deepspeed: Pin | None = None
-    horovod: Pin | None = None
     os: str | None = None
-    flavour: str | None = None  # the runtime base flavour (--flavour)
     driver: str | None = None
-    with_: frozenset[str] = field(default_factory=frozenset)
-    without: frozenset[str] = field(default_factory=frozenset)
-    ds_ops: tuple[str, ...] | None = None  # DeepSpeed ops to pre-build (--ds-ops); () = JIT
-    # (--ds-ops none); None = not asked: a CUDA target's DeepSpeed gets DEFAULT_DS_OPS
-    exclude_newer: str | None = None  # RFC 3339 UTC: releases uploaded later are no candidates
+    with_: tuple[str, ...] = ()
+    without: tuple[str, ...] = ()
+    flavour: str | None = None  # the runtime base flavour
+    platform: str | None = None  # linux/amd64 (the default) or linux/arm64
+    fabric: str | None = None  # the RDMA user space of CUDA images: ib (the default), efa, none
+    # each pinned component's version (its --NAME option or a target part), by name
+    versions: Mapping[str, Pin] = field(default_factory=dict, hash=False)
+    # the ops a component pre-builds (--<tag>-ops), by component; () = none (JIT); a component
+    # left out gets its default on a CUDA target (ops_of)
+    ops: Mapping[str, tuple[str, ...]] = field(default_factory=dict, hash=False)
+    # where each option's value came from ("--torch", or the project file's key), for the errors
+    origin: Mapping[str, str] = field(default_factory=dict, compare=False, hash=False, repr=False)
+
+    def __post_init__(self) -> None:
+        from envbuilder.core.options import check_value
+
+        for f in fields(Pins):
+            value = getattr(self, f.name)
+            if f.name == "versions":
+                value = {n: check_value(n, v, self.origin) for n, v in sorted(value.items())}
+            elif f.name == "ops":
+                value = {n: _ops_value(v) for n, v in sorted(value.items())}
+            elif f.name != "origin" and value is not None and value != ():
+                value = check_value(f.name, value, self.origin)
+            object.__setattr__(self, f.name, value)
+        for name in self.with_:
+            if name in self.without:
+                raise InputError(f"--with {name} and --without {name} contradict each other")
+
+    @classmethod
+    def of(cls, origin: Mapping[str, str] | None = None, **values: Any) -> Pins:
+        """Pins from the option table's names (core.options: a component's ``NAME`` and
+        ``<tag>_ops`` too; any other name is a component's version pin, which the matrix must
+        know); None means not given."""
+        from envbuilder.core.options import OPS_OPTIONS
+
+        own = {f.name for f in fields(Pins)} - {"versions", "ops", "origin"}
+        kw = {k: v for k, v in values.items() if k in own and v is not None}
+        rest = {k: v for k, v in values.items() if k not in own and v is not None}
+        return cls(**kw, origin=dict(origin or {}),
+                   versions={k: v for k, v in rest.items() if k not in OPS_OPTIONS},
+                   ops={OPS_OPTIONS[k]: v for k, v in rest.items() if k in OPS_OPTIONS})
+
+    def get(self, name: str) -> Any:
+        """The value of pin option ``name`` (None or () when not given)."""
+        from envbuilder.core.options import OPS_OPTIONS
+
+        if name in OPS_OPTIONS:
+            return self.ops.get(OPS_OPTIONS[name])
+        if name in _SCALARS:
+            return getattr(self, name)
+        return self.versions.get(name)
+
+    def as_options(self) -> dict[str, Any]:
+        """Every pin option, given or not, by the option table's names, as the command line
+        spells its value (a version's text, ``fused_adam,cpu_adam``, ``none``; lists as tuples)."""
+        out = {n: getattr(self, n) for n in _SCALARS}
+        out = {k: str(v) if isinstance(v, Pin) else v for k, v in out.items()}
+        comps = {**{n: str(p) for n, p in self.versions.items()},
+                 **{_ops_option(n): ",".join(o) or "none" for n, o in self.ops.items()}}
+        return {**out, **dict(sorted(comps.items()))}
+
+    def layer(self) -> dict[str, Any]:
+        """The pins given, by the option table's names, as a layer of the cascade
+        (core.options.cascade): their typed values (a component's ops as its option's text,
+        ``none`` for none), which pass their checks as they are."""
+        out = {n: getattr(self, n) for n in _SCALARS if getattr(self, n) not in (None, ())}
+        return {**out, **self.versions,
+                **{_ops_option(n): ",".join(o) or "none" for n, o in self.ops.items()}}
+
+    def with_components(self) -> dict[str, bool]:
+        """``with``/``without`` as {component: included}."""
+        return {**{c: True for c in self.with_}, **{c: False for c in self.without}}
+
+
+# the pins that are one value each (the rest: versions and ops, by component)
+_SCALARS = tuple(f.name for f in fields(Pins) if f.name not in ("versions", "ops", "origin"))
+
+
+@dataclass(frozen=True)
+class Request(Pins):
+    """What the resolver reads: a target's pins (its parts', with the pin options over them:
+    ``request``), the CUDA its base names, and the upload cut-off (the spec's
+    ``--exclude-newer``, checked there, as RFC 3339 UTC)."""
+
+    target: str = ""
+    cuda: str | None = None  # "11.8"; None with cpu=True or when not given (check)
+    cpu: bool = False
+    exclude_newer: str | None = None  # releases uploaded later are no candidates
     platform: str = "linux/amd64"  # the image's platform (--platform)
     fabric: str = "ib"  # the RDMA user space in CUDA images (--fabric): ib | efa | none
 
@@ -103,9 +204,9 @@ class Request:
             out["cuda"] = "cpu"
         elif self.cuda:
             out["cuda"] = self.cuda
-        for axis in ("torch", "python", "nccl", *COMPONENTS):
-            pin = getattr(self, axis)
-            if pin is not None:
+        for axis in (*CORE_PINS, *sorted(self.versions)):
+            pin = self.pin(axis)
+            if isinstance(pin, Pin):
                 out[axis] = pin.text
         if self.os:
             out["os"] = self.os
@@ -113,27 +214,41 @@ class Request:
             out["flavour"] = self.flavour
         return out
 
+    def pin(self, axis: str) -> Pin | str | None:
+        """The pin of an axis: torch, python, nccl, os, or a component of the matrix."""
+        if axis in (*CORE_PINS, "os"):
+            return getattr(self, axis)  # type: ignore[no-any-return]
+        return self.versions.get(axis)
+
+    def pinned(self, axis: str, pin: Pin | str | None) -> Request:
+        """This request with ``axis`` pinned to ``pin`` (None: not pinned)."""
+        if axis in (*CORE_PINS, "os"):
+            return replace(self, **{axis: pin})  # type: ignore[arg-type]
+        versions = {k: v for k, v in self.versions.items() if k != axis}
+        if isinstance(pin, Pin):
+            versions[axis] = pin
+        return replace(self, versions=versions)
+
     def wants(self, component: str) -> bool:
         return component not in self.without and (
-            component in self.with_ or getattr(self, component) is not None)
+            component in self.with_ or component in self.versions)
 
     def without_pin(self, axis: str) -> Request:
         if axis == "cuda":
             return replace(self, cuda=None, cpu=False)
-        if axis in COMPONENTS:
-            return replace(self, **{axis: None}, with_=self.with_ - {axis})  # type: ignore[arg-type]
-        return replace(self, **{axis: None})  # type: ignore[arg-type]
+        if axis in self.versions:
+            return replace(self.pinned(axis, None), with_=tuple(c for c in self.with_ if c != axis))
+        return self.pinned(axis, None)
 
-    def canonical(self) -> str:
+    def canonical(self, matrix: Matrix) -> str:
         """The target string that states every pin of this request."""
         parts = ["cpu" if self.cpu else ("cu" + self.cuda.replace(".", "") if self.cuda else "any")]
         if self.torch:
             parts.append(f"torch{self.torch}")
         if self.python:
             parts.append("py" + self.python.text.replace(".", ""))
-        for c in COMPONENTS:
-            if getattr(self, c):
-                parts.append(f"{COMPONENT_TAGS[c]}{getattr(self, c)}")
+        for name, pin in sorted(self.versions.items()):
+            parts.append(f"{matrix.component(name).tag}{pin}")
         if self.nccl:
             parts.append(f"nccl{self.nccl}")
         if self.os:
@@ -145,9 +260,16 @@ _BASE_RE = re.compile(r"cu([0-9]{2,3})")
 _PART_RES: list[tuple[str, re.Pattern[str]]] = [
     ("torch", re.compile(r"torch([0-9][0-9.]*)")),
     ("python", re.compile(r"py(3)\.?([0-9]{1,2})")),
-    *((c, re.compile(COMPONENT_TAGS[c] + r"([0-9][0-9.]*)")) for c in COMPONENTS),
     ("nccl", re.compile(r"nccl([0-9][0-9.]*)")),
 ]
+
+
+def _part_res(matrix: Matrix) -> list[tuple[str, re.Pattern[str]]]:
+    """The parts a target may have: torch, Python, each component's tag and NCCL."""
+    comps = [(c.name, re.compile(re.escape(c.tag) + r"([0-9][0-9.]*)")) for c in matrix.components]
+    return [*_PART_RES[:2], *comps, _PART_RES[2]]
+
+
 _NAME_RE = re.compile(r"[a-z0-9][a-z0-9.-]{0,99}")
 
 
@@ -213,23 +335,24 @@ def _alias_with_parts(text: str, matrix: Matrix) -> Request | None:
         if j in best[0]:
             continue
         axis, pin = _parse_part(part, text, matrix)
-        current = getattr(req, axis)
+        current = req.pin(axis)
         if current is not None and str(current) != str(pin):
             raise InputError(f"target {text!r}: {part} conflicts with {current} in the alias "
                              f"{best[1]!r}")
-        req = replace(req, **{axis: pin})  # type: ignore[arg-type]
+        req = req.pinned(axis, pin)
     return replace(req, target=text)
 
 
 def _parse_target(text: str, matrix: Matrix) -> Request:
     alias = matrix.alias(text)
-    if alias is not None and (alias.target != text or alias.flavour or alias.ds_ops):
+    if alias is not None and (alias.target != text or alias.flavour or alias.ops):
         req = parse_target(alias.target, matrix) if alias.target != text else parse_target(
             text, replace(matrix, targets=tuple(t for t in matrix.targets if t.name != text)))
         req = replace(req, target=text)
-        if alias.flavour or alias.ds_ops:
-            req = apply_options(req, matrix, flavour=alias.flavour,
-                                ds_ops=",".join(alias.ds_ops) if alias.ds_ops else None)
+        if alias.flavour or alias.ops:
+            ops = {matrix.ops_component[k].name: tuple(v) for k, v in alias.ops.items()
+                   if v and k in matrix.ops_component}
+            req = merge(req, Pins(flavour=alias.flavour, ops=ops), matrix)
         return req
     base, *parts = text.split("-")
     kw: dict[str, Any] = {"target": text}
@@ -256,16 +379,17 @@ def _parse_target(text: str, matrix: Matrix) -> Request:
             raise InputError(f"target {text!r}: CUDA {cuda} is not in the matrix"
                              f"{_nearest_cuda(cuda, matrix)}; known: {', '.join(_known_bases(matrix))}")
         kw["cuda"] = cuda
+    req = Request(**kw)
     for part in parts:
         axis, pin = _parse_part(part, text, matrix)
-        if axis in kw:
+        if req.pin(axis) is not None:
             raise InputError(f"target {text!r} pins {axis} twice")
-        kw[axis] = pin
-    return Request(**kw)
+        req = req.pinned(axis, pin)
+    return req
 
 
 def _parse_part(part: str, text: str, matrix: Matrix) -> tuple[str, Pin | str]:
-    for axis, rx in _PART_RES:
+    for axis, rx in _part_res(matrix):
         m = rx.fullmatch(part)
         if m:
             if axis == "python":
@@ -273,132 +397,114 @@ def _parse_part(part: str, text: str, matrix: Matrix) -> tuple[str, Pin | str]:
             return axis, Pin.parse(m.group(1), f"target {text!r}: {axis} version")
     if part in matrix.os:
         return "os", part
-    tags = [COMPONENT_TAGS[c] for c in COMPONENTS]
-    choices = ["torch2.1", "py310", *(f"{t}0.{n}" for t, n in zip(tags, (14, 28))), "nccl2.18", *matrix.os]
+    tags = [c.tag for c in matrix.components]
+    choices = ["torch2.1", "py310", *(f"{c.tag}{c.releases[0].line}" for c in matrix.components if c.releases),
+               "nccl2.18", *matrix.os]
     raise InputError(f"target {text!r}: unknown part {part!r}{validate.suggest(part, choices)}; "
                      f"parts are torchX.Y[.Z], pyXY, {''.join(t + 'X.Y, ' for t in tags)}ncclX.Y or an OS "
                      f"({', '.join(sorted(matrix.os))})")
 
 
-def _put(req: Request, updates: dict[str, Any], axis: str, value: Any) -> None:
-    current = getattr(req, axis)
+def _agree(req: Request, axis: str, value: Pin | str) -> None:
+    """A pin option agrees with the target's pin of the same axis (or the target has none)."""
+    current = req.pin(axis) if axis != "cuda" else req.cuda
     if current is not None and str(current) != str(value):
         raise InputError(f"--{axis} {value} conflicts with {current} in target {req.target!r}: "
                          f"give the version once")
-    updates[axis] = value
 
 
-def _flavour(req: Request, m: Matrix, v: str, up: dict[str, Any]) -> None:
-    names = [f.name for f in m.toolchains.flavours]
-    if v not in names:
-        raise InputError(f"--flavour {v!r} is not a base flavour"
-                         f"{validate.suggest(v, names)}; known: {', '.join(names)}")
-    up["flavour"] = v
-
-
-def _fabric(req: Request, m: Matrix, v: str, up: dict[str, Any]) -> None:
-    if v not in FABRICS:
-        raise InputError(f"--fabric {v[:40]!r} is not a fabric{validate.suggest(v, FABRICS)}; "
-                         f"known: {', '.join(FABRICS)}")
-    up["fabric"] = v
-
-
-def _ds_ops(req: Request, m: Matrix, v: str, up: dict[str, Any]) -> None:
-    if v.strip() == "none":
-        up["ds_ops"] = ()  # JIT: the runtime must carry nvcc (render.plan refuses otherwise)
-        return
-    ops = tuple(dict.fromkeys(o.strip() for o in v.split(",") if o.strip()))
-    known = m.toolchains.deepspeed_ops
-    for op in ops:
-        if op not in known:
-            raise InputError(f"--ds-ops: {op[:40]!r} is not a DeepSpeed op envbuilder can pre-build"
-                             f"{validate.suggest(op, known)}; known: {', '.join(known)}")
-    if ops and OPS_COMPONENT in req.without:
-        raise InputError(f"--ds-ops conflicts with --without {OPS_COMPONENT}")
-    up["ds_ops"] = ops
-    if ops:  # pre-built ops imply their component
-        up["with_"] = req.with_ | {OPS_COMPONENT}
-
-
-def _cuda(req: Request, m: Matrix, v: str, up: dict[str, Any]) -> None:
-    if v == "cpu":
-        up["cpu"] = True
-        return
-    ver = validate.version(v, "--cuda")
+def with_cuda(req: Request, value: str, m: Matrix) -> Request:
+    """``req`` with ``check --cuda VALUE`` (a CUDA version of the matrix, or cpu)."""
+    if value == "cpu":
+        return replace(req, cpu=True)
+    ver = validate.version(value, "--cuda")
     c = f"{ver.major}.{ver.minor}" if len(ver.release) >= 2 else None
     if c is None or c not in m.cuda_minors:
-        raise InputError(f"--cuda {v} is not in the matrix{_nearest_cuda(c or v, m)}; known: "
+        raise InputError(f"--cuda {value} is not in the matrix{_nearest_cuda(c or value, m)}; known: "
                          f"{', '.join(m.cuda_minors)}")
-    _put(req, up, "cuda", c)
+    _agree(req, "cuda", c)
+    return replace(req, cuda=c)
 
 
-def _version_pin(axis: str) -> Any:
-    def apply(req: Request, m: Matrix, v: str, up: dict[str, Any]) -> None:
-        _put(req, up, axis, Pin.parse(v, f"--{axis}"))
-
-    return apply
-
-
-def _python(req: Request, m: Matrix, v: str, up: dict[str, Any]) -> None:
-    if validate.free_threaded_python(v):
-        _put(req, up, "python", Pin(v, exact=False))  # "3.14t": matched by name (rules, unknown_pins)
-        return
-    ver = validate.version(v, "--python")
-    if len(ver.release) < 2:
-        raise InputError(f"--python {v!r} is not a Python version: give major.minor, e.g. 3.11")
-    _put(req, up, "python", Pin(f"{ver.major}.{ver.minor}", exact=False))
-
-
-def _os(req: Request, m: Matrix, v: str, up: dict[str, Any]) -> None:
-    if v not in m.os:
-        raise InputError(f"--os {v!r} is not in the matrix{validate.suggest(v, m.os)}; "
-                         f"known: {', '.join(sorted(m.os))}")
-    _put(req, up, "os", v)
-
-
-def _components(req: Request, m: Matrix, v: Mapping[str, bool], up: dict[str, Any]) -> None:
-    w, wo = set(up.get("with_", req.with_)), set(req.without)
-    for comp, on in v.items():
-        if comp not in COMPONENTS:
+def _known(pins: Pins, m: Matrix) -> None:
+    """What only the matrix can say of the pins: their components, flavour and OS exist."""
+    names = m.component_names
+    unknown = sorted(set(pins.versions) - set(names))
+    unknown += sorted(_ops_option(n) for n in pins.ops if n not in names or not m.component(n).has_ops)
+    if unknown:
+        raise InputError(f"no pin option {', '.join(unknown)} for this matrix (its components: "
+                         f"{', '.join(names) or 'none'})")
+    flavours = [f.name for f in m.toolchains.flavours]
+    if pins.flavour is not None and pins.flavour not in flavours:
+        raise InputError(f"--flavour {pins.flavour!r} is not a base flavour"
+                         f"{validate.suggest(pins.flavour, flavours)}; known: {', '.join(flavours)}")
+    for comp in (*pins.with_, *pins.without):
+        if comp not in names:
             raise InputError(f"--with/--without {comp!r} is not a component"
-                             f"{validate.suggest(comp, COMPONENTS)}; use {' or '.join(COMPONENTS)}")
+                             f"{validate.suggest(comp, names)}; use {' or '.join(names)}")
+
+
+def _merged_ops(req: Request, pins: Pins, m: Matrix) -> dict[str, Any]:
+    """The ops the pins name, each an op of its component (pre-built ops imply it)."""
+    up: dict[str, Any] = {}
+    for c in m.components:
+        if c.name not in pins.ops:
+            continue
+        flag = f"--{c.ops_option.replace('_', '-')}"
+        ops = pins.ops[c.name]
+        for op in ops:
+            if op not in c.ops:
+                raise InputError(f"{flag}: {op[:40]!r} is not a {c.title} op envbuilder can pre-build"
+                                 f"{validate.suggest(op, c.ops)}; known: {', '.join(c.ops)}")
+        if ops and c.name in req.without:
+            raise InputError(f"{flag} conflicts with --without {c.name}")
+        up["ops"] = {**up.get("ops", req.ops), c.name: ops}
+        if ops:  # pre-built ops imply their component
+            up["with_"] = tuple(dict.fromkeys((*up.get("with_", req.with_), c.name)))
+    return up
+
+
+def _merged_components(req: Request, pins: Pins, up: dict[str, Any]) -> None:
+    """``--with``/``--without`` over the target's (and the ops') components."""
+    w, wo = list(up.get("with_", req.with_)), list(req.without)
+    for comp, on in pins.with_components().items():
         if on:
-            w.add(comp)
-            wo.discard(comp)
+            w, wo = [*w, comp], [c for c in wo if c != comp]
         else:
-            if getattr(req, comp) is not None or comp in up:
+            if comp in req.versions or comp in up.get("versions", {}):
                 raise InputError(f"--without {comp} conflicts with the {comp} pin in "
                                  f"target {req.target!r}")
-            wo.add(comp)
-            w.discard(comp)
-    up["with_"], up["without"] = frozenset(w), frozenset(wo)
+            w, wo = [c for c in w if c != comp], [*wo, comp]
+    up["with_"], up["without"] = tuple(dict.fromkeys(w)), tuple(dict.fromkeys(wo))
 
 
-# each pin option's check and merge into a request (core.options: the pin options), in the
-# order they are judged (the first bad one is the error)
-_APPLY: dict[str, Any] = {
-    "flavour": _flavour, "fabric": _fabric, "ds_ops": _ds_ops, "cuda": _cuda,
-    "torch": _version_pin("torch"), **{c: _version_pin(c) for c in COMPONENTS},
-    "nccl": _version_pin("nccl"), "python": _python,
-    "os": _os, "driver": lambda req, m, v, up: up.update(driver=validate.driver_version(v)),
-    "exclude_newer": lambda req, m, v, up: up.update(exclude_newer=validate.exclude_newer(v)),
-    "platform": lambda req, m, v, up: up.update(platform=validate.platform(v)),
-    "components": _components,
-}
-
-
-def apply_options(req: Request, matrix: Matrix, **values: Any) -> Request:
-    """Merge pin options (core.options' pins by name, ``cuda``, and ``components``: the merged
-    --with/--without) into a request; a conflict with the target is an input error."""
-    unknown = set(values) - set(_APPLY)
-    if unknown:
-        raise TypeError(f"apply_options: no pin option {', '.join(sorted(unknown))}")
-    updates: dict[str, Any] = {}
-    for name, apply in _APPLY.items():
-        value = values.get(name)
-        if value is not None and (name != "components" or value):
-            apply(req, matrix, value, updates)
-    return replace(req, **updates)
+def merge(req: Request, pins: Pins, matrix: Matrix) -> Request:
+    """``req`` (a target's own pins) with the pin options ``pins`` over it. The pins' values
+    were checked when the pins were made; here is only what needs the matrix (its components,
+    flavours, OSes and ops) and the target: a pin that disagrees with the target's is bad input."""
+    m = matrix
+    _known(pins, m)
+    up = _merged_ops(req, pins, m)
+    if pins.flavour is not None:
+        up["flavour"] = pins.flavour
+    for axis in ("torch", *m.component_names, "nccl", "python", "os"):
+        value = pins.get(axis) if axis != "os" else pins.os
+        if value is None:
+            continue
+        if axis == "os" and value not in m.os:
+            raise InputError(f"--os {value!r} is not in the matrix{validate.suggest(value, m.os)}; "
+                             f"known: {', '.join(sorted(m.os))}")
+        _agree(req, axis, value)
+        if axis in (*CORE_PINS, "os"):
+            up[axis] = value
+        else:
+            up["versions"] = {**up.get("versions", req.versions), axis: value}
+    for name in ("driver", "platform", "fabric"):
+        if getattr(pins, name) is not None:
+            up[name] = getattr(pins, name)
+    if pins.with_ or pins.without:
+        _merged_components(req, pins, up)
+    return replace(req, **up)
 
 
 def known_values(axis: str, matrix: Matrix) -> list[Version]:
@@ -407,7 +513,7 @@ def known_values(axis: str, matrix: Matrix) -> list[Version]:
         return [t.version for t in matrix.torch]
     if axis == "python":
         return [Version(p) for p in matrix.pythons]
-    if axis in COMPONENTS:
+    if axis in matrix.component_names:
         return [c.version for c in matrix.component(axis).releases]
     if axis == "nccl":
         vs = {n.version for n in matrix.nccl}
@@ -419,8 +525,9 @@ def known_values(axis: str, matrix: Matrix) -> list[Version]:
 def unknown_pins(req: Request, matrix: Matrix) -> dict[str, Pin]:
     """The pins that match no version the matrix lists, by axis."""
     out: dict[str, Pin] = {}
-    for axis in ("torch", "python", *COMPONENTS, "nccl"):
-        pin = getattr(req, axis)
+    for axis in ("torch", "python", *matrix.component_names, "nccl"):
+        pin = req.pin(axis)
+        assert pin is None or isinstance(pin, Pin)
         if axis == "python" and pin is not None and pin.text.endswith("t"):
             if pin.text not in matrix.pythons_ft:
                 out[axis] = pin
@@ -432,7 +539,8 @@ def unknown_pins(req: Request, matrix: Matrix) -> dict[str, Pin]:
 
 def check_pins_known(req: Request, matrix: Matrix) -> None:
     """A pin the matrix has never heard of is bad input (exit 2), not an incompatibility."""
-    names = {"torch": "torch", "python": "Python", **COMPONENT_TITLES, "nccl": "NCCL"}
+    names = {"torch": "torch", "python": "Python", **{c.name: c.title for c in matrix.components},
+             "nccl": "NCCL"}
     for axis, pin in unknown_pins(req, matrix).items():
         label = names[axis]
         if axis == "python" and pin.text.endswith("t"):
@@ -447,34 +555,9 @@ def check_pins_known(req: Request, matrix: Matrix) -> None:
                          f"{', '.join(lines[:12])}{' ...' if len(lines) > 12 else ''}")
 
 
-@dataclass(frozen=True)
-class Pins:
-    """Options that pin axes (the same axes a target's parts pin): the CLI's pin options."""
-
-    torch: str | None = None
-    python: str | None = None
-    deepspeed: str | None = None
-    horovod: str | None = None
-    nccl: str | None = None
-    os: str | None = None
-    driver: str | None = None
-    with_: tuple[str, ...] = ()
-    without: tuple[str, ...] = ()
-    flavour: str | None = None  # the runtime base flavour
-    ds_ops: str | None = None  # DeepSpeed ops to pre-build, comma-separated; "none": JIT
-    exclude_newer: str | None = None  # leave out releases uploaded after this date (ISO)
-    platform: str | None = None  # linux/amd64 (default) or linux/arm64
-    fabric: str | None = None  # the RDMA user space of CUDA images: ib (default), efa, none
-
-    def components(self) -> dict[str, bool]:
-        from envbuilder.core.options import with_without
-
-        return with_without(self.with_, self.without)
-
-
-def request(target: str, matrix: Matrix, pins: Pins | None = None) -> Request:
-    """The request a target name and the pin options make together."""
-    pins = pins or Pins()
-    req = parse_target(target, matrix)
-    given = {k: v for k, v in vars(pins).items() if k not in ("with_", "without")}
-    return apply_options(req, matrix, components=pins.components(), **given)
+def request(target: str, matrix: Matrix, pins: Pins | None = None, *,
+            exclude_newer: str | None = None) -> Request:
+    """The request a target name and the pin options make together; ``exclude_newer``: the
+    spec's (checked there, RFC 3339 UTC)."""
+    req = merge(parse_target(target, matrix), pins or Pins(), matrix)
+    return replace(req, exclude_newer=exclude_newer) if exclude_newer is not None else req

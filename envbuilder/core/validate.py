@@ -15,17 +15,17 @@ from packaging.version import InvalidVersion, Version
 
 from envbuilder.errors import InputError
 
-_VERSION_RE = re.compile(r"^[0-9]+(\.[0-9]+){0,3}$")
+_VERSION_RE = re.compile(r"^[0-9]+(\.[0-9]+){0,3}\Z")
 # docker/distribution reference grammar, simplified but strict: [host[:port]/]path[:tag][@digest]
 _COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
 _HOST = r"(?:[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?(?:\.[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?)*|\[[0-9a-fA-F:]+\])(?::[0-9]+)?"
-_REPO_RE = re.compile(rf"^(?:{_HOST}/)?{_COMPONENT}(?:/{_COMPONENT})*$")
-_TAG_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
-_DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
-_URL_RE = re.compile(r"^(https?|file)://[A-Za-z0-9._~:/?#\[\]@!$&'()*+,;=%-]+$")
-_SAFE_URL_RE = re.compile(r"^(https?|file)://[A-Za-z0-9._~:/?#@%+=,-]+$")
-ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")  # an environment variable's name
-_ENV_VALUE_RE = re.compile(r"^[A-Za-z0-9_.,;:/=+^@%-]*$")
+_REPO_RE = re.compile(rf"^(?:{_HOST}/)?{_COMPONENT}(?:/{_COMPONENT})*\Z")
+_TAG_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}\Z")
+_DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}\Z")
+_URL_RE = re.compile(r"^(https?|file)://[A-Za-z0-9._~:/?#\[\]@!$&'()*+,;=%-]+\Z")
+_SAFE_URL_RE = re.compile(r"^(https?|file)://[A-Za-z0-9._~:/?#@%+=,-]+\Z")
+ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")  # an environment variable's name
+_ENV_VALUE_RE = re.compile(r"^[A-Za-z0-9_.,;:/=+^@%-]*\Z")
 
 
 def version(value: str, what: str) -> Version:
@@ -38,7 +38,7 @@ def version(value: str, what: str) -> Version:
         raise InputError(f"{what} {value!r} is not a version") from None
 
 
-_FT_PYTHON_RE = re.compile(r"^3\.[0-9]{1,2}t$")
+_FT_PYTHON_RE = re.compile(r"^3\.[0-9]{1,2}t\Z")
 
 
 def free_threaded_python(value: str) -> bool:
@@ -46,12 +46,12 @@ def free_threaded_python(value: str) -> bool:
     return isinstance(value, str) and bool(_FT_PYTHON_RE.fullmatch(value))
 
 
-_DATE_RE = re.compile(r"^[0-9]{4}-[0-9]{2}-[0-9]{2}$")
+_DATE_RE = re.compile(r"^[0-9]{4}-[0-9]{2}-[0-9]{2}\Z")
 _TIME_RE = re.compile(r"^[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt ][0-9]{2}:[0-9]{2}(:[0-9]{2}(\.[0-9]{1,6})?)?"
-                      r"([Zz]|[+-][0-9]{2}:[0-9]{2})?$")
+                      r"([Zz]|[+-][0-9]{2}:[0-9]{2})?\Z")
 
 
-def exclude_newer(value: str | None) -> str | None:
+def exclude_newer(value: str | None, what: str = "--exclude-newer") -> str | None:
     """``--exclude-newer``: an ISO date (``2024-06-01``: midnight UTC at its start) or an
     ISO/RFC 3339 time (``2024-06-01T12:00:00Z``; without an offset, UTC), returned as the RFC
     3339 UTC timestamp uv is given, the lock records and the resolver compares release dates
@@ -62,7 +62,7 @@ def exclude_newer(value: str | None) -> str | None:
         return None
     shown = "".join(c if 32 <= ord(c) != 127 else repr(c)[1:-1] for c in str(value))
     shown = shown if len(shown) <= 60 else shown[:60] + "..."
-    bad = InputError(f"--exclude-newer {shown!r} is not a date: give an "
+    bad = InputError(f"{what} {shown!r} is not a date: give an "
                      f"ISO date (2024-06-01, meaning 00:00 UTC) or time (2024-06-01T12:00:00Z)")
     v = value.strip() if isinstance(value, str) else ""
     if not v or len(v) > 64 or not v.isascii():
@@ -82,7 +82,7 @@ def exclude_newer(value: str | None) -> str | None:
     except (ValueError, OverflowError):
         raise bad from None
     if t.year < 1970:  # strftime writes year 1 as "1", and no package index is that old
-        raise InputError(f"--exclude-newer {shown!r} is before 1970, older than any package "
+        raise InputError(f"{what} {shown!r} is before 1970, older than any package "
                          f"index: give a date since, e.g. 2024-06-01")
     return (f"{t.year:04d}-{t.month:02d}-{t.day:02d}T{t.hour:02d}:{t.minute:02d}:{t.second:02d}"
             + (f".{t.microsecond:06d}" if t.microsecond else "") + "Z")
@@ -91,21 +91,21 @@ def exclude_newer(value: str | None) -> str | None:
 PLATFORMS = ("linux/amd64", "linux/arm64")
 
 
-def platform(value: str) -> str:
+def platform(value: str, what: str = "--platform") -> str:
     """An image platform envbuilder builds for: linux/amd64 or linux/arm64 (aarch64)."""
     aliases = {"amd64": "linux/amd64", "x86_64": "linux/amd64", "linux/x86_64": "linux/amd64",
                "arm64": "linux/arm64", "aarch64": "linux/arm64", "linux/aarch64": "linux/arm64"}
     v = aliases.get(value, value) if isinstance(value, str) else value
     if v not in PLATFORMS:
-        raise InputError(f"--platform {_shown(value)!r} is not a platform envbuilder builds for: use "
+        raise InputError(f"{what} {_shown(value)!r} is not a platform envbuilder builds for: use "
                          f"{' or '.join(PLATFORMS)}")
     return str(v)
 
 
-def driver_version(value: str) -> str:
+def driver_version(value: str, what: str = "--driver") -> str:
     """An NVIDIA driver version such as ``535.104.05``; returned unchanged."""
     if not isinstance(value, str) or not re.fullmatch(r"[0-9]{2,4}(\.[0-9]{1,3}){0,2}", value):
-        raise InputError(f"--driver {value!r} is not a driver version: use the form nvidia-smi "
+        raise InputError(f"{what} {value!r} is not a driver version: use the form nvidia-smi "
                          f"prints, e.g. 535.104.05")
     return value
 

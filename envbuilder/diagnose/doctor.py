@@ -151,7 +151,7 @@ def parse_nvidia_smi_xml(text: str) -> Inventory:
                      _na(t(root, "cuda_version")), gpus)
 
 
-_KV = re.compile(r"^(\s*)(\S.*?)\s+:\s?(.*)$")
+_KV = re.compile(r"^(\s*)(\S.*?)\s+:\s?(.*)\Z")
 
 
 def parse_nvidia_smi_text(text: str) -> Inventory:

@@ -33,7 +33,7 @@ from typing import IO, Any
 from envbuilder.errors import InputError
 from envbuilder.core import schema
 from envbuilder.core.resources import data_path
-from envbuilder.diagnose.facts import FactCollector, Facts, infer
+from envbuilder.diagnose.facts import DEPRECATION, NOT_EVIDENCE, QUIET, FactCollector, Facts, infer
 from envbuilder.diagnose.normalise import Joiner, strip_ansi
 
 __all__ = [
@@ -44,6 +44,7 @@ __all__ = [
     "Signature",
     "SignatureSet",
     "analyse_files",
+    "analyse_lines",
     "explain_files",
     "explain_lines",
     "load_signatures",
@@ -54,7 +55,7 @@ CATEGORIES: tuple[str, ...] = (
     "deepspeed_op_build", "nccl_timeout", "p2p_topology", "rendezvous", "fabric_manager",
     "arch_mismatch", "oom", "invalid_device_ordinal", "gpu_visibility", "duplicate_gpu",
     "mpi_mismatch", "container_build", "horovod_build", "lib_shadowing", "container_runtime",
-    "gpu_device_access", "gpu_xid",
+    "gpu_device_access", "gpu_xid", "compute_mode", "slurm_gpu_binding", "extension_arch",
 )
 
 DEFAULT_SIGNATURES = data_path("signatures.yaml")
@@ -127,15 +128,30 @@ class Cause:
         }
 
 
+CAUSE_FOUND = "cause found"
+LOW_CONFIDENCE = "low confidence"
+NOTHING_MATCHED = "nothing matched"
+NO_FAILURE = "no failure found"
+
+
 @dataclass(frozen=True)
 class Report:
-    """The ranked causes and the facts they were drawn from."""
+    """The ranked causes, the low-confidence guesses and the facts they were drawn from.
+
+    ``verdict``: "cause found" (causes at or over the model's threshold), "low confidence" (only
+    guesses), "nothing matched" (a failure, but no known cause), "no failure found" (nothing in
+    the logs says a failure happened: warnings, deprecation notices, banners and NCCL INFO lines
+    are not evidence)."""
 
     causes: list[Cause]
     facts: Facts
+    guesses: list[Cause] = field(default_factory=list)
+    verdict: str = CAUSE_FOUND
 
     def to_dict(self) -> dict:
-        return {"facts": self.facts.to_dict(), "causes": [c.to_dict() for c in self.causes]}
+        return {"verdict": self.verdict, "facts": self.facts.to_dict(),
+                "causes": [c.to_dict() for c in self.causes],
+                "guesses": [c.to_dict() for c in self.guesses]}
 
 
 @dataclass(frozen=True)
@@ -151,6 +167,8 @@ class Signature:
     keywords: tuple[str, ...] = ()  # lower-case literals, one of which every match contains
     unless: Any = None  # a compiled pattern: the signature does not count on lines it matches
     linear: bool = True  # compiled with RE2 (else Python re on a shortened line)
+    fix: str = ""  # the fix for this message when it is the cause's main evidence (else the family's)
+    source: str = ""  # where the message and its meaning are documented
 
     def may_match(self, lowered: str) -> bool:
         """Cheap test on the lower-cased line before running the regex."""
@@ -322,13 +340,14 @@ def _parse_signature(item: dict, sig_id: str, where: str, categories: dict, file
     show = item.get("evidence", True)
     if not isinstance(show, bool):
         raise _bad(file, f"{where}.evidence", "must be true or false")
-    unknown = set(item) - {"id", "pattern", "adds", "scale", "requires", "evidence", "unless"}
+    unknown = set(item) - {"id", "pattern", "adds", "scale", "requires", "evidence", "unless", "fix", "source"}
     if unknown:
         raise _bad(file, f"{where}.{sorted(unknown)[0]}", "unknown key")
+    fix, source = (" ".join(str(item.get(k, "")).split()) for k in ("fix", "source"))
     # the literal keywords serve the prefilter, which only runs without an RE2 set: an RE2
     # pattern needs none (parsing every pattern again was a tenth of explain's start-up)
     keywords = () if linear and _re2 is not None else _required_keywords(pattern)
-    return Signature(sig_id, regex, adds, tuple(requires), scale, show, keywords, unless, linear)
+    return Signature(sig_id, regex, adds, tuple(requires), scale, show, keywords, unless, linear, fix, source)
 
 
 _NOT_RE2 = re.compile(r"\(\?<?[=!]|\\[1-9]|\(\?P=")  # lookaround, backreferences
@@ -540,6 +559,8 @@ class _Analysis:
         self._set_match: Any = getattr(getattr(m, "_set", None), "Match", None) or getattr(m, "Match", None)
         self.collector = FactCollector()
         self.reasons: dict[str, str] = {}
+        self._by_id = {s.id: s for s in sigs.signatures}
+        self.failing: set[str] = set()  # signatures that matched a line saying the job failed
 
     def feed(self, lines: Iterable[str], name: str) -> None:
         """Match every line against the signatures (one prefilter search per line); a
@@ -566,6 +587,8 @@ class _Analysis:
             found = seen.get(line)
             if found is None:
                 found = self._match(line, prefilter)
+                if found:
+                    self._note_failing(found, line)
                 if len(seen) >= _LINE_CACHE:
                     seen.clear()
                 seen[line] = found
@@ -589,12 +612,39 @@ class _Analysis:
                 joiner.restart(line)
             prev_found = found
 
+    def _note_failing(self, found: tuple[Signature, ...], line: str) -> None:
+        """Signatures whose hit says the job failed: a message shown as evidence, of weight 3
+        or more on any line (NCCL says "Call to connect returned Connection timed out" at INFO
+        level, torch "The NVIDIA driver on your system is too old" as a UserWarning), or of
+        weight 2 or more on a line that is not a warning, a deprecation notice or an INFO line;
+        never on a deprecation notice, and on torch's own INFO lines or a banner (facts.QUIET)
+        only with weight 6 or more (a device plugin logs "could not load NVML library" at INFO)."""
+        new = [(sig, weight) for sig in found if sig.id not in self.failing and sig.evidence
+               and (weight := max(sig.adds.values(), default=0.0)) >= 2]
+        if not new or DEPRECATION.search(line):  # (a huge log's repeated kinds cost nothing here)
+            return
+        plain = quiet = None
+        for sig, weight in new:
+            if weight < 6:
+                if quiet is None:
+                    quiet = QUIET.search(line) is not None
+                if quiet:
+                    continue
+            if weight < 3:
+                if plain is None:
+                    plain = NOT_EVIDENCE.search(line) is None
+                if not plain:
+                    continue
+            self.failing.add(sig.id)
+
     def _joined(self, text: str, prefilter, alone: tuple[Signature, ...], name: str,
                 line_no: int) -> None:
         """The signatures the re-joined text matches that neither line matched alone."""
-        for sig in self._match(text, prefilter):
-            if sig not in alone:
-                self._record(sig, name, line_no - 1, text)
+        found = tuple(sig for sig in self._match(text, prefilter) if sig not in alone)
+        if found:
+            self._note_failing(found, text)
+        for sig in found:
+            self._record(sig, name, line_no - 1, text)
 
     def _match(self, line: str, prefilter) -> tuple[Signature, ...]:
         sigs = self.sigs.signatures
@@ -665,18 +715,57 @@ class _Analysis:
         return scores, contributors
 
     def causes(self) -> list[Cause]:
-        """Ranked causes with calibrated-ish confidences, and the nearest known cases."""
-        scores, contributors = self.scores()
-        confidences = _confidences(scores, self.sigs.setting("confidence_exponent"),
-                                   self.sigs.setting("confidence_prior"))
-        floor = self.sigs.setting("min_confidence")
-        ranked = sorted(confidences.items(), key=lambda kv: (-kv[1], -scores[kv[0]], kv[0]))
-        found = [self._cause(cat, conf, contributors[cat]) for cat, conf in ranked if conf >= floor]
-        if self.cases is None:
-            return found
-        from envbuilder.diagnose import nearest
+        """The ranked causes (at or over the model's threshold)."""
+        return self.outcome()[0]
 
-        return nearest.merge(found, self.cases, self.terms, self.collector.facts, self.sigs.categories)
+    def outcome(self) -> tuple[list[Cause], list[Cause], str]:
+        """(causes, low-confidence guesses, verdict): the evidence weighed by the learned model
+        (``ranking``), with the nearest known cases as evidence; nothing at all when nothing in
+        the logs says that something failed."""
+        from envbuilder.diagnose import nearest, ranking
+
+        w = self.weighing()
+        if w is None:
+            return [], [], NO_FAILURE
+        scores, contributors, near, rows = w
+        model = ranking.default_model()
+        probabilities, _ = model.probabilities(rows)
+        confidences = model.confidences(rows, scores)
+        found = {cat: self._cause(cat, confidences.get(cat, 0.0), contrib)
+                 for cat, contrib in contributors.items() if scores.get(cat, 0.0) > 0}
+        ranked = nearest.weigh(found, confidences, ranking.rank_order(probabilities, scores), near,
+                               self.cases, self.terms, self.sigs.categories, self.sigs.setting("min_confidence"))
+        causes = [c for c in ranked if c.confidence >= model.threshold or c.team_match]
+        guesses = [c for c in ranked if c not in causes]
+        return causes, guesses, CAUSE_FOUND if causes else LOW_CONFIDENCE if guesses else NOTHING_MATCHED
+
+    def weighing(self) -> tuple[dict[str, float], dict[str, list[tuple[float, str]]], list[Any],
+                                dict[str, tuple[float, ...]]] | None:
+        """What the model weighs (scripts/train-explain-model.py reads the corpus through it):
+        (scores, contributors, nearest cases, feature rows), or None when nothing failed."""
+        from envbuilder.diagnose import nearest, ranking
+
+        scores, contributors = self.scores()
+        failed = self._failed(contributors)
+        if not failed and not (self.cases is not None and any(c.team for c in self.cases.cases)):
+            return None
+        near = nearest.neighbours(self.cases, self.terms, self.collector.facts, ranking.NEIGHBOURS)
+        if not failed and not nearest.team_match(near):  # a team's own case is evidence of its own
+            return None
+        facts = {cat: sum(w for w, k in contrib if k.startswith("fact:")) for cat, contrib in contributors.items()}
+        rows = ranking.features(scores, facts, [(n.case.category, n.similarity) for n in near])
+        return scores, contributors, near, rows
+
+    def _failed(self, contributors: dict[str, list[tuple[float, str]]]) -> bool:
+        """Whether the logs say that something failed: a line that says so (not a warning, a
+        deprecation notice, a banner or an NCCL INFO line), a message a signature knows (on such
+        a line, or a strong one anywhere), an inference from the facts, a flight-recorder dump."""
+        f = self.collector.facts
+        if f.failure or f.flight or any(r.reading() for r in f.ras):
+            return True
+        if any(k.startswith("fact:") for contrib in contributors.values() for _, k in contrib):
+            return True
+        return any(self._active(self._by_id[i]) for i in self.failing)
 
     def _cause(self, cat: str, confidence: float, contrib: list[tuple[float, str]]) -> Cause:
         info = self.sigs.categories[cat]
@@ -691,11 +780,22 @@ class _Analysis:
         evidence.sort(key=lambda e: (e.file, e.line_no))
         reasons = tuple(self.reasons[k] for _, k in sorted(contrib, key=lambda c: -c[0]) if k in self.reasons)
         return Cause(cat, info["title"], round(confidence, 3), tuple(evidence),
-                     info["check"], info["fix"], info["source"], reasons)
+                     info["check"], self._fix(cat, contrib), info["source"], reasons)
+
+    def _fix(self, cat: str, contrib: list[tuple[float, str]]) -> str:
+        """The fix of the strongest signature behind the cause that names one (a message with a
+        fix of its own: DeepSpeed's shm_comm op, the DataLoader's shm), else the family's."""
+        by_id = self._by_id
+        for _, sig_id in sorted(contrib, key=lambda c: -c[0]):
+            sig = by_id.get(sig_id)
+            if sig is not None and sig.fix:
+                return sig.fix
+        return self.sigs.categories[cat]["fix"]
 
 
 def _confidences(scores: dict[str, float], exponent: float, prior: float) -> dict[str, float]:
-    """Normalise scores: ``s^e / (sum s^e + prior^e)``.
+    """The hand-set weighing used before issue 45 (the learned model replaced it; kept as the
+    baseline scripts/train-explain-model.py --cv compares the model with): ``s^e / (sum s^e + prior^e)``.
 
     The prior is the mass of "something this knowledge base does not know": one weak match
     stays unsure, one strong match among weak ones is confident, two strong ones share.
@@ -717,6 +817,16 @@ def explain_lines(lines: Iterable[str], *, name: str = "<stdin>",
     analysis = _Analysis(sigs, _case_index(cases))
     analysis.feed((line.rstrip("\r\n") for line in lines), name)
     return analysis.causes()
+
+
+def analyse_lines(lines: Iterable[str], *, name: str = "<stdin>",
+                  signatures: SignatureSet | None = None, cases: Any = "default") -> Report:
+    """The facts, causes, guesses and verdict for ``lines`` (``explain_lines`` gives the causes)."""
+    sigs = signatures if signatures is not None else _default_signatures()
+    analysis = _Analysis(sigs, _case_index(cases))
+    analysis.feed((line.rstrip("\r\n") for line in lines), name)
+    causes, guesses, verdict = analysis.outcome()
+    return Report(causes, analysis.collector.facts, guesses, verdict)
 
 
 def explain_files(paths: Sequence[str], *, signatures: SignatureSet | None = None,
@@ -759,7 +869,8 @@ def analyse_files(paths: Sequence[str], *, signatures: SignatureSet | None = Non
                 analysis.feed(_iter_stream_lines(fh, path, max_chars), path)
             except OSError as exc:
                 raise InputError(f"cannot read log file {path}: {exc.strerror or exc}") from None
-    return Report(analysis.causes(), analysis.collector.facts)
+    causes, guesses, verdict = analysis.outcome()
+    return Report(causes, analysis.collector.facts, guesses, verdict)
 
 
 def _checked_paths(paths: Sequence[str]) -> list[str]:

@@ -66,7 +66,8 @@ _VERSION_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
 _VERSION_KEYS = ("version", "release", "driver", "torch", "cudnn", "deepspeed", "horovod", "compiled with")
 _IB_CONFIG_KEYS = ("nccl_ib_hca", "nccl_net", "nccl_ib_gid", "mlx", "hca_id", "infiniband", "roce", "fi_provider",
                    "fi_efa", "aws-ofi", "net/ofi", "efa", "--fabric", "rdma_sharp", "ibext", "rdma plugin", "hpcx")
-_IB_FAILED_KEYS = ("no device found", "libibverbs", "net/ofi", "ofi plugin", "ibv_", "no ib device", "any net plugin")
+_IB_FAILED_KEYS = ("no device found", "libibverbs", "net/ofi", "ofi plugin", "ibv_", "no ib device", "any net plugin",
+                   "selected provider")
 _RDMA_KEYS = ("using network", "net/ib : using", "net/ib: using", "net/ib :using", "via net/", "selected provider")
 _CONTAINER_KEYS = ("docker", "--gpus", "--runtime", "nvidia-container", "cdi", "kubectl", "pod/", "apptainer",
                    "singularity", "enroot", "pyxis", "podman")
@@ -97,7 +98,7 @@ _TORCHRUN_RANK = lazy(r"^\s*rank\s*:\s*(\d+) \(local_rank")
 _TORCHRUN_HOST = lazy(r"^\s*host\s*:\s*([\w.\-]+)")
 _FRAME = lazy(r'File "([^"]+)", line (\d+), in (\S+)')
 _EXCEPTION = lazy(r"^\s*(?:\[(?:default)?rank\d+\]:\s*)?((?:[A-Za-z_][\w]*\.)*[A-Z]\w*(?:Error|Exception|Exit|Interrupt|Failure))"
-                        r"(?::\s?(.*))?$")
+                        r"(?::\s?(.*))?\Z")
 _LD_PATH = lazy(r"LD_LIBRARY_PATH[=:\s]+\"?([^\s\"]+)")
 _LIB_LOADED = lazy(r"((?:/[\w.+\-]+)+/(libcudnn\w*|libcublas\w*|libnccl)\.so[.\d]*)")
 _IB_DISABLED = lazy(r"NCCL_IB_DISABLE\s*(?:set by environment to|=|:)\s*\"?1")
@@ -108,18 +109,23 @@ _IB_CONFIG = lazy(
     r"hca_id:|/dev/infiniband|\bInfiniBand\b|\bRoCE\b|NCCL_NET_PLUGIN|FI_PROVIDER\s*=\s*\"?efa|"
     r"FI_EFA_\w+|aws-ofi-nccl|NET/OFI|\bEFA\b|--fabric[ =]ib|nccl_rdma_sharp_plugin|P2P plugin IBext|"
     r"NCCL RDMA Plugin|/opt/hpcx", re.IGNORECASE)
+# aws-ofi-nccl chose a libfabric provider that is no RDMA transport: "tcp", "sockets" and "udp" move
+# data over TCP/UDP sockets (fi_provider(7): "not intended to provide performance improvements over
+# regular TCP/UDP sockets", https://manpages.ubuntu.com/manpages/noble/man7/fi_provider.7.html), so
+# EFA/verbs were not usable: it is the OFI plugin's own fallback to sockets (aws/aws-ofi-nccl#803).
+_OFI_TCP = r"NET/OFI Selected [Pp]rovider is (?:tcp|sockets|udp)\b"
 # IB/RDMA tried and not available (each is a benign INFO line on a machine without RDMA).
 _IB_FAILED = lazy(
     r"NET/IB ?: ?No device found|Failed to open libibverbs|libibverbs\.so[.\d]*: cannot open|"
     r"libibverbs: Warning: couldn't (?:load driver|open config)|NET/OFI .*(?:could not|couldn.t) find any optimal provider|"
     r"NET/OFI .*(?:No|Unable to find|Failed to get) .*provider|"
     r"NET/OFI (?:Unable|Failed) to (?:initialize|open|create)|OFI plugin initNet\(\) failed|"
-    r"ibv_(?:get_device_list|open_device)\w* failed|No IB devices? found|Failed to initialize any NET plugin",
-    re.IGNORECASE)
+    r"ibv_(?:get_device_list|open_device)\w* failed|No IB devices? found|Failed to initialize any NET plugin|"
+    + _OFI_TCP, re.IGNORECASE)
 _SOCKET_CHOSEN = lazy(r"Using network Socket|NET/Socket ?: ?Using|via NET/Socket|"
-                            r"fall(?:s|ing)? back to\W{0,3}(?:NET/)?Socket", re.IGNORECASE)
+                            r"fall(?:s|ing)? back to\W{0,3}(?:NET/)?Socket|" + _OFI_TCP, re.IGNORECASE)
 _RDMA_CHOSEN = lazy(r"Using network (IB|AWS Libfabric|OFI)|NET/IB ?: ?Using \[|via NET/(IB|OFI|AWS)|"
-                          r"NET/OFI Selected [Pp]rovider", re.IGNORECASE)
+                          r"NET/OFI Selected [Pp]rovider is (?!(?:tcp|sockets|udp)\b)", re.IGNORECASE)
 _IOMMU = lazy(r"\biommu\b|intel_iommu|amd_iommu|VT-d|ACSCtl|\bACS\b|DMAR", re.IGNORECASE)
 _CONTAINER = lazy(
     r"\bdocker (?:run|exec|compose)\b|docker: Error response|/\.dockerenv|--gpus\b|--runtime[= ]nvidia|"
@@ -145,20 +151,57 @@ _SHADOW_ERROR = lazy(r"CUDNN_STATUS_\w+|cuDNN (?:error|version)|CUBLAS_STATUS_(?
                            r"Could not load library libcudnn|Invalid handle\. Cannot load symbol cudnn|"
                            r"undefined symbol: \w*(?:cudnn|cublas)\w*", re.IGNORECASE)
 
+# a line that says something failed (the generic test for "is there a failure in this log at
+# all"; what failed is the signatures' and the inferences' business) ...
+_FAILURE = lazy(r"Traceback \(most recent call last\)|\berror\b|[a-z](?:Error|Exception)\b|\bfail(?:ed|ure|s)?\b|"
+                r"\bfatal\b|exitcode\s*:\s*-?[1-9]|\bkilled\b|core dumped|segmentation fault|\bsegfault|"
+                r"\btimed out\b|\btimeout\b|\babort(?:ed|ing)?\b|\bcannot\b|\bunable to\b|\brefused\b|"
+                r"\bSIG(?:SEGV|ABRT|BUS|KILL)\b|\bhang(?:s|ing)?\b|\bhung\b|\bdeadlock|\bstuck\b|\bstall(?:s|ed)?\b|"
+                r"\bfreez(?:e|es|ing)\b|\bcrash(?:ed|es)?\b", re.IGNORECASE)
+# ... unless it is one of what every healthy run prints too: NCCL's INFO lines, warnings and
+# deprecation notices (Python's and torch's [W ...] / W1205 glog lines), the launcher's banner,
+# the smoke job's summary (issue 45: a passing smoke log was "explained" by two FutureWarnings)
+NOT_EVIDENCE = lazy(r"NCCL INFO|\b\w*Warning\b:|\bis deprecated\b|will be removed in|^\s*warnings\.warn\(|"
+                    r"(?:^|:)\s*\[W[\d ]|^\s*[WI]\d{4} \d\d:|(?:^|:)\s*\[I[\d ]|ENVBUILDER_SMOKE_SUMMARY|"
+                    r"Setting OMP_NUM_THREADS|"
+                    # what NCCL prints on every host without RDMA or a net plugin, some versions at WARN
+                    r"Failed to open libibverbs|NET/IB ?: ?No device found|No plugin found \(libnccl-net|"
+                    r"Could not find: libnccl-net|Failed to initialize NET plugin IB|"
+                    r"Plugin load returned \d+ : libnccl-net\.so: cannot open|"
+                    r"^#\s+(?:size|bytes)\s+(?:count|N)\s+type")  # nccl-tests' table head has an "error" column
+# the part of it that never says a job failed, whatever a signature finds in it: deprecation
+# notices, torch's INFO-level lines, the launcher's banner, the smoke job's summary (NCCL's INFO
+# lines and warnings can: "Call to connect returned Connection timed out", "driver too old")
+QUIET = lazy(r"\b(?:Future|Deprecation|PendingDeprecation)Warning\b|\bis deprecated\b|will be removed in|"
+             r"^\s*I\d{4} \d\d:|(?:^|:)\s*\[I[\d ]|ENVBUILDER_SMOKE_SUMMARY|Setting OMP_NUM_THREADS")
+DEPRECATION = lazy(r"\b(?:Future|Deprecation|PendingDeprecation)Warning\b|\bis deprecated\b|will be removed in")
+_FAILURE_KEYS = ("error", "exception", "traceback", "fail", "fatal", "abort", "timed out", "timeout", "cannot",
+                 "unable", "refused", "killed", "fault", "core dumped", "sigsegv", "sigabrt", "sigbus", "sigkill",
+                 "exitcode", "hang", "hung", "deadlock", "stuck", "stall", "freez", "crash")
+
+# interfaces NCCL should not bootstrap on between hosts (docker's bridge, veth pairs, tunnels)
+_VIRTUAL_IF = lazy(r"^(?:veth|docker|br-|virbr|ip6tnl|tunl|cni|flannel|cali|lxc|vxlan|kube-ipvs)")
+# NCCL's sockets over an IPoIB interface: the host has InfiniBand, NCCL did not use verbs
+_IPOIB_SOCKET = lazy(r"NET/Socket ?: ?Using \[\d+\]ib[a-z]*\d|via NET/Socket.*\bib\d")
+# nccl-tests: its table header, a result row, its closing average
+_NCCLTESTS_HEADER = lazy(r"^#\s+bytes\s+N\s+type|^#\s+\(B\)\s+\(elements\)")
+_NCCLTESTS_ROW = lazy(r"^\s+\d+\s+\d+\s+(?:float|half|double|int\w*|uint\w*|bfloat16|fp\w+|char)\s")
+
 _XID = lazy(r"\bXid\s*(?:\((?:PCI:)?([0-9a-fA-F:.]+)\))?:?\s*(\d{1,3})\b", re.IGNORECASE)
 _FALLEN = lazy(r"fall(?:en)? off (?:of )?the bus", re.IGNORECASE)
 _MAX_XIDS = 16
+_HANG_TAIL = 10  # lines (not NCCL INFO) a hung job may print after its set-up
 _QUICK_WORDS = ("nccl", "version", "cuda", "driver", "torch", "cudnn", "deepspeed", "horovod", "rank", 'file "',
                 "error", "exception", "exit", "interrupt", "failure", "docker", "ld_library", "libcu", "ibverbs",
                 "mlx", "hca", "infiniband", "roce", "ofi", "efa", "iommu", "acs", "dmar", "host", "compiler", "c++",
                 "g++", "gcc", "nvcc", "ninja", "container", "cdi", "kubectl", "pod/", "apptainer", "singularity",
                 "enroot", "pyxis", "podman", "traceback", "killed", "fault", "fabric", "world", "xid",
-                "fallen off", *_BUILD_KEYS)
+                "fallen off", *_BUILD_KEYS, *_FAILURE_KEYS)
 # A line none of these words (in any case) occurs in holds no fact: it is skipped at once.
 _QUICK = lazy("|".join(re.escape(w) for w in _QUICK_WORDS), re.IGNORECASE)
 
 _EXCEPTION_KEYS = ("error", "exception", "exit", "interrupt", "failure")
-_SOCKET_KEYS = ("net/socket", "using network socket", "back to")
+_SOCKET_KEYS = ("net/socket", "using network socket", "back to", "selected provider")
 _IOMMU_KEYS = ("iommu", "vt-d", "acs", "dmar")
 _SHADOW_KEYS = ("cudnn", "cublas")
 # the words the per-line checks below test for (in the lower-cased line), beyond the groups above
@@ -168,10 +211,11 @@ _CHECK_WORDS = ("nccl", 'file "', "nccl_ib_disable", "ld_library_path", "using n
 _GATE_KEYS = frozenset({*_IB_CONFIG_KEYS, *_IB_FAILED_KEYS, *_RDMA_KEYS, *_CONTAINER_KEYS, *_COMPILER_KEYS, *_BUILD_KEYS,
                         "nccl_ib_disable", *_SOCKET_KEYS, *_IOMMU_KEYS, *_SHADOW_KEYS, "ld_library_path"})
 _KEYWORDS: tuple[str, ...] = tuple(sorted({*_QUICK_WORDS, *_VERSION_KEYS, *_EXCEPTION_KEYS, *_GATE_KEYS,
-                                           *_CHECK_WORDS}))
+                                           *_CHECK_WORDS, *_FAILURE_KEYS}))
 _QUICK_SET = frozenset(_QUICK_WORDS)
 _VERSION_SET = frozenset(_VERSION_KEYS)
 _EXCEPTION_SET = frozenset(_EXCEPTION_KEYS)
+_FAILURE_SET = frozenset(_FAILURE_KEYS)
 _BUCKET_KEYS = {"ib_config": frozenset(_IB_CONFIG_KEYS), "ib_failed": frozenset(_IB_FAILED_KEYS),
                 "ib_disabled": frozenset({"nccl_ib_disable"}), "rdma_chosen": frozenset(_RDMA_KEYS),
                 "socket_chosen": frozenset(_SOCKET_KEYS), "iommu": frozenset(_IOMMU_KEYS)}
@@ -319,6 +363,10 @@ class Facts:
     shadow_errors: list[Where] = field(default_factory=list)
     ld_where: list[Where] = field(default_factory=list)
     errors_after_setup: int = 0
+    after_setup: int = 0  # lines other than NCCL INFO after the last set-up line (a hang has few)
+    failure: list[Where] = field(default_factory=list)  # lines saying something failed (not warnings)
+    nccltests_header: list[Where] = field(default_factory=list)  # nccl-tests printed its table ...
+    nccltests_rows: int = 0  # ... and this many result rows (or its closing average)
     lines: int = 0
 
     # -- derived
@@ -453,6 +501,11 @@ class FactCollector:
         if len(seen) >= _SEEN_LINES:
             seen.clear()
         seen.add(line)
+        if f.setup_done and "NCCL INFO" not in line and line.strip():
+            f.after_setup += 1
+        first = line[:1]
+        if first == "#" or first == " ":
+            self._nccltests(line, file, line_no)
         lowered = line.lower()
         words = _find_keywords(lowered)  # one pass names every keyword the checks below test for
         # none of the words in any case (case folding beyond lower() only matters off ASCII): skip
@@ -467,6 +520,9 @@ class FactCollector:
             self._xid(line, file, line_no)
         if 'file "' in words or not words.isdisjoint(_EXCEPTION_SET):
             self._trace(line, words)
+        if len(f.failure) < _MAX_WHERE and not words.isdisjoint(_FAILURE_SET) and _FAILURE.search(line) \
+                and not NOT_EVIDENCE.search(line):
+            _add(f.failure, _where(file, line_no, line))
         if f.setup_done and not f.errors_after_setup and "NCCL INFO" not in line and _ERRORISH.search(line):
             f.errors_after_setup += 1  # whether any error followed the set-up is all that is used
         if words.isdisjoint(_GATE_KEYS):  # none of the keywords below: skip them all
@@ -474,6 +530,15 @@ class FactCollector:
         w = _where(file, line_no, line)
         self._transports(line, words, w)
         self._environment(line, words, w)
+
+    def _nccltests(self, line: str, file: str, line_no: int) -> None:
+        """nccl-tests' result table: its header, then a row per size (or its closing average)."""
+        f = self.facts
+        if f.nccltests_header:
+            if not f.nccltests_rows and (_NCCLTESTS_ROW.match(line) or "Avg bus bandwidth" in line):
+                f.nccltests_rows += 1
+        elif _NCCLTESTS_HEADER.match(line):
+            _add(f.nccltests_header, _where(file, line_no, line))
 
     def _trace(self, line: str, words: frozenset[str]) -> None:
         """A Python traceback's frames and the exception it ends with."""
@@ -591,6 +656,7 @@ class FactCollector:
         m = _INIT_COMPLETE.search(line) if "init complete" in words else None
         if m:
             f.init_complete += 1
+            f.after_setup = 0
             _add(f.setup_done, _where(file, line_no, line))
             if m.group(1) is not None:
                 f.ranks.add(int(m.group(1)))
@@ -692,6 +758,42 @@ def _team_build_inferences(f: Facts) -> list[Inference]:
     return out
 
 
+def _host_of(text: str) -> str | None:
+    m = _NCCL_PREFIX.match(text)
+    return m.group(1) if m else None
+
+
+def _network_inferences(f: Facts) -> list[Inference]:
+    """Readings of where NCCL's traffic went that need no error line (issue 45): sockets over an
+    InfiniBand interface, a virtual interface, nccl-tests that never printed a result."""
+    out: list[Inference] = []
+    # -- sockets over IPoIB: InfiniBand is there, NCCL did not open it (no verbs in the image)
+    ipoib = [w for w in f.socket_chosen if _IPOIB_SOCKET.search(w[2])]
+    if ipoib and not f.ib_disabled and not f.rdma_chosen:
+        out.append(Inference("ib_rdma", 5.0, "NCCL sends over sockets on an InfiniBand (IPoIB) interface: "
+                             "the host has InfiniBand, but NCCL did not use it", tuple(f.ib_failed[:1] + ipoib[:2])))
+    # -- hosts that chose different networks (IB on one, sockets on another): NCCL's ranks must
+    # all use the same transport between them
+    rdma_hosts = {h for h in (_host_of(w[2]) for w in f.rdma_chosen) if h}
+    socket_hosts = {h for h in (_host_of(w[2]) for w in f.socket_chosen) if h} - rdma_hosts
+    if rdma_hosts and socket_hosts and not f.ib_disabled:
+        out.append(Inference("ib_rdma", 5.0, f"the hosts chose different networks: RDMA on "
+                             f"{', '.join(sorted(rdma_hosts)[:2])}, sockets on {', '.join(sorted(socket_hosts)[:2])}",
+                             tuple(f.rdma_chosen[:1] + f.ib_failed[:1] + f.socket_chosen[:1])))
+    # -- a virtual interface chosen for the bootstrap or the sockets (docker0, veth, a tunnel)
+    virtual = [i for i in f.interfaces if _VIRTUAL_IF.match(i)]
+    if virtual:
+        out.append(Inference("network_interface", 3.0, f"NCCL uses the virtual interface {virtual[0]} (peers on "
+                             "other hosts cannot reach it): pin NCCL_SOCKET_IFNAME to the interface between the hosts",
+                             ()))
+    # -- nccl-tests printed its table header and never a result: it hung at the first size
+    if f.nccltests_header and not f.nccltests_rows:
+        out.append(Inference("p2p_topology" if len(f.hosts) <= 1 else "nccl_timeout", 2.5,
+                             "nccl-tests printed its header and no result: the first collective never completed",
+                             tuple(f.nccltests_header[:1])))
+    return out
+
+
 def infer(f: Facts) -> list[Inference]:
     """Causes supported by the facts (and by the absence of facts)."""
     out: list[Inference] = []
@@ -707,6 +809,7 @@ def infer(f: Facts) -> list[Inference]:
         elif f.ib_failed and f.socket_chosen and multi_host:
             out.append(Inference("ib_rdma", 4.5, "NCCL found no RDMA device and fell back to sockets "
                                  "between hosts", tuple(f.ib_failed[:2] + f.socket_chosen[:2])))
+    out += _network_inferences(f)
     # -- a hang: set-up done, ranks waiting, some never arrived
     stuck = f.stuck()
     if f.flight:
@@ -727,7 +830,10 @@ def infer(f: Facts) -> list[Inference]:
                                  f"rank(s) {', '.join(map(str, missing[:16]))} never reached {op} #{seq}",
                                  tuple(f.watchdog[:3])))
     # -- single node, only P2P/SHM paths, hang (a watchdog or nothing after set-up)
-    hung = bool(f.watchdog) or (bool(f.setup_done) and f.errors_after_setup == 0 and not f.exceptions)
+    # a hang told by its last lines: set-up completed and then (nearly) nothing; a run that went
+    # on printing after its set-up (training, a smoke summary) did not hang there
+    hung = bool(f.watchdog) or (bool(f.setup_done) and f.errors_after_setup == 0 and not f.exceptions
+                                and f.after_setup <= _HANG_TAIL)
     if _single_host_p2p(f) and hung and any(t.startswith("P2P") for t in f.transports()):
         weight = 5.0 if f.iommu else 2.5
         out.append(Inference("p2p_topology", weight,

@@ -36,7 +36,7 @@ MAX_DUMP_BYTES = 32 << 20  # a pickled dump (torch's default ring buffer: 2000 e
 MAX_JSON_BYTES = 12 << 20  # a JSON dump: at most about 20 times this once loaded
 MAX_LOADED = 256 << 20  # the estimated memory a pickled dump may unpickle to
 _OP_COST = 64  # bytes an opcode's object takes at most, besides its payload (a generous bound)
-_RANK = re.compile(r"(\d+)(?:\.(?:pkl|pickle|json))?$")
+_RANK = re.compile(r"(\d+)(?:\.(?:pkl|pickle|json))?\Z")
 _INTS = re.compile(r"-?\d+")
 
 

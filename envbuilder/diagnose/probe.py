@@ -33,12 +33,13 @@ import re
 import resource
 import shutil
 import socket
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
 DEFAULT_TIMEOUT_S = 10.0
+OUTPUT_CAP = 16 << 20  # what a probed command may print (nvidia-smi -q -x of 8 GPUs: ~0.3 MiB)
+FILE_CAP = 4 << 20  # a host file read (/proc, /sys, a recorded host's files)
 UNLIMITED = -1
 
 
@@ -68,6 +69,18 @@ class CommandResult:
         return f"`{cmd}` exited with {self.returncode}" + (f": {msg[0]}" if msg else "")
 
 
+def _read(path: str | Path) -> str | None:
+    """A host file (/proc, /sys, a recording) through the one capped reader; None when it
+    cannot be read, is not a regular file or is over the cap."""
+    from envbuilder.core.readfile import read_bytes_capped
+    from envbuilder.errors import EnvbuilderError
+
+    try:
+        return read_bytes_capped(path, "host file", limit=FILE_CAP).decode("utf-8", "replace")
+    except EnvbuilderError:
+        return None
+
+
 class Probe:
     """Reads the live host. Subclass and override to fake a host."""
 
@@ -80,21 +93,21 @@ class Probe:
         exe = shutil.which(argv[0])
         if exe is None:
             return CommandResult(argv, None, "", "", "not-found")
-        try:
-            cp = subprocess.run([exe, *argv[1:]], capture_output=True, text=True,
-                                timeout=self.timeout, errors="replace")
-        except subprocess.TimeoutExpired:
-            return CommandResult(argv, None, "", "", "timeout")
+        from envbuilder import _child
+
+        try:  # the one child runner: output capped, a deadline, signals forwarded
+            r = _child.run([exe, *argv[1:]], timeout=self.timeout, cap=OUTPUT_CAP)
         except OSError as e:  # permission denied, exec format error, ...
             return CommandResult(argv, None, "", "", e.strerror or str(e))
-        return CommandResult(argv, cp.returncode, cp.stdout, cp.stderr, None)
+        if r.timed_out:
+            return CommandResult(argv, None, "", "", "timeout")
+        if r.dropped:  # a command that printed without end: nothing of it is read as facts
+            return CommandResult(argv, None, "", "", r.over_cap())
+        return CommandResult(argv, r.returncode, r.stdout, r.stderr, None)
 
     # -- files ------------------------------------------------------------------------------
     def read_text(self, path: str) -> str | None:
-        try:
-            return Path(path).read_text(errors="replace")
-        except OSError:
-            return None
+        return _read(path)
 
     def exists(self, path: str) -> bool:
         return os.path.exists(path)
@@ -271,7 +284,7 @@ class RecordedProbe(Probe):
         p = self._find(self._rel(path))
         if p is None or not p.is_file():
             return None
-        return p.read_text(errors="replace")
+        return _read(p)
 
     def exists(self, path: str) -> bool:
         return self._find(self._rel(path)) is not None
@@ -307,8 +320,10 @@ class RecordedProbe(Probe):
 
 
 # the environment a recording keeps: what the checks read, never the rest (tokens, keys)
-RECORDED_ENV = re.compile(r"^(NCCL_|GLOO_|CUDA_VISIBLE_DEVICES$|NVIDIA_VISIBLE_DEVICES$|"
-                          r"NVIDIA_DRIVER_CAPABILITIES$|PATH$)")
+# (the whole name, anchored at its true end: ``$`` would also match before a final newline, and
+# keep a variable named "PATH\n" with its value)
+RECORDED_ENV = re.compile(r"(?:(?:NCCL|GLOO)_[A-Za-z0-9_]*|CUDA_VISIBLE_DEVICES|NVIDIA_VISIBLE_DEVICES|"
+                          r"NVIDIA_DRIVER_CAPABILITIES|PATH)\Z")
 _RECORDED_BYTES = 1 << 20  # one file's cap: sysfs and procfs files are small
 
 

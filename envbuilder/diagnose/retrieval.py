@@ -49,10 +49,24 @@ _INTERESTING = re.compile(
 # head, its own banner. Real logs carry it whatever the cause, so it is nobody's evidence: a
 # one-rank run that found no GPU once read as a DeepSpeed op build by it alone
 # (tests/fixtures/gpu_runs/h200-1gpu, fault-cvd)
+# The generic wrappers CUDA and NCCL put around any error are boilerplate too (issue 45): "CUDA
+# kernel errors might be asynchronously reported" made an ECC error look like a bad ordinal, a
+# lone "unhandled system error" looked like one network case
 _BOILERPLATE = re.compile(
     r"torch/distributed/elastic/multiprocessing/|ChildFailedError|^Traceback \(most recent call last\)|"
     r"^\s*raise [A-Za-z_.]+\($|failed \(exitcode: -?\d+\) local_rank: \d+ \(pid: \d+\)|"
-    r"^\s*(?:error_file|traceback)\s*: |To enable traceback see: |OMP_NUM_THREADS environment variable")
+    r"^\s*(?:error_file|traceback)\s*: |To enable traceback see: |OMP_NUM_THREADS environment variable|"
+    r"CUDA kernel errors might be asynchronously reported|consider passing CUDA_LAUNCH_BLOCKING=1|"
+    r"Compile with `?TORCH_USE_CUDA_DSA`? to enable device-side assertions|"
+    r"NCCL error in: \S*ProcessGroupNCCL\.cpp:\d+, unhandled (?:system|cuda) error|run with NCCL_DEBUG=\w+ for details|"
+    r"ncclSystemError: System call \(e\.g\. socket, malloc\) or external library call failed|"
+    r"ncclUnhandledCudaError: Call to CUDA function failed|This usually reflects invalid usage of NCCL library|"
+    r"^Exception raised from \w+ at |^\s*frame #\d+: ")
+# what healthy runs print as much as failed ones: deprecation notices and their source line
+# (issue 45: two FutureWarnings made a passing smoke log "similar" to an RDMA failure)
+_NOISE = re.compile(
+    r"\b(?:Future|Deprecation|PendingDeprecation)Warning\b|\bis deprecated\b|will be removed in|"
+    r"^\s*warnings\.warn\(|^\s*return func\(\*args, \*\*kwargs\)")
 _STOP = frozenset("""the and for with that this from are was were been have has had not but you your
 can will would should could into than then there their them they its it's via per all any our out
 use using used one two when what which while who why how also only such more most other some may
@@ -147,7 +161,7 @@ class LogTerms:
         if len(line) > 2000 or _INTERESTING.search(line) is None:
             return None
         text = strip_prefix(strip_ansi(line)).strip()
-        if not text or text in self.seen or _BOILERPLATE.search(text):
+        if not text or text in self.seen or _BOILERPLATE.search(text) or _NOISE.search(text):
             return None
         self.seen.add(text)
         return text
@@ -301,15 +315,23 @@ def build_corpus(cases_yaml: Path, corpus: Path, fixes: dict[str, str] | None = 
 # ----------------------------------------------------------------------------- team cases
 
 
+TEAM_CASE_CAP = 4 << 20  # one learned case (a log's excerpt and its terms): far below this
+
+
 def load_team_cases(folder: Path | None) -> list[KnownCase]:
     """The team's learned cases (``*.json`` in ``folder``); none when the folder is absent.
     A file that is not a case is an InputError naming it."""
     if folder is None or not folder.is_dir():
         return []
+    from envbuilder.core.readfile import read_text_capped
+
     out = []
     for path in sorted(folder.glob("*.json")):
+        # the one capped reader: a FIFO, a device, a link to one or a 3 GiB file is refused
+        # unread (exit 2 naming it and the cap), never read whole nor waited on
+        text = read_text_capped(path, "team case", limit=TEAM_CASE_CAP)
         try:
-            c = json.loads(path.read_text(encoding="utf-8"))
+            c = json.loads(text)
             out.append(KnownCase(str(c["id"]), str(c["category"]), str(c["cause"]), str(c["fix"]),
                                  str(c.get("url", "")), str(c.get("excerpt", "")),
                                  {str(k): int(v) for k, v in c["terms"].items()}, True))

@@ -37,8 +37,10 @@ def _one_line(text: str | None, what: str, required: bool) -> str:
 
 
 def learn(log: str, *, category: str, fix: str, cause: str | None, folder: Path,
-          categories: Sequence[str]) -> dict[str, Any]:
-    """Learn the case of ``log`` into ``folder``; answers the case written (its ``path``)."""
+          categories: Sequence[str], root: Path | None = None) -> dict[str, Any]:
+    """Learn the case of ``log`` into ``folder``; answers the case written (its ``path``).
+    ``root``: the project's folder: the case is written through no link below it (the output
+    guard, _fs.open_folder), so a ``.envbuilder`` that links out of the project is refused."""
     from envbuilder._fs import write_file_atomic
     from envbuilder.diagnose.explain import _iter_stream_lines, _open_source
 
@@ -62,7 +64,7 @@ def learn(log: str, *, category: str, fix: str, cause: str | None, folder: Path,
                             "learned": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")}
     path = folder / f"{case_name}.json"
     write_file_atomic(path, json.dumps(doc, indent=1, sort_keys=True, ensure_ascii=False) + "\n",
-                      step="explain --learn")
+                      step="explain --learn", root=root, option="the project's explain_cases")
     return {"name": case_name, "path": str(path), "category": category, "fix": fix, "cause": cause,
             "lines": case.excerpt.count("\n") + 1}
 

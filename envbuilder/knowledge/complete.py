@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Callable
 
 from envbuilder.core.matrix import FLAVOURS, Matrix, load_matrix
-from envbuilder.core.target import COMPONENTS
+from envbuilder.core.options import COMPONENTS
 from envbuilder.knowledge.show import AXES
 
 

@@ -31,19 +31,25 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any, Callable, Mapping
 
-from envbuilder.core.matrix import COMPONENT_PLAN_ORDER, COMPONENT_TITLES, COMPONENTS, OPS_COMPONENT, OPS_KEY
+from envbuilder.core import catalog
 from envbuilder.errors import InputError
 from envbuilder.labels import KEY_OF, PREFIX
 from envbuilder.lock.pkgdiff import package_diff
 
 
+# the built-in matrix's components (core.catalog), by name and in plan order
+COMPONENTS = tuple(c.name for c in catalog.builtin())
+PLAN_ORDER = tuple(c.name for c in sorted(catalog.builtin(), key=lambda c: (c.order, c.name)))
+OPS = {c.ops_key: c.name for c in catalog.builtin() if c.has_ops}  # pre-built ops' key -> component
+
+
 def _component_facts() -> tuple[tuple[str, str], ...]:
-    """Each component's version, and after the ops' component its pre-built ops."""
+    """Each component's version, and after a component with ops its pre-built ops."""
     out: list[tuple[str, str]] = []
-    for c in COMPONENTS:
-        out.append((c, COMPONENT_TITLES[c]))
-        if c == OPS_COMPONENT:
-            out.append((OPS_KEY, f"{COMPONENT_TITLES[c]} ops"))
+    for c in catalog.builtin():
+        out.append((c.name, c.title))
+        if c.has_ops:
+            out.append((c.ops_key, f"{c.title} ops"))
     return tuple(out)
 
 
@@ -58,11 +64,11 @@ FACTS: tuple[tuple[str, str], ...] = (
 FACT_STAGE = {"cuda": "builder", "python": "builder", "os": "builder",
               "builder_image": "builder", "torch": "layer-torch", "torch_variant": "layer-torch",
               "nccl": "layer-torch", **{c: f"layer-{c}" for c in COMPONENTS},
-              OPS_KEY: f"layer-{OPS_COMPONENT}",
+              **{k: f"layer-{c}" for k, c in OPS.items()},
               "base_image": "runtime", "flavour": "runtime", "driver_min": ""}
-CHAIN = ("builder", "layer-torch", *(f"layer-{c}" for c in COMPONENT_PLAN_ORDER), "layer-team")
+CHAIN = ("builder", "layer-torch", *(f"layer-{c}" for c in PLAN_ORDER), "layer-team")
 # a component's layer holds its package (named as the component) and what it pulls in
-_LAYER_ROOTS = {"layer-torch": {"torch", "numpy"}, **{f"layer-{c}": {c} for c in COMPONENT_PLAN_ORDER}}
+_LAYER_ROOTS = {"layer-torch": {"torch", "numpy"}, **{f"layer-{c}": {c} for c in PLAN_ORDER}}
 
 
 @dataclass
@@ -86,7 +92,7 @@ def facts_from_stack(d: Mapping[str, Any]) -> dict[str, str | None]:
             "driver_min": dm.get("version") if isinstance(dm, dict) else dm,
             "torch": d.get("torch"), "torch_variant": d.get("torch_variant"),
             "nccl": d.get("nccl"), **{c: d.get(c) for c in COMPONENTS},
-            OPS_KEY: ",".join(d.get(OPS_KEY) or ()) or None,
+            **{k: ",".join(d.get(k) or ()) or None for k in OPS},
             "python": d.get("python"), "os": d.get("os"),
             "flavour": d.get("flavour"),
             "base_image": image.get("runtime") or d.get("base_image"),
@@ -101,7 +107,7 @@ def facts_from_labels(labels: Mapping[str, str]) -> dict[str, str | None]:
     cuda = lab("cuda-toolkit") or ("cpu" if lab("cuda") == "cpu" else lab("cuda"))
     return {"cuda": cuda, "driver_min": lab("driver-min"), "torch": lab("torch"),
             "torch_variant": lab("torch-variant"), "nccl": lab("nccl"),
-            **{c: lab(c) for c in COMPONENTS}, OPS_KEY: labels.get(KEY_OF[OPS_KEY]) or None,
+            **{c: lab(c) for c in COMPONENTS}, **{k: labels.get(KEY_OF[k]) or None for k in OPS},
             "python": lab("python"), "os": lab("os"),
             "flavour": lab("flavour"),
             "base_image": labels.get("org.opencontainers.image.base.name") or None}
@@ -119,7 +125,7 @@ def facts_from_lock_record(record: Mapping[str, Any]) -> dict[str, str | None]:
     nccl = val("nccl")
     return {"torch": m.group(1) if m else torch or None, "torch_variant": m.group(2) if m else None,
             "nccl": nccl.split(" ")[0] if nccl else None,
-            **{c: val(c) for c in COMPONENT_PLAN_ORDER}, "python": val("python")}
+            **{c: val(c) for c in PLAN_ORDER}, "python": val("python")}
 
 
 # -- a build folder: capped reads, no link followed, typed stack.json -------------------------
@@ -159,9 +165,10 @@ def stack_json(text: str, shown: str) -> dict[str, Any]:
     if img is not None and not (isinstance(img, dict) and all(
             isinstance(img.get(k), (str, type(None))) for k in ("runtime", "builder"))):
         raise bad("image", "an object whose runtime and builder are strings")
-    ops = d.get(OPS_KEY)
-    if ops is not None and not (isinstance(ops, list) and all(isinstance(x, str) for x in ops)):
-        raise bad(OPS_KEY, "a list of strings")
+    for key in OPS:
+        ops = d.get(key)
+        if ops is not None and not (isinstance(ops, list) and all(isinstance(x, str) for x in ops)):
+            raise bad(key, "a list of strings")
     return d
 
 

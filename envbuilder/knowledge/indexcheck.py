@@ -11,7 +11,7 @@ reach, the index's own data is compared with the matrix:
   runtime pin names the variant that ``pypi_default`` says;
 * releases on the index that the matrix does not list are reported as new.
 
-For each component of the matrix (core.target.COMPONENTS), the project's page on the simple
+For each component of the matrix (core.options.COMPONENTS), the project's page on the simple
 index (PyPI or a mirror; the JSON form carries each file's ``requires-python`` and ``yanked``,
 the HTML form the same as ``data-requires-python`` / ``data-yanked``) is compared with the
 matrix:
@@ -37,7 +37,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
 import tempfile
 import urllib.parse
 from concurrent.futures import ThreadPoolExecutor
@@ -52,7 +51,7 @@ from packaging.version import InvalidVersion, Version
 
 from envbuilder.core import validate
 from envbuilder.core.matrix import Component, Matrix, TorchRelease
-from envbuilder.core.target import COMPONENTS
+from envbuilder.core.options import COMPONENTS
 from envbuilder.errors import InputError
 
 PYPI = "https://pypi.org/simple"
@@ -316,11 +315,14 @@ def resolve_pins(uv: str, requirement: str, python: str, index: str,
     if extra:
         cmd += ["--index-strategy", "unsafe-best-match"]
     env = dict(os.environ, UV_PYTHON_DOWNLOADS="never", NO_COLOR="1")
-    try:
-        r = subprocess.run(cmd, input=requirement + "\n", capture_output=True, text=True, env=env,
-                           timeout=UV_TIMEOUT_S, cwd=tempfile.gettempdir())
-    except subprocess.TimeoutExpired:
-        raise IndexUnreachable(f"uv pip compile {requirement} took over {UV_TIMEOUT_S} s") from None
+    from envbuilder import _child
+
+    r = _child.run(cmd, input=requirement + "\n", env=env, timeout=UV_TIMEOUT_S,
+                   cwd=tempfile.gettempdir(), cap=16 << 20)
+    if r.timed_out:
+        raise IndexUnreachable(f"uv pip compile {requirement} took over {UV_TIMEOUT_S} s")
+    if r.dropped:
+        raise RuntimeError(r.over_cap())
     if r.returncode != 0:
         lines = [ln.strip() for ln in r.stderr.splitlines() if ln.strip()]
         text = " ".join(lines)

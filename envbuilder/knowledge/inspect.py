@@ -9,7 +9,8 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from envbuilder.errors import InputError
-from envbuilder.core.matrix import COMPONENTS, OPS_KEY
+from envbuilder.core import catalog
+from envbuilder.core.options import COMPONENTS
 from envbuilder.labels import BASE_DIGEST, KEY_OF, LOCK_DIGEST, PREFIX
 
 # resolve's rows (cli._print_stack), then the image's other facts; (row, label)
@@ -20,7 +21,7 @@ ROWS: tuple[tuple[str, str], ...] = (
     *((c, PREFIX + c) for c in COMPONENTS),
     ("os", PREFIX + "os"), ("base_image", "org.opencontainers.image.base.name"),
     ("builder_nvcc", PREFIX + "builder-nvcc"), ("flavour", PREFIX + "flavour"),
-    ("nccl_package", PREFIX + "nccl-package"), (OPS_KEY, KEY_OF[OPS_KEY]),
+    ("nccl_package", PREFIX + "nccl-package"), *((c.ops_key, KEY_OF[c.ops_key]) for c in catalog.builtin() if c.has_ops),
     ("torch_arch", PREFIX + "torch-arch"), ("cuda_arch_list", PREFIX + "cuda-arch-list"),
     ("cpu_isa", PREFIX + "cpu-isa"),
 )

@@ -20,7 +20,8 @@ import yaml
 from packaging.version import Version
 
 from envbuilder.core.matrix import Matrix, minor
-from envbuilder.core.target import COMPONENTS
+from envbuilder.core.options import COMPONENTS
+from envbuilder.render import yamlemit
 
 _REVIEW = "candidate written by envbuilder matrix verify --write-overlay on {day}: review before merging"
 
@@ -115,8 +116,7 @@ def overlay_files(rep: Any, m: Matrix, today: dt.date | None = None) -> dict[str
     def dump(name: str, key: str, items: list[dict[str, Any]]) -> None:
         if items:
             out[name] = ("# " + _REVIEW.format(day=day) + "\n"
-                         + yaml.safe_dump({"schema_version": 1, key: items}, sort_keys=False,
-                                          width=100, allow_unicode=True))
+                         + yamlemit.dump({"schema_version": 1, key: items}, width=100))
     dump("torch.yaml", "releases", list(torch_lines.values()))
     for c in COMPONENTS:
         dump(f"{c}.yaml", "releases", list(comp_lines[c].values()))

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from envbuilder.core.matrix import Matrix, python_key
-from envbuilder.core.target import COMPONENTS
+from envbuilder.core.options import COMPONENTS
 from envbuilder.errors import InputError
 
 AXES = ("cuda", "torch", "nccl", "os", "base_images", *COMPONENTS, "incompatibilities",

@@ -20,31 +20,47 @@ def nccl_fact(stack: Stack) -> tuple[str | None, str | None]:
     return (None if tv.nccl is None else str(tv.nccl)), tv.nccl_package
 
 
-def cross_check(stack: Stack, pkgs: list[LockedPackage], where: str) -> None:  # noqa: C901, PLR0912 - one check per pinned component
-    """The lock agrees with the stack: torch, each component's pins, the NCCL wheel."""
-    by = {p.name: p for p in pkgs}
+class _Refusal:
+    """How a contradiction between the lock and the stack is refused (exit 3, naming the fact,
+    its source and the lock's line)."""
 
-    def refuse(fact: str, source: str, p: LockedPackage | None, missing: str = "") -> None:
-        shown = f"{where}:{p.lineno}: {_bare(p.line)}" if p else f"{where}: {missing}"
-        raise IncompatibleError(f"the lock contradicts the stack {stack.tag}: {fact} "
+    def __init__(self, stack: Stack, where: str) -> None:
+        self.stack, self.where = stack, where
+
+    def __call__(self, fact: str, source: str, p: LockedPackage | None, missing: str = "") -> None:
+        shown = f"{self.where}:{p.lineno}: {_bare(p.line)}" if p else f"{self.where}: {missing}"
+        raise IncompatibleError(f"the lock contradicts the stack {self.stack.tag}: {fact} "
                                 f"(source: {source}) but {shown}",
                                 details=[f"fact: {fact}", f"source: {source}", f"lock: {shown}"])
 
+
+def cross_check(stack: Stack, pkgs: list[LockedPackage], where: str) -> None:
+    """The lock agrees with the stack: torch, each component's pins, the NCCL wheel."""
+    by = {p.name: p for p in pkgs}
+    refuse = _Refusal(stack, where)
+    _check_torch(stack, by.get("torch"), refuse)
+    _check_components(stack, by, refuse)
+    _check_nccl(stack, pkgs, by, where, refuse)
+
+
+def _check_torch(stack: Stack, t: LockedPackage | None, refuse: _Refusal) -> None:
     tsrc = ", ".join(stack.torch.source[:1]) or stack.matrix.path.name
-    t = by.get("torch")
     want = Version(str(stack.torch.version))
     if t is None:
         refuse(f"torch {want}", tsrc, None, "no torch line")
-    else:
-        v = _version(t.version)
-        if v is None or Version(v.base_version) != Version(want.base_version):
-            refuse(f"torch {want}", tsrc, t)
-        if v is not None and v.local and v.local != stack.variant:
-            refuse(f"torch {want} for {stack.variant}", tsrc, t)
-        if v is not None and not v.local and stack.torch_index != PYPI:
-            # PyPI's torch is another variant; PyTorch's index names its wheels X+<variant>
-            refuse(f"torch {want} {stack.variant} comes from {stack.torch_index} as "
-                   f"{want.base_version}+{stack.variant}", tsrc, t)
+        return
+    v = _version(t.version)
+    if v is None or Version(v.base_version) != Version(want.base_version):
+        refuse(f"torch {want}", tsrc, t)
+    if v is not None and v.local and v.local != stack.variant:
+        refuse(f"torch {want} for {stack.variant}", tsrc, t)
+    if v is not None and not v.local and stack.torch_index != PYPI:
+        # PyPI's torch is another variant; PyTorch's index names its wheels X+<variant>
+        refuse(f"torch {want} {stack.variant} comes from {stack.torch_index} as "
+               f"{want.base_version}+{stack.variant}", tsrc, t)
+
+
+def _check_components(stack: Stack, by: dict[str, LockedPackage], refuse: _Refusal) -> None:
     for c in registry.active(stack):  # each component's pins (torch's is checked above)
         for name, (version, _what) in c.lock_pins(stack).items():
             if name == "torch":
@@ -55,16 +71,18 @@ def cross_check(stack: Stack, pkgs: list[LockedPackage], where: str) -> None:  #
                 refuse(f"{name} {version}", src, None, f"no {name} line")
             elif _version(p.version) != Version(version):
                 refuse(f"{name} {version}", src, p)
+
+
+def _check_nccl(stack: Stack, pkgs: list[LockedPackage], by: dict[str, LockedPackage], where: str,
+                refuse: _Refusal) -> None:
     nccl, pkg = nccl_fact(stack)
-    if nccl and pkg:
-        src = f"{stack.matrix.path.name}/torch.yaml torch {stack.torch.version} {stack.variant}"
-        p = by.get(canonicalize_name(pkg))
-        if p is None:
-            # torch wheels from PyTorch's index may link NCCL statically: only a *different*
-            # NCCL wheel is a contradiction (checked below)
-            pass
-        elif _version(p.version) is None or \
-                Version(_version(p.version).base_version) != Version(nccl):  # type: ignore[union-attr]
+    src = f"{stack.matrix.path.name}/torch.yaml torch {stack.torch.version} {stack.variant}"
+    # torch wheels from PyTorch's index may link NCCL statically: only a *different* NCCL
+    # wheel is a contradiction (checked below)
+    p = by.get(canonicalize_name(pkg)) if nccl and pkg else None
+    if p is not None:
+        v = _version(p.version)
+        if v is None or Version(v.base_version) != Version(str(nccl)):
             refuse(f"torch {stack.torch.version} {stack.variant} bundles NCCL {nccl} ({pkg})", src, p)
     majors: dict[str, Any] = {}
     for p in pkgs:
@@ -81,7 +99,6 @@ def cross_check(stack: Stack, pkgs: list[LockedPackage], where: str) -> None:  #
     for p in pkgs:
         m = NCCL_WHEEL_RE.match(p.name)
         if m and want_major and m.group(1) != want_major.group(1):
-            src = f"{stack.matrix.path.name}/torch.yaml torch {stack.torch.version} {stack.variant}"
             refuse(f"torch {stack.torch.version} {stack.variant} bundles {pkg}", src, p)
 
 

@@ -27,19 +27,17 @@ import asyncio
 import hashlib
 import re
 import shutil
-import subprocess
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping, Sequence
-
-import yaml
 
 from envbuilder.errors import IncompatibleError, InputError, MissingExtraError, OperationError
 from envbuilder.lock.entries import LOCK_NAME, read_lock
 from envbuilder.lock.uv import PLATFORM
 from envbuilder.lock.uv import compile as uv_compile
 from envbuilder.core.resolve import PYPI, Stack
+from envbuilder.render.yamlemit import dump
 
 ENV_NAME = "environment.yml"
 CONDA_LOCK_NAME = "conda-lock.yml"
@@ -113,7 +111,7 @@ def environment_yml(stack: Stack, lock_path: str | Path | None = None, *,
     head = (f"# {ENV_NAME} for {stack.target} ({stack.tag}), made by envbuilder lock --conda.\n"
             f"# conda provides Python and system libraries, pip the PyPI wheels pinned in "
             f"{LOCK_NAME}.\n# CUDA itself comes from the driver and the torch wheels.\n")
-    return head + yaml.safe_dump(doc, sort_keys=False, default_flow_style=False)
+    return head + dump(doc)
 
 
 # -- solving the conda part --------------------------------------------------------------------
@@ -183,7 +181,7 @@ def solve_rattler(specs: Sequence[str], channels: Sequence[str], *, platform: st
     return sorted(out, key=lambda p: p["name"])
 
 
-_CHANNEL_RE = re.compile(r"^[A-Za-z0-9/.~][A-Za-z0-9_.:/@+~%-]{0,511}$")
+_CHANNEL_RE = re.compile(r"^[A-Za-z0-9/.~][A-Za-z0-9_.:/@+~%-]{0,511}\Z")
 
 
 def check_channel(c: str) -> str:
@@ -211,10 +209,14 @@ def solve_conda_lock(env_file: Path, platform: str, workdir: Path) -> list[dict]
     exe = shutil.which("conda-lock")
     cmd = ([exe] if exe else ["python", "-m", "conda_lock"]) + [
         "lock", "--file", str(env_file), "--platform", platform, "--lockfile", str(out)]
-    try:
-        r = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
-    except (OSError, subprocess.SubprocessError) as e:
+    from envbuilder import _child
+
+    try:  # the one child runner: output capped (its tail kept), a deadline, signals forwarded
+        r = _child.run(cmd, timeout=1800, cap=8 << 20)
+    except OSError as e:
         raise OperationError(f"cannot run conda-lock: {e}", step="lock") from None
+    if r.timed_out:
+        raise OperationError("conda-lock did not finish in 1800 s", step="lock")
     if r.returncode != 0:
         lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
         raise OperationError(f"conda-lock failed: {lines[-1] if lines else r.returncode}",
@@ -324,9 +326,9 @@ def conda_outputs(stack, out_dir: str | Path, *, lock_path: str | Path, work: Pa
         solver = "conda-lock" if has_conda else "rattler"
     if solver == "conda-lock":
         conda_only = work / ENV_NAME
-        conda_only.write_text(yaml.safe_dump({
+        conda_only.write_text(dump({
             "channels": [_channel_url(c) for c in channels],
-            "dependencies": [_env_spec(s) for s in specs]}), encoding="utf-8")
+            "dependencies": [_env_spec(s) for s in specs]}, sort_keys=True), encoding="utf-8")
         conda_pkgs = solve_conda_lock(conda_only, platform, work)
     else:
         _need("rattler", "py-rattler")
@@ -361,7 +363,7 @@ def conda_outputs(stack, out_dir: str | Path, *, lock_path: str | Path, work: Pa
                              details=str(e).splitlines()) from None
     text = (f"# {CONDA_LOCK_NAME} for {stack.target} ({stack.tag}); install with\n"
             f"#   conda-lock install -n ENV {CONDA_LOCK_NAME}\n"
-            + yaml.safe_dump(doc, sort_keys=False, default_flow_style=False))
+            + dump(doc))
     files = {ENV_NAME: env_text, CONDA_LOCK_NAME: text}
     return files, CondaReport(environment=str(out / ENV_NAME), lock=str(out / CONDA_LOCK_NAME),
                        solver=solver,

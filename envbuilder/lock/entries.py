@@ -23,10 +23,10 @@ INSTALL_HINT = "pip install --require-hashes --no-deps -r requirements.lock"
 MAX_LOCK_BYTES = 8 << 20
 
 
-_HASH_RE = re.compile(r"^--hash=sha256:[0-9a-f]{64}$")
+_HASH_RE = re.compile(r"^--hash=sha256:[0-9a-f]{64}\Z")
 
 
-NCCL_WHEEL_RE = re.compile(r"^nvidia-nccl-cu(\d+)$")
+NCCL_WHEEL_RE = re.compile(r"^nvidia-nccl-cu(\d+)\Z")
 
 
 @dataclass(frozen=True)
@@ -51,78 +51,102 @@ def lock_digest(path: str | Path) -> str:
 
 
 _REQ_LINE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(\[[A-Za-z0-9,._ -]*\])?==[A-Za-z0-9.+!_*-]+"
-                          r"( *; *[A-Za-z0-9_.<>=!~'\" ()-]+)? *\\?$")
+                          r"( *; *[A-Za-z0-9_.<>=!~'\" ()-]+)? *\\?\Z")
 
 
 _PYTHON_HEADER_RE = re.compile(r"^# python: ([0-9.]+)")
 
 
-def lock_problems(text: str, where: str, *, python: str | None = None) -> list[str]:  # noqa: C901, PLR0912 - one line scanner, one branch per kind of line
+class _LockScanner:
+    """The line scanner of ``lock_problems``: one method per kind of line (blank, comment, an
+    entry's hash line, an entry), the open entry and whether the line before continues."""
+
+    def __init__(self, lines: list[str], where: str, python: str | None) -> None:
+        self.lines, self.where, self.python = lines, where, python
+        self.problems: list[str] = []
+        self.entry_start: int | None = None
+        self.entry_hashes = 0
+        self.cont = False  # the previous line ended with a backslash
+
+    def say(self, n: int, what: str) -> None:
+        self.problems.append(f"{self.where}:{n}: {what}")
+
+    def close_entry(self) -> None:
+        if self.entry_start is not None and self.entry_hashes == 0:
+            self.say(self.entry_start, f"{cut(self.lines[self.entry_start - 1])} has no --hash (every "
+                                       f"entry needs one)")
+
+    def line(self, n: int, raw: str) -> None:
+        if any((ord(c) < 32 and c != "\t") or ord(c) == 127 for c in raw.rstrip("\r")):
+            self.say(n, "control characters in the lock")
+            return
+        s_ = raw.strip()
+        if not s_:
+            self.blank(n)
+        elif s_.startswith("#"):
+            self.comment(n, s_, raw[:1].isspace())
+        elif raw[:1].isspace():
+            self.hash_line(n, s_)
+        else:
+            self.entry(n, s_)
+
+    def blank(self, n: int) -> None:
+        if self.cont:
+            self.say(n, "the entry above ends with '\\' but nothing follows")
+        self.close_entry()
+        self.entry_start, self.entry_hashes, self.cont = None, 0, False
+
+    def comment(self, n: int, s_: str, indented: bool) -> None:
+        m = _PYTHON_HEADER_RE.match(s_)
+        if m and self.python is not None and not indented and m.group(1) != self.python:
+            self.say(n, f"the lock was made for Python {m.group(1)}, the stack uses Python "
+                        f"{self.python}: lock again for this target")
+        self.cont = False
+
+    def hash_line(self, n: int, s_: str) -> None:
+        h = s_.rstrip("\\").strip()
+        if not self.cont or self.entry_start is None:
+            self.say(n, f"indented line outside an entry: {cut(s_)!r}")
+        elif not _HASH_RE.match(h):
+            self.say(n, "not a hash line " + ("(a hash cut short or malformed)" if h.startswith("--hash=")
+                                              else "(pip options are not allowed in a lock)")
+                     + f": {cut(s_)!r}")
+        else:
+            self.entry_hashes += 1
+        self.cont = s_.endswith("\\")
+
+    def entry(self, n: int, s_: str) -> None:
+        self.close_entry()
+        if self.cont:
+            self.say(n - 1, "a line ends with '\\' but no hash follows")
+        self.entry_start, self.entry_hashes = n, 0
+        if s_.startswith("-"):
+            self.say(n, f"pip option {cut(s_.split()[0], 40)!r} is not allowed in a lock (indexes go "
+                        f"in --pip-index-url)")
+            self.entry_start = None
+        elif not _REQ_LINE_RE.match(s_):
+            self.say(n, f"not a pinned requirement 'name==version': {cut(s_)!r}")
+            self.entry_start = None
+        self.cont = s_.endswith("\\")
+
+    def finish(self) -> list[str]:
+        if self.cont:
+            self.say(len(self.lines), "the lock ends in the middle of an entry (cut short?)")
+        self.close_entry()
+        return self.problems
+
+
+def lock_problems(text: str, where: str, *, python: str | None = None) -> list[str]:
     """What makes ``text`` unfit to install with --require-hashes: pip options, stray or
     unpinned lines, control characters, an entry without hashes, a hash cut short, a lock
     made for another Python. Empty when the lock is well formed."""
-    problems: list[str] = []
     lines = text.split("\n")
     if lines and lines[-1] == "":
         lines.pop()
-    entry_start: int | None = None
-    entry_hashes = 0
-    cont = False  # the previous line ended with a backslash
-
-    def close_entry(n: int) -> None:
-        if entry_start is not None and entry_hashes == 0:
-            problems.append(f"{where}:{entry_start}: {cut(lines[entry_start - 1])} has no "
-                            f"--hash (every entry needs one)")
-
+    scan = _LockScanner(lines, where, python)
     for n, raw in enumerate(lines, 1):
-        if any((ord(c) < 32 and c != "\t") or ord(c) == 127 for c in raw.rstrip("\r")):
-            problems.append(f"{where}:{n}: control characters in the lock")
-            continue
-        s_ = raw.strip()
-        indented = raw[:1].isspace()
-        if not s_:
-            if cont:
-                problems.append(f"{where}:{n}: the entry above ends with '\\' but nothing follows")
-            close_entry(n)
-            entry_start, entry_hashes, cont = None, 0, False
-            continue
-        if s_.startswith("#"):
-            m = _PYTHON_HEADER_RE.match(s_)
-            if m and python is not None and not indented and m.group(1) != python:
-                problems.append(f"{where}:{n}: the lock was made for Python {m.group(1)}, "
-                                f"the stack uses Python {python}: lock again for this target")
-            cont = False
-            continue
-        if indented:
-            h = s_.rstrip("\\").strip()
-            if not cont or entry_start is None:
-                problems.append(f"{where}:{n}: indented line outside an entry: {cut(s_)!r}")
-            elif not _HASH_RE.match(h):
-                problems.append(f"{where}:{n}: not a hash line "
-                                + ("(a hash cut short or malformed)" if h.startswith("--hash=")
-                                   else "(pip options are not allowed in a lock)")
-                                + f": {cut(s_)!r}")
-            else:
-                entry_hashes += 1
-            cont = s_.endswith("\\")
-            continue
-        close_entry(n)
-        if cont:
-            problems.append(f"{where}:{n - 1}: a line ends with '\\' but no hash follows")
-        entry_start, entry_hashes = n, 0
-        if s_.startswith("-"):
-            problems.append(f"{where}:{n}: pip option {cut(s_.split()[0], 40)!r} is not "
-                            f"allowed in a lock (indexes go in --pip-index-url)")
-            entry_start = None
-        elif not _REQ_LINE_RE.match(s_):
-            problems.append(f"{where}:{n}: not a pinned requirement 'name==version': {cut(s_)!r}")
-            entry_start = None
-        cont = s_.endswith("\\")
-    if cont:
-        problems.append(f"{where}:{len(lines)}: the lock ends in the middle of an entry "
-                        f"(cut short?)")
-    close_entry(len(lines))
-    return problems
+        scan.line(n, raw)
+    return scan.finish()
 
 
 def check_lock_text(text: str, where: str, *, python: str | None = None) -> None:

@@ -10,7 +10,6 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 from packaging.utils import canonicalize_name
 
-from envbuilder.core import validate
 from envbuilder.components import registry
 from envbuilder.core.resolve import Stack
 from envbuilder.lock import uv as _uv
@@ -42,14 +41,6 @@ class LockInputs:
     team: tuple[str, ...] = ()  # the team's lines, resolved together with the stack's
 
 
-def parse_exclude_newer(value: str | None) -> str | None:
-    """``--exclude-newer``: an ISO date (``2024-06-01``: midnight UTC at its start) or an
-    ISO/RFC 3339 time (``2024-06-01T12:00:00Z``; without an offset, UTC), as the RFC 3339 UTC
-    timestamp uv is given and the lock records. Anything else is bad input (exit 2). The
-    resolver reads the same value (core.validate.exclude_newer)."""
-    return validate.exclude_newer(value)
-
-
 def record_digest(record: dict[str, Any]) -> str:
     import json
 
@@ -64,7 +55,8 @@ def lock_inputs(stack: Stack, *, requirements_file: str | Path | None = None,
     """The inputs of a lock of ``stack``, offline: the stack's facts that decide its packages
     (target, Python, platform, torch and its variant, the NCCL wheel, the components), the
     top-level requirement lines, the ``--requirements`` file's sha256, the indexes (without
-    credentials) and their strategy, ``--exclude-newer`` and the lock format. Tool versions
+    credentials) and their strategy, ``--exclude-newer`` (a spec's: RFC 3339 UTC, checked when
+    the spec was made) and the lock format. Tool versions
     (uv, envbuilder) are not inputs. A bad ``--requirements`` file is refused here (exit 2,
     or 3 when it contradicts the stack)."""
     from packaging.requirements import Requirement
@@ -79,7 +71,7 @@ def lock_inputs(stack: Stack, *, requirements_file: str | Path | None = None,
         check_user_requirements(stack, extras, requirements_file)
         file_digest = "sha256:" + hashlib.sha256(text.encode("utf-8")).hexdigest()
     extras += [Requirement(t) for t in team]  # a project's list, checked by team_requirements
-    when = parse_exclude_newer(exclude_newer)
+    when = exclude_newer  # the spec's, as its check returned it (RFC 3339 UTC): checked there
     stack_reqs = input_requirements(stack)
     # the team's packages that compile against torch bring their build requirements (and are
     # refused here, exit 3, when the stack cannot build them): lock.compiled

@@ -12,7 +12,7 @@ from envbuilder import __version__
 from envbuilder.lock.entries import LOCK_NAME, NCCL_WHEEL_RE, LockedPackage, read_lock
 
 
-_BIG_WHEEL_RE = re.compile(r"^(torch|triton|pytorch-triton(-[a-z0-9]+)?|nvidia-(?!ml-py$).+)$")
+_BIG_WHEEL_RE = re.compile(r"^(torch|triton|pytorch-triton(-[a-z0-9]+)?|nvidia-(?!ml-py$).+)\Z")
 
 
 def stack_layer_names(pkgs: Sequence[LockedPackage]) -> set[str]:

@@ -10,7 +10,8 @@ What to call (the CLI and ``render --lock`` use exactly these):
   ``DIR/requirements.lock`` atomically. The lock's header records its inputs (``lock_inputs``:
   the stack's facts that decide its packages, the top-level requirements, the
   ``--requirements`` file's sha256, the indexes without credentials, ``--exclude-newer``, the
-  lock format) with their digest, and the digest of its package entries.
+  lock format) with their digest, and the digest of its package entries. ``exclude_newer``
+  is a spec's (core.spec.TargetSpec: checked when the spec was made, as RFC 3339 UTC).
   Like ``uv lock``, a lock already there whose inputs match is kept as it is (uv is not run);
   it is resolved again when an input changed, and always with ``upgrade``.
   ``--check`` (``check=True``) verifies offline, never running uv nor reaching an index, that
@@ -18,8 +19,7 @@ What to call (the CLI and ``render --lock`` use exactly these):
   named with its old and new value; an edited entry, a missing hash, an NCCL or torch pin that
   contradicts the stack, a lock without an inputs record (an older envbuilder's: lock it
   again with ``--upgrade``) fail too. A new upstream release is not drift; ``--upgrade`` takes
-  it. Raises InputError (exit 2: a bad ``--requirements`` line or ``--exclude-newer`` date, no
-  lock to check), IncompatibleError (exit 3: the requirements or the resolved lock contradict
+  it. Raises InputError (exit 2: a bad ``--requirements`` line, no lock to check), IncompatibleError (exit 3: the requirements or the resolved lock contradict
   the stack), OperationError (exit 1: index unreachable, uv failed, ``--check`` found a
   difference: LockCheckFailed, every difference in ``err.details`` and ``err.report.problems``),
   MissingExtraError (uv is not installed: ``envbuilder[lock]``).
@@ -86,8 +86,7 @@ from envbuilder.lock.checks import cross_check, unmet
 from envbuilder.lock.entries import (INSTALL_HINT, LOCK_NAME, MAX_LOCK_BYTES, LockedPackage,
                                      check_lock_text, comment_safe, lock_digest, lock_problems,
                                      read_lock)
-from envbuilder.lock.inputs import (LIST_KEYS, LockInputs, input_requirements, lock_inputs,
-                                    parse_exclude_newer, stack_pins)
+from envbuilder.lock.inputs import LIST_KEYS, LockInputs, input_requirements, lock_inputs, stack_pins
 from envbuilder.lock.layers import layer_pins, split_by_layer, stack_layer_names
 from envbuilder.lock.model import Lockfile, LockFormatError, dump, packages_digest, read
 from envbuilder.lock.pkgdiff import package_diff, pinned
@@ -98,7 +97,7 @@ from envbuilder.lock.team import (parse_requirement_lines, pip_args_options, pip
 __all__ = ["INSTALL_HINT", "LOCK_NAME", "MAX_LOCK_BYTES", "LockFormatError", "LockInputs",
            "LockReport", "LockedPackage", "Lockfile", "check_lock", "check_lock_text",
            "cross_check", "default_command", "input_requirements", "layer_pins", "lock_digest",
-           "lock_drift", "lock_inputs", "lock_problems", "parse_exclude_newer",
+           "lock_drift", "lock_inputs", "lock_problems",
            "parse_requirement_lines", "pip_args_options", "pip_line_problem", "read_lock",
            "read_lockfile", "resolve", "resolve_lock_text", "split_by_layer",
            "stack_layer_names", "stack_pins", "team_requirements", "versions_on_disk"]

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from urllib.parse import quote
 
 from envbuilder import __version__
-from envbuilder.core.target import COMPONENTS
+from envbuilder.core.options import COMPONENTS
 from envbuilder.lock.entries import lock_digest, read_lock
 
 if TYPE_CHECKING:

@@ -34,7 +34,7 @@ def user_requirements(path: str | Path, text: str | None = None) -> list[Require
 # environment variables; the line is cut at its first space-separated word starting with '-',
 # and what follows is parsed as options (--hash, --config-settings, --global-option)
 # https://pip.pypa.io/en/stable/reference/requirements-file-format/
-PIP_COMMENT_RE = re.compile(r"(^|\s+)#.*$")
+PIP_COMMENT_RE = re.compile(r"(^|\s+)#.*\Z")
 
 
 PIP_ENV_VAR_RE = re.compile(r"\$\{[A-Z0-9_]+\}")

@@ -16,7 +16,6 @@ import os
 import re
 import shlex
 import shutil
-import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,6 +35,7 @@ def python_platform(stack: Stack) -> str:
     """uv's --python-platform for the stack's image platform."""
     return PLATFORMS.get(stack.platform, PLATFORM)
 TIMEOUT_S = 1800
+OUTPUT_CAP = 64 << 20  # what uv may print (a lock on stdout, its messages)
 HASHES = ("--generate-hashes",)  # the mode of a hash-pinned lock
 # uv reads these when the matching flag is absent: each would change a lock without the lock
 # recording it (the indexes and the upload cut-off are recorded, and passed as flags)
@@ -68,11 +68,13 @@ def find_uv(uv: str | None = None) -> str:
 
 
 def version(uv_bin: str) -> str:
+    from envbuilder import _child
+
     try:
-        r = subprocess.run([uv_bin, "--version"], capture_output=True, text=True, timeout=60)
-        return r.stdout.strip() or "unknown"
-    except (OSError, subprocess.SubprocessError):
+        r = _child.run([uv_bin, "--version"], timeout=60, cap=64 << 10)
+    except OSError:
         return "unknown"
+    return (r.stdout.strip() if r.ok and not r.dropped else "") or "unknown"
 
 
 @dataclass(frozen=True)
@@ -83,11 +85,10 @@ class Indexes:
 
 
 def indexes(stack: Stack, index_url: str | None, extra_index_urls: Sequence[str]) -> Indexes:
-    """Where a stack's packages come from: PyPI (or a mirror) and PyTorch's index."""
-    from envbuilder.core import validate
-
-    mirrors = tuple(validate.url(u, "--extra-index-url") for u in extra_index_urls)
-    base = validate.url(index_url, "--pip-index-url") if index_url else PYPI
+    """Where a stack's packages come from: PyPI (or a mirror) and PyTorch's index (the URLs a
+    spec checked when it was made: core.spec.TargetSpec)."""
+    mirrors = tuple(extra_index_urls)
+    base = index_url or PYPI
     torch_index = stack.torch_index
     if torch_index == PYPI:
         return Indexes(base, mirrors, bool(mirrors))
@@ -152,19 +153,24 @@ def run_compile(cmd: list[str], inputs: Sequence[str], stack: Stack, idx: Indexe
                 cwd: str | Path | None = None) -> str:
     """Run a ``compile_command`` with ``inputs`` (requirement lines) on stdin; uv's stdout.
     uv is a child of this process: an interrupt (SIGINT/SIGTERM, see envbuilder._safety) ends it
-    with envbuilder (subprocess.run kills it when the wait is interrupted)."""
+    with envbuilder: it runs through the one child runner (envbuilder._child: output capped, a
+    deadline, the signal forwarded)."""
+    from envbuilder import _child
+
     env = {k: v for k, v in os.environ.items() if k not in RESOLUTION_ENV}
     env.setdefault("UV_PYTHON_DOWNLOADS", "never")
     env.setdefault("NO_COLOR", "1")
     env["COLUMNS"] = "1000"  # uv wraps its messages to this width: keep each one on one line
     try:
-        r = subprocess.run(cmd, input="\n".join(inputs) + "\n", capture_output=True, text=True,
-                           env=env, timeout=TIMEOUT_S, cwd=str(cwd or tempfile.gettempdir()))
-    except subprocess.TimeoutExpired:
-        raise OperationError(f"uv pip compile for {stack.target} took over {TIMEOUT_S} s "
-                             f"(index {idx.index})", step="lock") from None
+        r = _child.run(cmd, input="\n".join(inputs) + "\n", env=env, timeout=TIMEOUT_S,
+                       cwd=str(cwd or tempfile.gettempdir()), cap=OUTPUT_CAP)
     except OSError as e:
         raise OperationError(f"cannot run uv ({cmd[0]}): {e.strerror or e}", step="lock") from None
+    if r.timed_out:
+        raise OperationError(f"uv pip compile for {stack.target} took over {TIMEOUT_S} s "
+                             f"(index {idx.index})", step="lock")
+    if r.dropped:
+        raise OperationError(f"uv pip compile for {stack.target}: {r.over_cap()}", step="lock")
     if r.returncode == 0:
         return r.stdout
     raise failure(r.stderr, stack, idx)

@@ -5,8 +5,9 @@ committed together through ``envbuilder._fs.Outputs`` (the top of lock/: it uses
 from __future__ import annotations
 
 import hashlib
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 from envbuilder.core.resolve import Stack
 from envbuilder.errors import InputError
@@ -16,6 +17,9 @@ from envbuilder.lock.inputs import LockInputs, lock_inputs
 from envbuilder.lock.requirements import (LockReport, check_lock, default_command, lock_drift,
                                           read_lockfile, resolve, versions_on_disk)
 from envbuilder.lock.pkgdiff import package_diff
+
+if TYPE_CHECKING:
+    from envbuilder.lock.conda import CondaReport
 
 
 def _check_flags(stack: Stack, out: Path, *, check: bool, upgrade: bool, conda: bool, sbom: bool,
@@ -54,17 +58,26 @@ def _lock_to_keep(stack: Stack, dest: Path, inputs: LockInputs,
     return (None if changed else disk), changed
 
 
-def write_locks(stack, out_dir: str | Path, *, requirements_file: str | Path | None = None,
+@dataclass(frozen=True)
+class Locks:
+    """What ``write_locks`` wrote (or checked): the lock's report, the conda files' (None when
+    not asked for) and the SBOM's path (None when not asked for)."""
+
+    lock: LockReport
+    conda: CondaReport | None = None
+    sbom: str | None = None
+
+
+def write_locks(stack: Stack, out_dir: str | Path, *, requirements_file: str | Path | None = None,
                 index_url: str | None = None, extra_index_urls: Sequence[str] = (),
                 uv: str | None = None, check: bool = False, upgrade: bool = False,
                 exclude_newer: str | None = None, conda: bool = False,
                 conda_channels: Sequence[str] = ("conda-forge",), sbom: bool = False,
                 team: Sequence[str] = (), command: str | None = None,
-                compiled: Sequence[str] = ()) -> dict:
+                compiled: Sequence[str] = ()) -> Locks:
     """``envbuilder lock``: requirements.lock, and with ``conda`` environment.yml +
     conda-lock.yml, with ``sbom`` sbom.cdx.json, all written together or not at all (a failing
-    conda solve leaves the old requirements.lock in place). Returns {"lock": LockReport,
-    "conda": CondaReport | None, "sbom": path | None}.
+    conda solve leaves the old requirements.lock in place).
 
     * ``check``: verify the lock on disk against its inputs, offline (``check_lock``); nothing
       is written; takes neither ``conda`` nor ``sbom``.
@@ -80,7 +93,7 @@ def write_locks(stack, out_dir: str | Path, *, requirements_file: str | Path | N
                          extra_index_urls=extra_index_urls, exclude_newer=exclude_newer,
                          team=team, compiled=compiled)
     if check:
-        return {"lock": check_lock(stack, dest, inputs, command), "conda": None, "sbom": None}
+        return Locks(check_lock(stack, dest, inputs, command))
     from envbuilder._fs import Outputs
 
     before = versions_on_disk(dest)
@@ -91,7 +104,8 @@ def write_locks(stack, out_dir: str | Path, *, requirements_file: str | Path | N
         text, pkgs, shown = resolve(stack, inputs, uv=uv, command=command)
         cross_check(stack, pkgs, "uv's resolution")
     versions = {p.name: p.version for p in pkgs}
-    result: dict = {"conda": None, "sbom": None}
+    conda_report: CondaReport | None = None
+    sbom_path: str | None = None
     if kept is None or conda or sbom:
         with Outputs("lock") as tx:
             if kept is None:
@@ -107,7 +121,7 @@ def write_locks(stack, out_dir: str | Path, *, requirements_file: str | Path | N
                                            index_url=index_url,
                                            extra_index_urls=extra_index_urls, uv=uv)
                 tx.add(out, files, group="conda")
-                result["conda"] = rep
+                conda_report = rep
             if sbom:
                 import json
 
@@ -115,10 +129,10 @@ def write_locks(stack, out_dir: str | Path, *, requirements_file: str | Path | N
 
                 tx.add(out, {SBOM_NAME: json.dumps(make_sbom(scratch_lock, stack), indent=2)
                              + "\n"}, group="sbom")
-                result["sbom"] = str(out / SBOM_NAME)
+                sbom_path = str(out / SBOM_NAME)
             tx.commit()
     digest = "sha256:" + hashlib.sha256(text.encode("utf-8")).hexdigest()
-    result["lock"] = LockReport(path=str(dest), digest=digest, packages=versions,
+    report = LockReport(path=str(dest), digest=digest, packages=versions,
                                 index=inputs.record["index"],
                                 extra_indexes=list(inputs.record["extra index"]), command=shown,
                                 status="unchanged" if kept is not None else "resolved",
@@ -126,7 +140,7 @@ def write_locks(stack, out_dir: str | Path, *, requirements_file: str | Path | N
                                 changed=[] if kept is not None else changed,
                                 package_diff=None if before is None else
                                 package_diff(before, versions).to_dict())
-    return result
+    return Locks(report, conda_report, sbom_path)
 
 
 
@@ -137,4 +151,4 @@ def lock_stack(stack: Stack, out_dir: str | Path, *, requirements_file: str | Pa
     """Write (or, with ``check``, verify offline) ``out_dir/requirements.lock`` for ``stack``."""
     return write_locks(stack, out_dir, requirements_file=requirements_file, index_url=index_url,
                        extra_index_urls=extra_index_urls, uv=uv, check=check, upgrade=upgrade,
-                       exclude_newer=exclude_newer, compiled=compiled)["lock"]
+                       exclude_newer=exclude_newer, compiled=compiled).lock

@@ -3,7 +3,8 @@
 There is no bytecode cache on disk (there was: jinja2's FileSystemBytecodeCache, whose entries
 are marshalled code objects that run when loaded, so whoever could write the cache folder could
 run code in envbuilder). The templates are compiled ahead of time into modules of the package
-instead (envbuilder/render/precompiled.py); benchmarks/render.py measures what a render costs.
+instead (envbuilder/render/precompiled.py: a wheel carries them; a checkout compiles them once
+into a cache folder only its user can write); benchmarks/render.py measures what a render costs.
 """
 
 from __future__ import annotations

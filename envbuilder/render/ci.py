@@ -195,18 +195,10 @@ def workflow(registry: str, *, python: str = "3.11", install: str | None = None,
 
 def write_github_workflow(out: Path, *, registry: str, **kw) -> Path:
     """Write OUT/.github/workflows/envbuilder.yml; returns its path."""
-    import yaml
-
-    class Dumper(yaml.SafeDumper):
-        def ignore_aliases(self, data):  # GitHub's parser long rejected anchors: write them out
-            return True
-
-    def _str(dumper, value):
-        style = "|" if "\n" in value else None
-        return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
-
-    Dumper.add_representer(str, _str)
     from envbuilder import __version__
+    # the one YAML emitter: no anchors (GitHub's parser long rejected them), multi-line
+    # scripts as literal blocks
+    from envbuilder.render.yamlemit import dump
 
     targets = kw.pop("targets", None)
     local = False
@@ -223,7 +215,7 @@ def write_github_workflow(out: Path, *, registry: str, **kw) -> Path:
             + ("# (this envbuilder came from a local folder, which CI cannot install: if that version\n"
                "# is not on your index, write the workflow again with `envbuilder ci --install SPEC`)\n"
                if local else "")
-            + yaml.dump(data, Dumper=Dumper, sort_keys=False, width=100))
+            + dump(data, width=100))
     path = Path(out) / WORKFLOW
 
     write_file_atomic(path, text, step="ci", group="ci", root=out)

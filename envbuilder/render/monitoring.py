@@ -27,7 +27,7 @@ from envbuilder import __version__
 from envbuilder.core.resources import templates_dir
 from envbuilder.render import precompiled
 from envbuilder.render.bccache import environment
-from envbuilder.errors import InputError, MissingExtraError
+from envbuilder.errors import MissingExtraError
 from envbuilder.core.smoke_metrics import JOB, METRICS
 
 DASHBOARD_UID = "envbuilder-smoke-gpu"
@@ -113,22 +113,10 @@ def dashboard_exprs(dashboard: dict) -> list[str]:
 
 # ----------------------------------------------------------------------------- alert rules
 
-def valid_min_busbw(min_busbw_gbps: float | None) -> float | None:
-    if min_busbw_gbps is None:
-        return None
-    try:
-        value = float(min_busbw_gbps)
-    except (TypeError, ValueError):
-        raise InputError(f"--min-busbw {min_busbw_gbps!r} is not a number of GB/s") from None
-    if not 0 < value < 100000:
-        raise InputError(f"--min-busbw {min_busbw_gbps!r} must be a bandwidth in GB/s above 0, "
-                         f"e.g. 100 for an NVLink node")
-    return value
-
-
 def alert_groups(min_busbw_gbps: float | None = None) -> list[dict[str, Any]]:
-    """The rule groups (Prometheus rule-file syntax). The busbw rule exists when a floor is set."""
-    floor = valid_min_busbw(min_busbw_gbps)
+    """The rule groups (Prometheus rule-file syntax). The busbw rule exists when a floor is set
+    (a spec's ``--min-busbw``: checked when the spec was made, core.options)."""
+    floor = min_busbw_gbps
     where = "{{ $labels.target }} on {{ $labels.node }} ({{ $labels.layout }}, {{ $labels.backend }})"
     smoke: list[dict[str, Any]] = [{
         "alert": "EnvbuilderSmokeFailed",
@@ -204,13 +192,10 @@ def prometheus_rule_yaml(min_busbw_gbps: float | None = None) -> str:
 
 
 def _yaml(doc: Any) -> str:
-    # libyaml's emitter where PyYAML has it (the same text for these documents: a test
-    # compares both); the pure-Python one otherwise
-    return yaml.dump(doc, Dumper=_DUMPER, sort_keys=False, default_flow_style=False,
-                     width=100, allow_unicode=True)
+    """The one YAML emitter (render.yamlemit): the files are made once per busbw floor."""
+    from envbuilder.render.yamlemit import dump
 
-
-_DUMPER = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+    return dump(doc, width=100)
 
 
 # ----------------------------------------------------------------------------- scrape wiring
@@ -425,12 +410,8 @@ def _static_dict(floor: float | None) -> dict[str, str]:
 
 
 def make_env(loader):
-    """The environment of monitoring/'s templates (also what compiles them ahead of time)."""
-    import jinja2
-
-    return jinja2.Environment(loader=loader, undefined=jinja2.StrictUndefined,
-                              keep_trailing_newline=True, autoescape=False, trim_blocks=True,
-                              lstrip_blocks=True)
+    """The environment of monitoring/'s templates (precompiled.SETS declares its options)."""
+    return precompiled.make_env("monitoring", loader)
 
 
 precompiled.register("monitoring", make_env)
@@ -438,8 +419,9 @@ precompiled.register("monitoring", make_env)
 
 def render_monitoring(*, target: str, job_names: Iterable[str],
                       min_busbw_gbps: float | None = None) -> dict[str, str]:
-    """Every file of the ``monitoring/`` folder, as relative path -> content."""
-    floor = valid_min_busbw(min_busbw_gbps)
+    """Every file of the ``monitoring/`` folder, as relative path -> content (``min_busbw_gbps``:
+    a spec's, checked when it was made)."""
+    floor = min_busbw_gbps
     files = dict(_static_files(floor))
     counters = _dcgm_counters_once()
     env = environment(("monitoring",), lambda: make_env(precompiled.loader("monitoring")))
@@ -453,4 +435,4 @@ def render_monitoring(*, target: str, job_names: Iterable[str],
 __all__ = ["render_monitoring", "build_dashboard", "alert_groups", "alert_rules_yaml",
            "prometheus_config", "promql_metric_names", "dashboard_metric_names",
            "known_metrics", "dcgm_counters", "load_dashboard_model", "shipped_dashboard",
-           "dashboard_text", "valid_min_busbw"]
+           "dashboard_text"]

@@ -11,7 +11,7 @@ and the smoke command. What each component needs is its own module's (envbuilder
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Mapping
+from typing import Any, Mapping
 
 from envbuilder import labels as image_labels
 from envbuilder.components import os_packages, registry
@@ -24,8 +24,9 @@ from envbuilder.core import validate
 from envbuilder.errors import InputError
 from envbuilder.core.matrix import CpuIsa, OsPython
 from envbuilder.core.resolve import PYPI, Stack
+from envbuilder.core.spec import TargetSpec
 
-__all__ = ["BuildPlan", "BuilderSetup", "PipLayer", "make_plan", "CXX_WRAPPER", "EFA_APT_BUILD",
+__all__ = ["BuildPlan", "BuilderSetup", "Pinned", "PipLayer", "PlanOptions", "make_plan", "stack_epoch", "CXX_WRAPPER", "EFA_APT_BUILD",
            "EFA_APT_RUNTIME", "OFI_NCCL_PREFIX", "OFI_NCCL_SHA256", "OFI_NCCL_URL", "RDMA_APT", "TEAM_LAYER",
            "TEAM_COMPILED_LAYER"]
 USER = "envbuilder"
@@ -190,104 +191,116 @@ class Pinned:
     snapshot_date: str | None = None  # YYYYMMDDTHHMMSSZ
 
 
-def make_plan(stack: Stack, *, base_image: str | None = None, builder_image: str | None = None,  # noqa: C901, PLR0912, PLR0915 - component knowledge inline: one object per component (issue 27 item 2) makes it a loop
-              pip_index_url: str | None = None, extra_index_urls: tuple[str, ...] = (),
-              wheelhouse: bool = False, hashes: bool = False,
-              labels: Mapping[str, str] | None = None, smoke_nproc: int = 12,
-              host_nproc: int | None = None, cuda_arch: tuple[str, ...] | None = None, cpu_isa: str | None = None,
-              team_requirements: tuple[str, ...] = (),
-              compiled: tuple[str, ...] = (), pinned: Pinned | None = None) -> BuildPlan:
-    """Turn a resolved stack and the build options into a plan.
+@dataclass(frozen=True)
+class PlanOptions:
+    """What a plan is made with besides its stack: the spec's build options (``spec``, checked
+    when the spec was made: core.spec.TargetSpec; ``PlanOptions.of`` makes one from values) and
+    what the caller adds (a lock's hashes and labels, the smoke job's ranks, the team's lines).
 
     ``team_requirements`` (PEP 508 lines, validated by the caller) are a team's own packages:
     they get a layer of their own (``team``), installed after torch and the compiled layers
     with those layers' versions as constraints, so changing them rebuilds that layer only.
     Those that compile against torch (known ones, or named in ``compiled``) get the
-    ``team-compiled`` layer before it (components.team_compiled); a stack that cannot build them is
-    refused (exit 3).
+    ``team-compiled`` layer before it (components.team_compiled); a stack that cannot build
+    them is refused (exit 3)."""
+
+    spec: TargetSpec | None = None  # None: no build option given
+    wheelhouse: bool = False
+    hashes: bool = False
+    labels: Mapping[str, str] = field(default_factory=dict)
+    smoke_nproc: int = 12
+    host_nproc: int | None = None
+    team_requirements: tuple[str, ...] = ()
+    compiled: tuple[str, ...] = ()
+    pinned: Pinned | None = None  # what a lock pins beyond Python, and --apt-snapshot (Pinned)
+
+    @classmethod
+    def of(cls, *, base_image: str | None = None, builder_image: str | None = None,
+           pip_index_url: str | None = None, extra_index_urls: tuple[str, ...] = (),
+           cuda_arch: tuple[str, ...] = (), cpu_isa: str | None = None, **rest: Any) -> PlanOptions:
+        """Options from values (a library caller's, a test's): the build options become a
+        TargetSpec's, checked there as every spec's are."""
+        spec = TargetSpec(name="plan", target="plan", base_image=base_image, builder_image=builder_image,
+                          pip_index_url=pip_index_url, extra_index_urls=tuple(extra_index_urls),
+                          cuda_arch=tuple(cuda_arch or ()), cpu_isa=cpu_isa)
+        return cls(spec=spec, **rest)
+
+    def _get(self, name: str) -> Any:
+        return getattr(self.spec, name) if self.spec is not None else None
+
+    @property
+    def base_image(self) -> str | None:
+        return self._get("base_image")  # type: ignore[no-any-return]
+
+    @property
+    def builder_image(self) -> str | None:
+        return self._get("builder_image")  # type: ignore[no-any-return]
+
+    @property
+    def index(self) -> str:
+        return self._get("pip_index_url") or PYPI
+
+    @property
+    def extra_index_urls(self) -> tuple[str, ...]:
+        return self._get("extra_index_urls") or ()
+
+    @property
+    def cuda_arch(self) -> tuple[str, ...]:
+        return self._get("cuda_arch") or ()
+
+    @property
+    def cpu_isa(self) -> str:
+        return self._get("cpu_isa") or DEFAULT_CPU_ISA
+
+
+def make_plan(stack: Stack, options: PlanOptions | None = None) -> BuildPlan:
+    """Turn a resolved stack and the build options into a plan.
 
     ``base_image`` replaces the runtime base (and the builder when the builder is a plain OS
     image that installs its own toolkit, or nothing compiles); an nvidia/cuda devel builder is
     replaced only by ``builder_image``. ``cuda_arch`` narrows the CUDA architectures compiled
     code is built for (a subset of torch's own); ``cpu_isa`` is the -march of compiled CPU code.
     """
-    if base_image is not None:
-        validate.image_ref(base_image, "--base-image")
+    o = options or PlanOptions()
     components = tuple(registry.active(stack))
     for c in components:
-        c.refuse(stack, base_image)
-    if builder_image is not None:
-        validate.image_ref(builder_image, "--builder-image")
-    index = validate.url(pip_index_url, "--pip-index-url") if pip_index_url else PYPI
-    extras = tuple(validate.url(u, "--extra-index-url") for u in extra_index_urls)
-
-    m = stack.matrix
+        c.refuse(stack, o.base_image)
     os_py = stack.os.python.get(stack.python)
     if os_py is None:  # the resolver's os_python rule makes this unreachable
         raise InputError(f"{stack.os.name} cannot install Python {stack.python}")
-    gpu = stack.toolkit is not None
     from envbuilder.components import team_compiled
 
-    split = team_compiled.split_team(team_requirements, compiled)
+    split = team_compiled.split_team(o.team_requirements, o.compiled)
     b = team_compiled.refuse_unbuildable(stack, split) if split else stack.builder
-    arch = _narrow_arch(_arch_list(stack.torch_variant.arch), cuda_arch) if gpu else ()
-    isa = m.toolchains.cpu_isas.get(cpu_isa or DEFAULT_CPU_ISA)
-    if isa is None:
-        raise InputError(f"--cpu-isa {cpu_isa!r} is not known{validate.suggest(cpu_isa or '', m.toolchains.cpu_isas)};"
-                         f" known: {', '.join(m.toolchains.cpu_isas)}")
-    ctx = PlanContext(stack, team=split, team_lines=tuple(team_requirements), hashes=hashes,
-                      wheelhouse=wheelhouse, index=index, builder=b, arch=tuple(arch))
-    builder_apt, setup = _builder(ctx, components, os_py, isa)
+    gpu = stack.toolkit is not None
+    arch = _narrow_arch(_arch_list(stack.torch_variant.arch), o.cuda_arch) if gpu else ()
+    ctx = PlanContext(stack, team=split, team_lines=tuple(o.team_requirements), hashes=o.hashes,
+                      wheelhouse=o.wheelhouse, index=o.index, builder=b, arch=tuple(arch))
+    builder_apt, setup = _builder(ctx, components, os_py, _cpu_isa(stack, o.cpu_isa))
     ctx = replace(ctx, setup=setup)
     layers = [la for c in components if (la := c.layer(ctx)) is not None]
     for layer in layers:
         for k, v in layer.build_env.items():
             validate.env_pair(k, v, "build environment")
-
-    runtime_env = dict(RUNTIME_ENV)
-    if hashes:  # a later `pip install` in the image keeps the locked versions
-        runtime_env["PIP_CONSTRAINT"] = CONSTRAINTS_FILE
-    if gpu:
-        runtime_env.update(stack.base_flavour.env)
-    if split and b is not None and b.image_kind == "devel":
-        builder = builder_image or team_compiled.builder_image(stack, b)
-    elif b is not None and b.image_kind == "devel":
-        builder = builder_image or stack.builder_image
-    else:
-        builder = builder_image or base_image or stack.builder_image
     extra_labels = {k: v for c in components for k, v in c.labels(ctx).items()}
-    runtime_image = base_image or stack.runtime_image
-    pin = pinned or Pinned()
+    builder, runtime_image = _builder_image(stack, o, split, b), o.base_image or stack.runtime_image
+    pin = o.pinned or Pinned()
     digests = _pinned_images(pin, builder, runtime_image)
     sde = pin.source_date_epoch if pin.source_date_epoch is not None else stack_epoch(stack)
     if "runtime" in digests:  # the OCI annotation of the base's digest, as a label
         extra_labels["org.opencontainers.image.base.digest"] = digests["runtime"].split("@", 1)[1]
     return BuildPlan(
-        target=stack.target,
-        stack=stack,
-        builder_image=digests.get("builder", builder),
-        runtime_image=digests.get("runtime", runtime_image),
-        os_family=stack.os.family,
-        python=stack.python,
-        python_apt=tuple(os_py.packages),
-        builder_apt=builder_apt,
-        ppa=os_py.ppa,
-        layers=tuple(layers),
-        env=runtime_env,
-        labels=_labels(stack, {**(labels or {}), **extra_labels}, base_image, setup=setup,
+        target=stack.target, stack=stack, builder_image=digests.get("builder", builder),
+        runtime_image=digests.get("runtime", runtime_image), os_family=stack.os.family,
+        python=stack.python, python_apt=tuple(os_py.packages), builder_apt=builder_apt,
+        ppa=os_py.ppa, layers=tuple(layers), env=_runtime_env(stack, o.hashes),
+        labels=_labels(stack, {**o.labels, **extra_labels}, o.base_image, setup=setup,
                        arch=arch if b is not None and b.nvcc is not None else ()),
-        wheelhouse=wheelhouse,
-        hashes=hashes,
-        pip_index_url=index,
-        extra_index_urls=extras,
-        smoke_nproc=smoke_nproc,
-        host_ranks=host_nproc if host_nproc != smoke_nproc else None,
-        builder=setup,
-        cuda_arch=tuple(arch),
-        fabric=stack.fabric,
-        compiled_packages=split.names,
-        source_date_epoch=sde,
-        image_digests=digests,
+        wheelhouse=o.wheelhouse, hashes=o.hashes, pip_index_url=o.index,
+        extra_index_urls=o.extra_index_urls, smoke_nproc=o.smoke_nproc,
+        host_ranks=o.host_nproc if o.host_nproc != o.smoke_nproc else None,
+        builder=setup, cuda_arch=tuple(arch), fabric=stack.fabric, compiled_packages=split.names,
+        source_date_epoch=sde, image_digests=digests,
         apt_pins={k: dict(v) for k, v in pin.apt_pins.items()} if stack.os.package_manager == "apt" else {},
         apt_snapshot=_snapshot(pin, stack, sde),
     )
@@ -326,6 +339,35 @@ def _snapshot(pin: Pinned, stack: Stack, sde: int) -> os_packages.Snapshot | Non
 
     date = pin.snapshot_date or datetime.fromtimestamp(sde, tz=timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     return os_packages.Snapshot(pin.apt_snapshot, date)
+
+
+def _cpu_isa(stack: Stack, name: str) -> CpuIsa:
+    isas = stack.matrix.toolchains.cpu_isas
+    isa = isas.get(name)
+    if isa is None:
+        raise InputError(f"--cpu-isa {name!r} is not known{validate.suggest(name, isas)}; known: {', '.join(isas)}")
+    return isa
+
+
+def _runtime_env(stack: Stack, hashes: bool) -> dict[str, str]:
+    env = dict(RUNTIME_ENV)
+    if hashes:  # a later `pip install` in the image keeps the locked versions
+        env["PIP_CONSTRAINT"] = CONSTRAINTS_FILE
+    if stack.toolkit is not None:
+        env.update(stack.base_flavour.env)
+    return env
+
+
+def _builder_image(stack: Stack, o: PlanOptions, split: Any, b: Any) -> str:
+    """The builder stage's image: an nvidia/cuda devel image when the builder compiles with
+    NVIDIA's toolkit (replaced only by --builder-image), else --base-image's or the runtime's."""
+    if split and b is not None and b.image_kind == "devel":
+        from envbuilder.components import team_compiled
+
+        return o.builder_image or team_compiled.builder_image(stack, b)
+    if b is not None and b.image_kind == "devel":
+        return o.builder_image or stack.builder_image
+    return o.builder_image or o.base_image or stack.builder_image
 
 
 def _builder(ctx: PlanContext, components: tuple[Component, ...], os_py: OsPython,

@@ -26,9 +26,7 @@ import os
 import re
 import shlex
 import shutil
-import signal
 import struct
-import subprocess
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -41,6 +39,7 @@ from envbuilder.render.templating import APPTAINER_BUILD_ENV_DIR, APPTAINER_SMOK
 if TYPE_CHECKING:
     from docker import DockerClient
 
+    from envbuilder.core.matrix import Matrix
     from envbuilder.render.plan import BuildPlan
     from envbuilder.run.smoke import SmokeResult
     from envbuilder.run.verify import VerifyReport
@@ -49,7 +48,8 @@ ENV_COMMAND = "ENVBUILDER_APPTAINER"
 BASES_DIR = ".envbuilder-sif-bases"  # in the build folder while a SIF builds: its bases' archives
 BUILD_TIMEOUT_S = 4 * 3600
 SIDECAR = ".envbuilder.json"
-_MARKER = re.compile(r"^envbuilder: (stage \S+, .+)$")
+SIDECAR_CAP = 64 << 10  # the SIF's record is a few hundred bytes
+_MARKER = re.compile(r"^envbuilder: (stage \S+, .+)\Z")
 
 
 # -- parsing (lint, tests) ------------------------------------------------------------------
@@ -67,7 +67,7 @@ class Stage:
         return [(args, body) for n, args, body in self.sections if n == name]
 
 
-_SECTION = re.compile(r"^%(\w+)\s*(.*)$")
+_SECTION = re.compile(r"^%(\w+)\s*(.*)\Z")
 BOOTSTRAPS = ("docker", "docker-archive", "docker-daemon", "oci-archive", "localimage")
 
 
@@ -142,48 +142,26 @@ def find_apptainer() -> str | None:
         return None
 
 
+LOG_CAP = 4 << 20  # the tail of an apptainer command's output kept (the report shows its end)
+
+
 def _run(cmd: Sequence[str], *, cwd: Path, env: Mapping[str, str] | None = None, timeout: float,
-         on_line: Callable[[str], None] | None = None, step: str) -> tuple[int, str, bool]:
-    """Run ``cmd`` in its own process group, its output lines streamed to ``on_line``; past
-    ``timeout`` seconds the group is stopped. (exit status, 124 when it ran past; log; timed out)"""
-    import threading
+         on_line: Callable[[str], None] | None = None, step: str,
+         cap: int = LOG_CAP) -> tuple[int, str, bool]:
+    """Run ``cmd`` through the one child runner (envbuilder._child: its own process group, its
+    output lines streamed to ``on_line`` and its tail kept, stopped past ``timeout`` seconds,
+    a Ctrl-C or SIGTERM forwarded to it). (exit status, 124 when it ran past; log; timed out)"""
+    from envbuilder import _child
 
     try:
-        proc = subprocess.Popen(list(cmd), cwd=cwd, env={**os.environ, **(env or {})},
-                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, start_new_session=True)
+        r = _child.run(list(cmd), cwd=cwd, env={**os.environ, **(env or {})}, timeout=timeout,
+                       on_line=on_line, merge=True, cap=cap)
     except OSError as e:
         raise OperationError(f"cannot run {cmd[0]}: {e}", step=step) from None
-    lines: list[str] = []
-
-    def read() -> None:
-        assert proc.stdout is not None
-        for raw in proc.stdout:
-            line = raw.decode("utf-8", errors="replace").rstrip("\n")
-            lines.append(line)
-            if on_line is not None:
-                on_line(line)
-
-    reader = threading.Thread(target=read, daemon=True)
-    reader.start()
-    timed_out = False
-    try:
-        proc.wait(timeout)
-    except subprocess.TimeoutExpired:
-        timed_out = True
-    finally:
-        if proc.poll() is None:  # ran past, or interrupted: stop the whole group
-            for sig in (signal.SIGTERM, signal.SIGKILL):
-                try:
-                    os.killpg(proc.pid, sig)
-                    proc.wait(10)
-                    break
-                except subprocess.TimeoutExpired:
-                    continue
-                except (ProcessLookupError, PermissionError):
-                    break
-        reader.join(10)
-    return (124 if timed_out else proc.returncode), "\n".join(lines), timed_out
+    log = r.stdout
+    if r.dropped:  # a command that printed without end: its tail, saying so
+        log = f"[{r.over_cap()}]\n{log}"
+    return r.returncode, log.rstrip("\n"), r.timed_out
 
 
 # -- build ----------------------------------------------------------------------------------
@@ -319,13 +297,18 @@ def _written_by_us(sif: Path) -> dict | None:
                          "the SIF's record there; remove it or choose another --sif path")
     if not sif.exists() and not sif.is_symlink():
         return None
-    try:
-        doc = json.loads(side.read_text())
-        if not sif.is_file() or sif.is_symlink() or doc.get("written_by") != "envbuilder":
+    from envbuilder.core.readfile import read_bytes_capped
+    from envbuilder.errors import EnvbuilderError
+
+    try:  # the one capped reader: a 3 GiB record costs one fstat; anything but an object is none
+        doc = json.loads(read_bytes_capped(side, "the SIF's record", limit=SIDECAR_CAP,
+                                           follow_links=False))
+        if not isinstance(doc, dict) or not sif.is_file() or sif.is_symlink() \
+                or doc.get("written_by") != "envbuilder":
             raise ValueError
-    except (OSError, ValueError):
-        raise InputError(f"--sif {sif} exists and envbuilder did not write it (no {side.name}): "
-                         "remove it or choose another --sif path") from None
+    except (EnvbuilderError, OSError, ValueError):
+        raise InputError(f"--sif {sif} exists and envbuilder did not write it (no {side.name} "
+                         f"of its own): remove it or choose another --sif path") from None
     return doc
 
 
@@ -378,7 +361,7 @@ def local_bases(client: DockerClient | None, images: Sequence[str], dest: Path) 
     return bases, ids
 
 
-_HEADER = re.compile(r"^# Base of the (\w+) stage: Bootstrap: docker, the registry image (\S+) \(the Dockerfile's\)\.$")
+_HEADER = re.compile(r"^# Base of the (\w+) stage: Bootstrap: docker, the registry image (\S+) \(the Dockerfile's\)\.\Z")
 
 
 def localize(text: str, bases: Mapping[str, tuple[str, str, str]]) -> str:
@@ -510,7 +493,7 @@ def _exec_folder(sif: Path) -> tuple[Path, Path]:
 
 
 def verify_sif(cmd: Sequence[str], sif: Path, labels: Mapping[str, str],
-               ds_op_modules: Mapping[str, str] | None = None) -> VerifyReport:
+               matrix: Matrix | None = None) -> VerifyReport:
     """The verification payload run in the SIF with ``apptainer exec``, against its labels."""
     from envbuilder.run.payload import verify_image
     from envbuilder.run.smoke import shell_wrap
@@ -521,7 +504,7 @@ def verify_sif(cmd: Sequence[str], sif: Path, labels: Mapping[str, str],
         script = shared / "verify_image.py"
         shutil.copyfile(verify_image.__file__, script)
         os.chmod(script, 0o644)
-        line = shell_wrap(["PY", str(script), *payload_args(labels, ds_op_modules)])
+        line = shell_wrap(["PY", str(script), *payload_args(labels, matrix)])
         started = time.monotonic()
         code, log, timed_out = _run([*cmd, "exec", "--bind", str(shared), str(sif), "sh", "-c", line],
                                     cwd=shared, timeout=TIMEOUT_S, step="verify")
@@ -532,7 +515,7 @@ def verify_sif(cmd: Sequence[str], sif: Path, labels: Mapping[str, str],
         why = f"ran past {TIMEOUT_S} s" if timed_out else f"exit {code}"
         raise OperationError(f"the verification payload reported nothing in {sif} ({why}): "
                              f"{log.strip()[-400:]}", step="verify")
-    return VerifyReport(str(sif), compare(facts, labels, ds_op_modules), facts,
+    return VerifyReport(str(sif), compare(facts, labels, matrix), facts,
                         time.monotonic() - started, dict(labels))
 
 
@@ -577,3 +560,149 @@ def pip_freeze_sif(cmd: Sequence[str], sif: Path) -> list[str]:
         raise OperationError(f"pip freeze in {sif} failed (exit {code}): {log.strip()[-300:]}",
                              step="apptainer")
     return sorted(ln for ln in log.splitlines() if "==" in ln or " @ " in ln)
+
+
+# -- a SIF of the pushed image: tied to its digest ------------------------------------------------
+
+IMAGE_REF_LABEL = "io.envbuilder.image-ref"  # REPO@sha256:... the SIF's root file system is
+IMAGE_CONFIG_LABEL = "io.envbuilder.image-config"  # that image's config digest (its layers)
+ATTESTATION_SUFFIX = ".att.json"  # the SIF's attestation bundle, beside it (run.sign)
+_FROM_IMAGE_DEF = """\
+# envbuilder: the SIF of {ref} (a docker save of the engine's image whose config digest the
+# registry serves for that digest: the same layers). Apptainer imports the image's labels,
+# environment and entrypoint; these labels name where it came from.
+Bootstrap: docker-archive
+From: {tar}
+
+%labels
+    {ref_label} {ref}
+    {config_label} {config}
+"""
+
+
+def is_sif(path: str | None) -> bool:
+    """``path`` names a SIF file (``envbuilder verify X.sif``, ``smoke X.sif``)."""
+    return bool(path) and str(path).endswith(".sif") and Path(str(path)).is_file()
+
+
+def pushed_config(client: DockerClient, image_id: str, ref: str) -> str:
+    """The config digest the registry serves for ``ref``, checked to be the local image's
+    (the image id is its config's digest): the docker save of ``image_id`` holds exactly the
+    pushed image's layers. OperationError otherwise."""
+    from envbuilder.run.registry import image_config
+
+    got = image_config(ref)
+    config = str(got["config_digest"])
+    if config != image_id:
+        raise OperationError(f"{ref}: the registry serves config {config}, the engine's image "
+                             f"is {image_id}: the SIF would not be the pushed image", step="sif")
+    return config
+
+
+def build_sif_from_image(cmd: Sequence[str], client: DockerClient, image_id: str, ref: str,
+                         out: Path, *, on_line: Callable[[str], None] | None = None) -> SifBuild:
+    """A SIF of the pushed image ``ref`` (its engine image ``image_id``, checked against the
+    registry by ``pushed_config``), labelled with ``ref`` and the config digest; reused when a
+    SIF envbuilder wrote from the same image is already there."""
+    import docker.errors
+
+    out = Path(out).absolute()
+    if out.suffix != ".sif" or not out.parent.is_dir():
+        raise InputError(f"--sif {out}: name a .sif file in an existing folder")
+    config = pushed_config(client, image_id, ref)
+    previous = _written_by_us(out)
+    started = time.monotonic()
+    digest = "sha256:" + hashlib.sha256(f"from-image\0{ref}\0{config}".encode()).hexdigest()
+    doc = _cached(out, digest)
+    if doc is not None:
+        return SifBuild(str(out), doc["sha256"], out.stat().st_size, digest, {ref: "docker-archive"},
+                        cached=True, seconds=time.monotonic() - started)
+    work, shared, _env_dir = _private_work(out.parent)
+    try:
+        tar = shared / "image.tar"
+        try:
+            with open(tar, "wb") as f:
+                for chunk in client.images.get(image_id).save(named=False):
+                    f.write(chunk)
+        except (OSError, docker.errors.DockerException) as e:
+            raise OperationError(f"docker save {image_id} failed: {e}", step="sif") from None
+        os.chmod(tar, 0o644)
+        (shared / "from-image.def").write_text(_FROM_IMAGE_DEF.format(
+            ref=ref, tar=tar, config=config, ref_label=IMAGE_REF_LABEL,
+            config_label=IMAGE_CONFIG_LABEL))
+        tmp_sif = shared / out.name
+        code, log, timed_out = _run([*cmd, "build", "--fakeroot", str(tmp_sif),
+                                     str(shared / "from-image.def")],
+                                    cwd=shared, timeout=BUILD_TIMEOUT_S, on_line=on_line, step="sif")
+        if code != 0 or not tmp_sif.is_file():
+            raise OperationError(_failure(log, code, timed_out), step="sif",
+                                 details=log.splitlines()[-40:])
+        sha = _sha256(tmp_sif)
+        record = shared / (out.name + SIDECAR)
+        record.write_text(json.dumps({"inputs": digest, "sha256": sha, "image": ref,
+                                      "config_digest": config, "written_by": "envbuilder"},
+                                     indent=2) + "\n")
+        os.chmod(record, 0o644)
+        os.replace(tmp_sif, out)
+        os.replace(record, _sidecar(out))
+        _drop_stale_attestation(out, previous)
+        return SifBuild(str(out), sha, out.stat().st_size, digest, {ref: "docker-archive"},
+                        seconds=time.monotonic() - started, log_tail=log[-2000:])
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _drop_stale_attestation(sif: Path, previous: Mapping[str, Any] | None) -> None:
+    """The attestation bundle envbuilder wrote for the SIF just replaced (its record names it)
+    attests other bytes: it goes (run.sign.attest_sif writes the new one)."""
+    name = (previous or {}).get("attestation")
+    if isinstance(name, str) and "/" not in name and name.startswith(sif.name):
+        try:
+            os.unlink(sif.with_name(name))
+        except FileNotFoundError:
+            pass
+
+
+def sif_sha256(sif: Path) -> str:
+    return _sha256(Path(sif))
+
+
+@dataclass
+class SifCheck:
+    """``envbuilder verify X.sif``: the SIF against its labels (the verification payload run in
+    it), the image digest it came from, and with a key its attestation."""
+
+    sif: str
+    sha256: str
+    image: str | None  # REPO@sha256:... (its label), None for a SIF built from a definition
+    config_digest: str | None
+    verify: VerifyReport
+    attestation: dict[str, Any] | None = None  # run.sign.check_sif's result, with --key
+    errors: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return self.verify.ok and not self.errors and (
+            self.attestation is None or bool(self.attestation.get("ok")))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"sif": self.sif, "ok": self.ok, "sha256": self.sha256, "image": self.image,
+                "config_digest": self.config_digest, "verify": self.verify.to_dict(),
+                "attestation": self.attestation, "errors": list(self.errors)}
+
+
+def check_sif_file(cmd: Sequence[str], sif: Path, *, key: str | None = None,
+                   matrix: Matrix | None = None,
+                   attest_check: Callable[..., dict[str, Any]] | None = None) -> SifCheck:
+    """The SIF's labels (apptainer inspect), the verification payload run in it against them,
+    and with ``key`` the attestation beside it (``X.sif.att.json``) checked by
+    ``attest_check(sif, key, labels)`` (run.sign.check_sif)."""
+    labels = sif_labels(cmd, sif)
+    report = verify_sif(cmd, sif, labels, matrix)
+    out = SifCheck(str(sif), _sha256(sif), labels.get(IMAGE_REF_LABEL),
+                   labels.get(IMAGE_CONFIG_LABEL), report)
+    if key is not None and attest_check is not None:
+        out.attestation = attest_check(sif, key, labels)
+        if not out.attestation.get("ok"):
+            out.errors.append(str(out.attestation.get("error") or "the attestation does not check"))
+    return out

@@ -30,7 +30,7 @@ from envbuilder.core import validate
 from envbuilder.core.builder import compiled_parts
 from envbuilder.core.matrix import Matrix, load_matrix
 from envbuilder.assemble import folder_files, image_tag, with_team_compiled
-from envbuilder.core.resolve import Stack, resolve_target
+from envbuilder.core.resolve import Stack
 from envbuilder.core.spec import TargetSpec
 from envbuilder.diagnose.explain import explain_lines
 from envbuilder.errors import EnvbuilderError, InputError, OperationError
@@ -39,7 +39,7 @@ from envbuilder.render.plan import BuildPlan
 from envbuilder.render.templating import write_tree
 from envbuilder.run import engine
 from envbuilder.run import wheelhouse as wh
-from envbuilder.run.smoke import SmokeResult, run_smoke_container
+from envbuilder.run.smoke import SmokeResult, judge, run_smoke_container
 
 if TYPE_CHECKING:
     from docker import DockerClient
@@ -122,20 +122,6 @@ class BuildOptions:
             from envbuilder.run.apptainer import apptainer_command
 
             object.__setattr__(self, "apptainer_argv", tuple(apptainer_command(self.apptainer)))
-
-
-def validate_spec(spec: TargetSpec) -> None:
-    """The spec's build inputs, before any work (exit 2 naming the option)."""
-    if spec.base_image:
-        validate.image_ref(spec.base_image, "--base-image")
-    if spec.builder_image:
-        validate.image_ref(spec.builder_image, "--builder-image")
-    if spec.pip_index_url:
-        validate.url(spec.pip_index_url, "--pip-index-url")
-    for u in spec.extra_index_urls:
-        validate.url(u, "--extra-index-url")
-    if spec.nproc is not None and spec.nproc < 1:
-        raise InputError(f"--nproc {spec.nproc} must be at least 1")
 
 
 @dataclass
@@ -234,11 +220,10 @@ class Prepared:
 
 def prepare(spec: TargetSpec, *, matrix_dir: str | Path | None = None,
             matrix: Matrix | None = None) -> Prepared:
-    """``spec`` checked (bad input: exit 2 naming the option) and resolved (refused: exit 3),
+    """``spec`` (checked when it was made: core.spec.TargetSpec) resolved (refused: exit 3),
     with the team's compiled packages (assemble.with_team_compiled), once, before any work."""
-    validate_spec(spec)
     m = matrix or load_matrix(matrix_dir, spec.matrix_overlay)
-    return Prepared(spec, with_team_compiled(spec, resolve_target(spec.target, m, spec.pins)), m)
+    return Prepared(spec, with_team_compiled(spec, spec.resolve(m)), m)
 
 
 def prepare_context(spec: TargetSpec, stack: Stack, opts: BuildOptions, dest: Path, *,
@@ -439,7 +424,7 @@ def _verify(b: _Build) -> None:
     from envbuilder.run.verify import verify_image_labels
 
     client, image_id = b.built()
-    vr = verify_image_labels(client, image_id, b.report.labels, b.job.matrix.toolchains.op_modules)
+    vr = verify_image_labels(client, image_id, b.report.labels, b.job.matrix)
     b.report.verify = vr.to_dict()
     if not vr.ok:
         raise OperationError(f"{b.job.stack.tag} is not what its labels say: {vr.summary()}",
@@ -449,9 +434,12 @@ def _verify(b: _Build) -> None:
 def _smoke(b: _Build) -> None:
     client, image_id = b.built()
     opts, report = b.opts, b.report
-    result = b.smoke = run_smoke_container(client, image_id, nproc=b.rendered().host_nproc,
-                                           backend=opts.backend, timeout=opts.smoke_timeout,
-                                           shm_size=opts.shm_size)
+    result = run_smoke_container(client, image_id, nproc=b.rendered().host_nproc,
+                                 backend=opts.backend, timeout=opts.smoke_timeout,
+                                 shm_size=opts.shm_size)
+    # the transport against the target's fabric, busbw against the published floors on GPUs
+    fabric = getattr(b.job.stack, "fabric", None)
+    result = b.smoke = judge(result, fabric=fabric if fabric in ("ib", "efa") else None)
     report.smoke = _smoke_summary(result)
     if opts.metrics is not None:  # before the verdict: a failed run is a metric too
         from envbuilder.run.metrics import export_run
@@ -490,6 +478,14 @@ def _apptainer(b: _Build) -> None:
                                 build_env={**proxy_args(opts), **plan.index_build_args},
                                 source_date_epoch=sde,
                                 on_line=lambda ln: b.emit("build-line", ln))
+    _sif_checks(b, app, built, cmd, plan)
+
+
+def _sif_checks(b: _Build, app: dict[str, Any], built: Any, cmd: list[str], plan: Any) -> None:
+    """The built SIF's record in ``app``, then verify and the smoke job in it (apptainer exec)."""
+    from envbuilder.run import apptainer
+
+    opts = b.opts
     app.update({k: v for k, v in built.to_dict().items() if k != "seconds"})
     app["steps"]["build"] = "cached" if built.cached else "ok"
     app["seconds"]["build"] = round(built.seconds, 3)
@@ -498,7 +494,7 @@ def _apptainer(b: _Build) -> None:
     if opts.verify:
         t0 = time.monotonic()
         app["steps"]["verify"] = "failed"
-        vr = apptainer.verify_sif(cmd, Path(built.sif), app["labels"], b.job.matrix.toolchains.op_modules)
+        vr = apptainer.verify_sif(cmd, Path(built.sif), app["labels"], b.job.matrix)
         app["verify"] = vr.to_dict()
         app["seconds"]["verify"] = round(time.monotonic() - t0, 3)
         if not vr.ok:
@@ -518,6 +514,35 @@ def _apptainer(b: _Build) -> None:
             raise OperationError(f"the smoke job failed in {built.sif}: {', '.join(result.failed) or 'unknown check'}",
                                  step="apptainer")
         app["steps"]["smoke"] = "ok"
+
+
+def _sif(b: _Build) -> None:
+    """--runtime both --push REPO: the SIF of the pushed image (``docker save`` of the image
+    whose config the registry serves for the pushed digest: the same layers), labelled with
+    REPO@DIGEST, verified and smoke-tested in it; with --sign attested as a file
+    (``X.sif.att.json``: its sha256, the digest and config it came from). ``envbuilder verify
+    X.sif --key PUB`` checks it."""
+    from envbuilder.run import apptainer, sign
+
+    opts, plan, report = b.opts, b.rendered(), b.report
+    client, image_id = b.built()
+    cmd = list(opts.apptainer_argv)
+    ref = report.pushed[0]["ref"]
+    sif = Path(opts.sif) if opts.sif is not None else Path.cwd() / f"{b.job.stack.tag}.sif"
+    app: dict[str, Any] = {"command": cmd, "from_image": ref, "seconds": {},
+                           "steps": {"build": "not run", "verify": "not run", "smoke": "not run"}}
+    report.apptainer = app
+    app["steps"]["build"] = "failed"
+    built = apptainer.build_sif_from_image(cmd, client, image_id, ref, sif,
+                                           on_line=lambda ln: b.emit("build-line", ln))
+    _sif_checks(b, app, built, cmd, plan)
+    if opts.sign is not None and report.signed is not None:
+        app["steps"]["attest"] = "failed"
+        predicate = sign.sif_predicate(b.job.spec.name, ref, app["labels"][apptainer.IMAGE_CONFIG_LABEL],
+                                       Path(built.sif))
+        app["attestation"] = sign.attest_sif(Path(built.sif), opts.sign, predicate,
+                                             cosign=sign.Cosign(on_command=lambda ln: b.emit("step", ("sif", ln))))
+        app["steps"]["attest"] = "ok"
 
 
 def _push(b: _Build) -> None:
@@ -637,9 +662,12 @@ BUILD_STEPS = (
     Step("build", _build_image, _docker),
     Step("verify", _verify, lambda b: _docker(b) and b.opts.verify),
     Step("smoke", _smoke, lambda b: _docker(b) and b.opts.smoke),
-    Step("apptainer", _apptainer, lambda b: b.opts.runtime != "docker"),
+    # --runtime both --push: the SIF is made of the pushed image (the sif step), not of the definition
+    Step("apptainer", _apptainer, lambda b: b.opts.runtime == "apptainer"
+         or (b.opts.runtime == "both" and not b.opts.push)),
     Step("push", _push, lambda b: _docker(b) and bool(b.opts.push)),
     Step("sign", _sign, lambda b: b.opts.sign is not None and b.smoke_passed and bool(b.report.pushed)),
+    Step("sif", _sif, lambda b: b.opts.runtime == "both" and bool(b.report.pushed)),
 )
 
 
@@ -662,15 +690,31 @@ def _run_steps(b: _Build, steps: Sequence[Step] = BUILD_STEPS) -> None:
             _stopped(report, step.name, "failed", str(e))
             raise BuildFailed(report, e if e.step else OperationError(str(e), step=step.name,
                                                                         details=e.details)) from None
-        except KeyboardInterrupt:
+        except KeyboardInterrupt as e:  # Ctrl-C, SIGTERM/SIGHUP: the report, then 130/143/129
             _stopped(report, step.name, "interrupted", f"interrupted during {step.name}")
-            raise BuildFailed(report, OperationError(
+            from envbuilder._safety import interrupted_exit_code
+
+            raise BuildInterrupted(report, OperationError(
                 f"interrupted during {step.name}; nothing was recorded for it — run the build again",
-                step=step.name)) from None
+                step=step.name), interrupted_exit_code(e)) from None
         finally:
             report.seconds[step.name] = round(time.monotonic() - t0, 3)
         report.steps[step.name] = "ok"
         b.emit("step", (step.name, "ok"))
+
+
+class BuildInterrupted(BuildFailed):
+    """A signal ended a step (Ctrl-C, SIGTERM): the report says which; the exit code is the
+    signal's, as for any interrupted command (130 for Ctrl-C, 143 for SIGTERM). A set of builds
+    stops there."""
+
+    def __init__(self, report: BuildReport, err: OperationError, code: int) -> None:
+        super().__init__(report, err)
+        self.code = code
+
+    @property  # type: ignore[override]
+    def exit_code(self) -> int:  # type: ignore[override]
+        return self.code
 
 
 def _stopped(report: BuildReport, step: str, state: str, error: str) -> None:
@@ -727,8 +771,10 @@ def pin_job_files(spec: TargetSpec, stack: Stack, opts: BuildOptions, folder: Pa
     (``REPO@sha256:...``), not the moving tag; the rest of the folder stays as built.
     ``lock``: as prepare_context's."""
     lock = opts.lock or lock
+    # the tag pushed with the digest: a tag-pinned pyxis file for enroot < 4.0
     _, files = folder_files(spec, stack, lock_text=_read_lock(lock), lock_source=str(lock),
-                            wheelhouse=opts.wheelhouse is not None, image=ref)
+                            wheelhouse=opts.wheelhouse is not None, image=ref,
+                            tag_image=f"{ref.partition('@')[0]}:{image_tag(spec, stack)}")
     write_tree(folder, {k: v for k, v in files.items() if k.startswith("jobs/")},
                group="render", prune=False)
 
@@ -737,7 +783,7 @@ def _require_builder(client: DockerClient, image: str, stack: Stack, team: Seque
     """A compiling build needs its devel builder: refuse before building when it is missing."""
     if engine.image_available(client, image):
         return
-    what = " and ".join(compiled_parts(stack.assignment, stack.ds_ops)
+    what = " and ".join(compiled_parts(stack.assignment, stack.matrix, stack.ops)
                         + ([f"the team's {', '.join(team)}"] if team else []))
     raise InputError(f"the builder image {image} (CUDA {stack.cuda} devel, to compile {what}) is not "
                      f"available to this engine and cannot be pulled: pass --builder-image with a "
@@ -756,6 +802,7 @@ def _smoke_summary(result: SmokeResult) -> dict[str, Any]:
     return {"ok": result.ok, "world_size": result.world_size, "nproc_per_node": result.nproc_per_node,
             "nnodes": result.nnodes, "backend": result.backend, "checks": result.checks,
             "failed": result.failed, "details": result.details, "bandwidth": result.bandwidth,
+            "transport": result.transport, "floors": result.floors, "warnings": result.warnings,
             "seconds": round(result.seconds, 3), "exit_code": result.exit_code}
 
 
@@ -809,6 +856,11 @@ def build_many(specs: Sequence[TargetSpec | Prepared], opts: BuildOptions, *, jo
             return r
 
     if jobs <= 1 or len(specs) <= 1:  # in this thread: Ctrl-C reaches the step that runs
-        return [one(s) for s in specs]
+        done: list[BuildReport] = []
+        for s in specs:
+            done.append(one(s))
+            if isinstance(done[-1].cause, BuildInterrupted):  # an interruption ends the set
+                break
+        return done
     with ThreadPoolExecutor(max_workers=jobs) as pool:
         return list(pool.map(one, specs))

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 
 MIN_API = (1, 41)
 _STEP_RE = re.compile(r"^Step (\d+)/(\d+) : (.*)")
-_IMAGE_RE = re.compile(r"^\s*---> ([0-9a-f]{12,64})\s*$")  # the image a step left
+_IMAGE_RE = re.compile(r"^\s*---> ([0-9a-f]{12,64})\s*\Z")  # the image a step left
 
 
 def _docker():

@@ -72,10 +72,10 @@ TIMEOUT_S = 30.0  # one request, all of it
 DEADLINE_S = 120.0  # one command, all of its requests
 # origins a registry's token service may live on and receive the registry's credentials
 KNOWN_AUTH_ORIGINS = {"https://registry-1.docker.io": ("https://auth.docker.io",)}
-DIGEST_RE = re.compile(r"^(sha256:[0-9a-f]{64}|sha512:[0-9a-f]{128})$")
-_TOKEN_RE = re.compile(r"^[A-Za-z0-9\-._~+/]+=*$")  # RFC 6750's b64token
+DIGEST_RE = re.compile(r"^(sha256:[0-9a-f]{64}|sha512:[0-9a-f]{128})\Z")
+_TOKEN_RE = re.compile(r"^[A-Za-z0-9\-._~+/]+=*\Z")  # RFC 6750's b64token
 _HOSTPORT_RE = re.compile(r"^(?P<host>[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?|\[[0-9A-Fa-f:.]+\])"
-                          r"(?::(?P<port>[0-9]{1,5}))?$")
+                          r"(?::(?P<port>[0-9]{1,5}))?\Z")
 _CTL = re.compile(r"[\x00-\x20\x7f]")  # in a challenge's parameters
 
 

@@ -17,7 +17,7 @@ import os
 import tarfile
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 from packaging.version import InvalidVersion, Version
 
@@ -32,6 +32,9 @@ from envbuilder.components.team_compiled import compiled_checks as compiled_chec
 from envbuilder.errors import InputError, OperationError
 from envbuilder.labels import PREFIX as LABEL
 from envbuilder.run.payload import verify_image
+
+if TYPE_CHECKING:
+    from envbuilder.core.matrix import Matrix
 
 CONTAINER_DIR = "/tmp/envbuilder-verify"
 TIMEOUT_S = 300
@@ -75,7 +78,7 @@ def _minor(v: str | None) -> str | None:
 
 
 def compare(facts: Mapping[str, Any], labels: Mapping[str, str],
-            ds_op_modules: Mapping[str, str] | None = None) -> list[VerifyCheck]:
+            matrix: Matrix | None = None) -> list[VerifyCheck]:
     """Every check of the image's facts against its labels."""
     lab = {k[len(LABEL):]: v for k, v in labels.items() if k.startswith(LABEL)}
     if "torch" not in lab:
@@ -142,7 +145,7 @@ def compare(facts: Mapping[str, Any], labels: Mapping[str, str],
             "the NVIDIA container runtime needs NVIDIA_VISIBLE_DEVICES and NVIDIA_DRIVER_CAPABILITIES "
             f"(compute,utility) in the image: it has {env.get('NVIDIA_VISIBLE_DEVICES')!r}, {caps!r}"))
     # each component's own checks (envbuilder.components), in plan order
-    ctx = VerifyContext(lab, t, tuple(nccl), ds_op_modules or {})
+    ctx = VerifyContext(lab, t, tuple(nccl), matrix)
     for c in registry.components():
         out += c.verify_checks(facts, ctx)
     return out
@@ -175,20 +178,21 @@ def parse_facts(log: str) -> dict | None:
     return None
 
 
-def payload_args(labels: Mapping[str, str], op_modules: Mapping[str, str] | None = None) -> list[str]:
-    """The payload's arguments for the components the image's labels name (their facts)."""
+def payload_args(labels: Mapping[str, str], matrix: Matrix | None = None) -> list[str]:
+    """The payload's arguments for the components the image's labels name (their facts; what
+    a component reads of ``matrix``, the one the image was made from)."""
     ctx = VerifyContext({k[len(LABEL):]: v for k, v in labels.items() if k.startswith(LABEL)}, {},
-                        op_modules=op_modules or {})
+                        matrix=matrix)
     return [a for c in registry.components() for a in c.payload_args(ctx)]
 
 
 def verify_image_labels(client: Any, image: str, labels: Mapping[str, str],
-                        ds_op_modules: Mapping[str, str] | None = None) -> VerifyReport:
+                        matrix: Matrix | None = None) -> VerifyReport:
     """Run the payload in ``image`` (no GPU needed) and compare with ``labels``."""
     from envbuilder.run.engine import Container
     from envbuilder.run.smoke import shell_wrap
 
-    cmd = shell_wrap(["PY", f"{CONTAINER_DIR}/verify_image.py", *payload_args(labels, ds_op_modules)])
+    cmd = shell_wrap(["PY", f"{CONTAINER_DIR}/verify_image.py", *payload_args(labels, matrix)])
     started = time.monotonic()
     with Container(client, image, ["sh", "-c", cmd], step="verify",
                    labels={"envbuilder.verify": "1"}) as c:
@@ -201,5 +205,5 @@ def verify_image_labels(client: Any, image: str, labels: Mapping[str, str],
         why = f"ran past {TIMEOUT_S} s" if timed_out else f"exit {code}"
         raise OperationError(f"the verification payload reported nothing in {image} ({why}): "
                              f"{log.strip()[-400:]}", step="verify")
-    return VerifyReport(image, compare(facts, labels, ds_op_modules), facts,
+    return VerifyReport(image, compare(facts, labels, matrix), facts,
                         time.monotonic() - started, dict(labels))

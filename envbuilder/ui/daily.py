@@ -3,20 +3,18 @@ envbuilder.cli (one api call each; the logic lives in knowledge/ and core/)."""
 
 from __future__ import annotations
 
-import sys
 from typing import Any, List, Optional
 
 import typer
 
 from envbuilder.ui.options import (COMPONENT_NAMES, COMPONENT_TITLES, COMPONENTS, JsonOpt, MatrixOpt, TorchOpt, complete_target,
                                    spec_options)
-from envbuilder.ui.output import command, echo_json, print_package_diff, table  # noqa: F401
+from envbuilder.ui.output import command, echo_json, print_package_diff, say, table  # noqa: F401
 
 
 def _lines(lines: list[str]) -> None:
-    from envbuilder._safety import terminal_safe
 
-    sys.stdout.write("".join(terminal_safe(ln) + "\n" for ln in lines))
+    say(*lines)
 
 
 def print_axis(axis: str, t: Any) -> None:
@@ -38,14 +36,13 @@ def diff(a: str = typer.Argument(..., metavar="A", autocompletion=complete_targe
     """What changes from A to B: CUDA, driver floor, torch, NCCL, each component (and its pre-built ops), base image, packages, and which image layers rebuild."""
     from envbuilder import api
 
-    d = api.diff(a, b, matrix_dir=matrix, matrix_a=matrix_a, matrix_overlay=over.matrix_overlay,
-                 pins=over.pins, where=source)
+    d = api.diff(a, b, matrix_dir=matrix, matrix_a=matrix_a, given=over, where=source)
     if as_json:
         return echo_json(d.to_dict())
     if d.facts:
         table(f"{a} -> {b}", ["", "A", "B"], [[f["title"], f["a"] or "-", f["b"] or "-"] for f in d.facts])
     else:
-        sys.stdout.write(f"{a} -> {b}: the same stack\n")
+        say(f"{a} -> {b}: the same stack")
     _lines(api.diff_lines(d))
 
 

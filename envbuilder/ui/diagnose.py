@@ -10,7 +10,7 @@ import typer
 
 from envbuilder.ui.options import JsonOpt
 from envbuilder.ui.output import command, echo_json
-from envbuilder.ui.plain import explain_logs
+from envbuilder.ui.plain import explain_logs, say
 
 
 def explain(logs: Optional[List[str]] = typer.Argument(None, help="Log files, or - for stdin (the default when stdin is a pipe or a file)."),
@@ -21,7 +21,8 @@ def explain(logs: Optional[List[str]] = typer.Argument(None, help="Log files, or
             cause: Optional[str] = typer.Option(None, "--cause", metavar="TEXT", help="--learn: what the team found (the root cause)."),
             as_json: bool = JsonOpt) -> None:
     """Name the likely causes of a failed distributed job from its logs, with fixes.
-    Exit 0: a cause was found; 1: nothing matched; 2: bad input."""
+    Exit 0: a cause was found with confidence; 1: none (no failure found, only low-confidence
+    guesses, or nothing matched); 2: bad input."""
     from envbuilder.errors import InputError
 
     if learn is not None:
@@ -30,8 +31,8 @@ def explain(logs: Optional[List[str]] = typer.Argument(None, help="Log files, or
         if logs or not category:
             raise InputError("explain --learn LOG takes --category C and --fix TEXT, and no other log")
         learned = explain_learn(learn, category=category, fix=fix or "", cause=cause).to_dict()
-        echo_json({"learned": learned}) if as_json else sys.stdout.write(
-            f"learned team case {learned['name']} ({learned['category']}): {learned['path']}\n")
+        echo_json({"learned": learned}) if as_json else say(
+            f"learned team case {learned['name']} ({learned['category']}): {learned['path']}")
         return
     if not logs:
         if sys.stdin is None or sys.stdin.isatty():

@@ -29,7 +29,8 @@ def parse(argv: Sequence[str]) -> tuple[list[str], int, bool] | None:
             as_json = True
         elif a == "--top" or a.startswith("--top="):
             value = a.partition("=")[2] if "=" in a else (rest.pop(0) if rest else "")
-            if not value.isdigit() or not value.isascii() or int(value) < 1:
+            # (a count of digits first: int() of more than 4,300 digits raises)
+            if not value.isdigit() or not value.isascii() or len(value) > 9 or int(value) < 1:
                 return None
             top = int(value)
         elif a == "-" or not a.startswith("-"):

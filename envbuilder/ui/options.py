@@ -1,7 +1,7 @@
 """The command line's side of the option table (envbuilder.core.options): each
 option's typer.Option made from its row, and the decorator that adds a group of them to a
-command and hands it one ``over`` (an ``envbuilder.api.Overrides``: the command line's layer of
-the cascade, core.spec) instead of many parameters."""
+command and hands it one ``over`` (the command line's layer of the cascade, core.spec: the
+values given by the option table's names) instead of many parameters."""
 
 from __future__ import annotations
 
@@ -16,11 +16,10 @@ from envbuilder import SMOKE_TIMEOUT
 # the table itself (pure data, stdlib only): the one import of core the CLI makes, so that
 # `--help` and completion stay as light as before (pyproject.toml: the thin-CLI contract)
 from envbuilder.core.options import BY_NAME as OPTIONS_BY_NAME, GROUPS as OPTION_GROUPS, OPTIONS
-# the matrix's components, by name, and their names in sentences
+# the built-in matrix's components (core.catalog), by name, and their names in sentences
 from envbuilder.core.options import COMPONENT_TITLES as COMPONENT_TITLES
 from envbuilder.core.options import COMPONENTS as COMPONENTS
 from envbuilder.core.options import COMPONENT_CHECKS
-from envbuilder.core.options import cli_value as option_value
 
 # the components as the commands' help names them (their titles joined by "and"), and what
 # verify checks of each (core.options.COMPONENT_CHECKS)
@@ -89,25 +88,15 @@ GROUPS = {g: tuple(OPTIONS_BY_NAME[n].param_name for n in names if OPTIONS_BY_NA
           for g, names in OPTION_GROUPS.items()}
 
 
-def overrides(values: dict[str, Any]) -> Any:
-    """The command line's values (by parameter name) as an api.Overrides."""
-    from envbuilder.api import Overrides, Pins
-
-    pin_kw: dict[str, Any] = {}
-    kw: dict[str, Any] = {}
-    for o in OPTIONS:
-        if o.param_name in values:
-            v = option_value(o, values[o.param_name])
-            if o.kind == "pin":
-                pin_kw[o.name] = v
-            else:
-                kw[o.fields[0]] = v
-    return Overrides(pins=Pins(**pin_kw), **kw)
+def given(values: dict[str, Any]) -> dict[str, Any]:
+    """The command line's values (by parameter name) by the option table's names: the
+    command line's layer of the cascade (core.options.given keeps the values given)."""
+    return {o.fields[0]: values[o.param_name] for o in OPTIONS if o.param_name in values}
 
 
 def spec_options(*groups: str, before: str | None = None) -> Callable[[Callable], Callable]:
     """Add the options of ``groups`` (GROUPS, or one option by its parameter's name) to a
-    command that takes ``over``: the wrapper collects them into one Overrides. They go before
+    command that takes ``over``: the wrapper collects them into one mapping. They go before
     the parameter ``before`` (default: ``matrix`` or ``as_json``)."""
     unknown = [g for g in groups if g not in GROUPS and g not in _OPTIONS]
     if unknown:
@@ -124,7 +113,7 @@ def spec_options(*groups: str, before: str | None = None) -> Callable[[Callable]
 
         @functools.wraps(fn)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
-            kwargs["over"] = overrides({n: kwargs.pop(n, None) for n in names})
+            kwargs["over"] = given({n: kwargs.pop(n, None) for n in names})
             return fn(*args, **kwargs)
 
         wrapper.__signature__ = sig.replace(  # type: ignore[attr-defined]

@@ -15,7 +15,7 @@ import typer
 
 from envbuilder.errors import EXIT_FAILED
 from envbuilder.ui import plain
-from envbuilder.ui.plain import echo_json  # noqa: F401 - the CLI's name for it
+from envbuilder.ui.plain import echo_json, say  # noqa: F401 - the CLI's names for them
 from envbuilder.ui.options import COMPONENTS
 
 def console(stderr: bool = False) -> Any:
@@ -69,10 +69,15 @@ def table(title: str, columns: list[str], rows: list[list[Any]]) -> None:
 
 
 def warn(w: dict) -> None:
-    from envbuilder._safety import terminal_safe
 
     # warnings go to stderr: stdout stays the answer (a table, or one JSON document)
-    sys.stderr.write(terminal_safe(f"warning: {w['rule']}: {w['message']}. {w['fix']}") + "\n")
+    say(f"warning: {w['rule']}: {w['message']}. {w['fix']}", err=True)
+
+
+def evidence(e: dict) -> None:
+    """One fact that decided an acceptance at an edge, with its source (stdout: part of the answer)."""
+    src = f" [source: {e['source'][0]}]" if e.get("source") else ""
+    say(f"evidence: {e['rule']}: {e['message']}{src}")
 
 
 def print_stack(d: dict) -> None:
@@ -85,8 +90,10 @@ def print_stack(d: dict) -> None:
         rows[1][2] = d["driver_min"].get("note") or f"CUDA {d['driver_min'].get('toolkit')}'s minimum driver"
     table(f"{d['target']} -> {d['tag']}", ["axis", "value", "why"], rows)
     for e in d.get("overlay", ()):
-        sys.stdout.write(f"overlay{' (used)' if e['used'] else ''}: {e['file']} {e['key']} "
-                         f"{e['entry']} {e['action']} from {e['overlay']} (source: {', '.join(e['source'])})\n")
+        say(f"overlay{' (used)' if e['used'] else ''}: {e['file']} {e['key']} "
+                         f"{e['entry']} {e['action']} from {e['overlay']} (source: {', '.join(e['source'])})")
+    for e in d.get("evidence", ()):
+        evidence(e)
     for w in d["warnings"]:
         warn(w)
 
@@ -140,16 +147,54 @@ def print_smoke(title: str, result: Any, runs: list, causes: list, exported: Any
                 pushgateway: Optional[str]) -> None:
     """A smoke run: each size of a progressive run, the checks, bandwidth, causes, metrics."""
     for r in runs:
-        sys.stdout.write(f"{r.world_size:3d} ranks: {'ok' if r.ok else 'FAILED ' + ', '.join(r.failed)}\n")
+        say(f"{r.world_size:3d} ranks: {'ok' if r.ok else 'FAILED ' + ', '.join(r.failed)}")
+    if runs and not runs[-1].ok:
+        say(f"progressive: stopped at {runs[-1].world_size} ranks")
     table(f"{title}: world size {result.world_size}, {result.backend}", ["check", "status", "detail"],
           [[k, v, result.details.get(k, "")[:100]] for k, v in result.checks.items()])
-    sys.stdout.write(result.bandwidth_table())
+    say(*result.bandwidth_table().splitlines())
+    say(*(ln.rstrip("\n") for ln in proof_lines(result)))
+    for name in result.failed:  # in full: the table cuts them
+        if len(result.details.get(name, "")) > 100:
+            say(f"{name}: {result.details[name]}")
     for c in causes:
-        sys.stdout.write(f"likely cause: {c['category']} ({c['confidence']:.2f}): {c['title']}\n  fix: {c['fix']}\n")
+        say(f"likely cause: {c['category']} ({c['confidence']:.2f}): {c['title']}", f"  fix: {c['fix']}")
     if exported:
-        sys.stdout.write(f"metrics: {exported.series} series"
+        say(f"metrics: {exported.series} series"
                          + (f", written to {exported.written}" if exported.written else "")
-                         + (f", pushed to {pushgateway}{exported.pushed}" if exported.pushed else "") + "\n")
+                         + (f", pushed to {pushgateway}{exported.pushed}" if exported.pushed else ""))
+
+
+def proof_lines(result: Any) -> list[str]:
+    """What the run proved beyond the checks: the transport, busbw against its floor, /dev/shm,
+    what the components initialised, and the warnings."""
+    out = []
+    t = result.transport or {}
+    if t:
+        out.append(f"transport: {t.get('summary')}"
+                   + (f" (NCCL {t['nccl_version']}" + (f", net plugin {t['net_plugin']}" if t.get("net_plugin") else "")
+                      + ")" if t.get("nccl_version") else "")
+                   + (f"; declared fabric {t['declared_fabric']}" if t.get("declared_fabric") else "") + "\n")
+    fl = result.floors or {}
+    for r in fl.get("rows") or ():
+        out.append(f"busbw {r['size']:>6}: {r['busbw_gbps']:.1f} GB/s = {r['percent']:.0f}% of the "
+                   f"published {r['published_gbps']:g} GB/s ({'ok' if r['ok'] else 'BELOW'} the floor, "
+                   f"{fl['fraction']:.0%})\n")
+    if fl and not fl.get("rows"):
+        out.append(f"busbw floor: {fl.get('why')}\n")
+    shm = result.fact("shm") or {}
+    if shm.get("needed_bytes") is not None and shm.get("free_bytes") is not None:
+        out.append(f"/dev/shm: {shm['free_bytes'] / 2**20:.1f} MiB free, {shm['needed_bytes'] / 2**20:.1f} MiB "
+                   f"needed ({'ok' if shm.get('ok') else 'too small'})\n")
+    out += [component_line(name, c) + "\n" for name, c in (result.fact("components") or {}).items()]
+    out += [f"warning: {w}\n" for w in result.warnings]
+    return out
+
+
+def component_line(name: str, c: dict) -> str:
+    """What a component initialised in the smoke job: version, accelerator, ops, optimizer."""
+    return (f"{name} {c.get('version')} ({c.get('accelerator')}): ops {', '.join(c.get('ops') or []) or 'none'}"
+            + (f", optimizer {c['optimizer']}" if c.get("optimizer") else ""))
 
 
 def print_build(d: dict) -> None:
@@ -161,11 +206,9 @@ def print_build(d: dict) -> None:
     if d.get("image_id"):
         out.write(f"  image   {d['image_id'][:19]} {' '.join(d['local_tags'])}\n")
     if d.get("builder"):
-        from envbuilder._safety import terminal_safe
-
         sde = d.get("source_date_epoch")
-        out.write(terminal_safe(f"  builder {d['builder']}: {'reproducible' if d.get('reproducible') else 'not reproducible'}"
-                                f" (SOURCE_DATE_EPOCH {sde}; {d.get('reproducible_why', '')})") + "\n")
+        say(f"  builder {d['builder']}: {'reproducible' if d.get('reproducible') else 'not reproducible'}"
+            f" (SOURCE_DATE_EPOCH {sde}; {d.get('reproducible_why', '')})")
     s = d.get("smoke")
     if s:
         bw = max((b.get("busbw_gbps", 0) for b in s.get("bandwidth") or []
@@ -211,8 +254,8 @@ def exit_for_failures(outcomes: list) -> None:
 
     failed = [o for o in outcomes if not o.ok]
     for o in failed:
-        sys.stderr.write(f"envbuilder: error: {safe_text(o.spec.name)}: {o.step} failed: "
-                         f"{safe_text(str(o.error))}\n")
+        say(f"envbuilder: error: {safe_text(o.spec.name)}: {o.step} failed: "
+                         f"{safe_text(str(o.error))}", err=True)
     if failed:
         raise typer.Exit(failed[0].error.exit_code if failed[0].error else EXIT_FAILED)
 
@@ -229,22 +272,19 @@ def print_lock(d: dict, check_: bool, named: bool) -> None:
         if rep["changed"]:
             more = len(rep["changed"]) - 1
             line += f"\n  resolved again: {rep['changed'][0]}" + (f" (and {more} more)" if more else "")
-    sys.stdout.write(who + line + "\n")
+    say(*(who + line).split("\n"))
     print_package_diff(rep.get("package_diff"), "since the lock was made" if check_ else "from the lock that was there")
     for extra in ("conda", "sbom"):
         if extra in d:
             v = d[extra]
-            sys.stdout.write(f"{extra}: {v if isinstance(v, str) else ', '.join(str(x) for k, x in v.items() if k.endswith(('path', 'file')))}\n")
+            say(f"{extra}: {v if isinstance(v, str) else ', '.join(str(x) for k, x in v.items() if k.endswith(('path', 'file')))}")
     sysd = d.get("system")
     if sysd:
-        from envbuilder._safety import terminal_safe
-
         how = "checked against the images and the mirror now" if sysd.get("checked") else sysd.get("status", "")
-        sys.stdout.write(terminal_safe(f"system pins ({how}; resolved {sysd['resolved_at']}):") + "\n")
+        say(f"system pins ({how}; resolved {sysd['resolved_at']}):")
         for stage, ref in sysd["images"].items():
             n = len(sysd["apt"].get(stage, []))
-            sys.stdout.write(terminal_safe(f"  {stage}: {ref} ({sysd['image_source'].get(stage, '?')}), "
-                                           f"{n} apt packages by version") + "\n")
+            say(f"  {stage}: {ref} ({sysd['image_source'].get(stage, '?')}), {n} apt packages by version")
 
 
 def print_package_diff(d: Optional[dict], when: str) -> None:
@@ -253,11 +293,10 @@ def print_package_diff(d: Optional[dict], when: str) -> None:
         return
     lines = [f"+ {n} {v}" for n, v in d["added"].items()] + [f"- {n} {v}" for n, v in d["removed"].items()]
     lines += [f"~ {n} {c['from']} -> {c['to']}" for n, c in d["changed"].items()]
-    sys.stdout.write(f"packages {when}: {len(d['added'])} added, {len(d['removed'])} removed, {len(d['changed'])} changed\n")
-    from envbuilder._safety import terminal_safe
+    say(f"packages {when}: {len(d['added'])} added, {len(d['removed'])} removed, {len(d['changed'])} changed")
 
     for ln in sorted(lines, key=lambda s: s.split()[1]):
-        sys.stdout.write(terminal_safe(f"  {ln}") + "\n")
+        say(f"  {ln}")
 
 
 # -- readable metavars ---------------------------------------------------------------------
@@ -347,16 +386,16 @@ def _show_completion(argv: list[str]) -> int | None:
 
         what = (f"shell {terminal_safe(shell[:40])!r} is not supported" if shell
                 else "cannot tell which shell runs envbuilder")
-        sys.stderr.write(f"envbuilder: error: {opt}: {what}: name one of "
-                         f"{', '.join(known)}, e.g. envbuilder {opt} bash\n")
+        say(f"envbuilder: error: {opt}: {what}: name one of "
+                         f"{', '.join(known)}, e.g. envbuilder {opt} bash", err=True)
         return 2
     if opt == "--install-completion":  # the shell named, not the one typer would detect
         shell, path = install(shell=shell, prog_name="envbuilder", complete_var="_ENVBUILDER_COMPLETE")
-        sys.stdout.write(f"{shell} completion installed in {path}\n"
-                         "Completion will take effect once you restart the terminal\n")
+        say(f"{shell} completion installed in {path}",
+                "Completion will take effect once you restart the terminal")
         return 0
-    sys.stdout.write(get_completion_script(prog_name="envbuilder",
-                                           complete_var="_ENVBUILDER_COMPLETE", shell=shell) + "\n")
+    say(*get_completion_script(prog_name="envbuilder", complete_var="_ENVBUILDER_COMPLETE",
+                               shell=shell).splitlines())
     return 0
 
 
@@ -402,7 +441,7 @@ def run_app(app: typer.Typer) -> None:
         rv = typer.main.get_command(_only_the_invoked(app, sys.argv[1:])).main(
             prog_name="envbuilder", standalone_mode=False)
     except KeyboardInterrupt as e:  # outside a command (while parsing)
-        sys.stderr.write("envbuilder: interrupted\n")
+        say("envbuilder: interrupted", err=True)
         rv = _safety.interrupted_exit_code(e)
 
     except OSError as e:
@@ -414,16 +453,16 @@ def run_app(app: typer.Typer) -> None:
             raise
         rv = _safety.stdout_gone()
     except NoArgsIsHelpError as e:  # type: ignore[misc]
-        sys.stdout.write(e.ctx.get_help() + "\n")
+        say(*e.ctx.get_help().splitlines())
         rv = 0
     except UsageError as e:
         where = e.ctx.command_path if e.ctx else "envbuilder"
         msg = " ".join(e.format_message().split())
         if "--json" in sys.argv[1:]:
             echo_json({"error": "UsageError", "message": msg, "details": [], "exit_code": 2})
-        sys.stderr.write(f"envbuilder: error: {msg} (see: {where} --help)\n")
+        say(f"envbuilder: error: {msg} (see: {where} --help)", err=True)
         rv = 2
     except typer.Abort:
-        sys.stderr.write("envbuilder: interrupted\n")
+        say("envbuilder: interrupted", err=True)
         rv = EXIT_FAILED
     plain.finish(rv)

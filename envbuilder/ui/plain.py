@@ -19,6 +19,17 @@ def echo_json(data: Any) -> None:
     sys.stdout.write(redact(json.dumps(data, indent=2, default=str)) + "\n")
 
 
+def say(*lines: Any, err: bool = False) -> None:
+    """The one terminal writer: each argument is one line on stdout (stderr with ``err``), every
+    control character, line break and invisible character of it shown escaped
+    (``_safety.terminal_safe``): a string from data (an advisory, a source URL, a recorded
+    value) can neither move the cursor nor print a line of its own."""
+    from envbuilder._safety import terminal_safe
+
+    stream = sys.stderr if err else sys.stdout
+    stream.write("".join(terminal_safe(ln) + "\n" for ln in lines))
+
+
 def report_error(err: EnvbuilderError, as_json: bool) -> int:
     """Print ``err`` (its JSON document with --json, and one line on stderr); its exit code."""
     from envbuilder._safety import cut, terminal_safe
@@ -29,10 +40,10 @@ def report_error(err: EnvbuilderError, as_json: bool) -> int:
         doc["details"] = [cut(str(d), 500) for d in doc["details"][:40]]
         echo_json(doc)
     msg = terminal_safe(cut(str(err).replace("\n", " ")))
-    sys.stderr.write(f"envbuilder: error: {msg}\n")
+    say(f"envbuilder: error: {msg}", err=True)
     if not as_json:
         for line in err.details[:40]:
-            sys.stderr.write(f"  {terminal_safe(cut(str(line), 500))}\n")
+            say(f"  {terminal_safe(cut(str(line), 500))}", err=True)
     return err.exit_code
 
 
@@ -74,8 +85,8 @@ def guarded(fn: Callable[[], Any], as_json: bool,
             return report_error(clean, as_json)
         if os.environ.get("ENVBUILDER_DEBUG"):
             raise
-        sys.stderr.write(f"envbuilder: internal error: {type(e).__name__}: {e} "
-                         f"(set ENVBUILDER_DEBUG=1 for the traceback)\n")
+        say(f"envbuilder: internal error: {type(e).__name__}: {e} "
+                         f"(set ENVBUILDER_DEBUG=1 for the traceback)", err=True)
         return EXIT_FAILED
 
 
@@ -88,31 +99,49 @@ def _interrupted(e: KeyboardInterrupt) -> int:
 
 def print_explain(report: Any) -> None:
     """explain's human output: one line of facts, then each cause with its reasons, evidence,
-    check, fix and source."""
-    from envbuilder._safety import terminal_safe as safe
+    check, fix and source, then the low-confidence guesses, marked as such."""
 
     summary = report.facts.summary()
     if summary:
-        sys.stdout.write(safe(f"facts: {summary}") + "\n")
+        say(f"facts: {summary}")
     for i, c in enumerate(report.causes, 1):
         team = " [team case]" if getattr(c, "team_match", False) else ""
-        sys.stdout.write(f"{i}. {c.category} ({c.confidence:.0%}){team}: {c.title}\n")
-        for reason in c.reasons[:3]:
-            said = reason if reason.startswith("like ") else f"because {reason}"
-            sys.stdout.write(safe(f"   {said}") + "\n")
-        for ev in c.evidence[:4]:
-            sys.stdout.write(safe(f"   {ev.file}:{ev.line_no}: {ev.text.strip()[:160]}") + "\n")
-        sys.stdout.write(f"   check: {c.check}\n   fix:   {c.fix}\n   see:   {c.source}\n")
+        say(f"{i}. {c.category} ({c.confidence:.0%}){team}: {c.title}")
+        _print_detail(c, reasons=3, lines=4)
+    guesses = getattr(report, "guesses", ())
+    if guesses:
+        say("low-confidence guesses (too little evidence to name a cause):")
+        for c in guesses:
+            say(f"?  {c.category} ({c.confidence:.0%}): {c.title}")
+            _print_detail(c, reasons=1, lines=2)
+
+
+def _print_detail(c: Any, *, reasons: int, lines: int) -> None:
+    for reason in c.reasons[:reasons]:
+        said = reason if reason.startswith("like ") else f"because {reason}"
+        say(f"   {said}")
+    for ev in c.evidence[:lines]:
+        say(f"   {ev.file}:{ev.line_no}: {ev.text.strip()[:160]}")
+    say(f"   check: {c.check}", f"   fix:   {c.fix}", f"   see:   {c.source}")
+
+
+_NO_CAUSE = {
+    "no failure found": "no failure found in the log (warnings, deprecation notices, banners and INFO "
+                        "lines are not evidence of one)",
+    "low confidence": "no cause found with confidence (the guesses above are not a diagnosis)",
+}
 
 
 def explain_logs(logs: list[str], top: int, as_json: bool) -> None:
-    """``explain LOG...``: the report, then exit 1 (:class:`Exit`) when nothing matched."""
+    """``explain LOG...``: the report; exit 1 (:class:`Exit`) unless a cause was found with
+    confidence (the verdict says why: no failure found, low confidence, nothing matched)."""
     from envbuilder.api.explaining import explain_report
 
     report = explain_report(logs, top=top)
     echo_json(report.to_dict()) if as_json else print_explain(report)
     if not report.causes:
-        sys.stderr.write("envbuilder: nothing in the log matched a known failure\n")
+        said = _NO_CAUSE.get(getattr(report, "verdict", ""), "nothing in the log matched a known failure")
+        say(f"envbuilder: {said}", err=True)
         raise Exit(EXIT_FAILED)
 
 

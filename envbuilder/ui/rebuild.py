@@ -4,7 +4,6 @@ envbuilder.run.rebuild's)."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Optional
 
@@ -13,6 +12,7 @@ import typer
 from envbuilder.errors import EXIT_FAILED
 from envbuilder.ui.options import JsonOpt, MatrixOpt
 from envbuilder.ui.output import Progress, command, echo_json
+from envbuilder.ui.plain import say
 
 
 def rebuild(image: str = typer.Argument(..., help="The image by digest, as build --push reports it: REPO@sha256:..."),
@@ -26,7 +26,6 @@ def rebuild(image: str = typer.Argument(..., help="The image by digest, as build
             matrix: Optional[str] = MatrixOpt, as_json: bool = JsonOpt) -> None:
     """Build IMAGE again from what its provenance says it was built from, without cache, and compare bit for bit: exit 0 "reproduced", exit 1 naming the first layer that differs and its files."""
     from envbuilder import api
-    from envbuilder._safety import terminal_safe
 
     with Progress(not as_json) as prog:
         r = api.rebuild(image, key=key, wheelhouse=wheelhouse, ca_cert=ca_cert,
@@ -37,22 +36,19 @@ def rebuild(image: str = typer.Argument(..., help="The image by digest, as build
     if as_json:
         echo_json(d)
     else:
-        out = sys.stdout
-        out.write(terminal_safe(r.summary()) + "\n")
-        out.write(f"  provenance {'verified with ' + key if r.provenance_verified and key else 'read as stored (unverified: --key PUB verifies it)'}\n")
-        out.write(f"  target {r.target}, SOURCE_DATE_EPOCH {r.source_date_epoch}, {r.seconds:.0f} s\n")
+        say(r.summary(),
+            f"  provenance {'verified with ' + key if r.provenance_verified and key else 'read as stored (unverified: --key PUB verifies it)'}",
+            f"  target {r.target}, SOURCE_DATE_EPOCH {r.source_date_epoch}, {r.seconds:.0f} s")
         if r.first_layer is not None:
             fl = r.first_layer
-            out.write(f"  layer {fl['index'] + 1}: original {fl['original']}, rebuilt {fl['rebuilt']}\n")
-            for f in r.files:
-                out.write(terminal_safe(f"  {f.line()}") + "\n")
+            say(f"  layer {fl['index'] + 1}: original {fl['original']}, rebuilt {fl['rebuilt']}",
+                *(f"  {f.line()}" for f in r.files))
             if r.files_total > len(r.files):
-                out.write(f"  ... and {r.files_total - len(r.files)} more files (--json lists {len(r.files)})\n")
-        for c in r.config:
-            out.write(terminal_safe(f"  config {c}") + "\n")
+                say(f"  ... and {r.files_total - len(r.files)} more files (--json lists {len(r.files)})")
+        say(*(f"  config {c}" for c in r.config))
     if not r.reproduced:
         if not as_json:
-            sys.stderr.write(f"envbuilder: error: {terminal_safe(r.summary())}\n")
+            say(f"envbuilder: error: {r.summary()}", err=True)
         raise typer.Exit(EXIT_FAILED)
 
 
