@@ -292,7 +292,7 @@ def test_the_provenance_records_what_a_rebuild_needs_and_fits_its_schema():
     rb = _inputs("x@sha256:...", pred, stack.matrix.digest)
     spec = spec_of(rb)
     assert spec.target == TARGET and spec.base_image == "debian:12" and spec.cuda_arch == ("8.0",)
-    assert spec.requirements == ("six==1.16.0",) and spec.pins.python == "3.10"
+    assert spec.requirements == ("six==1.16.0",) and str(spec.pins.python) == "3.10"
     # another matrix, another envbuilder or a legacy build: refused before any work (exit 2)
     with pytest.raises(InputError, match="was built against the matrix"):
         _inputs("x", pred, "sha256:other")
@@ -305,6 +305,26 @@ def test_the_provenance_records_what_a_rebuild_needs_and_fits_its_schema():
     old["buildDefinition"]["internalParameters"]["envbuilder_version"] = "0.0.9"
     with pytest.raises(InputError, match="was built by envbuilder 0.0.9"):
         _inputs("x", old, stack.matrix.digest)
+
+
+def test_the_recorded_pins_and_options_make_the_same_spec_again():
+    """What build records (run.rebuild.pin_record and the options, through JSON) gives the
+    cascade the same pins and options back: versions, a component's ops, --with, layouts."""
+    from envbuilder.core.spec import make_spec
+    from envbuilder.run.rebuild import pin_record, spec_of
+
+    given = {"python": "3.10", "deepspeed": "0.16", "ds_ops": "fused_adam,cpu_adam", "with_": ("horovod",),
+             "fabric": "none", "layouts": ("2x4",), "cuda_arch": ("8.0",), "apt_snapshot": "http://snapshot.debian.org/archive"}
+    spec = make_spec("cu121", given=given)
+    recorded = json.loads(json.dumps({"target": spec.target, "pins": pin_record(spec.pins),
+                                      "options": {"layouts": list(spec.layouts), "cuda_arch": list(spec.cuda_arch),
+                                                  "apt_snapshot": spec.apt_snapshot}}))
+    assert "origin" not in recorded["pins"] and recorded["pins"]["deepspeed"] == "0.16"
+    again = spec_of(recorded)
+    assert again.pins == spec.pins and again.layouts == spec.layouts == ((2, 4),)
+    assert (again.cuda_arch, again.apt_snapshot) == (spec.cuda_arch, spec.apt_snapshot)
+    with pytest.raises(InputError, match="does not know"):
+        spec_of({**recorded, "options": {"no_such_option": 1}})
 
 
 def test_a_rebuild_report_says_reproduced_or_names_the_layer_and_the_first_file():

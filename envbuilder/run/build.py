@@ -618,6 +618,7 @@ def rebuild_inputs(b: _Build) -> dict[str, Any]:
     requirement lines, the lock's text, the images by digest, the labels the engine added,
     SOURCE_DATE_EPOCH. Index URLs are recorded without credentials."""
     from envbuilder.errors import redact
+    from envbuilder.run.rebuild import pin_record
 
     spec, stack, plan = b.job.spec, b.job.stack, b.rendered()
     client, _ = b.built()
@@ -634,8 +635,7 @@ def rebuild_inputs(b: _Build) -> dict[str, Any]:
         team = team_requirements(stack, requirements_file=spec.requirements_file,
                                  lines=spec.requirements, source=spec.requirements_source)
     return {"target": spec.target,
-            "pins": {k: list(v) if isinstance(v, tuple) else v for k, v in vars(spec.pins).items()
-                     if v not in (None, (), "")},
+            "pins": pin_record(spec.pins),
             "options": {k: v for k, v in options.items() if v not in (None, [], "")},
             "requirements": list(team), "wheelhouse": b.opts.wheelhouse is not None,
             "lock": _read_lock(b.lock), "source_date_epoch": int(b.report.source_date_epoch or 0),

@@ -240,24 +240,31 @@ def _inputs(image: str, pred: Mapping[str, Any], matrix_digest: str) -> dict[str
     return rb
 
 
-def spec_of(rb: Mapping[str, Any]) -> Any:
-    """The TargetSpec the provenance describes."""
-    from envbuilder.core.spec import Overrides, make_spec
-    from envbuilder.core.target import Pins
+def pin_record(pins: Any) -> dict[str, Any]:
+    """``pins`` (core.target.Pins) as the provenance records them: the pins given, by the
+    option table's names, as the command line spells them (lists for several), which
+    ``spec_of`` gives to the cascade again."""
+    return {k: list(v) if isinstance(v, tuple) else v for k, v in pins.as_options().items()
+            if v not in (None, (), "")}
 
-    pins: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in (rb.get("pins") or {}).items()}
-    o = dict(rb.get("options") or {})
-    for k in ("cuda_arch", "extra_index_urls", "layouts", "compiled"):
-        if k in o:
-            o[k] = tuple(o[k])
+
+def spec_of(rb: Mapping[str, Any]) -> Any:
+    """The TargetSpec the provenance describes, made through the one cascade (core.spec) from
+    its pins and options as the command line's values."""
+    from envbuilder.core.spec import make_spec
+
+    given: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v
+                             for k, v in {**(rb.get("pins") or {}), **(rb.get("options") or {})}.items()}
+    if "layouts" in given:  # (nodes, ranks per node) pairs, recorded as lists
+        given["layouts"] = tuple(tuple(x) if isinstance(x, list) else x for x in given["layouts"])
     reqs = tuple(rb.get("requirements") or ())
+    if reqs:
+        given.update(requirements=reqs, requirements_source="the image's provenance")
     try:
-        over = Overrides(pins=Pins(**pins), requirements=reqs,
-                         requirements_source="the image's provenance" if reqs else None, **o)
+        return make_spec(str(rb["target"]), given=given)
     except TypeError as e:
         raise InputError(f"the provenance's rebuild inputs name an option this envbuilder does not "
                          f"know: {e}") from None
-    return make_spec(str(rb["target"]), overrides=over)
 
 
 def rebuild(image: str, opts: RebuildOptions, *, matrix_dir: str | Path | None = None,
