@@ -32,8 +32,8 @@ DNF_STATE = ("/var/cache/dnf", "/var/log/dnf*.log", "/var/log/hawkey.log",
              "/var/cache/ldconfig/aux-cache")
 # --apt-snapshot URL: a snapshot archive's root; each apt source's http(s)://HOST/ARCHIVE
 # becomes URL/ARCHIVE/DATE/ for the step (snapshot.debian.org's and snapshot.ubuntu.com's layout)
-SNAPSHOT_URL_RE = re.compile(r"^https?://[A-Za-z0-9._~:/-]+$")
-SNAPSHOT_DATE_RE = re.compile(r"^[0-9]{8}T[0-9]{6}Z$")
+SNAPSHOT_URL_RE = re.compile(r"^https?://[A-Za-z0-9._~:/-]+\Z")
+SNAPSHOT_DATE_RE = re.compile(r"^[0-9]{8}T[0-9]{6}Z\Z")
 SOURCES = "/etc/apt/sources.list /etc/apt/sources.list.d/*.list /etc/apt/sources.list.d/*.sources"
 
 

@@ -47,9 +47,9 @@ PINS_DIGEST = "# pins digest: "
 _ITEM = "#   "
 STAGES = ("builder", "runtime")
 # an apt package name and version as Debian policy allows them (5.6.1, 5.6.12)
-APT_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9+.-]+(?::[a-z0-9]+)?$")
-APT_VERSION_RE = re.compile(r"^(?:[0-9]+:)?[A-Za-z0-9.+~-]+$")
-DIGEST_REF_RE = re.compile(r"^[^\s@]+@sha256:[0-9a-f]{64}$")
+APT_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9+.-]+(?::[a-z0-9]+)?\Z")
+APT_VERSION_RE = re.compile(r"^(?:[0-9]+:)?[A-Za-z0-9.+~-]+\Z")
+DIGEST_REF_RE = re.compile(r"^[^\s@]+@sha256:[0-9a-f]{64}\Z")
 
 
 def iso(epoch: int) -> str:

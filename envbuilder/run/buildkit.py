@@ -58,7 +58,7 @@ if TYPE_CHECKING:
 MIN_BUILDKIT = Version("0.13")  # rewrite-timestamp
 BUILD_TIMEOUT_S = 6 * 3600
 PROBE_TIMEOUT_S = 60
-_STEP = re.compile(r"^\[(?P<stage>[^\]]*?)\s*(?P<i>\d+)/(?P<n>\d+)\]\s*(?P<text>.*)$")
+_STEP = re.compile(r"^\[(?P<stage>[^\]]*?)\s*(?P<i>\d+)/(?P<n>\d+)\]\s*(?P<text>.*)\Z")
 _BK_VERSION = re.compile(r"^BuildKit version:\s*v?(\S+)", re.M)
 
 

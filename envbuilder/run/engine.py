@@ -361,7 +361,7 @@ def push(client: DockerClient, repository: str, tag_: str, *, retries: int = 2,
             time.sleep(min(2 ** attempt, 10))
 
 
-_PUSHED_RE = re.compile(r"^\S+: digest: (sha256:[0-9a-f]{64}) size: \d+$")
+_PUSHED_RE = re.compile(r"^\S+: digest: (sha256:[0-9a-f]{64}) size: \d+\Z")
 
 
 def _push_once(client: DockerClient, repository: str, tag_: str,
@@ -379,7 +379,7 @@ def _push_once(client: DockerClient, repository: str, tag_: str,
                 digest = aux["Digest"]
             # the containerd image store's engine names it in a status line only:
             # "TAG: digest: sha256:... size: N"
-            m = _PUSHED_RE.search(str(chunk.get("status") or ""))
+            m = _PUSHED_RE.search(str(chunk.get("status") or "").strip())
             if digest is None and m:
                 digest = m.group(1)
             if on_progress and chunk.get("status"):

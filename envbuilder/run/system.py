@@ -35,8 +35,8 @@ if TYPE_CHECKING:
 
 TIMEOUT_S = 900
 REGISTRY_TIMEOUT_S = 15.0
-_PIN = re.compile(r"^PIN (\S+)=(\S+)$")
-_HAVE = re.compile(r"^HAVE (\S+)=(\S+) installed$")
+_PIN = re.compile(r"^PIN (\S+)=(\S+)\Z")
+_HAVE = re.compile(r"^HAVE (\S+)=(\S+) installed\Z")
 _PROXIES = ("HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy")
 
 
