@@ -362,3 +362,21 @@ def test_a_push_from_the_containerd_image_store_names_its_digest_in_a_status_lin
     client = type("C", (), {"api": Api()})()
     assert engine.push(client, "127.0.0.1:45999/t/deb", "1") == \
         "sha256:184e53df1c60f38564789aea5a7fd2a925358d57c8b2e2f65effc516145e83ef"
+
+
+def test_the_docker_cli_probes_run_through_the_one_child_runner(monkeypatch):
+    """buildx version/inspect and the probe build: the exit status and both streams, the engine
+    named by DOCKER_HOST; a command past its deadline is stopped and says so; one that cannot
+    start is a failure, not a traceback."""
+    import types
+
+    from envbuilder.run import buildkit
+
+    client = types.SimpleNamespace(_envbuilder_where="unix:///run/envbuilder-test.sock")
+    code, out = buildkit._quick(["sh", "-c", 'echo "$DOCKER_HOST $SOURCE_DATE_EPOCH"; echo err >&2; exit 3'],
+                                client, {"SOURCE_DATE_EPOCH": "7"})
+    assert (code, out) == (3, "unix:///run/envbuilder-test.sock 7\nerr\n")
+    assert buildkit._quick(["/nonexistent/docker", "buildx"], client)[0] == 1
+    monkeypatch.setattr(buildkit, "PROBE_TIMEOUT_S", 1)
+    code, out = buildkit._quick(["sleep", "30"], client)
+    assert code == 1 and "did not finish in 1 s" in out

@@ -237,11 +237,16 @@ def oci_layout(path: Path) -> OciLayout:
 
 
 def _quick(argv: list[str], client: Any, extra: Mapping[str, str] | None = None) -> tuple[int, str]:
+    """A short docker command through the one child runner (envbuilder._child: its own
+    process group, a deadline, output capped): its exit status and its output."""
+    from envbuilder import _child
+
     try:
-        p = subprocess.run(argv, capture_output=True, text=True, env=cli_env(client, extra),
-                           stdin=subprocess.DEVNULL, timeout=PROBE_TIMEOUT_S, check=False)
-    except (OSError, subprocess.TimeoutExpired) as e:
+        p = _child.run(argv, env=cli_env(client, extra), timeout=PROBE_TIMEOUT_S, cap=1 << 20)
+    except OSError as e:
         return 1, str(e)
+    if p.timed_out:
+        return 1, f"{' '.join(argv[:3])} did not finish in {PROBE_TIMEOUT_S} s"
     return p.returncode, p.stdout + p.stderr
 
 
