@@ -154,7 +154,7 @@ def smoke(image: str | None, *, host: bool = False, nproc: int | None = None,
     was exported or None) as a SmokeRun."""
     from envbuilder.run import metrics as mx
     from envbuilder.run import smoke as sm
-    from envbuilder.run.build import explain_log
+    from envbuilder.run.build import explain_causes
 
     if backend not in ("auto", "nccl", "gloo"):
         raise InputError(f"--backend {backend!r} is not one of auto, nccl, gloo")
@@ -176,5 +176,5 @@ def smoke(image: str | None, *, host: bool = False, nproc: int | None = None,
 
         client = connect()
     exported = mx.export_run(result, metrics_to, image=image, client=client, overrides=overrides)
-    causes = [] if result.ok else explain_log(result.log, details=result.details)
+    causes = () if result.ok else tuple(explain_causes(result.log, details=result.details))
     return SmokeRun(result=result, runs=runs, causes=causes, exported=exported)
