@@ -116,14 +116,15 @@ def with_team_compiled(spec: TargetSpec, stack: Stack) -> Stack:
 
 def folder_files(spec: TargetSpec, stack: Stack, *, lock_text: str | None = None,
                  lock_source: str = LOCK_NAME, wheelhouse: bool = False,
-                 image: str | None = None) -> tuple[BuildPlan, dict[str, str | bytes]]:
+                 image: str | None = None,
+                 tag_image: str | None = None) -> tuple[BuildPlan, dict[str, str | bytes]]:
     """Every file of ``spec``'s build folder: (plan, {relative path: content}).
 
     With ``lock_text`` the lock is checked (well formed, made for the stack's Python) and
     cross-checked against the stack (exit 3 naming the fact and the lock line), cut into
     per-layer hash-pinned files installed with ``--require-hashes``, and kept beside them.
-    ``image``: the reference the job files pull (``build --push`` passes ``REPO@sha256:...``);
-    default ``default_image``."""
+    ``image``: the reference the job files pull (``build --push`` passes ``REPO@sha256:...``,
+    and ``tag_image``, the tag it pushed it under); default ``default_image``."""
     from envbuilder.render.jobs import job_name, render_jobs
     from envbuilder.render.monitoring import render_monitoring
 
@@ -166,7 +167,10 @@ def folder_files(spec: TargetSpec, stack: Stack, *, lock_text: str | None = None
         files[LOCK_NAME] = lock_text
     files.update(render_jobs(plan, image=image or default_image(spec, stack), layouts=lays,
                              gpus=stack.toolkit is not None, infiniband=spec.infiniband,
-                             jobs=spec.jobs.with_command(spec.command), name=job_base(spec)))
+                             jobs=spec.jobs.with_command(spec.command), name=job_base(spec),
+                             tag_image=tag_image,
+                             # the project's (or --layout's) nodes: the GPUs per node they use
+                             node_gpus=max(p for _, p in lays) if spec.layouts else None))
     files.update(render_monitoring(target=spec.name, min_busbw_gbps=spec.min_busbw,
                                    job_names=[job_name(job_base(spec) or spec.name, *lays[0])]))
     return plan, files

@@ -318,22 +318,24 @@ def build(target: Optional[str] = TargetArg, all_: bool = AllOpt, only: Optional
 
 @app.command()
 @command
-def smoke(image: Optional[str] = typer.Argument(None, help="The image to test (omit with --host)."),
+def smoke(image: Optional[str] = typer.Argument(None, help="The image (or an X.sif, run with apptainer) to test (omit with --host)."),
           host: bool = typer.Option(False, "--host", help="Run on this host with its torch, not in a container."),
           nproc: Optional[int] = typer.Option(None, "--nproc", "--nproc-per-node", min=1, help="Ranks per node (default 12)."),
           nnodes: Optional[int] = typer.Option(None, "--nnodes", min=1, help="Nodes (one container each, on a private network; default 1)."),
           layout: Optional[str] = typer.Option(None, "--layout", help="NNODESxNPROC_PER_NODE, e.g. 2x2, or ranks on each node for an uneven split, e.g. 7,5."),
           backend: str = BackendOpt,
           timeout: int = typer.Option(SMOKE_TIMEOUT, "--timeout", min=5, help="Seconds before a collective counts as hung (build --smoke-timeout)."),
-          progressive: bool = typer.Option(False, "--progressive", help="Run 2, then 4, then all ranks; stop at the first failing size."),
-          min_busbw: Optional[float] = typer.Option(None, "--min-busbw", help="Fail below this all-reduce bus bandwidth (GB/s)."),
+          progressive: bool = typer.Option(False, "--progressive", help="Run 2, 4, 8 ... then all ranks; stop at the first failing size and name it."),
+          min_busbw: Optional[str] = typer.Option(None, "--min-busbw", help="GB/s the all-reduce busbw must reach, or auto (the default on GPUs): each size against its published floor (matrices/bandwidth.yaml)."),
+          fabric: Optional[str] = typer.Option(None, "--fabric", help="The fabric NCCL must use between nodes: ib, efa, roce, or socket (sockets intended); check transport."),
+          max_size: Optional[str] = typer.Option(None, "--max-size", help="Largest all-reduce of the GPU sweep (default 16G; also bounded by free GPU memory)."),
           shm_size: str = ShmOpt,
           gpus: Optional[bool] = typer.Option(None, "--gpus/--no-gpus", help="Request GPUs (default: when the engine has the NVIDIA runtime)."),
           records: Optional[str] = typer.Option(None, "--records", help="Judge a finished run from its records folder or log (- for stdin) instead of running one."),
           metrics_file: Optional[Path] = typer.Option(None, "--metrics-file", help="Write the result as Prometheus metrics here (*.prom, for node-exporter's textfile collector)."),
           pushgateway: Optional[str] = typer.Option(None, "--pushgateway", help="Push the result as Prometheus metrics to this Pushgateway URL."),
           label: Optional[List[str]] = typer.Option(None, "--label", help="A metrics label KEY=VALUE (target, image, image_digest, node)."),
-          as_json: bool = JsonOpt) -> None:
+          matrix: Optional[str] = MatrixOpt, as_json: bool = JsonOpt) -> None:
     """Run the distributed smoke job in an image (or --host) and report every check."""
     from envbuilder.api import safe_text
     from envbuilder.api import smoke as run_smoke
@@ -342,7 +344,7 @@ def smoke(image: Optional[str] = typer.Argument(None, help="The image to test (o
         image, host=host, nproc=nproc, nnodes=nnodes, layout=layout, backend=backend,
         timeout=timeout, progressive=progressive, min_busbw=min_busbw, shm_size=shm_size,
         gpus=gpus, records=records, metrics_file=metrics_file, pushgateway=pushgateway,
-        labels=label)
+        labels=label, fabric=fabric, max_size=max_size, matrix_dir=matrix)
     result, runs, exported = run.result, run.runs, run.exported
     data = run.to_dict(progressive=progressive)
     causes = data["causes"]
@@ -364,16 +366,20 @@ def smoke(image: Optional[str] = typer.Argument(None, help="The image to test (o
                   f"cuDNN, Python, {COMPONENT_CHECKED}, the NVIDIA variables (no GPU needed; exit 1 "
                   f"on a mismatch).")
 @command
-def verify(image: str = typer.Argument(..., help="An image built by envbuilder (its labels say what it holds)."),
+def verify(image: str = typer.Argument(..., help="An image built by envbuilder (its labels say what it holds), or its X.sif."),
            key: Optional[str] = typer.Option(None, "--key", help="A cosign public key: check IMAGE's signature and attestations in its registry instead (no layer pulled; exit 1 when one is missing or does not match its digest)."),
+           require: Optional[List[str]] = typer.Option(None, "--require", help="With --key: a field the smoke attestation must hold, FIELD=VALUE or FIELD>=N (backend=nccl, device=cuda, transport=ib, world_size>=16, floor_pct>=80); exit 1 when it does not."),
            matrix: Optional[str] = MatrixOpt, as_json: bool = JsonOpt) -> None:
     """Check that an image is what its labels say (the help above names each check)."""
-    from envbuilder.api import safe_text, verify_image
+    from envbuilder.api import is_sif, safe_text, verify_image
+    from envbuilder.ui.signing import sif_verdict
 
-    if key is not None:
+    if is_sif(image):  # an Apptainer SIF: its labels, the digest it came from, --key its attestation
+        return sif_verdict(image, key, as_json, require)
+    if key is not None or require:
         from envbuilder.ui.signing import signed_verdict
 
-        return signed_verdict(image, key, as_json)
+        return signed_verdict(image, key, as_json, require)
     r = verify_image(image, matrix_dir=matrix)
     d = r.to_dict()
     if as_json:

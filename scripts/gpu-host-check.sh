@@ -8,6 +8,12 @@
 #   nccl-dup  two ranks on a one-GPU host: the real failure NCCL gives two ranks on one device,
 #             then `envbuilder explain` on its log
 #   gloo-12   the 12-rank gloo job on the host's CPUs
+#   Each run is judged as `envbuilder smoke` judges it (issue 40): the transport NCCL used (its own
+#   INFO lines, captured per rank: intra- and inter-node peers, NCCL version, net plugin) and, on
+#   GPUs, the all-reduce sweep up to large messages (bounded by free GPU memory) against the
+#   published floor of matrices/bandwidth.yaml for this GPU and layout (the percentage, or why
+#   none applies); nccl-N also runs with ENVBUILDER_SMOKE_PROGRESSIVE=1 (2, 4, 8 ... ranks
+#   inside the job), and each log goes through `envbuilder smoke --records LOG --fabric socket`
 #   fault-*   one NCCL rank, each with a setting that breaks it as users break it: an interface
 #             that does not exist (NCCL_SOCKET_IFNAME), the IB transport forced on a host without
 #             InfiniBand (NCCL_NET=IB), a GPU index the container does not have
@@ -40,12 +46,15 @@ EOF
   R="$R" "$PY" - <<'EOF'
 import json, os, time
 import torch
-from envbuilder.run.smoke import run_smoke_host
+from envbuilder.run.smoke import judge, run_smoke_host
+from envbuilder.ui.output import proof_lines
 R = os.environ["R"]
 gpus = torch.cuda.device_count()
 runs = [("nccl-1", 1, "nccl", {"NCCL_DEBUG": "INFO"})]
 if gpus > 1:
     runs.append((f"nccl-{gpus}", gpus, "nccl", {"NCCL_DEBUG": "WARN"}))
+    runs.append((f"nccl-{gpus}-progressive", gpus, "nccl",
+                 {"NCCL_DEBUG": "WARN", "ENVBUILDER_SMOKE_PROGRESSIVE": "1"}))
 else:
     runs.append(("nccl-dup", 2, "nccl", {"NCCL_DEBUG": "WARN"}))
 runs.append(("gloo-12", 12, "gloo", {}))
@@ -56,6 +65,7 @@ for name, n, backend, env in runs:
     t0 = time.monotonic()
     try:
         r = run_smoke_host(nproc=n, backend=backend, timeout=60, env=env)
+        r = judge(r, fabric=None, min_busbw="auto" if backend == "nccl" else None)
     except Exception as e:  # record and go on: each run is its own finding
         print(f"{name}: {type(e).__name__}: {e}")
         continue
@@ -68,7 +78,13 @@ for name, n, backend, env in runs:
     print(f"{name}: ok={r.ok} exit={r.exit_code} failed={r.failed} "
           f"max busbw={r.max_busbw_gbps} GB/s ({time.monotonic() - t0:.0f} s)")
     print(r.bandwidth_table())
+    print("".join(proof_lines(r)))
 EOF
+  step "smoke --records (the logs through the command line)"
+  for f in "$R"/smoke-*.log; do
+    "$PY" -m envbuilder smoke --records "$f" --fabric socket --json >"${f%.log}.records.json"
+    echo "smoke --records $(basename "$f") --fabric socket exit $?"
+  done
   step "explain"
   for f in "$R"/smoke-*.log; do
     "$PY" -m envbuilder explain "$f" --json >"${f%.log}.explain.json"; rc=$?; echo "explain $(basename "$f") exit $rc"

@@ -170,7 +170,10 @@ def test_the_preflight_stack_is_the_one_built(monkeypatch):
     FakeEngine(monkeypatch)
     [job] = api.preflight([api.make_spec(CPU)])
     calls: list[str] = []
-    monkeypatch.setattr(b, "resolve_target", lambda *a, **kw: calls.append("resolve"))
+    from envbuilder.core import resolve
+
+    monkeypatch.setattr(resolve, "resolve_target", lambda *a, **kw: calls.append("resolve"))
+    monkeypatch.setattr(resolve, "resolve", lambda *a, **kw: calls.append("resolve"), raising=False)
     [r] = api.build([job], b.BuildOptions(verify=False, smoke=False))
     assert r.ok and r.tag == job.stack.tag and calls == []  # nothing resolved again
 

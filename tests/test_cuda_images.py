@@ -321,7 +321,10 @@ def test_deepspeed_ops_compiled_for_the_image(docker_client, tmp_path_factory, t
     assert "libibverbs.so.1 loads" in c["rdma_ibverbs"]["detail"]
     assert c["rdma_ibv_devinfo"]["ok"] and c["rdma_ibv_devinfo"]["actual"]["no_devices"]
     s = _smoke_ok(b)
-    assert s["checks"].get("deepspeed_zero") == "pass", s
+    # issue 40: nothing patched around an op. Without a GPU, DeepSpeed would start on its CPU
+    # accelerator, whose start-up op (deepspeed_shm_comm) this CUDA image neither carries nor can
+    # build: the check says so instead of passing a patched run (on GPUs it runs, FusedAdam)
+    assert s["checks"].get("deepspeed_zero") == "skip", s
     # an image without one of its pre-built ops fails verification, naming the op
     site = "/opt/venv/lib/python3.13/site-packages/deepspeed/ops/adam"
     ctx = tmp_path / "no-fused-adam"

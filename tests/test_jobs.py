@@ -134,6 +134,8 @@ def test_k8s_roundtrip_catches_unknown_and_missing_fields():
 
 def _file_set(yamls: tuple[str, ...]) -> set[str]:
     expected = {"jobs/README.md", "jobs/layouts.json"}
+    if "trainjob" in yamls:  # the runtime the TrainJobs reference, rendered from the target
+        expected.add("jobs/clustertrainingruntime.yaml")
     for n, p in DEFAULT_LAYOUTS:
         for kind in yamls:
             expected.add(f"jobs/{kind}-{n}x{p}.yaml")
@@ -420,7 +422,8 @@ def test_cli_render_2x8_writes_16_rank_job_files(tmp_path):
     out, p = _cli_render(tmp_path, "--layout", "2x8", "--json")
     assert p.returncode == 0, p.stderr
     jobs = sorted(x.name for x in (out / "jobs").iterdir())
-    assert jobs == ["README.md", "indexed-job-2x8.yaml", "jobset-2x8.yaml", "layouts.json",
+    assert jobs == ["README.md", "clustertrainingruntime.yaml", "indexed-job-2x8.yaml",
+                    "jobset-2x8.yaml", "layouts.json",
                     "slurm-apptainer-2x8.sbatch", "slurm-host-2x8.sbatch",
                     "slurm-pyxis-2x8.sbatch", "trainjob-2x8.yaml"]
     (job,) = docs((out / "jobs/trainjob-2x8.yaml").read_text())
@@ -555,8 +558,9 @@ def test_trainjob(by_world, trainjob_crd, plan, world, n, p):
     (job,) = docs(by_world[world][f"jobs/trainjob-{n}x{p}.yaml"])
     assert not _errors(trainjob_crd, job)
     assert (job["apiVersion"], job["kind"]) == ("trainer.kubeflow.org/v1alpha1", "TrainJob")
+    # the runtime rendered from the target (jobs/clustertrainingruntime.yaml), not torch-distributed
     assert job["spec"]["runtimeRef"] == {"apiGroup": "trainer.kubeflow.org",
-                                         "kind": "ClusterTrainingRuntime", "name": "torch-distributed"}
+                                         "kind": "ClusterTrainingRuntime", "name": "envbuilder-cu121"}
     tr = job["spec"]["trainer"]
     assert tr["numNodes"] == n and tr["numProcPerNode"] == p and tr["image"] == DIGEST
     # the runtime gives torchrun PET_NNODES/PET_NPROC_PER_NODE/PET_NODE_RANK/PET_MASTER_*
@@ -595,7 +599,7 @@ def test_jobset(by_world, jobset_crd, plan, world, n, p):
 
 def test_tailored_trainjob_and_jobset(tailored, trainjob_crd, jobset_crd, localqueue_crd):
     """Every [jobs] key reaches the Kubernetes files, and they still validate."""
-    for prefix, name in (("", "smoke-train-a-4x8"), ("train-", "train-train-a-4x8")):
+    for prefix, name in (("", "smoke-train-a-4x8"), ("train-", "train-a-4x8")):
         (tj,) = docs(tailored[f"jobs/{prefix}trainjob-4x8.yaml"])
         (js,) = docs(tailored[f"jobs/{prefix}jobset-4x8.yaml"])
         assert not _errors(trainjob_crd, tj) and not _errors(jobset_crd, js)
@@ -639,8 +643,8 @@ def test_command_runs_with_the_layouts_rendezvous(tailored):
     (js,) = docs(tailored["jobs/train-jobset-4x8.yaml"])
     args = js["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]["containers"][0]["args"]
     assert args == ["torchrun", "--nnodes=4", "--nproc_per_node=8", "--rdzv_backend=c10d",
-                    "--rdzv_endpoint=train-train-a-4x8-node-0-0.train-train-a-4x8:29400",
-                    "--rdzv_id=train-train-a-4x8", "--max_restarts=0",
+                    "--rdzv_endpoint=train-a-4x8-node-0-0.train-a-4x8:29400",
+                    "--rdzv_id=train-a-4x8", "--max_restarts=0",
                     "train.py", "--config", "configs/a.yaml"]
     (tj,) = docs(tailored["jobs/train-trainjob-4x8.yaml"])
     assert tj["spec"]["trainer"]["command"][1:] == ["torchrun", "--max_restarts=0", "train.py",
@@ -654,7 +658,7 @@ def test_command_runs_with_the_layouts_rendezvous(tailored):
     assert "  train.py --config configs/a.yaml || rc=$?" in sb
     assert "ENVBUILDER_SMOKE_SUMMARY" not in sb and "ddp_smoke.py" not in sb
     idx = __import__("json").loads(tailored["jobs/layouts.json"])
-    assert idx["layouts"][0]["train_name"] == "train-train-a-4x8" and idx["pinned"] is True
+    assert idx["layouts"][0]["train_name"] == "train-a-4x8" and idx["pinned"] is True
     assert "train-trainjob-4x8.yaml" in " ".join(idx["layouts"][0]["train_files"])
 
 
@@ -672,12 +676,13 @@ def test_train_program(command, program):
 
 
 def test_slurm_keys_and_cpus_per_task(tailored):
-    for kind in ("apptainer", "pyxis", "host"):
-        text = tailored[f"jobs/slurm-{kind}-4x8.sbatch"]
+    for kind, lead in [(k, lead) for k in ("apptainer", "pyxis", "host") for lead in ("", "train-")]:
+        text = tailored[f"jobs/{lead}slurm-{kind}-4x8.sbatch"]
         sb = re.findall(r"^#SBATCH --([a-z-]+)(?:=(\S+))?$", text, re.M)
         d = dict(sb)
+        # slurm.time is the training files' --time; the smoke files keep their own 30 minutes
         assert (d["partition"], d["account"], d["qos"], d["time"], d["constraint"]) == (
-            "gpu", "ml", "normal", "02:00:00", "h100&ib")
+            "gpu", "ml", "normal", "02:00:00" if lead else "00:30:00", "h100&ib")
         assert [k for k, _ in sb].count("time") == 1
         # srun repeats --cpus-per-task (Slurm 22.05-23.02 do not pass sbatch's on)
         assert re.search(r'^srun .*--cpus-per-task="\$cpus_per_task"', text, re.M)

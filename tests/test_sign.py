@@ -7,7 +7,11 @@ One build + push + sign for the module (``signed``): the real ``cosign verify`` 
 --key PUB``) prints the smoke world size and busbw and exits 0, and exits 1 with another key,
 for an unsigned image, and by tag once another image took the tag. A build whose smoke job
 fails (an image whose base points gloo at an interface that does not exist) leaves no
-signature. The admission policy is validated against policy-controller's CRD schema.
+signature. The admission policies are validated against policy-controller's and Kyverno's CRD
+schemas, and the key authority's policy is checked the way policy-controller checks it
+(run.sign.admission_check). A `--runtime both --push --sign` build makes the SIF of the pushed
+digest and attests it; `verify X.sif --key` checks it (measured under a loaded 2-core machine:
+about 800 s, the SIF built again because each session's registry has another address).
 """
 
 from __future__ import annotations
@@ -185,6 +189,25 @@ def test_envbuilder_check_passes_prints_what_was_proven_and_refuses_another_key(
 
 
 @engine
+def test_verify_require_refuses_a_gloo_proof_where_nccl_is_demanded(signed, keys):
+    """Issue 40: the signed smoke attestation holds the backend and the transport; a team that
+    demands NCCL (verify --require backend=nccl) refuses this gloo-proven CPU image, exit 1."""
+    (_, pub), _ = keys
+    p = _cli("verify", signed["ref"], "--key", str(pub), "--require", "backend=nccl")
+    assert p.returncode == 1, p.stdout + p.stderr
+    assert "--require backend=nccl: the smoke attestation says backend gloo" in p.stderr
+    assert "transport: gloo over TCP" in p.stdout and "Traceback" not in p.stderr
+    ok = _cli("verify", signed["ref"], "--key", str(pub), "--require", "backend=gloo",
+              "--require", "world_size>=12", "--json")
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    d = json.loads(ok.stdout)
+    assert [r["ok"] for r in d["requirements"]] == [True, True]
+    proven = d["proven"]
+    assert proven["backend"] == "gloo" and proven["transport"]["summary"] == "gloo over TCP"
+    assert proven["device"] == {"kind": "cpu", "gpus": []} and proven["shm"]["ok"] is True
+
+
+@engine
 def test_nothing_is_signed_twice_and_a_signing_failure_is_one_line(signed, keys, monkeypatch):
     from envbuilder.errors import OperationError
     from envbuilder.run.sign import Cosign, SignOptions, sign_and_attest
@@ -194,7 +217,8 @@ def test_nothing_is_signed_twice_and_a_signing_failure_is_one_line(signed, keys,
     shown: list[str] = []
     c = Cosign(on_command=shown.append)
     before = len(c.download_attestations(signed["ref"]))
-    assert before == 5  # the signature (cosign/sign/v1) and the four attestations
+    # the four attestations (.att, the legacy format a key signs in: the signature is the .sig tag)
+    assert before == 4
     again = sign_and_attest(signed["ref"], SignOptions(key=str(key)),
                             {"smoke": json.loads(json.dumps(_SMOKE_DOC))}, cosign=c)
     assert again.signature == "already signed by this key" and again.attestations == {}
@@ -257,8 +281,10 @@ def test_a_digest_signed_without_its_attestations_gets_only_the_missing_ones(
     docker_client.images.get(base_image).tag(repo, "p")
     try:
         ref = f"{repo}@{eng.push(docker_client, repo, 'p')}"
+        # what envbuilder's own sign step writes (the legacy format), then the run stopped
         subprocess.run([cosign, "sign", "--key", str(key), "--tlog-upload=false",
-                        "--use-signing-config=false", "--yes", "--allow-insecure-registry", ref],
+                        "--use-signing-config=false", "--new-bundle-format=false", "--yes",
+                        "--allow-insecure-registry", ref],
                        env=_env(), check=True, capture_output=True, timeout=120)
         shown: list[str] = []
         c = Cosign(on_command=shown.append)
@@ -274,7 +300,7 @@ def test_a_digest_signed_without_its_attestations_gets_only_the_missing_ones(
         again = sign_and_attest(ref, SignOptions(key=str(key)), {"smoke": doc}, cosign=c)
         assert again.signature == "already signed by this key" and again.attestations == {}
         assert not any(x.startswith(("cosign sign ", "cosign attest ")) for x in shown)
-        assert len(c.download_attestations(ref)) == 2  # the signature and the one attestation
+        assert len(c.download_attestations(ref)) == 1  # the one attestation (.att)
     finally:
         docker_client.images.remove(f"{repo}:p")
 
@@ -509,6 +535,65 @@ def test_a_failing_smoke_job_leaves_nothing_signed(cpu_build, docker_client, bas
         docker_client.images.remove(broken, force=True)
 
 
+def _copy_manifest(registry: Registry, repo: str, src: str, dst: str) -> None:
+    """Put the manifest tagged ``src`` under the tag ``dst`` too (an attacker copying a
+    signature onto another digest: the registry API, nothing else)."""
+    accept = ("application/vnd.oci.image.manifest.v1+json,"
+              "application/vnd.docker.distribution.manifest.v2+json")
+    with urllib.request.urlopen(urllib.request.Request(
+            f"http://{registry.address}/v2/{repo}/manifests/{src}", headers={"Accept": accept}),
+            timeout=10) as r:
+        body, media = r.read(), r.headers["Content-Type"]
+    urllib.request.urlopen(urllib.request.Request(
+        f"http://{registry.address}/v2/{repo}/manifests/{dst}", data=body, method="PUT",
+        headers={"Content-Type": media}), timeout=10).close()
+
+
+@engine
+def test_a_key_signed_image_passes_the_policy_controllers_verification(signed, keys, sign_registry,
+                                                                     docker_client, base_image):
+    """The rendered ClusterImagePolicy, checked the way policy-controller v0.15.1 checks it
+    (run.sign.admission_check: cosign's legacy verification, tlog ignored, the attestation's
+    CUE policy evaluated by cosign): the signed digest is admitted; a requirement its smoke
+    attestation does not meet, an unsigned digest, a signature copied onto another digest and
+    another key are refused; a key authority with the bundle format is refused as the
+    controller refuses it."""
+    from envbuilder.render.admission import cluster_image_policy
+    from envbuilder.run.sign import admission_check
+
+    (_, pub), (_, other_pub) = keys
+    repo = signed["repo"]
+    policy = cluster_image_policy(name="t", repository=repo, public_key=pub.read_text(),
+                                  require=[("backend", "gloo"), ("layout.world_size", 12)])
+    assert admission_check(signed["ref"], policy) == []
+    # the legacy .sig tag is what the key authority reads
+    assert f"sha256-{signed['digest'].split(':')[1]}.sig" in _tags(sign_registry, repo.split("/", 1)[1])
+    nccl = cluster_image_policy(name="t", repository=repo, public_key=pub.read_text(),
+                                require=[("backend", "nccl")])
+    (why,) = admission_check(signed["ref"], nccl)
+    assert "attestation smoke" in why
+    other = cluster_image_policy(name="t", repository=repo, public_key=other_pub.read_text())
+    assert "signature" in admission_check(signed["ref"], other)[0]
+    bundle = json.loads(json.dumps(policy))
+    bundle["spec"]["authorities"][0]["signatureFormat"] = "bundle"
+    assert "the authority must be keyless" in admission_check(signed["ref"], bundle)[0]
+    # an unsigned digest, then the same digest carrying the signed image's copied signature
+    from envbuilder.run import engine as eng
+
+    docker_client.images.get(base_image).tag(repo, "eb-admission-unsigned")
+    try:
+        ref = f"{repo}@{eng.push(docker_client, repo, 'eb-admission-unsigned')}"
+        assert "signature" in admission_check(ref, policy)[0]
+        path = repo.split("/", 1)[1]
+        for ext in ("sig", "att"):
+            _copy_manifest(sign_registry, path, f"sha256-{signed['digest'].split(':')[1]}.{ext}",
+                           f"sha256-{ref.split(':')[-1]}.{ext}")
+        errors = admission_check(ref, policy)
+        assert errors and "signature" in errors[0], errors  # the payload names another digest
+    finally:
+        docker_client.images.remove(f"{repo}:eb-admission-unsigned")
+
+
 def test_sign_input_errors_are_one_line_exit_2(tmp_path, keys):
     (key, pub), _ = keys
     for args, say in ((["--sign", "--key", str(key)], "--push"),
@@ -569,12 +654,31 @@ PEM = ("-----BEGIN PUBLIC KEY-----\nMFkwEwYHKoZIzj0CAQYIKoZIzj0DAQcDQgAE7Ak1ZV3g
        "-----END PUBLIC KEY-----\n")
 
 
-def test_rendered_admission_policy_validates_and_names_key_and_type(cip_validator, tmp_path):
+@pytest.fixture(scope="module")
+def kyverno_validator():
+    jsonschema = pytest.importorskip("jsonschema")
+    raw = (DATA / "kyverno-imagevalidatingpolicy-crd-v1.yaml").read_text()
+    assert "tag v1.19.0, commit ee97ce09538b09b6f1b03853cc41a62654d6a58f" in raw.split("\nproperties:", 1)[0]
+    schema = _strict(yaml.safe_load(raw))
+    schema["properties"].update({"apiVersion": {"const": "policies.kyverno.io/v1"},
+                                 "kind": {"const": "ImageValidatingPolicy"},
+                                 "metadata": {"type": "object", "required": ["name"]}})
+    jsonschema.Draft7Validator.check_schema(schema)
+    return jsonschema.Draft7Validator(schema)
+
+
+ADMISSION = ('[jobs]\nadmission = { require = ["backend=gloo", "layout.world_size=12"], '
+             'issuer = "https://token.actions.githubusercontent.com", '
+             'subject = "https://github.com/acme/train/.github/workflows/build.yml@refs/heads/main" }\n')
+
+
+def test_rendered_admission_policy_validates_and_names_key_and_type(cip_validator, kyverno_validator,
+                                                                    tmp_path):
     proj = tmp_path / "team"
     proj.mkdir()
     (proj / "cosign.pub").write_text(PEM)
     (proj / "envbuilder.toml").write_text(
-        'registry = "registry.example.com/ml/train"\nsigning_key = "cosign.pub"\n'
+        'registry = "registry.example.com/ml/train"\nsigning_key = "cosign.pub"\n' + ADMISSION +
         '[[targets]]\nname = "train-cpu"\ntarget = "cpu"\n')
     p = subprocess.run([sys.executable, "-c", "from envbuilder.cli import main; main()",
                         "render", "-o", str(tmp_path / "out"), "--json"], cwd=proj,
@@ -588,13 +692,55 @@ def test_rendered_admission_policy_validates_and_names_key_and_type(cip_validato
     assert doc["apiVersion"] == "policy.sigstore.dev/v1beta1" and doc["kind"] == "ClusterImagePolicy"
     (auth,) = doc["spec"]["authorities"]
     assert auth["key"]["data"] == PEM
+    # a key authority verifies the legacy format: policy-controller refuses bundle for it
+    assert auth["signatureFormat"] == "legacy"
     assert auth["attestations"][0]["predicateType"] == SMOKE
-    assert SMOKE in auth["attestations"][0]["policy"]["data"]
+    cue = auth["attestations"][0]["policy"]["data"]
+    assert SMOKE in cue and 'predicate: backend: "gloo"' in cue
+    assert "predicate: layout: world_size: 12" in cue
     assert doc["spec"]["images"] == [{"glob": "registry.example.com/ml/train*"}]
-    # the strict schema refuses what the API server would drop
+    # the keyless identity's policy: bundle format, Fulcio and Rekor, the signer's identity
+    (kl,) = [yaml.safe_load(f.read_text()) for f in (tmp_path / "out").rglob("clusterimagepolicy-keyless.yaml")]
+    assert not sorted(cip_validator.iter_errors(kl), key=str)
+    (ka,) = kl["spec"]["authorities"]
+    assert ka["signatureFormat"] == "bundle" and ka["keyless"]["identities"] == [
+        {"issuer": "https://token.actions.githubusercontent.com",
+         "subject": "https://github.com/acme/train/.github/workflows/build.yml@refs/heads/main"}]
+    assert ka["keyless"]["url"] == "https://fulcio.sigstore.dev" and "key" not in ka
+    # Kyverno's ImageValidatingPolicy, valid against Kyverno 1.19's CRD
+    (ky,) = [yaml.safe_load(f.read_text()) for f in (tmp_path / "out").rglob("kyverno-imagevalidatingpolicy.yaml")]
+    errors = sorted(kyverno_validator.iter_errors(ky), key=str)
+    assert not errors, [e.message for e in errors]
+    (att,) = ky["spec"]["attestors"]
+    assert att["cosign"]["key"]["data"] == PEM and att["cosign"]["ctlog"]["insecureIgnoreTlog"] is True
+    assert ky["spec"]["attestations"] == [{"name": "smoke", "intoto": {"type": SMOKE}}]
+    exprs = " ".join(v["expression"] for v in ky["spec"]["validations"])
+    assert "verifyImageSignatures(image, [attestors.envbuilder])" in exprs
+    assert 'e.backend == "gloo" && e.layout.world_size == 12' in exprs
+    # the strict schemas refuse what the API server would drop
     bad = json.loads(json.dumps(doc))
     bad["spec"]["authorities"][0]["key"]["pem"] = "x"
     assert list(cip_validator.iter_errors(bad))
+    bad = json.loads(json.dumps(ky))
+    bad["spec"]["attestors"][0]["cosign"]["key"]["pem"] = "x"
+    assert list(kyverno_validator.iter_errors(bad))
+
+
+def test_a_keyless_identity_alone_renders_its_policies(tmp_path):
+    proj = tmp_path / "team"
+    proj.mkdir()
+    (proj / "envbuilder.toml").write_text(
+        'registry = "registry.example.com/ml/train"\n' + ADMISSION +
+        '[[targets]]\nname = "t"\ntarget = "cpu"\n')
+    p = subprocess.run([sys.executable, "-c", "from envbuilder.cli import main; main()",
+                        "render", "-q"], cwd=proj, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    adm = proj / "build/t/admission"
+    assert sorted(f.name for f in adm.iterdir()) == ["clusterimagepolicy-keyless.yaml",
+                                                     "kyverno-imagevalidatingpolicy.yaml"]
+    ky = yaml.safe_load((adm / "kyverno-imagevalidatingpolicy.yaml").read_text())
+    assert ky["spec"]["attestors"][0]["cosign"]["keyless"]["identities"][0]["issuer"] == \
+        "https://token.actions.githubusercontent.com"
 
 
 def test_admission_policy_refuses_a_key_that_is_not_pem(tmp_path):
@@ -673,3 +819,85 @@ def test_smoke_predicate_of_a_gpu_run_names_the_driver_and_gpus():
     assert host["cpu_only"] is False and host["driver"] and len(host["gpus"]) == 8
     assert "H100" in host["description"] and host["driver"] in host["description"]
     assert pred["backend"] == "nccl" and pred["layout"]["world_size"] == 8
+
+
+def test_admission_policy_with_required_smoke_fields_validates(cip_validator):
+    """Issue 40: the policy demands the project's fields of the smoke attestation (its CUE);
+    the document stays valid against policy-controller's CRD schema."""
+    from envbuilder.core.attestreq import parse
+    from envbuilder.render.admission import cluster_image_policy
+
+    doc = cluster_image_policy(name="train", repository="registry.example.com/ml/train",
+                               public_key=PEM, require=(parse("backend=nccl", "t"),
+                                                        parse("floor_pct>=50", "t")))
+    assert not list(cip_validator.iter_errors(doc))
+    cue = doc["spec"]["authorities"][0]["attestations"][0]["policy"]["data"]
+    assert 'predicate: backend: "nccl"' in cue and "percent: >=50" in cue
+
+
+# -- the SIF of the pushed image: tied to its digest, attested, verified as a file ---------------
+
+def _apptainer_or_skip() -> None:
+    from envbuilder.errors import InputError
+    from envbuilder.run.apptainer import apptainer_command
+
+    try:
+        apptainer_command()
+    except InputError as e:
+        if os.environ.get("ENVBUILDER_REQUIRE_DOCKER") == "1":
+            pytest.fail(f"{e} (scripts/test-services.sh installs the apptainer wrapper)")
+        pytest.skip(str(e))
+
+
+@engine
+def test_the_sif_is_built_from_the_pushed_digest_attested_and_verified(
+        cpu_build, base_image, wheelhouse, ca_bundle, sign_registry, keys, tmp_path_factory):
+    """build --runtime both --push REPO --sign: the SIF is the pushed image (its config digest
+    checked against the registry), labelled with REPO@DIGEST, verified and smoke-tested in it,
+    and attested as a file; `verify X.sif --key PUB` checks it against its labels and the
+    attestation and names the digest; a changed SIF or another key fails (exit 1); `smoke
+    X.sif` runs the job in it."""
+    _apptainer_or_skip()
+    (key, pub), (_, other_pub) = keys
+    state = os.environ.get("ENVBUILDER_TEST_STATE")
+    where = Path(state) / "sif-from-image" if state else tmp_path_factory.mktemp("sif-from-image")
+    where.mkdir(parents=True, exist_ok=True)
+    sif = where / "cpu.sif"
+    repo = f"{sign_registry.address}/ml/sif"
+    p = _cli("build", CPU_TARGET, "--base-image", base_image, "--wheelhouse", str(wheelhouse),
+             "--ca-cert", str(ca_bundle), "--push", repo, "--sign", "--key", str(key),
+             "--runtime", "both", "--sif", str(sif), "--smoke-timeout", "300", "--json",
+             timeout=3600)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    d = json.loads(p.stdout)
+    ref = d["pushed"][0]["ref"]
+    app = d["apptainer"]
+    assert d["steps"]["sif"] == "ok" and d["steps"].get("apptainer") in (None, "skipped")
+    assert app["from_image"] == ref and app["steps"]["verify"] == app["steps"]["smoke"] == "ok"
+    assert app["steps"]["attest"] == "ok" and Path(app["attestation"]["bundle"]).is_file()
+    assert app["labels"]["io.envbuilder.image-ref"] == ref
+    assert app["labels"]["io.envbuilder.torch"] == d["labels"]["io.envbuilder.torch"]
+    v = _cli("verify", str(sif), "--key", str(pub), "--json", timeout=900)
+    assert v.returncode == 0, v.stdout[-2000:] + v.stderr[-2000:]
+    got = json.loads(v.stdout)
+    assert got["image"] == ref and got["attestation"]["ok"] and got["verify"]["ok"]
+    assert got["attestation"]["predicate"]["sif"]["sha256"] == got["sha256"]
+    plain = _cli("verify", str(sif), timeout=900)
+    assert plain.returncode == 0 and f"built from {ref}" in plain.stdout, plain.stdout + plain.stderr
+    bad = _cli("verify", str(sif), "--key", str(other_pub), timeout=900)
+    assert bad.returncode == 1 and "attestation" in bad.stderr, bad.stdout + bad.stderr
+    # a changed SIF: its bytes no longer what the attestation names
+    tampered = where / "tampered.sif"
+    shutil.copy(sif, tampered)
+    shutil.copy(Path(app["attestation"]["bundle"]), where / "tampered.sif.att.json")
+    with open(tampered, "ab") as f:
+        f.write(b"\0")
+    try:
+        t = _cli("verify", str(tampered), "--key", str(pub), "--json", timeout=900)
+        assert t.returncode == 1 and not json.loads(t.stdout)["attestation"]["ok"], t.stdout[-2000:]
+    finally:
+        tampered.unlink()
+        (where / "tampered.sif.att.json").unlink()
+    s = _cli("smoke", str(sif), "--json", timeout=900)
+    assert s.returncode == 0, s.stdout[-2000:] + s.stderr[-2000:]
+    assert json.loads(s.stdout)["world_size"] == 12

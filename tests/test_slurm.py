@@ -10,7 +10,8 @@ CUDA target's do; the smoke job's ``auto`` backend picks gloo (no CUDA in the CP
 Measured on the 2-core development machine shared with other work: node image 25-85 s (then
 cached by its inputs: the Dockerfile and the base image's id), cluster start 3-20 s, the 3x4
 smoke job 130-210 s, the 1x12 one 60-180 s (12 ranks of gloo DDP on two cores), the 3x1 team
-command 25-130 s; the four tests about 280 s after the session's CPU image exists.
+command 25-130 s; the four tests about 280 s after the session's CPU image exists. A fifth runs
+the team's command with [jobs] workdir, time and exclusive = false (15 s, measured 2026-12-05).
 """
 
 from __future__ import annotations
@@ -76,6 +77,19 @@ def job_files():
     return files
 
 
+@pytest.fixture(scope="module")
+def workdir_files():
+    """The team's command with [jobs] workdir and time (issue 41): a relative `train.py` that
+    only the working directory finds, and the training --time."""
+    from envbuilder.core.jobs import parse
+
+    stack = resolve_target(CPU_TARGET)
+    return render_jobs(make_plan(stack, smoke_nproc=3), image="envbuilder:" + stack.tag, gpus=True,
+                       layouts=((3, 1),), name="wd",
+                       jobs=parse({"command": "python train.py", "workdir": "/shared/wd",
+                                   "time": "00:10:00", "exclusive": False}))
+
+
 def _run(cluster, job_files, rel: str, timeout: float = 600) -> tuple[dict, str, float]:
     folder = cluster.shared / rel.split("/")[-1].rsplit(".", 1)[0]
     folder.mkdir()
@@ -128,3 +142,18 @@ def test_team_command_runs_with_the_layouts_rendezvous(cluster, job_files):
     lines = [x for x in out.splitlines() if x.startswith("TRAIN ")]
     assert len(lines) == 3 and all("world=3" in x and "sum=6" in x for x in lines)
     assert {x.split("host=")[1].split()[0] for x in lines} == {"node1", "node2", "node3"}
+
+
+def test_team_command_runs_in_the_workdir_with_the_training_time(cluster, workdir_files):
+    """[jobs] workdir: srun --chdir puts every node's torchrun in it (the command names a
+    relative train.py that only the working directory holds); the training --time and a
+    shared-node file (exclusive = false) are accepted by a real slurmctld."""
+    text = workdir_files["jobs/train-slurm-host-3x1.sbatch"]
+    assert "--chdir=/shared/wd" in text and "#SBATCH --time=00:10:00" in text
+    assert "#SBATCH --exclusive" not in text
+    (cluster.shared / "wd").mkdir(exist_ok=True)
+    (cluster.shared / "wd" / "train.py").write_text(TRAIN)
+    rec, out, _ = _run(cluster, workdir_files, "jobs/train-slurm-host-3x1.sbatch")
+    assert rec["state"] == "COMPLETED" and rec["exit_code"] == "0:0", out[-3000:]
+    lines = [x for x in out.splitlines() if x.startswith("TRAIN ")]
+    assert len(lines) == 3 and all("world=3" in x and "sum=6" in x for x in lines)

@@ -122,7 +122,7 @@ def test_twelve_ranks_pass_on_cpu(twelve_rank_run):
         assert rec["world_size"] == 12 and rec["backend"] == "gloo" and rec["device"] == "cpu"
         assert rec["ok"] is True and rec["local_rank"] == rank
         checks = by_name(rec)
-        assert list(checks) == list(ddp_smoke.CHECKS)
+        assert list(checks) == [c for c in ddp_smoke.CHECKS if c != "progressive"]  # on request only
         for name in MUST_PASS:
             assert checks[name]["status"] == "pass", (rank, name, checks[name])
         for name in CPU_SKIPPED:
@@ -159,6 +159,52 @@ def test_twelve_ranks_pass_on_cpu(twelve_rank_run):
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith(ddp_smoke.SUMMARY_MARKER + " ")]
     assert len(lines) == 1
     assert json.loads(lines[0].split(" ", 1)[1]) == summary
+
+    # /dev/shm as 12 ranks meet it: every rank allocated and wrote its share at once
+    shm = summary["shm"]
+    need, _ = ddp_smoke.shm_needed(12, nccl=False)
+    assert shm["ok"] is True and shm["needed_bytes"] == need == 12 * 2 * 2 * ddp_smoke.DATALOADER_BATCH
+    assert shm["local_ranks"] == 12 and shm["free_bytes"] >= need
+    assert "12 local rank(s) at once" in by_name(recs[0])["shm"]["detail"]
+    assert not list(out.glob("shm-*.mark"))  # the check's markers are gone
+    assert summary["device_kind"] == "cpu" and summary["gpu_names"] == [] and "nccl" not in summary
+
+
+@needs_torch
+def test_a_dev_shm_too_small_fails_naming_found_needed_and_fix(tmp_path):
+    """The share each rank must hold at once: here 2 workers of a 4 TiB batch per rank, more
+    than any /dev/shm; allocating it fails with ENOSPC and the check names the sizes."""
+    proc = run_job(tmp_path, 2, timeout=30, extra=("--sizes", "4K", "--iters", "1", "--warmup", "1",
+                                                     "--shm-batch", "4096G"))
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["failed"] == ["shm"] and summary["shm"]["ok"] is False
+    detail = summary["details"]["shm"]
+    assert "/dev/shm: found" in detail and "needed 32768.0 GiB" in detail
+    assert "No space left on device" in detail and "--shm-size" in detail and "dshm" in detail
+    assert all(summary["checks"][c] == "pass" for c in MUST_PASS)  # the rest ran
+    assert "shm failed" in proc.stderr
+
+
+@needs_torch
+def test_progressive_inside_the_job_stops_at_the_first_failing_size(tmp_path):
+    """ENVBUILDER_SMOKE_PROGRESSIVE=1 (what job files set): all-reduce in ranks 0-1, then 0-3,
+    before the 8-rank job; rank 2 answers wrong, so the 4-rank size fails and is named, and the
+    rest of the job is not run."""
+    proc = run_job(tmp_path, 8, timeout=30, inject="progressive:2",
+                   extra=("--sizes", "4K", "--iters", "1", "--warmup", "1"),
+                   env_extra={"ENVBUILDER_SMOKE_PROGRESSIVE": "1"})
+    assert proc.returncode == 1
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["failed"] == ["progressive"], summary["failed"]
+    assert summary["details"]["progressive"].split(": ", 1)[1].startswith("stopped at 4 ranks (ranks 0-3)")
+    assert "it passed at [2] ranks" in summary["details"]["progressive"]
+    assert summary["checks"]["all_reduce"] == "skip"
+    ok = run_job(tmp_path / "ok", 4, timeout=30, extra=("--sizes", "4K", "--iters", "1", "--warmup",
+                                                        "1", "--progressive"))
+    assert ok.returncode == 0, ok.stderr[-2000:]
+    s = json.loads((tmp_path / "ok" / "summary.json").read_text())
+    assert s["checks"]["progressive"] == "pass"
 
 
 @needs_torch
@@ -225,3 +271,25 @@ def test_a_rank_stopped_before_its_rendezvous_still_leaves_the_cause(tmp_path):
     assert "SIGTERM" in summary["details"]["launch"]
     causes = explain_log(log)
     assert causes and causes[0]["category"] == "network_interface", causes[:2]
+
+
+def test_large_sizes_follow_the_device_and_max_size():
+    M, G = ddp_smoke.MIB, ddp_smoke.GIB
+    assert ddp_smoke.large_sizes(32 * M, True, None) == [128 * M, 1 * G, 4 * G, 16 * G]
+    assert ddp_smoke.large_sizes(2 * M, False, None) == []  # CPU: only when asked
+    assert ddp_smoke.large_sizes(2 * M, False, 40 * M) == [8 * M, 32 * M]
+
+
+@needs_torch
+def test_the_sweep_goes_on_to_max_size_and_stops_where_a_call_takes_too_long(tmp_path):
+    """The large-message path of the GPU sweep, on CPU ranks with an explicit --max-size: the
+    all-reduce goes on past the default sizes to 8M (the limit), all-gather and reduce-scatter
+    stay on the default sweep; every rank runs the same sizes (the decisions use the slowest
+    rank's time, the same on all)."""
+    proc = run_job(tmp_path, 2, timeout=60, extra=("--iters", "1", "--warmup", "1", "--max-size", "8M"))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    ar = [b["bytes"] for b in summary["bandwidth"] if b["collective"] == "all_reduce"]
+    assert ar == list(ddp_smoke.DEFAULT_CPU_SIZES) + [8 * ddp_smoke.MIB]
+    ag = [b["bytes"] for b in summary["bandwidth"] if b["collective"] == "all_gather"]
+    assert len(ag) == len(ddp_smoke.DEFAULT_CPU_SIZES)

@@ -144,7 +144,9 @@ def test_wrong_world_size_is_a_failure():
 # ----------------------------------------------------------------------------- policies
 
 def test_progressive_sizes():
-    assert smoke.progressive_sizes(12) == [2, 4, 12]
+    # 2, 4, 8 ... then all ranks (issue 40: the seed's bisection, doubling)
+    assert smoke.progressive_sizes(12) == [2, 4, 8, 12]
+    assert smoke.progressive_sizes(32) == [2, 4, 8, 16, 32]
     assert smoke.progressive_sizes(8) == [2, 4, 8]
     assert smoke.progressive_sizes(4) == [2, 4]
     assert smoke.progressive_sizes(3) == [2, 3]
@@ -160,9 +162,9 @@ def test_run_progressive_runs_all_sizes_when_they_pass():
         return fake_result(n)
 
     final, results = smoke.run_progressive(run_one, 12)
-    assert seen == [2, 4, 12]
+    assert seen == [2, 4, 8, 12]
     assert final.world_size == 12 and final.ok
-    assert [r.world_size for r in results] == [2, 4, 12]
+    assert [r.world_size for r in results] == [2, 4, 8, 12]
 
 
 def test_run_progressive_stops_at_the_first_failing_size():

@@ -190,8 +190,9 @@ def test_cuda_deepspeed_prebuilds_the_standard_zero_ops_by_default(tmp_path):
     docker = (out / "Dockerfile").read_text()
     assert "DS_BUILD_FUSED_ADAM=1" in docker and "DS_BUILD_CPU_ADAM=1" in docker
     assert 'io.envbuilder.deepspeed-ops="fused_adam,cpu_adam"' in docker
-    # CPU targets keep DeepSpeed's ops to what their CPU accelerator builds itself
-    assert resolve_target("cpu-torch2.13-debian12-ds0.19").ops["deepspeed"] == ()
+    # CPU targets pre-build what DeepSpeed's CPU accelerator builds when a job starts: the op
+    # deepspeed.init_distributed() builds (issue 40) and CPU Adam (ZeRO, optimizer offloaded)
+    assert resolve_target("cpu-torch2.13-debian12-ds0.19").ops["deepspeed"] == ("deepspeed_shm_comm", "cpu_adam")
 
 
 def test_ds_ops_none_needs_a_runtime_with_nvcc(tmp_path):

@@ -100,11 +100,13 @@ _WHERE: dict[str, str] = {
     "check_signed": "envbuilder.api.diagnosis",
     "doctor": "envbuilder.api.diagnosis",
     "image_labels": "envbuilder.api.diagnosis",
+    "is_sif": "envbuilder.api.diagnosis",
     "safe_text": "envbuilder.api.diagnosis",
     "show_axis": "envbuilder.api.diagnosis",
     "smoke_proof": "envbuilder.api.diagnosis",
     "verify_image": "envbuilder.api.diagnosis",
     "verify_matrix": "envbuilder.api.diagnosis",
+    "verify_sif": "envbuilder.api.diagnosis",
     "write_verify_overlay": "envbuilder.api.diagnosis",
     "refresh_matrix": "envbuilder.api.diagnosis",
     "write_refresh_overlay": "envbuilder.api.diagnosis",
@@ -146,8 +148,8 @@ if TYPE_CHECKING:  # the same names, for type checkers (tests/test_api_lazy.py k
     from envbuilder.api.targets import (github_matrix, list_targets, write_ci)
     from envbuilder.api.smoketest import (smoke)
     from envbuilder.api.diagnosis import (apptainer_available, check_signed, doctor, image_labels,
-        refresh_matrix, safe_text, show_axis, smoke_proof, verify_image, verify_matrix,
-        write_refresh_overlay, write_verify_overlay)
+        is_sif, refresh_matrix, safe_text, show_axis, smoke_proof, verify_image, verify_matrix,
+        verify_sif, write_refresh_overlay, write_verify_overlay)
     from envbuilder.api.explaining import (explain, explain_learn, explain_report)
     from envbuilder.api.daily import (complete, diff, diff_lines, image_source, init_project,
         inspect_image, inspect_lines)
@@ -162,11 +164,11 @@ __all__ = ["BakeReport", "BuildFailed", "BuildOptions", "BuildSummary", "COMMAND
            "builtin_targets", "check_combination", "check_signed", "complete", "diff",
            "diff_lines", "doctor", "explain", "explain_learn", "explain_report", "find_project",
            "github_matrix", "image_labels", "image_source", "init_project", "inspect_image",
-           "inspect_lines", "list_targets", "load", "lock", "lock_target", "make_spec",
+           "inspect_lines", "is_sif", "list_targets", "load", "lock", "lock_target", "make_spec",
            "metrics_target", "out_dir", "preflight", "refresh_matrix", "render", "render_all",
            "render_target", "request", "resolve_each", "resolve_spec", "resolve_target", "safe_text", "show_axis",
            "sign_options", "smoke", "smoke_proof", "spec_files", "spec_matrix", "target_specs",
-           "verify_image", "verify_matrix", "write_ci", "write_refresh_overlay", "write_report",
+           "verify_image", "verify_matrix", "verify_sif", "write_ci", "write_refresh_overlay", "write_report",
            "write_verify_overlay"]
 
 

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 
     from envbuilder.diagnose.doctor import Check
     from envbuilder.run.verify import VerifyReport
+    from envbuilder.run.apptainer import SifCheck
 
 
 def doctor(*, spec: TargetSpec | None = None, image: str | None = None, nproc: int | None = None,
@@ -80,6 +81,28 @@ def smoke_proof(image: str, *, key: str | None = None, nproc: int | None = None)
     return proof_check(pred, inventory(), verified=key is not None, nproc=nproc)
 
 
+def is_sif(image: str) -> bool:
+    """``image`` names an Apptainer SIF file (verify and smoke run it with apptainer)."""
+    from envbuilder.run.apptainer import is_sif as _is_sif
+
+    return _is_sif(image)
+
+
+def verify_sif(sif: str, *, key: str | None = None, matrix_dir: str | Path | None = None,
+               apptainer: str | None = None) -> SifCheck:
+    """``envbuilder verify X.sif [--key PUB]``: the verification payload run in the SIF against
+    its labels (apptainer exec), the image digest it came from (its label), and with ``key``
+    its attestation (``X.sif.att.json``: signed by the key, naming this file, that digest and
+    config). A run.apptainer.SifCheck."""
+    from envbuilder.run.apptainer import apptainer_command, check_sif_file
+    from envbuilder.run.sign import check_sif
+
+    cmd = apptainer_command(apptainer)
+    m = load_matrix(matrix_dir)
+    return check_sif_file(cmd, Path(sif).absolute(), key=key, matrix=m,
+                          attest_check=lambda path, pub, labels: check_sif(path, pub, labels))
+
+
 def verify_image(image: str, *, matrix_dir: str | Path | None = None,
                  client: DockerClient | None = None) -> VerifyReport:
     """Run the verification payload in ``image`` and compare with its labels (envbuilder verify)."""
@@ -100,7 +123,7 @@ def image_labels(image: str, client: DockerClient | None = None) -> Mapping[str,
     return _labels(client or connect(), image)
 
 
-def check_signed(image: str, key: str) -> CheckReport:
+def check_signed(image: str, key: str, require: Sequence[str] = ()) -> CheckReport:
     """``envbuilder verify IMAGE --key PUB``: the signature and the four attestations of
     ``image``'s digest, verified from its registry with cosign (no layer pulled), and what the
     smoke attestation says the digest was proven to do (run.sign.check_image)."""
@@ -108,7 +131,7 @@ def check_signed(image: str, key: str) -> CheckReport:
     from envbuilder.run.sign import check_image
 
     validate.image_ref(image, "IMAGE")
-    return check_image(image, key)
+    return check_image(image, key, require=require)
 
 
 def verify_matrix(*, matrix_dir: str | Path | None = None, pypi: str = "https://pypi.org/simple",

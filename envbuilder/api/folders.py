@@ -42,6 +42,8 @@ def _spec_files(spec: TargetSpec, out: str | Path, *, matrix_dir: str | Path | N
     from envbuilder.assemble import folder_files
 
     stack = resolve_spec(spec, matrix_dir=matrix_dir, matrix=matrix)
+    if spec.image:
+        check_image_stack(spec.image, stack)
     existing = Path(out) / "requirements.lock"
     lock_text = None
     source, copied = existing, False
@@ -62,22 +64,64 @@ def _spec_files(spec: TargetSpec, out: str | Path, *, matrix_dir: str | Path | N
     return stack, files, lock_text is not None
 
 
+# the stack facts an image's labels must share with the target its job files are rendered for
+_STACK_FACTS = ("cuda", "torch", "torch_variant", "python", "os", "nccl")
+IMAGE_CHECK_TIMEOUT_S = 5.0
+
+
+def check_image_stack(image: str, stack: Stack) -> str:
+    """``render --image IMAGE``: when IMAGE's registry answers (within a few seconds), the
+    image's ``io.envbuilder.*`` labels must name the target's stack: the job files of one stack
+    pinned to another stack's image (a CPU image for cu124 files) are refused (exit 2) naming
+    both. Returns what was found: "matches", "not an envbuilder image" or "not checked: WHY"
+    (the registry unreachable: render works offline)."""
+    from envbuilder.core import validate
+    from envbuilder.errors import OperationError
+    from envbuilder.labels import PREFIX, facts
+    from envbuilder.run.registry import image_labels
+
+    validate.image_ref(image, "--image")
+    try:
+        labels, where = image_labels(image, timeout=IMAGE_CHECK_TIMEOUT_S)
+    except (OperationError, InputError) as e:  # unreachable, unknown, or no such image there
+        return f"not checked: {str(e)[:200]}"
+    if PREFIX + "torch" not in labels:
+        return "not an envbuilder image"
+    want = facts(stack)
+    for name in _STACK_FACTS:
+        key = PREFIX + name.replace("_", "-")
+        have, expect = labels.get(key), want.get(name)
+        if have != (expect if expect is not None else None):
+            raise InputError(
+                f"--image {image}: its label {key}={have!r} says another stack than the "
+                f"target's ({name} {expect!r}, {stack.tag}); the job files would run the wrong "
+                f"image: give the digest of this target's image (envbuilder build {stack.target} "
+                f"--push REPO prints it)")
+    return "matches"
+
+
 def _admission_files(spec: TargetSpec) -> dict[str, str]:
-    """With the project's ``signing_key``: admission/clusterimagepolicy.yaml for the spec's
-    registry (render.admission)."""
+    """With the project's ``signing_key`` and/or the keyless identity of ``[jobs] admission``:
+    the admission/ policies for the spec's registry (render.admission)."""
     from envbuilder.core.project import load_project
 
     proj = load_project(spec.project) if spec.project is not None else None  # the spec's project
-    if proj is None or proj.signing_key is None:
+    adm = spec.jobs.admission
+    keyless = adm is not None and adm.issuer is not None
+    if proj is None or (proj.signing_key is None and not keyless):
         return {}
     from envbuilder.core.readfile import read_text_capped
-    from envbuilder.render.admission import FILE, render_policy
+    from envbuilder.render.admission import render_policies
 
+    key_name = "signing_key" if proj.signing_key is not None else "jobs.admission"
     if not spec.registry:
-        raise InputError(f"project file {proj.path}, key signing_key: the admission policy "
+        raise InputError(f"project file {proj.path}, key {key_name}: the admission policy "
                          f"names the images it admits: set registry too")
-    key = read_text_capped(proj.signing_key, "project file key signing_key", limit=64 << 10)
-    return {FILE: render_policy(name=spec.name, repository=spec.registry, public_key=key)}
+    key = (read_text_capped(proj.signing_key, "project file key signing_key", limit=64 << 10)
+           if proj.signing_key is not None else None)
+    return render_policies(name=spec.name, repository=spec.registry, public_key=key,
+                           issuer=adm.issuer if adm else None, subject=adm.subject if adm else None,
+                           require=adm.require if adm else ())
 
 
 def _lock_text(spec: TargetSpec, stack: Stack) -> str:

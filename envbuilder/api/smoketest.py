@@ -63,6 +63,7 @@ class SmokeAsk:
     timeout: int
     shm_size: str
     gpus: bool | None
+    script_args: tuple[str, ...] = ()  # the payload's own options (--max-size)
 
 
 RunOne = Callable[[int], "SmokeResult"]  # one run of the job at a world size
@@ -76,6 +77,29 @@ class Runner:
     name: str
     applies: Callable[[SmokeAsk], bool]
     make: Callable[[SmokeAsk], tuple[RunOne, Any]]
+
+
+def _is_sif(image: str | None) -> bool:
+    from envbuilder.run.apptainer import is_sif
+
+    return image is not None and is_sif(image)
+
+
+def _sif(ask: SmokeAsk) -> tuple[RunOne, Any]:
+    """The smoke job in a SIF with apptainer exec (the command %help shows)."""
+    from envbuilder.components.base import HOME
+    from envbuilder.run.apptainer import apptainer_command, smoke_sif
+
+    if ask.script_args:
+        raise InputError("--max-size is not passed to a SIF's smoke job (it runs the SIF's "
+                         "smoke/run.sh): drop --max-size, or smoke the image it was built from")
+    if ask.nnodes > 1:
+        raise InputError("a SIF runs on this host: --nnodes > 1 takes an IMAGE (one container "
+                         "a node); on a cluster, jobs/slurm-apptainer-NxM.sbatch runs the SIF")
+    cmd = apptainer_command()
+    path = Path(ask.image or "").absolute()
+    return (lambda n: smoke_sif(cmd, path, HOME, nproc=n, backend=ask.backend,
+                                timeout=ask.timeout)[0]), None
 
 
 def _records(ask: SmokeAsk) -> tuple[RunOne, Any]:
@@ -93,13 +117,15 @@ def _nodes(ask: SmokeAsk) -> tuple[RunOne, Any]:
     backend = "gloo" if ask.backend == "auto" and not ask.gpus else ask.backend
     return (lambda n: run_smoke_multinode(ask.image or "", nnodes=ask.nnodes, nproc_per_node=n,
                                           layout=ask.counts, backend=backend, timeout=ask.timeout,
-                                          shm_size=ask.shm_size, gpus=ask.gpus)), None
+                                          shm_size=ask.shm_size, gpus=ask.gpus,
+                                          script_args=ask.script_args)), None
 
 
 def _host(ask: SmokeAsk) -> tuple[RunOne, Any]:
     from envbuilder.run import smoke as sm
 
-    return (lambda n: sm.run_smoke_host(nproc=n, backend=ask.backend, timeout=ask.timeout)), None
+    return (lambda n: sm.run_smoke_host(nproc=n, backend=ask.backend, timeout=ask.timeout,
+                                        script_args=ask.script_args)), None
 
 
 def _container(ask: SmokeAsk) -> tuple[RunOne, Any]:
@@ -109,12 +135,14 @@ def _container(ask: SmokeAsk) -> tuple[RunOne, Any]:
     client = connect()
     return (lambda n: sm.run_smoke_container(client, ask.image or "", nproc=n, backend=ask.backend,
                                              timeout=ask.timeout, gpus=ask.gpus,
-                                             shm_size=ask.shm_size)), client
+                                             shm_size=ask.shm_size,
+                                             script_args=ask.script_args)), client
 
 
 # the ways to run the job, asked in order: the first that applies runs it
 RUNNERS: tuple[Runner, ...] = (
     Runner("records", lambda a: a.records is not None, _records),
+    Runner("sif", lambda a: _is_sif(a.image), _sif),
     Runner("nodes", lambda a: a.nnodes > 1, _nodes),
     Runner("host", lambda a: a.host, _host),
     Runner("container", lambda a: True, _container),
@@ -132,14 +160,15 @@ def _check_ask(image: str | None, host: bool, records: str | None, progressive: 
         raise InputError("--records judges a finished run: give no IMAGE, --host or --progressive")
     if records is None and host == (image is not None):
         raise InputError("smoke needs an IMAGE or --host (not both)")
-    if image is not None:
+    if image is not None and not _is_sif(image):
         image_ref(image, "IMAGE")
 
 
 def smoke(image: str | None, *, host: bool = False, nproc: int | None = None,
           nnodes: int | None = None,
           layout: str | None = None, backend: str = "auto", timeout: int = SMOKE_TIMEOUT,
-          progressive: bool = False, min_busbw: float | None = None, shm_size: str = "2g",
+          progressive: bool = False, min_busbw: float | str | None = None, shm_size: str = "2g",
+          fabric: str | None = None, max_size: str | None = None, matrix_dir: str | None = None,
           gpus: bool | None = None, records: str | None = None,
           metrics_file: str | Path | None = None, pushgateway: str | None = None,
           labels: Sequence[str] | None = None,
@@ -151,7 +180,10 @@ def smoke(image: str | None, *, host: bool = False, nproc: int | None = None,
     split ``7,5`` (ranks on each node). ``nproc`` defaults to 12 ranks per node, ``nnodes`` to 1
     (or the nodes the layout names). The way it runs is the first of RUNNERS that applies.
     Returns (the result, every size run with ``progressive``, likely causes of a failure, what
-    was exported or None) as a SmokeRun."""
+    was exported or None) as a SmokeRun. ``fabric`` (ib, efa, roce, socket) is the fabric the run
+    must use between nodes (check ``transport``); ``min_busbw`` a number of GB/s, or ``auto``
+    (the default on GPUs): each size against the published floor of matrices/bandwidth.yaml
+    (``matrix_dir``'s when it has one); ``max_size`` the largest all-reduce of the sweep."""
     from envbuilder.run import metrics as mx
     from envbuilder.run import smoke as sm
     from envbuilder.run.build import explain_causes
@@ -161,16 +193,19 @@ def smoke(image: str | None, *, host: bool = False, nproc: int | None = None,
     metrics_to = mx.check_target(metrics_file, pushgateway)
     overrides = mx.parse_label_overrides(list(labels) if labels else None)
     nproc, nnodes, counts = _smoke_layout(layout, nproc, nnodes, progressive)
+    script_args = _payload_args(max_size)
+    gate = _busbw_gate(min_busbw)
+    _check_fabric(fabric)
     _check_ask(image, host, records, progressive)
-    ask = SmokeAsk(image, host, records, nnodes, counts, backend, timeout, shm_size, gpus)
+    ask = SmokeAsk(image, host, records, nnodes, counts, backend, timeout, shm_size, gpus,
+                   tuple(script_args))
     run_one, client = runner_for(ask).make(ask)
     runs: list[SmokeResult] = []
     if progressive:
         result, runs = sm.run_progressive(run_one, nproc)
     else:
         result = run_one(nproc)
-    if min_busbw is not None:
-        result = sm.check_min_busbw(result, min_busbw)
+    result = sm.judge(result, fabric=fabric, min_busbw=gate, matrix_dir=matrix_dir)
     if metrics_to.wanted and image is not None and client is None:
         from envbuilder.run.engine import connect
 
@@ -178,3 +213,42 @@ def smoke(image: str | None, *, host: bool = False, nproc: int | None = None,
     exported = mx.export_run(result, metrics_to, image=image, client=client, overrides=overrides)
     causes = () if result.ok else tuple(explain_causes(result.log, details=result.details))
     return SmokeRun(result=result, runs=runs, causes=causes, exported=exported)
+
+
+def _payload_args(max_size: str | None) -> list[str]:
+    """The smoke payload's arguments for the options of ``smoke`` it takes itself."""
+    if max_size is None:
+        return []
+    from envbuilder.run.payload.ddp_smoke import parse_size
+
+    try:
+        n = parse_size(max_size)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise InputError(f"--max-size {max_size[:40]!r} is not a size: bytes or a K/M/G suffix, e.g. 4G")
+    return ["--max-size", str(n)]
+
+
+def _busbw_gate(value: float | str | None) -> float | str | None:
+    """--min-busbw: a number of GB/s, ``auto`` (the published floors), or None (auto on GPUs)."""
+    if value is None or isinstance(value, (int, float)):
+        return value
+    if str(value).strip().lower() == "auto":
+        return "auto"
+    try:
+        gbps = float(value)
+    except ValueError:
+        gbps = -1.0
+    if not gbps >= 0:
+        raise InputError(f"--min-busbw {str(value)[:40]!r} is not a bandwidth: GB/s (e.g. 40) or auto "
+                         f"(the published floor of matrices/bandwidth.yaml)")
+    return gbps
+
+
+def _check_fabric(fabric: str | None) -> None:
+    from envbuilder.run.transport import FABRICS
+
+    if fabric is not None and fabric not in FABRICS:
+        raise InputError(f"--fabric {fabric[:40]!r} is not one of {', '.join(FABRICS)} (the fabric "
+                         f"the run must use between nodes)")

@@ -12,6 +12,18 @@ from envbuilder.components.base import (PSABI_LEVELS, Component, PipLayer, PlanC
 if TYPE_CHECKING:
     from envbuilder.core.resolve import Stack
 
+# The ops DeepSpeed builds at start-up (deepspeed.init_distributed()), by accelerator, with the
+# module that loads each pre-built: on its CPU accelerator the shared-memory collective op
+# (comm/torch.py TorchBackend -> build_shm_op -> op_builder/cpu/comm.py ShareMemCommBuilder,
+# absolute_name deepspeed.ops.comm.deepspeed_shm_comm_op); its CUDA accelerator has no such
+# builder (create_op_builder returns None). Read in the v0.16.9, v0.18.0 and v0.19.5 tags.
+# https://github.com/deepspeedai/DeepSpeed/blob/v0.16.9/deepspeed/comm/torch.py
+# https://github.com/deepspeedai/DeepSpeed/blob/v0.16.9/op_builder/cpu/comm.py
+STARTUP_OPS: dict[str, dict[str, str]] = {
+    "cpu": {"deepspeed_shm_comm": "deepspeed.ops.comm.deepspeed_shm_comm_op"}, "cuda": {}}
+CPU_ACCELERATOR_OPS = ("deepspeed_shm_comm",)  # only DeepSpeed's CPU accelerator builds these
+
+
 class DeepSpeed(Component):
     name = axis = facts_key = "deepspeed"
     smoke_check = "deepspeed_zero"
@@ -19,6 +31,14 @@ class DeepSpeed(Component):
     def refuse(self, stack: Stack, base_image: str | None) -> None:
         if stack.ops_left_to_jit(self.name):
             _refuse_jit_without_nvcc(stack, base_image)
+        cpu_only = [o for o in self.ops(stack) if o in CPU_ACCELERATOR_OPS]
+        if cpu_only and stack.toolkit is not None:
+            from envbuilder.errors import IncompatibleError
+
+            raise IncompatibleError(
+                f"--ds-ops {','.join(cpu_only)}: an op of DeepSpeed's CPU accelerator, which a "
+                f"CUDA target's DeepSpeed does not use (its CUDA accelerator builds no such op); "
+                f"drop it, or build a cpu target for it")
 
     def compiles_cpu(self, ctx: PlanContext) -> bool:
         ops = self.facts(ctx.stack.matrix).ops
@@ -44,9 +64,14 @@ class DeepSpeed(Component):
                                    compiles=bool(ops), extra_build=extra)
 
     def payload_args(self, ctx: VerifyContext) -> list[str]:
-        """Each pre-built op the labels name, with the module that loads it (--ds-op op=module)."""
+        """Each pre-built op the labels name and each op DeepSpeed builds at start-up on the
+        image's accelerator, with the module that loads it (--ds-op op=module)."""
         ops = (ctx.labels.get("deepspeed-ops") or "").split(",")
-        return [a for op, mod in _op_modules(ctx).items() if op in ops for a in ("--ds-op", f"{op}={mod}")]
+        modules = {op: mod for op, mod in _op_modules(ctx).items() if op in ops}
+        if ctx.labels.get("deepspeed") is not None:
+            modules.update({op: mod for op, mod in STARTUP_OPS["cuda" if ctx.gpu else "cpu"].items()
+                            if op not in modules})
+        return [a for op, mod in modules.items() for a in ("--ds-op", f"{op}={mod}")]
 
     def verify_checks(self, facts: Mapping[str, Any], ctx: VerifyContext) -> list[VerifyCheck]:
         d = facts.get("deepspeed")
@@ -68,7 +93,29 @@ class DeepSpeed(Component):
                       f"{'worked' if rec.get('loaded') else 'failed: ' + str(rec.get('error', 'not tried'))}")
             out.append(VerifyCheck(f"ds_op_{op}", ok, "installed and loads",
                                    {"installed": inst, "loaded": rec.get("loaded")}, detail))
-        return out + _isa_checks(d, lab.get("cpu-isa"))
+        labelled = [o for o in (lab.get("deepspeed-ops") or "").split(",") if o]
+        startup = [o for o in STARTUP_OPS["cuda" if ctx.gpu else "cpu"] if o not in labelled]
+        return out + [_startup_check(op, d, installed) for op in startup] + _isa_checks(d, lab.get("cpu-isa"))
+
+
+def _startup_check(op: str, d: Mapping[str, Any], installed: Mapping[str, Any]) -> VerifyCheck:
+    """An op DeepSpeed builds at deepspeed.init_distributed() on the image's accelerator: it
+    loads pre-built, or the image keeps a compiler for DeepSpeed to build it at start-up."""
+    rec = (d.get("ops") or {}).get(op) or {}
+    cxx = (d.get("compilers") or {}).get("c++")
+    if installed.get(op) and rec.get("loaded"):
+        ok, detail = True, f"{op} (built by deepspeed.init_distributed()) is pre-built and {rec.get('file')} loads"
+    elif cxx:
+        ok, detail = True, (f"{op} is not pre-built; deepspeed.init_distributed() builds it at start-up "
+                            f"with the image's compiler ({cxx})")
+    else:
+        ok, detail = False, (f"{op} can neither load (installed_ops says {bool(installed.get(op))}"
+                             + (f"; {rec.get('error')}" if rec.get("error") else "")
+                             + ") nor build (no c++ in the image): deepspeed.init_distributed() fails "
+                             f"with \"Error building extension '{op}'\"; rebuild with --ds-ops {op} "
+                             f"(pre-built by default on cpu targets)")
+    return VerifyCheck(f"ds_startup_{op}", ok, "pre-built, or a compiler for the JIT",
+                       {"installed": bool(installed.get(op)), "loaded": rec.get("loaded"), "c++": cxx}, detail)
 
 
 def _isa_checks(d: Mapping[str, Any], isa: str | None) -> list[VerifyCheck]:

@@ -25,6 +25,9 @@ from envbuilder.errors import MatrixError
 # the matrix's own files; every other <name>.yaml of a matrix folder is a component's
 CORE_FILES = ("base_images.yaml", "cuda.yaml", "incompatibilities.yaml", "nccl.yaml", "os.yaml",
               "targets.yaml", "toolchains.yaml", "torch.yaml")
+# files of a matrix folder that are neither: the bandwidth floors the smoke job is judged by
+# (core.matrix.load_floors), which the resolver does not read
+OTHER_FILES = ("bandwidth.yaml",)
 # names a component cannot take: the core axes and what the target grammar already spells
 RESERVED = frozenset({"cuda", "torch", "python", "nccl", "os", "flavour", "driver", "platform",
                       "fabric", "target", "with", "without", "cpu", "any", "py", "cu", "team",
@@ -61,7 +64,7 @@ class Identity:
 
 def component_files(folder: Path) -> list[Path]:
     """The component files of a matrix folder, by name."""
-    return sorted(p for p in folder.glob("*.yaml") if p.name not in CORE_FILES)
+    return sorted(p for p in folder.glob("*.yaml") if p.name not in CORE_FILES + OTHER_FILES)
 
 
 def check_name(path: Path) -> str:

@@ -311,6 +311,7 @@ class Component:
     source: tuple[str, ...] = ()
     imports: tuple[ImportNeed, ...] = ()  # import-time needs of some releases
     toolchain: tuple[ToolchainNeed, ...] = ()  # OS toolchain needs of some releases
+    ops_default_cpu: tuple[str, ...] = ()  # a cpu target's default ops (component line)
 
     @property
     def has_ops(self) -> bool:
@@ -774,6 +775,21 @@ def load_matrix(path: str | Path | None = None, overlay: str | Path | None = Non
     return _keep(key, m)
 
 
+def load_floors(path: str | Path | None = None) -> Any:
+    """The bandwidth floors (``matrices/bandwidth.yaml``, schema ``schema.BANDWIDTH``) of the
+    matrix folder ``path``, or of the built-in matrix when ``path`` is None or has no such file
+    (a team's matrix folder may leave it out): a ``core.floors.Floors``."""
+    from envbuilder.core import floors
+
+    root = Path(path) if path is not None else matrices_dir()
+    file = root / schema.BANDWIDTH_FILE
+    if not file.exists() and path is not None:
+        file = matrices_dir() / schema.BANDWIDTH_FILE
+    data = _parse(file, _read_text(file))
+    _validate(file, data, schema.BANDWIDTH)
+    return floors.build(data, file)
+
+
 def _file_names(root: Path) -> list[str]:
     """The matrix folder's files: the core files, then its components' (core.catalog)."""
     return sorted(schema.FILES) + [p.name for p in catalog.component_files(root) if catalog.check_name(p)]
@@ -1015,10 +1031,12 @@ def _component(path: Path, data: Mapping[str, Any]) -> Component:
     _dupes(path, "ops", (o["name"] for o in data.get("ops", ())))
     ident, mm, lg = data["component"], data.get("cuda_minor_mismatch"), data.get("legacy")
     default = None if "ops_default" not in ident else tuple(ident["ops_default"])
-    unknown = [o for o in default or () if o not in ops]
-    if unknown:
-        raise MatrixError(f"matrix file {path}, key component/ops_default: {unknown[0]} is not one of "
-                          f"its ops ({', '.join(ops) or 'none'})")
+    default_cpu = tuple(ident.get("ops_default_cpu", ()))
+    for key, names in (("ops_default", default or ()), ("ops_default_cpu", default_cpu)):
+        unknown = [o for o in names if o not in ops]
+        if unknown:
+            raise MatrixError(f"matrix file {path}, key component/{key}: {unknown[0]} is not one of "
+                              f"its ops ({', '.join(ops) or 'none'})")
     comp = data.get("compiles")
     imports = tuple(ImportNeed(
         _spec(path, f"imports/{i}/versions", x["versions"]),
@@ -1035,7 +1053,8 @@ def _component(path: Path, data: Mapping[str, Any]) -> Component:
         None if mm is None else tuple(int(x) for x in mm["majors"]),
         () if mm is None else _sources(mm["source"]),
         None if lg is None else f"{lg['reason']} (since {lg['since']})",
-        () if lg is None else _sources(lg["source"]), _sources(data.get("source")), imports, toolchain)
+        () if lg is None else _sources(lg["source"]), _sources(data.get("source")), imports, toolchain,
+        default_cpu)
 
 
 def _require_cuda(data: Mapping[str, Any] | None) -> RequireCuda | None:

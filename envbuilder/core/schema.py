@@ -153,7 +153,8 @@ COMPONENT = _file(
         "title": {"type": "string", "pattern": r"^[A-Za-z0-9][A-Za-z0-9 .+_-]{0,63}$"},
         "order": {"type": "integer", "minimum": 1, "maximum": 79},
         "checks": {"type": "string", "minLength": 1, "maxLength": 200},
-        "ops_default": {"type": "array", "items": {"type": "string", "pattern": r"^[a-z][a-z0-9_]*$"}}}),
+        "ops_default": {"type": "array", "items": {"type": "string", "pattern": r"^[a-z][a-z0-9_]*$"}},
+        "ops_default_cpu": {"type": "array", "items": {"type": "string", "pattern": r"^[a-z][a-z0-9_]*$"}}}),
      "compiles": compiles.SCHEMA,
      # a component with no release for years: still resolvable, marked and warned about
      "legacy": _obj(["since", "reason", "source"], {
@@ -272,6 +273,27 @@ TOOLCHAINS = _obj(
           "source": _SOURCE, "note": _NOTE})},
      },
 )
+
+# matrices/bandwidth.yaml: published all-reduce bus bandwidth by GPU model, links, node count
+# and message size (not a file of the resolver's matrix: core.matrix.load_floors reads it)
+_SIZE_KEY = r"^[1-9][0-9]*(KiB|MiB|GiB)$"
+BANDWIDTH = _obj(
+    ["schema_version", "floor_fraction", "floors"],
+    {"schema_version": {"const": 1}, "note": _NOTE,
+     "floor_fraction": {"type": "number", "exclusiveMinimum": 0, "maximum": 1},
+     "floors": {"type": "array", "minItems": 1, "items": _obj(
+         ["gpu", "names", "intra", "fabric", "nodes", "gpus_per_node", "busbw_gbps", "source"],
+         {"gpu": {"type": "string", "minLength": 1, "maxLength": 64},
+          "names": {"type": "array", "minItems": 1, "items": {"type": "string", "minLength": 1,
+                                                              "maxLength": 128}},
+          "intra": {"type": "string", "pattern": r"^[a-z0-9-]+$"},
+          "fabric": {"enum": ["none", "ib", "roce", "efa", "socket"]},
+          "nodes": {"type": "integer", "minimum": 1}, "gpus_per_node": {"type": "integer", "minimum": 1},
+          "busbw_gbps": {"type": "object", "minProperties": 1, "propertyNames": {"pattern": _SIZE_KEY},
+                         "additionalProperties": {"type": "number", "exclusiveMinimum": 0}},
+          "source": _SOURCE, "note": _NOTE})}},
+)
+BANDWIDTH_FILE = "bandwidth.yaml"  # core.catalog.OTHER_FILES
 
 # the matrix's own files (core.catalog.CORE_FILES); every other <name>.yaml is a COMPONENT file
 FILES: dict[str, dict[str, Any]] = {

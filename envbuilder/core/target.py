@@ -58,15 +58,17 @@ CORE_PINS = ("torch", "python", "nccl")  # the version axes besides the matrix's
 
 def ops_of(req: Request, matrix: Matrix) -> dict[str, tuple[str, ...]]:
     """The ops each component with ops pre-builds: the ones asked for (``--<tag>-ops``; none =
-    JIT), else on a CUDA target that wants the component its default (core.catalog)."""
+    JIT), else on a target that wants the component its default (the component line's
+    ``ops_default``, ``ops_default_cpu`` on a cpu target)."""
     out: dict[str, tuple[str, ...]] = {}
     for c in matrix.components:
         if not c.has_ops:
             continue
         if c.name in req.ops:
             out[c.name] = req.ops[c.name]
-        elif not req.cpu and req.wants(c.name):
-            out[c.name] = tuple(o for o in c.ops_default or () if o in c.ops)
+        elif req.wants(c.name):
+            defaults = c.ops_default_cpu if req.cpu else c.ops_default or ()
+            out[c.name] = tuple(o for o in defaults if o in c.ops)
         else:
             out[c.name] = ()
     return out

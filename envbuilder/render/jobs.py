@@ -60,8 +60,8 @@ from __future__ import annotations
 import json
 import re
 import shlex
-from pathlib import PurePosixPath
 from pathlib import Path
+from pathlib import PurePosixPath
 from typing import Any, Iterable, Mapping
 
 from envbuilder import SMOKE_TIMEOUT, __version__
@@ -69,24 +69,22 @@ from envbuilder.core import validate
 from envbuilder.core import layouts as lay_mod
 from envbuilder.core.jobs import JobsConfig
 from envbuilder.errors import InputError
-from envbuilder.components import registry
-from envbuilder.components.base import Component
-from envbuilder.render.plan import BuildPlan
-from envbuilder.render import precompiled, yamlemit
+from envbuilder.render import jobkinds, precompiled, yamlemit
 from envbuilder.render.bccache import environment
+# job_name, pod_memory, quantity_bytes, train_program and the labels are named here too
+# (callers and tests import them from render.jobs)
+from envbuilder.render.jobkinds.base import (CONTAINER, MASTER_PORT, OUT_DIR, PRIORITY_LABEL,
+                                             QUEUE_LABEL, RDZV_PORT, Job, JobKind, Requirement,
+                                             job_name, pod_memory, pyxis_ref, quantity_bytes,
+                                             runtime_name, train_program)
+from envbuilder.render.jobkinds.launcher import launching
+from envbuilder.render.plan import BuildPlan
 
 DEFAULT_LAYOUTS: tuple[tuple[int, int], ...] = ((1, 12), (2, 6), (3, 4))  # default_layouts(12)
-MASTER_PORT = 23456  # the training operator's default for the port named pytorchjob-port
-RDZV_PORT = 29400  # torchrun's c10d rendezvous port
-CONTAINER = "pytorch"  # the container name the training operator looks for
-OUT_DIR = "/tmp/envbuilder-smoke"
 
-_DNS1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?\Z")
-_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?\Z")
 _QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|k|M|G|T)?\Z")
 _SIF = re.compile(r"^[A-Za-z0-9_./+-]+\Z")
 _SHELL_SAFE = re.compile(r"^[A-Za-z0-9._/:@#+=-]+\Z")  # needs no quoting inside "..."
-_NAME_MAX = 40  # leaves room for "-worker-NN" / "-NN" suffixes within DNS label limits (63)
 
 
 def _sh(value: Any) -> Any:
@@ -94,8 +92,20 @@ def _sh(value: Any) -> Any:
     return yamlemit.emitted(shlex.quote(str(value)))
 
 
-def _env():
-    return environment(("jobs",), lambda: make_env(precompiled.loader("jobs")))
+def _env(kinds: Iterable[JobKind] = ()) -> Any:
+    """The job templates' environment; kinds that bring a template folder of their own put it
+    first (one environment per set of folders, for the whole process)."""
+    dirs = tuple(sorted({str(k.templates) for k in kinds if k.templates is not None}))
+    if not dirs:
+        return environment(("jobs",), lambda: make_env(precompiled.loader("jobs")))
+
+    def make() -> Any:
+        import jinja2
+
+        return make_env(jinja2.ChoiceLoader([jinja2.FileSystemLoader(list(dirs)),
+                                             precompiled.loader("jobs")]))
+
+    return environment(("jobs", *dirs), make)
 
 
 def make_env(loader):
@@ -106,18 +116,6 @@ def make_env(loader):
 
 
 precompiled.register("jobs", make_env)
-
-
-def job_name(target: str, nnodes: int, nproc: int, prefix: str = "smoke") -> str:
-    """A DNS-1035 name for a layout's job, e.g. smoke-cu121-ds-2x6."""
-    base = re.sub(r"[^a-z0-9-]+", "-", f"{prefix}-{target}".lower()).strip("-")
-    base = re.sub(r"-+", "-", base)
-    suffix = f"-{nnodes}x{nproc}"
-    base = base[: _NAME_MAX - len(suffix)].rstrip("-")
-    name = base + suffix
-    if not _DNS1035.fullmatch(name):
-        raise InputError(f"cannot derive a Kubernetes name from target {target!r}: got {name!r}")
-    return name
 
 
 def check_layouts(layouts: Iterable[Iterable[int]], world: int) -> tuple[tuple[int, int], ...]:
@@ -139,80 +137,50 @@ def check_layouts(layouts: Iterable[Iterable[int]], world: int) -> tuple[tuple[i
     return tuple(out)
 
 
-def _labels(plan: BuildPlan, name: str, layout: str, what: str = "smoke") -> dict[str, str]:
-    # envbuilder.io/layout: dashboards join DCGM's per-pod GPU series to the smoke layout
-    labels = {"app.kubernetes.io/name": f"envbuilder-{what}",
-              "app.kubernetes.io/part-of": "envbuilder",
-              "app.kubernetes.io/instance": name,
-              "envbuilder.io/tag": plan.stack.tag,
-              "envbuilder.io/layout": layout}
-    for k, v in labels.items():
-        if len(v) > 63 or not _LABEL_VALUE.fullmatch(v):
-            raise InputError(f"label {k}={v!r} is not a Kubernetes label value (63 characters "
-                             f"of letters, digits, '-', '_', '.')")
-    return labels
-
-
-def _fits(per_node: int) -> str:
-    """Which common node sizes a layout's per-node GPU count fits, for the README."""
+def _fits(per_node: int, node_gpus: int | None = None) -> str:
+    """Which nodes a layout's per-node GPU count fits, for the README: the project's nodes
+    (``node_gpus``, the GPUs per node its layouts declare), else the common node sizes."""
+    if node_gpus:
+        if per_node > node_gpus:
+            return f"nodes of {per_node}+ GPUs (not the project's {node_gpus}-GPU nodes)"
+        used = "all" if per_node == node_gpus else f"{per_node} of"
+        return f"the project's {node_gpus}-GPU nodes ({used} {node_gpus} GPUs each)"
     sizes = [str(s) for s in (4, 8, 16) if per_node <= s]
     return f"{', '.join(sizes)}-GPU nodes" if sizes else f"nodes of {per_node}+ GPUs"
 
 
-def _pyxis_ref(image: str) -> str:
-    """docker reference -> pyxis/enroot's [REGISTRY#]IMAGE[:TAG] form (a registry host is
-    separated by '#', not '/')."""
-    first, sep, rest = image.partition("/")
-    if sep and ("." in first or ":" in first or first == "localhost"):
-        return f"{first}#{rest}"
-    return image
+def _requirements(job: Job) -> list[tuple[JobKind, Requirement]]:
+    """What this render's files need of the cluster's controllers, each with its kind."""
+    return [(k, r) for k in job.kinds for r in k.requirements(job)]
 
 
-_UNITS = {"": 1, "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12,
-          "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}
+def _check_controllers(job: Job, needs: list[tuple[JobKind, Requirement]]) -> None:
+    """``[jobs] controllers`` states the cluster's versions: a file or field that needs a newer
+    one is refused (exit 3) naming both; pyxis by digest on an older enroot is served by the
+    tag-pinned file when the tag is known."""
+    from packaging.version import Version
 
+    from envbuilder.errors import IncompatibleError
 
-def quantity_bytes(q: str) -> int:
-    """A Kubernetes memory quantity (``16Gi``, ``512M``, ``1.5Gi``) in bytes."""
-    m = re.fullmatch(r"([0-9]+(?:\.[0-9]+)?)(Ki|Mi|Gi|Ti|k|M|G|T)?", q)
-    if not m:
-        raise InputError(f"{q!r} is not a quantity such as 16Gi")
-    return int(float(m.group(1)) * _UNITS[m.group(2) or ""])
-
-
-def pod_memory(shm_size: str, nproc: int, mem_per_proc: str) -> str:
-    """The memory a smoke pod requests (and is limited to): its memory-backed /dev/shm, which
-    counts against the pod's memory, plus ``mem_per_proc`` for each rank; in Mi, rounded up."""
-    total = quantity_bytes(shm_size) + nproc * quantity_bytes(mem_per_proc)
-    return f"{-(-total // 2**20)}Mi"
-
-
-_SMOKE_KINDS = ("slurm-apptainer", "slurm-pyxis", "slurm-host")
-_FILE_OF = {"trainjob": ("trainjob", "jobs/trainjob.yaml.j2"),
-            "jobset": ("jobset", "jobs/jobset.yaml.j2"),
-            "indexed-job": ("indexed-job", "jobs/indexed-job.yaml.j2"),
-            "legacy": ("pytorchjob", "jobs/pytorchjob.yaml.j2")}
-_SLURM = {"slurm-apptainer": "apptainer", "slurm-pyxis": "pyxis", "slurm-host": "host"}
-QUEUE_LABEL = "kueue.x-k8s.io/queue-name"  # Kueue's LocalQueue label
-PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"  # Kueue's WorkloadPriorityClass label
-
-
-def train_program(command: str) -> list[str]:
-    """What torchrun runs for a team's command, after the layout's options: ``torchrun
-    train.py --x`` -> ``train.py --x`` (its own torchrun options kept); ``python train.py`` and
-    ``python -m pkg`` -> ``train.py`` / ``-m pkg``; anything else runs with ``--no_python``."""
-    words = shlex.split(command)
-    if words[0] == "torchrun":
-        rest = words[1:]
-    elif words[:3] in (["python", "-m", "torch.distributed.run"], ["python3", "-m", "torch.distributed.run"]):
-        rest = words[3:]
-    elif words[0] in ("python", "python3"):
-        rest = words[1:]
-    else:
-        rest = ["--no_python", *words]
-    if not rest:
-        raise InputError(f"command {command!r} names no training script: e.g. torchrun train.py")
-    return rest
+    stated = dict(job.cfg.controllers or {})
+    if job.cfg.topology is not None and not job.cfg.queue:
+        raise InputError("[jobs] topology is Kueue's topology-aware scheduling: it takes effect "
+                         "only for jobs Kueue admits; set [jobs] queue too")
+    tagged = any(k.name == "slurm-pyxis-tag" for k in job.kinds)
+    for kind, req in needs:
+        have = stated.get(req.controller)
+        if have is None or Version(have) >= Version(req.version):
+            continue
+        if req.controller == "enroot" and tagged:
+            continue  # slurm-pyxis-tag-*.sbatch runs there
+        how = ("give --image REPO:TAG (a tag enroot can pull), or build --push (it writes "
+               "slurm-pyxis-tag-NxM.sbatch beside the digest-pinned file)"
+               if req.controller == "enroot" else
+               f"upgrade {req.controller}, or leave {kind.pattern()} out ([jobs] kubernetes) or "
+               f"drop the key that needs it")
+        raise IncompatibleError(f"jobs/{kind.pattern()}: {req.why} needs "
+                                f"{req.line().split(':')[0]}, and [jobs] controllers says "
+                                f"{req.controller} {have}: {how} (source: {req.source})")
 
 
 def _pull(image: str) -> tuple[str, str]:
@@ -239,10 +207,11 @@ def _tailoring(cfg: JobsConfig) -> dict[str, Any]:
             "extra_resources": sorted((cfg.resources or {}).items()),
             "host_network": bool(cfg.host_network),
             "env_pairs": sorted((cfg.env or {}).items()),
-            "runtime_name": cfg.runtime_name,
+
             "slurm_directives": cfg.slurm.directives(),
+            "service_account": cfg.service_account,
             "tailored": bool(cfg.priority_class or cfg.host_network or cfg.node_selector
-                             or cfg.tolerations or cfg.image_pull_secrets)}
+                             or cfg.tolerations or cfg.image_pull_secrets or cfg.service_account)}
 
 
 def _check_options(plan: BuildPlan, image: str, infiniband: bool, timeout: int, shm_size: str,
@@ -269,14 +238,49 @@ def _check_options(plan: BuildPlan, image: str, infiniband: bool, timeout: int, 
     return bool(infiniband) or fabric in ("ib", "efa")
 
 
+def _job(plan: BuildPlan, image: str, cfg: JobsConfig, name: str | None, apptainer_image: str | None,
+         gpus: bool, infiniband: bool, options: dict[str, Any], extra: dict[str, Any]) -> Job:
+    """What every kind's files share, checked (see render_jobs)."""
+    from envbuilder.core.smoke_metrics import JOB
+
+    world = int(plan.smoke_nproc)
+    sif = apptainer_image or f"{plan.stack.tag}.sif"
+    if not _SIF.fullmatch(sif) or sif.startswith("-"):
+        raise InputError(f"apptainer image {sif!r} must be a path of letters, digits and ._/+-")
+    for what, v in (("apptainer image", sif), ("image", image), ("image", pyxis_ref(image))):
+        if not _SHELL_SAFE.fullmatch(v):  # image_ref and _SIF admit only these; keep it so
+            raise InputError(f"{what} {v!r} has characters a job script cannot carry")
+    home = str(PurePosixPath(plan.home))
+    validate.env_pair("HOME", home, "image home")
+    pull_policy, pull_note = _pull(image)
+    base = {"version": __version__, "target": plan.target, "tag": plan.stack.tag,
+            "image": image, "gpus": bool(gpus), "infiniband": bool(infiniband),
+            "timeout": options["timeout"], "backend": "auto" if gpus else "gloo", "world": world,
+            "smoke": f"{home}/smoke/ddp_smoke.py", "entrypoint": f"{home}/bin/entrypoint.sh",
+            "uid": int(plan.uid), "out_dir": OUT_DIR, "master_port": MASTER_PORT,
+            "rdzv_port": RDZV_PORT, "container": CONTAINER, "sif": sif,
+            "pyxis_image": pyxis_ref(image), "registry_host": _registry_host(image),
+            "pull_policy": pull_policy, "pull_note": pull_note,
+            "cpus_per_proc": options["cpus_per_proc"], "metrics_job": JOB, **_tailoring(cfg)}
+    base.update(runtime_name=runtime_name(cfg, name or plan.target),
+                runtime_kind="TrainingRuntime" if cfg.runtime_namespace else "ClusterTrainingRuntime")
+    job = Job(plan=plan, cfg=cfg, image=image, name=name, base=base, options=options, extra=extra)
+    job.runs = tuple(r for r in jobkinds.runs() if r.enabled(job))
+    enabled = [k for k in jobkinds.kinds() if k.enabled(job)]
+    job.kinds = tuple(sorted(enabled, key=lambda k: (k.order, k.position(job))))
+    return job
+
+
 def render_jobs(plan: BuildPlan, *, image: str,
                 layouts: Iterable[Iterable[int]] | None = None,
                 gpus: bool = True, infiniband: bool = False,
                 apptainer_image: str | None = None, timeout: int = SMOKE_TIMEOUT,
                 shm_size: str = "16Gi", cpus_per_proc: int = 4, mem_per_proc: str = "4Gi",
                 time_limit_min: int = 30, jobs: JobsConfig | None = None,
-                name: str | None = None) -> dict[str, str]:
-    """Every file of the ``jobs/`` folder, as relative path -> content.
+                name: str | None = None, tag_image: str | None = None,
+                node_gpus: int | None = None) -> dict[str, str]:
+    """Every file of the ``jobs/`` folder, as relative path -> content: each job kind of the
+    table (``render.jobkinds``) the render enables, for each layout and run.
 
     ``image``: the image reference the cluster pulls (by digest when known: then
     ``IfNotPresent``; a tag is pulled ``Always``, so no node runs a stale copy of it).
@@ -288,71 +292,41 @@ def render_jobs(plan: BuildPlan, *, image: str,
     fabric (``--fabric``, default ib) turns it on by itself: the image's RDMA user space and
     the job files' RDMA settings come from one flag; ``--infiniband`` with ``--fabric none``
     is refused (exit 3).
-    Each pod requests ``cpus_per_proc`` CPUs per rank and memory for its ``shm_size`` of
-    memory-backed /dev/shm plus ``mem_per_proc`` per rank (the memory limit is the same, CPU is
-    not limited: Burstable QoS, not BestEffort).
+    The smoke files request ``cpus_per_proc`` CPUs per rank and memory for their ``shm_size``
+    of memory-backed /dev/shm plus ``mem_per_proc`` per rank (the memory limit is the same, CPU
+    is not limited: Burstable QoS, not BestEffort); ``time_limit_min`` is their Slurm --time.
     ``apptainer_image``: the SIF the Apptainer scripts run (default ``<tag>.sif``; the scripts
     also read ``ENVBUILDER_SIF``). ``timeout``: the smoke job's process-group timeout (s).
     ``jobs``: the project's [jobs] table (core.jobs.JobsConfig): the Kubernetes kinds, queue,
-    scheduling keys, device resources, env, Slurm keys and the team's ``command`` (then
-    ``train-*`` files run it beside the smoke files). ``name``: what job names are made of
-    (default the plan's target; a project passes its target's name, so two project targets of
-    one CUDA line never share a job name).
+    scheduling keys, device resources, env, Slurm keys, the team's ``command`` (then
+    ``train-*`` files run it beside the smoke files) and the training files' settings; its
+    ``controllers`` are checked against what each file needs (exit 3). ``name``: what job
+    names are made of (default the plan's target; a project passes its target's name, so two
+    project targets of one CUDA line never share a job name). ``tag_image``: the tag ``image``
+    (a digest) was pushed under (a tag-pinned pyxis file for enroot < 4.0). ``node_gpus``: the
+    GPUs per node of the project's cluster (its layouts), for the README's layout table.
     """
-    from envbuilder.core.smoke_metrics import JOB
-
     cfg = jobs or JobsConfig()
     infiniband = _check_options(plan, image, infiniband, timeout, shm_size, mem_per_proc,
                                 cpus_per_proc, time_limit_min)
     world = int(plan.smoke_nproc)
     lays = check_layouts(lay_mod.default_layouts(world) if layouts is None else layouts, world)
-    sif = apptainer_image or f"{plan.stack.tag}.sif"
-    if not _SIF.fullmatch(sif) or sif.startswith("-"):
-        raise InputError(f"apptainer image {sif!r} must be a path of letters, digits and ._/+-")
-    for what, v in (("apptainer image", sif), ("image", image), ("image", _pyxis_ref(image))):
-        if not _SHELL_SAFE.fullmatch(v):  # image_ref and _SIF admit only these; keep it so
-            raise InputError(f"{what} {v!r} has characters a job script cannot carry")
-    home = str(PurePosixPath(plan.home))
-    validate.env_pair("HOME", home, "image home")
-    smoke = f"{home}/smoke/ddp_smoke.py"
-    entrypoint = f"{home}/bin/entrypoint.sh"
-    backend = "auto" if gpus else "gloo"
-    pull_policy, pull_note = _pull(image)
-    tailoring = _tailoring(cfg)
-    time_limit = cfg.slurm.time or f"{time_limit_min // 60:02d}:{time_limit_min % 60:02d}:00"
-
-    env = _env()
-    base = {"version": __version__, "target": plan.target, "tag": plan.stack.tag,
-            "image": image, "gpus": bool(gpus), "infiniband": bool(infiniband),
-            "shm_size": shm_size, "timeout": timeout, "backend": backend, "world": world,
-            "smoke": smoke, "entrypoint": entrypoint, "uid": int(plan.uid),
-            "out_dir": OUT_DIR, "master_port": MASTER_PORT, "rdzv_port": RDZV_PORT,
-            "container": CONTAINER, "sif": sif, "pyxis_image": _pyxis_ref(image),
-            "registry_host": _registry_host(image), "pull_policy": pull_policy,
-            "pull_note": pull_note, "cpus_per_proc": cpus_per_proc, "time_limit": time_limit,
-            "deadline": timeout * 4 + 600, "metrics_job": JOB, **tailoring}
-    smoke_program = [smoke, "--backend", backend, "--timeout", str(timeout), "--out", OUT_DIR]
-    runs: list[tuple[str, list[str]]] = [("smoke", smoke_program)]
-    if cfg.command:
-        runs.append(("train", train_program(cfg.command)))
+    options = {"timeout": timeout, "shm_size": shm_size, "cpus_per_proc": cpus_per_proc,
+               "mem_per_proc": mem_per_proc, "time_limit_min": time_limit_min}
+    if tag_image is not None:
+        validate.image_ref(tag_image, "tag image")
+    job = _job(plan, image, cfg, name, apptainer_image, gpus, infiniband, options,
+               {"tag_image": tag_image})
+    needs = _requirements(job)
+    _check_controllers(job, needs)
+    _check_topology(cfg, lays)
+    env = _env(job.kinds)
     files: dict[str, str] = {}
-    entries: list[dict[str, Any]] = []
-    for n, p in lays:
-        sizes = (cpus_per_proc, shm_size, mem_per_proc)
-        entries.append(_layout_files(env, files, base, plan, cfg, runs, n, p, name, sizes))
-    if cfg.queue and cfg.cluster_queue:
-        files["jobs/kueue-localqueue.yaml"] = env.get_template("jobs/kueue-localqueue.yaml.j2").render(
-            base, cluster_queue=cfg.cluster_queue)
-    # the README's commands show a multi-node layout when there is one (2x6 by default)
-    example = next((e for e in entries if e["layout"] == "2x6"),
-                   next((e for e in entries if e["nnodes"] > 1), entries[0]))
-    try:  # a valid --layout of this world size with several layouts, for the README
-        others = ",".join(lay_mod.fmt(x) for x in lay_mod.default_layouts(world))
-    except InputError:
-        others = f"1x{world}"
-    files["jobs/README.md"] = env.get_template("jobs/README.md.j2").render(
-        base, layouts=entries, example=example, other_example=others, kinds=cfg.kinds,
-        command=cfg.command, launchers=[c.launcher(plan.stack) for c in _launching(plan)])
+    entries = [_layout_files(env, files, job, n, p, node_gpus) for n, p in lays]
+    for kind in job.kinds:
+        if not kind.per_layout:
+            files.update(kind.render_once(env, job))
+    files["jobs/README.md"] = _readme(env, job, entries, needs)
     index: dict[str, Any] = {"world_size": world, "gpus": bool(gpus), "image": image,
                              "pinned": "@sha256:" in image,
                              "layouts": [{k: e[k] for k in ("layout", "nnodes", "nproc", "name",
@@ -364,93 +338,56 @@ def render_jobs(plan: BuildPlan, *, image: str,
     return files
 
 
-def _layout_files(env: Any, files: dict[str, str], base: dict[str, Any], plan: BuildPlan,
-                  cfg: JobsConfig, runs: list[tuple[str, list[str]]], n: int, p: int,
-                  name: str | None, sizes: tuple[int, str, str]) -> dict[str, Any]:
-    """One layout's files (the smoke job's, and the team command's ``train-*``) into
-    ``files``; returns its layouts.json entry."""
-    lay = f"{n}x{p}"
-    world = n * p
-    entry: dict[str, Any] = {"layout": lay, "nnodes": n, "nproc": p, "fits": _fits(p)}
-    for prefix, program in runs:
-        jname = job_name(name or plan.target, n, p, prefix=prefix)
-        ctx = dict(base, **_layout_values(plan, jname, n, p, program, cfg, *sizes),
-                   is_smoke=prefix == "smoke",
-                   what=(f"the {world}-rank smoke job" if prefix == "smoke" else
-                         f"the team's command ({_short(cfg.command or '')}) on {world} ranks"))
-        lead = "" if prefix == "smoke" else "train-"
+def _check_topology(cfg: JobsConfig, lays: Iterable[tuple[int, int]]) -> None:
+    """Kueue splits a PodSet into slices of ``slice_size`` pods: each layout's node count must
+    be a multiple of it."""
+    t = cfg.topology
+    if t is None or not t.slice_size:
+        return
+    for n, p in lays:
+        if n % t.slice_size:
+            raise InputError(f"[jobs] topology slice_size {t.slice_size} does not divide the "
+                             f"{n} nodes (pods) of layout {n}x{p}: Kueue needs whole slices")
+
+
+def _readme(env: Any, job: Job, entries: list[dict[str, Any]],
+            needs: list[tuple[JobKind, Requirement]]) -> str:
+    world = job.world
+    # the README's commands show a multi-node layout when there is one (2x6 by default)
+    example = next((e for e in entries if e["layout"] == "2x6"),
+                   next((e for e in entries if e["nnodes"] > 1), entries[0]))
+    try:  # a valid --layout of this world size with several layouts, for the README
+        others = ",".join(lay_mod.fmt(x) for x in lay_mod.default_layouts(world))
+    except InputError:
+        others = f"1x{world}"
+    smoke = job.layout(job.runs[0], example["nnodes"], example["nproc"]).settings
+    return env.get_template("jobs/README.md.j2").render(
+        job.base, layouts=entries, example=example, other_example=others, kinds=job.cfg.kinds,
+        command=job.cfg.command, launchers=[c.launcher(job.plan.stack) for c in launching(job.plan)],
+        shm_size=smoke.shm, smoke_settings=smoke, columns=[k for k in job.kinds if k.per_layout and k.title],
+        needs=list(dict.fromkeys((k.pattern(), r) for k, r in needs)), runs=[r.name for r in job.runs],
+        train=(job.layout(job.runs[-1], example["nnodes"], example["nproc"]).settings
+               if len(job.runs) > 1 else None))
+
+
+def _layout_files(env: Any, files: dict[str, str], job: Job, n: int, p: int,
+                  node_gpus: int | None) -> dict[str, Any]:
+    """One layout's files (each run's, each kind's) into ``files``; returns its layouts.json
+    entry."""
+    entry: dict[str, Any] = {"layout": f"{n}x{p}", "nnodes": n, "nproc": p,
+                             "fits": _fits(p, node_gpus)}
+    for run in job.runs:
+        lay = job.layout(run, n, p)
         made: list[str] = []
-        for stem, tpl in (_FILE_OF[k] for k in cfg.kinds):
-            rel = f"jobs/{lead}{stem}-{lay}.yaml"
-            files[rel] = env.get_template(tpl).render(ctx, file=rel)
-            made.append(rel)
-        for kind, runtime in _SLURM.items():
-            rel = f"jobs/{lead}{kind}-{lay}.sbatch"
-            files[rel] = env.get_template("jobs/slurm.sbatch.j2").render(
-                ctx, file=rel, runtime=runtime, program_sh=_program_sh(program, runtime))
-            made.append(rel)
-        for c in _launching(plan) if prefix == runs[-1][0] else ():
-            # a component's own launcher (components.base.Component.smoke): the team's
-            # command, else the program given to it
-            launcher = c.launcher(plan.stack)
-            rel = f"jobs/{launcher}-{lay}.sh"
-            files[rel] = env.get_template(f"jobs/{launcher}.sh.j2").render(
-                ctx, file=rel, launcher_program=c.launcher_program(program) if cfg.command else None)
-            made.append(rel)
-        entry["name" if prefix == "smoke" else "train_name"] = jname
-        entry["files" if prefix == "smoke" else "train_files"] = made
+        for kind in job.kinds:
+            if kind.per_layout and run in kind.runs(job):
+                got = kind.render(env, lay)
+                files.update(got)
+                made.extend(got)
+        smoke = run.name == "smoke"
+        entry["name" if smoke else "train_name"] = lay.name
+        entry["files" if smoke else "train_files"] = made
     return entry
-
-
-def _short(text: str, n: int = 60) -> str:
-    return text if len(text) <= n else text[: n - 3] + "..."
-
-
-def _layout_values(plan: BuildPlan, name: str, n: int, p: int, program: list[str],
-                   cfg: JobsConfig, cpus_per_proc: int, shm_size: str,
-                   mem_per_proc: str) -> dict[str, Any]:
-    """The values of one layout's files: names, labels and each launcher's arguments."""
-    lay = f"{n}x{p}"
-    svc = name  # the indexed Job's headless Service shares its name
-    labels = _labels(plan, name, lay, "smoke" if name.startswith("smoke-") else "train")
-    job_labels = dict(labels)
-    if cfg.queue:
-        job_labels[QUEUE_LABEL] = cfg.queue
-    head = ["torchrun", f"--nnodes={n}", f"--nproc_per_node={p}"]
-    return {
-        "nnodes": n, "nproc": p, "layout": lay, "name": name, "service": svc,
-        "labels": labels, "job_labels": job_labels,
-        # Kueue reads a TrainJob's priority from its WorkloadPriorityClass label (the
-        # runtime's pod template carries no priorityClassName patch)
-        "trainjob_labels": dict(job_labels, **({PRIORITY_LABEL: cfg.priority_class}
-                                               if cfg.priority_class else {})),
-        "ptj_args": [*head, "--node_rank=$(RANK)", "--master_addr=$(MASTER_ADDR)",
-                     "--master_port=$(MASTER_PORT)", "--max_restarts=0", *program],
-        "job_args": [*head, "--node_rank=$(JOB_COMPLETION_INDEX)", "--rdzv_backend=c10d",
-                     f"--rdzv_endpoint={name}-0.{svc}:{RDZV_PORT}", f"--rdzv_id={name}",
-                     "--max_restarts=0", *program],
-        # JobSet pod i is <jobset>-<replicatedJob>-<i>-0.<subdomain = jobset name>
-        "jobset_args": [*head, "--rdzv_backend=c10d",
-                        f"--rdzv_endpoint={name}-node-0-0.{name}:{RDZV_PORT}",
-                        f"--rdzv_id={name}", "--max_restarts=0", *program],
-        # the trainer gives torchrun PET_NNODES/PET_NPROC_PER_NODE/PET_NODE_RANK/PET_MASTER_*
-        "trainjob_args": [f"{plan.home}/bin/entrypoint.sh", "torchrun", "--max_restarts=0",
-                          *program],
-        "cpus": p * cpus_per_proc, "memory": pod_memory(shm_size, p, mem_per_proc)}
-
-
-def _program_sh(program: list[str], runtime: str) -> Any:
-    """The program's words for a Slurm script: shell-quoted; on the node's own environment
-    (no container mount) the records go straight to ``$out``."""
-    words = [shlex.quote(w) for w in program]
-    if runtime == "host":
-        words = ['"$out"' if w == OUT_DIR else w for w in words]
-    return yamlemit.emitted(" ".join(words))
-
-
-def _launching(plan: BuildPlan) -> list[Component]:
-    """The stack's components that bring a launcher of their own (jobs/<launcher>-NxM.sh)."""
-    return [c for c in registry.active(plan.stack) if c.launcher(plan.stack)]
 
 
 def as_yaml_documents(text: str) -> list[dict]:
@@ -460,7 +397,8 @@ def as_yaml_documents(text: str) -> list[dict]:
     return [d for d in yaml.safe_load_all(text) if d is not None]
 
 
-__all__ = ["render_jobs", "job_name", "check_layouts", "DEFAULT_LAYOUTS", "as_yaml_documents"]
+__all__ = ["render_jobs", "job_name", "check_layouts", "DEFAULT_LAYOUTS", "as_yaml_documents",
+           "quantity_bytes", "pod_memory", "train_program", "PRIORITY_LABEL", "QUEUE_LABEL"]
 
 
 # -- a hand-edited job file: never overwritten, and the refusal says what to do instead --------

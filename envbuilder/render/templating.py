@@ -218,8 +218,9 @@ def render_files(plan: BuildPlan, *, layer_requirements: Mapping[str, str] | Non
         out["files/constraints.txt"] = _constraints(plan, layer_requirements or {})
     if plan.builder.cpu_isa:
         out["files/cxx-isa.sh"] = (templates_dir() / "files" / "cxx-isa.sh").read_text()
-    out["smoke/ddp_smoke.py"] = (payload_dir() / "ddp_smoke.py").read_bytes() \
-        if (payload_dir() / "ddp_smoke.py").exists() else b""
+    for name in ("ddp_smoke.py", "nccl_info.py"):  # the smoke job (run.smoke.PAYLOAD_FILES)
+        out[f"smoke/{name}"] = (payload_dir() / name).read_bytes() \
+            if (payload_dir() / name).exists() else b""
     out["smoke/run.sh"] = env.get_template("smoke_run.sh.j2").render(ctx)
     stack = plan.stack.to_dict()
     stack["image"] = {"builder": plan.builder_image, "runtime": plan.runtime_image,

@@ -481,3 +481,149 @@ def pip_freeze_sif(cmd: Sequence[str], sif: Path) -> list[str]:
         raise OperationError(f"pip freeze in {sif} failed (exit {code}): {log.strip()[-300:]}",
                              step="apptainer")
     return sorted(ln for ln in log.splitlines() if "==" in ln or " @ " in ln)
+
+
+# -- a SIF of the pushed image: tied to its digest ------------------------------------------------
+
+IMAGE_REF_LABEL = "io.envbuilder.image-ref"  # REPO@sha256:... the SIF's root file system is
+IMAGE_CONFIG_LABEL = "io.envbuilder.image-config"  # that image's config digest (its layers)
+ATTESTATION_SUFFIX = ".att.json"  # the SIF's attestation bundle, beside it (run.sign)
+_FROM_IMAGE_DEF = """\
+# envbuilder: the SIF of {ref} (a docker save of the engine's image whose config digest the
+# registry serves for that digest: the same layers). Apptainer imports the image's labels,
+# environment and entrypoint; these labels name where it came from.
+Bootstrap: docker-archive
+From: {tar}
+
+%labels
+    {ref_label} {ref}
+    {config_label} {config}
+"""
+
+
+def is_sif(path: str | None) -> bool:
+    """``path`` names a SIF file (``envbuilder verify X.sif``, ``smoke X.sif``)."""
+    return bool(path) and str(path).endswith(".sif") and Path(str(path)).is_file()
+
+
+def pushed_config(client: DockerClient, image_id: str, ref: str) -> str:
+    """The config digest the registry serves for ``ref``, checked to be the local image's
+    (the image id is its config's digest): the docker save of ``image_id`` holds exactly the
+    pushed image's layers. OperationError otherwise."""
+    from envbuilder.run.registry import image_config
+
+    got = image_config(ref)
+    config = str(got["config_digest"])
+    if config != image_id:
+        raise OperationError(f"{ref}: the registry serves config {config}, the engine's image "
+                             f"is {image_id}: the SIF would not be the pushed image", step="sif")
+    return config
+
+
+def build_sif_from_image(cmd: Sequence[str], client: DockerClient, image_id: str, ref: str,
+                         out: Path, *, on_line: Callable[[str], None] | None = None) -> SifBuild:
+    """A SIF of the pushed image ``ref`` (its engine image ``image_id``, checked against the
+    registry by ``pushed_config``), labelled with ``ref`` and the config digest; reused when a
+    SIF envbuilder wrote from the same image is already there."""
+    import docker.errors
+
+    out = Path(out).absolute()
+    if out.suffix != ".sif" or not out.parent.is_dir():
+        raise InputError(f"--sif {out}: name a .sif file in an existing folder")
+    config = pushed_config(client, image_id, ref)
+    previous = _written_by_us(out)
+    started = time.monotonic()
+    digest = "sha256:" + hashlib.sha256(f"from-image\0{ref}\0{config}".encode()).hexdigest()
+    doc = _cached(out, digest)
+    if doc is not None:
+        return SifBuild(str(out), doc["sha256"], out.stat().st_size, digest, {ref: "docker-archive"},
+                        cached=True, seconds=time.monotonic() - started)
+    work, shared, _env_dir = _private_work(out.parent)
+    try:
+        tar = shared / "image.tar"
+        try:
+            with open(tar, "wb") as f:
+                for chunk in client.images.get(image_id).save(named=False):
+                    f.write(chunk)
+        except (OSError, docker.errors.DockerException) as e:
+            raise OperationError(f"docker save {image_id} failed: {e}", step="sif") from None
+        os.chmod(tar, 0o644)
+        (shared / "from-image.def").write_text(_FROM_IMAGE_DEF.format(
+            ref=ref, tar=tar, config=config, ref_label=IMAGE_REF_LABEL,
+            config_label=IMAGE_CONFIG_LABEL))
+        tmp_sif = shared / out.name
+        code, log, timed_out = _run([*cmd, "build", "--fakeroot", str(tmp_sif),
+                                     str(shared / "from-image.def")],
+                                    cwd=shared, timeout=BUILD_TIMEOUT_S, on_line=on_line, step="sif")
+        if code != 0 or not tmp_sif.is_file():
+            raise OperationError(_failure(log, code, timed_out), step="sif",
+                                 details=log.splitlines()[-40:])
+        sha = _sha256(tmp_sif)
+        record = shared / (out.name + SIDECAR)
+        record.write_text(json.dumps({"inputs": digest, "sha256": sha, "image": ref,
+                                      "config_digest": config, "written_by": "envbuilder"},
+                                     indent=2) + "\n")
+        os.chmod(record, 0o644)
+        os.replace(tmp_sif, out)
+        os.replace(record, _sidecar(out))
+        _drop_stale_attestation(out, previous)
+        return SifBuild(str(out), sha, out.stat().st_size, digest, {ref: "docker-archive"},
+                        seconds=time.monotonic() - started, log_tail=log[-2000:])
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _drop_stale_attestation(sif: Path, previous: Mapping[str, Any] | None) -> None:
+    """The attestation bundle envbuilder wrote for the SIF just replaced (its record names it)
+    attests other bytes: it goes (run.sign.attest_sif writes the new one)."""
+    name = (previous or {}).get("attestation")
+    if isinstance(name, str) and "/" not in name and name.startswith(sif.name):
+        try:
+            os.unlink(sif.with_name(name))
+        except FileNotFoundError:
+            pass
+
+
+def sif_sha256(sif: Path) -> str:
+    return _sha256(Path(sif))
+
+
+@dataclass
+class SifCheck:
+    """``envbuilder verify X.sif``: the SIF against its labels (the verification payload run in
+    it), the image digest it came from, and with a key its attestation."""
+
+    sif: str
+    sha256: str
+    image: str | None  # REPO@sha256:... (its label), None for a SIF built from a definition
+    config_digest: str | None
+    verify: VerifyReport
+    attestation: dict[str, Any] | None = None  # run.sign.check_sif's result, with --key
+    errors: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return self.verify.ok and not self.errors and (
+            self.attestation is None or bool(self.attestation.get("ok")))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"sif": self.sif, "ok": self.ok, "sha256": self.sha256, "image": self.image,
+                "config_digest": self.config_digest, "verify": self.verify.to_dict(),
+                "attestation": self.attestation, "errors": list(self.errors)}
+
+
+def check_sif_file(cmd: Sequence[str], sif: Path, *, key: str | None = None,
+                   matrix: Matrix | None = None,
+                   attest_check: Callable[..., dict[str, Any]] | None = None) -> SifCheck:
+    """The SIF's labels (apptainer inspect), the verification payload run in it against them,
+    and with ``key`` the attestation beside it (``X.sif.att.json``) checked by
+    ``attest_check(sif, key, labels)`` (run.sign.check_sif)."""
+    labels = sif_labels(cmd, sif)
+    report = verify_sif(cmd, sif, labels, matrix)
+    out = SifCheck(str(sif), _sha256(sif), labels.get(IMAGE_REF_LABEL),
+                   labels.get(IMAGE_CONFIG_LABEL), report)
+    if key is not None and attest_check is not None:
+        out.attestation = attest_check(sif, key, labels)
+        if not out.attestation.get("ok"):
+            out.errors.append(str(out.attestation.get("error") or "the attestation does not check"))
+    return out

@@ -39,7 +39,7 @@ from envbuilder.render.plan import BuildPlan
 from envbuilder.render.templating import write_tree
 from envbuilder.run import engine
 from envbuilder.run import wheelhouse as wh
-from envbuilder.run.smoke import SmokeResult, run_smoke_container
+from envbuilder.run.smoke import SmokeResult, judge, run_smoke_container
 
 if TYPE_CHECKING:
     from docker import DockerClient
@@ -368,9 +368,12 @@ def _verify(b: _Build) -> None:
 def _smoke(b: _Build) -> None:
     client, image_id = b.built()
     opts, report = b.opts, b.report
-    result = b.smoke = run_smoke_container(client, image_id, nproc=b.rendered().host_nproc,
-                                           backend=opts.backend, timeout=opts.smoke_timeout,
-                                           shm_size=opts.shm_size)
+    result = run_smoke_container(client, image_id, nproc=b.rendered().host_nproc,
+                                 backend=opts.backend, timeout=opts.smoke_timeout,
+                                 shm_size=opts.shm_size)
+    # the transport against the target's fabric, busbw against the published floors on GPUs
+    fabric = getattr(b.job.stack, "fabric", None)
+    result = b.smoke = judge(result, fabric=fabric if fabric in ("ib", "efa") else None)
     report.smoke = _smoke_summary(result)
     if opts.metrics is not None:  # before the verdict: a failed run is a metric too
         from envbuilder.run.metrics import export_run
@@ -407,6 +410,14 @@ def _apptainer(b: _Build) -> None:
     built = apptainer.build_sif(cmd, plan, b.ctx_dir, sif, client=client,
                                 build_env={**_proxy_args(opts), **plan.index_build_args},
                                 on_line=lambda ln: b.emit("build-line", ln))
+    _sif_checks(b, app, built, cmd, plan)
+
+
+def _sif_checks(b: _Build, app: dict[str, Any], built: Any, cmd: list[str], plan: Any) -> None:
+    """The built SIF's record in ``app``, then verify and the smoke job in it (apptainer exec)."""
+    from envbuilder.run import apptainer
+
+    opts = b.opts
     app.update({k: v for k, v in built.to_dict().items() if k != "seconds"})
     app["steps"]["build"] = "cached" if built.cached else "ok"
     app["seconds"]["build"] = round(built.seconds, 3)
@@ -435,6 +446,35 @@ def _apptainer(b: _Build) -> None:
             raise OperationError(f"the smoke job failed in {built.sif}: {', '.join(result.failed) or 'unknown check'}",
                                  step="apptainer")
         app["steps"]["smoke"] = "ok"
+
+
+def _sif(b: _Build) -> None:
+    """--runtime both --push REPO: the SIF of the pushed image (``docker save`` of the image
+    whose config the registry serves for the pushed digest: the same layers), labelled with
+    REPO@DIGEST, verified and smoke-tested in it; with --sign attested as a file
+    (``X.sif.att.json``: its sha256, the digest and config it came from). ``envbuilder verify
+    X.sif --key PUB`` checks it."""
+    from envbuilder.run import apptainer, sign
+
+    opts, plan, report = b.opts, b.rendered(), b.report
+    client, image_id = b.built()
+    cmd = list(opts.apptainer_argv)
+    ref = report.pushed[0]["ref"]
+    sif = Path(opts.sif) if opts.sif is not None else Path.cwd() / f"{b.job.stack.tag}.sif"
+    app: dict[str, Any] = {"command": cmd, "from_image": ref, "seconds": {},
+                           "steps": {"build": "not run", "verify": "not run", "smoke": "not run"}}
+    report.apptainer = app
+    app["steps"]["build"] = "failed"
+    built = apptainer.build_sif_from_image(cmd, client, image_id, ref, sif,
+                                           on_line=lambda ln: b.emit("build-line", ln))
+    _sif_checks(b, app, built, cmd, plan)
+    if opts.sign is not None and report.signed is not None:
+        app["steps"]["attest"] = "failed"
+        predicate = sign.sif_predicate(b.job.spec.name, ref, app["labels"][apptainer.IMAGE_CONFIG_LABEL],
+                                       Path(built.sif))
+        app["attestation"] = sign.attest_sif(Path(built.sif), opts.sign, predicate,
+                                             cosign=sign.Cosign(on_command=lambda ln: b.emit("step", ("sif", ln))))
+        app["steps"]["attest"] = "ok"
 
 
 def _push(b: _Build) -> None:
@@ -507,9 +547,12 @@ BUILD_STEPS = (
     Step("build", _build_image, _docker),
     Step("verify", _verify, lambda b: _docker(b) and b.opts.verify),
     Step("smoke", _smoke, lambda b: _docker(b) and b.opts.smoke),
-    Step("apptainer", _apptainer, lambda b: b.opts.runtime != "docker"),
+    # --runtime both --push: the SIF is made of the pushed image (the sif step), not of the definition
+    Step("apptainer", _apptainer, lambda b: b.opts.runtime == "apptainer"
+         or (b.opts.runtime == "both" and not b.opts.push)),
     Step("push", _push, lambda b: _docker(b) and bool(b.opts.push)),
     Step("sign", _sign, lambda b: b.opts.sign is not None and b.smoke_passed and bool(b.report.pushed)),
+    Step("sif", _sif, lambda b: b.opts.runtime == "both" and bool(b.report.pushed)),
 )
 
 
@@ -613,8 +656,10 @@ def pin_job_files(spec: TargetSpec, stack: Stack, opts: BuildOptions, folder: Pa
     (``REPO@sha256:...``), not the moving tag; the rest of the folder stays as built.
     ``lock``: as prepare_context's."""
     lock = opts.lock or lock
+    # the tag pushed with the digest: a tag-pinned pyxis file for enroot < 4.0
     _, files = folder_files(spec, stack, lock_text=_read_lock(lock), lock_source=str(lock),
-                            wheelhouse=opts.wheelhouse is not None, image=ref)
+                            wheelhouse=opts.wheelhouse is not None, image=ref,
+                            tag_image=f"{ref.partition('@')[0]}:{image_tag(spec, stack)}")
     write_tree(folder, {k: v for k, v in files.items() if k.startswith("jobs/")},
                group="render", prune=False)
 
@@ -642,6 +687,7 @@ def _smoke_summary(result: SmokeResult) -> dict[str, Any]:
     return {"ok": result.ok, "world_size": result.world_size, "nproc_per_node": result.nproc_per_node,
             "nnodes": result.nnodes, "backend": result.backend, "checks": result.checks,
             "failed": result.failed, "details": result.details, "bandwidth": result.bandwidth,
+            "transport": result.transport, "floors": result.floors, "warnings": result.warnings,
             "seconds": round(result.seconds, 3), "exit_code": result.exit_code}
 
 

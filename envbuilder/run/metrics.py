@@ -335,8 +335,12 @@ def result_from_records(source: str) -> SmokeResult:
     if summary is None and not ranks:
         summary = sm.summary_from_log(log)
         if summary is None:
-            raise InputError(f"--records {source}: no {sm.SUMMARY_MARKER} line in it: is it the "
-                             f"log of rank 0 (node rank 0) of an envbuilder smoke job?")
+            only_nccl = sm.result_from_nccl_log(log, source)
+            if only_nccl is not None:  # a job's own log: what NCCL says it used
+                return only_nccl
+            raise InputError(f"--records {source}: no {sm.SUMMARY_MARKER} line and no NCCL INFO "
+                             f"line in it: give the log of rank 0 (node rank 0) of an envbuilder "
+                             f"smoke job, its --out folder, or a job's log run with NCCL_DEBUG=INFO")
     ref = summary or ranks[0]
     world = int(ref.get("world_size") or len(ranks) or 1)
     nnodes = int((summary or {}).get("nnodes") or len({r.get("hostname") for r in ranks}) or 1)

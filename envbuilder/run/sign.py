@@ -11,7 +11,9 @@ The key: ``--key`` or ``ENVBUILDER_COSIGN_KEY`` (``COSIGN_KEY`` too): a key file
 exactly as cosign reads it (envbuilder never sees it; an empty value is an unencrypted key).
 A key pair signs without the public transparency log (``--tlog-upload=false
 --use-signing-config=false``), so it works offline against a private registry; checks then pass
-``--insecure-ignore-tlog``. Keyless signing (``--keyless``: Fulcio certificate and Rekor entry
+``--insecure-ignore-tlog``. A key signs in cosign's legacy format (``--new-bundle-format=false``:
+the ``sha256-<digest>.sig`` and ``.att`` tags), the one a key authority of Sigstore's
+policy-controller verifies (render.admission); ``admission_check`` is that verification. Keyless signing (``--keyless``: Fulcio certificate and Rekor entry
 through Sigstore's public instance, an OIDC identity from the environment or a browser) is the
 documented choice for users with Sigstore access; nothing here can reach Sigstore offline.
 
@@ -71,6 +73,8 @@ PREDICATES: tuple[Predicate, ...] = (
     Predicate("sbom", "https://cyclonedx.org/bom", "sbom.schema.json"),
     Predicate("provenance", "https://slsa.dev/provenance/v1", "provenance.schema.json"),
 )
+# a SIF built from the pushed image (run.apptainer.build_sif_from_image): attested as a blob
+SIF = Predicate("sif", "https://envbuilder.dev/attestations/sif/v1", "sif.schema.json")
 BY_NAME = {p.name: p for p in PREDICATES}
 BY_TYPE = {p.type: p for p in PREDICATES}
 SMOKE_TYPE = BY_NAME["smoke"].type
@@ -197,8 +201,10 @@ class Cosign:
     def _signing(self, opts: SignOptions, ref: str) -> list[str]:
         if opts.keyless:
             return ["--yes", *_registry_flags(ref)]
+        # the legacy .sig/.att format: what a key authority of policy-controller verifies
+        # (its bundle format is for keyless authorities only: render.admission)
         return ["--key", str(opts.key), "--tlog-upload=false", "--use-signing-config=false",
-                "--yes", *_registry_flags(ref)]
+                "--new-bundle-format=false", "--yes", *_registry_flags(ref)]
 
     def sign(self, ref: str, opts: SignOptions) -> None:
         _require_digest(ref)
@@ -209,19 +215,44 @@ class Cosign:
         self.run(["attest", *self._signing(opts, ref), "--type", p.type,
                   "--predicate", str(predicate), ref], step="attest")
 
+    def attest_blob(self, path: Path, opts: SignOptions, p: Predicate, predicate: Path,
+                    bundle: Path) -> None:
+        """An in-toto attestation of the file ``path`` (its sha256 the subject), written as a
+        Sigstore bundle to ``bundle``."""
+        signing = (["--yes"] if opts.keyless else
+                   ["--key", str(opts.key), "--tlog-upload=false", "--use-signing-config=false",
+                    "--yes"])
+        self.run(["attest-blob", *signing, "--type", p.type, "--predicate", str(predicate),
+                  "--bundle", str(bundle), str(path)], step="attest")
+
+    def verify_blob_attestation(self, digest: str, pub: str, p: Predicate, bundle: Path) -> None:
+        """The bundle's attestation is signed by ``pub`` and its subject is ``digest``
+        (``sha256:HEX`` of the file, computed by the caller: cosign 3.1 reads at most 128 MiB of
+        a blob itself), or OperationError."""
+        algorithm, _, hexdigest = digest.partition(":")
+        self.run(["verify-blob-attestation", "--key", pub, "--insecure-ignore-tlog",
+                  "--type", p.type, "--bundle", str(bundle), "--digest", hexdigest,
+                  "--digestAlg", algorithm], step="verify")
+
     def public_key(self, key: str) -> str:
         """The PEM public key of a private key (file or KMS)."""
         return self.run(["public-key", "--key", key], step="sign")
 
-    def verify(self, ref: str, pub: str) -> list[dict[str, Any]]:
-        """The verified signatures' payloads (simple signing), or OperationError."""
-        out = self.run(["verify", "--key", pub, "--insecure-ignore-tlog", *_registry_flags(ref),
-                        ref], step="verify")
+    def verify(self, ref: str, pub: str, *, legacy: bool = False) -> list[dict[str, Any]]:
+        """The verified signatures' payloads (simple signing), or OperationError. ``legacy``:
+        only cosign's legacy format (.sig tags), as a policy-controller key authority reads."""
+        fmt = ["--new-bundle-format=false"] if legacy else []
+        out = self.run(["verify", "--key", pub, "--insecure-ignore-tlog", *fmt,
+                        *_registry_flags(ref), ref], step="verify")
         return _json_lines(out, "verify")
 
-    def verify_attestation(self, ref: str, pub: str, p: Predicate) -> list[dict[str, Any]]:
-        """The in-toto statements of type ``p`` signed by ``pub``, or OperationError."""
-        out = self.run(["verify-attestation", "--key", pub, "--insecure-ignore-tlog",
+    def verify_attestation(self, ref: str, pub: str, p: Predicate, *, legacy: bool = False,
+                           policy: str | None = None) -> list[dict[str, Any]]:
+        """The in-toto statements of type ``p`` signed by ``pub``, or OperationError.
+        ``legacy``: only the .att tags; ``policy``: a CUE or Rego file each must satisfy."""
+        extra = (["--new-bundle-format=false"] if legacy else []) + (
+            ["--policy", policy] if policy else [])
+        out = self.run(["verify-attestation", "--key", pub, "--insecure-ignore-tlog", *extra,
                         "--type", p.type, *_registry_flags(ref), ref], step="verify")
         return [_statement(env) for env in _json_lines(out, "verify-attestation")]
 
@@ -331,7 +362,15 @@ def smoke_predicate(target: str, result: Any, *, probe: Any = None) -> dict:
             "bandwidth": [dict(r) for r in result.bandwidth],
             "busbw_gbps": top["busbw_gbps"] if top else None,
             "seconds": round(float(result.seconds), 3),
-            "host": smoke_host(result.ranks, backend, probe)}
+            "host": smoke_host(result.ranks, backend, probe),
+            "device": {"kind": result.device_kind, "gpus": list(result.fact("gpu_names") or [])},
+            "transport": dict(result.transport) or {"backend": backend, "summary": "not recorded"},
+            "bandwidth_floor": {"fraction": (result.floors or {}).get("fraction", 0.0),
+                                "rows": list((result.floors or {}).get("rows") or []),
+                                "floor": (result.floors or {}).get("floor"),
+                                "why": str((result.floors or {}).get("why") or
+                                           "not compared (a CPU run, or --min-busbw GB/s)")},
+            "shm": result.fact("shm"), "components": result.fact("components")}
 
 
 _OS_PKGS = ("dpkg-query -W -f '${Package}\\t${Version}\\t${Architecture}\\n' 2>/dev/null; "
@@ -485,7 +524,8 @@ def sign_and_attest(ref: str, opts: SignOptions, predicates: Mapping[str, dict],
             if _already_signed(c, ref, str(pub)):
                 out.signature = "already signed by this key"
                 digest = ref.rpartition("@")[2]
-                todo = [p for p in todo if not _check_attestation(c, ref, str(pub), p, digest)["ok"]]
+                todo = [p for p in todo
+                        if not _check_attestation(c, ref, str(pub), p, digest, legacy=True)["ok"]]
         files = {}
         for p in todo:
             f = Path(tmp) / f"{p.name}.json"
@@ -501,8 +541,10 @@ def sign_and_attest(ref: str, opts: SignOptions, predicates: Mapping[str, dict],
 
 
 def _already_signed(c: Cosign, ref: str, pub: str) -> bool:
+    """A signature in the legacy format (a digest signed only as a bundle by an older envbuilder
+    is signed again, in the format the admission policy verifies)."""
     try:
-        sigs = c.verify(ref, pub)
+        sigs = c.verify(ref, pub, legacy=True)
     except OperationError:
         return False
     digest = ref.rpartition("@")[2]
@@ -554,6 +596,7 @@ class CheckReport:
     attestations: dict[str, dict[str, Any]] = field(default_factory=dict)
     proven: dict[str, Any] = field(default_factory=dict)
     errors: list[str] = field(default_factory=list)
+    requirements: list[dict[str, Any]] = field(default_factory=list)  # --require, each judged
 
     @property
     def ok(self) -> bool:
@@ -563,7 +606,7 @@ class CheckReport:
     def to_dict(self) -> dict[str, Any]:
         return {"image": self.image, "ref": self.ref, "digest": self.digest, "ok": self.ok,
                 "signature": self.signature, "attestations": self.attestations,
-                "proven": self.proven, "errors": self.errors}
+                "proven": self.proven, "requirements": self.requirements, "errors": self.errors}
 
 
 def resolve_digest(image: str) -> tuple[str, str]:
@@ -591,8 +634,14 @@ def _at_digest(image: str, digest: str) -> str:
     return f"{name}@{digest}" if name else f"{ref.registry}/{ref.repository}@{digest}"
 
 
-def check_image(image: str, pub: str, *, cosign: Cosign | None = None) -> CheckReport:
-    """Verify ``image``'s signature and its four attestations with the public key ``pub``."""
+def check_image(image: str, pub: str, *, cosign: Cosign | None = None,
+                require: Sequence[str] = ()) -> CheckReport:
+    """Verify ``image``'s signature and its four attestations with the public key ``pub``; each
+    of ``require`` (``backend=nccl``, ``transport=ib``, ``floor_pct>=80``: render.admission's
+    core.attestreq) must hold in the verified smoke attestation."""
+    from envbuilder.core import attestreq
+
+    reqs = [attestreq.parse(r, "--require") for r in require]
     check_key(pub, "--key", private=False)
     # one deadline for the whole check: every cosign command together (the registry's
     # requests have theirs, ENVBUILDER_REGISTRY_DEADLINE)
@@ -617,7 +666,18 @@ def check_image(image: str, pub: str, *, cosign: Cosign | None = None) -> CheckR
                       "host": smoke["host"]["description"],
                       "collectives": sorted(k for k, v in smoke["collectives"].items()
                                             if v in ("pass", "ok")),
-                      "target": smoke["target"], "envbuilder_version": smoke["envbuilder_version"]}
+                      "target": smoke["target"], "envbuilder_version": smoke["envbuilder_version"],
+                      "device": smoke.get("device"), "transport": smoke.get("transport"),
+                      "bandwidth_floor": smoke.get("bandwidth_floor"), "shm": smoke.get("shm"),
+                      "components": smoke.get("components")}
+    for req in reqs:
+        met, got = req.check(smoke) if smoke else (False, None)
+        text = attestreq.shown(req)
+        rep.requirements.append({"require": text, "ok": met, "found": got})
+        if not met:
+            rep.errors.append(f"--require {text}: the smoke attestation "
+                              + (f"says {req.text} {got}" if got is not None else
+                                 f"records no {req.text}" if smoke else "is missing"))
     missing = [n for n, a in rep.attestations.items() if a.get("missing")]
     if missing:
         rep.errors.append(f"no {', '.join(missing)} attestation signed by this key names {digest}")
@@ -641,10 +701,11 @@ def _signed_digest(sig: Any) -> str | None:
     return d if isinstance(d, str) else None
 
 
-def _check_attestation(c: Cosign, ref: str, pub: str, p: Predicate, digest: str) -> dict[str, Any]:
+def _check_attestation(c: Cosign, ref: str, pub: str, p: Predicate, digest: str, *,
+                       legacy: bool = False) -> dict[str, Any]:
     out: dict[str, Any] = {"type": p.type, "ok": False, "error": None}
     try:
-        stmts = c.verify_attestation(ref, pub, p)
+        stmts = c.verify_attestation(ref, pub, p, legacy=legacy)
     except OperationError as e:
         out.update(missing=True, error=f"missing, or not signed by this key: {e}")
         return out
@@ -753,3 +814,136 @@ def proof_check(pred: Mapping[str, Any] | None, inv: Any, *, verified: bool,
                      f"(driver {inv.driver}, {len(inv.gpus)} x {', '.join(mine)})", "")
     return Check("smoke-proof", "warn", lay["world_size"], done + ". Not proven for this host: "
                  + "; ".join(gaps), "run envbuilder smoke IMAGE here")
+
+
+# -- admission: the verification policy-controller performs -------------------------------------
+
+def admission_check(ref: str, policy: Mapping[str, Any], *,
+                    cosign: Cosign | None = None) -> list[str]:
+    """What Sigstore policy-controller (v0.15.1, pkg/webhook/validator.go) decides for ``ref``
+    under a rendered ClusterImagePolicy with a key authority (render.admission): its checks as
+    cosign performs them (``CheckOpts``: ``NewBundleFormat`` only for ``signatureFormat:
+    bundle``, which a key authority refuses; no ``ctlog``: the transparency log ignored), every
+    attestation's CUE policy evaluated by cosign. Returns the reasons it would refuse the image
+    ([] = admitted)."""
+    c = cosign or Cosign()
+    errors: list[str] = []
+    with tempfile.TemporaryDirectory(prefix="envbuilder-admit-") as tmp:
+        for auth in (policy.get("spec") or {}).get("authorities") or []:
+            key = (auth.get("key") or {}).get("data")
+            if key is None:
+                errors.append(f"{auth.get('name')}: not a key authority (only those are checked here)")
+                continue
+            if auth.get("signatureFormat") == "bundle":
+                errors.append(f"{auth.get('name')}: constructing checkOpts: when using the new bundle "
+                              "format, the authority must be keyless")
+                continue
+            pub = Path(tmp) / "key.pub"
+            pub.write_text(key)
+            try:
+                c.verify(ref, str(pub), legacy=True)
+            except OperationError as e:
+                errors.append(f"{auth.get('name')}: signature: {e}")
+                continue
+            for i, att in enumerate(auth.get("attestations") or []):
+                p = BY_TYPE.get(att.get("predicateType"), Predicate(
+                    att.get("name", "attestation"), att.get("predicateType", ""), ""))
+                pol = att.get("policy") or {}
+                cue = None
+                if pol.get("type") == "cue" and pol.get("data"):
+                    cue = Path(tmp) / f"policy-{i}.cue"
+                    cue.write_text(pol["data"])
+                try:
+                    c.verify_attestation(ref, str(pub), p, legacy=True,
+                                         policy=str(cue) if cue else None)
+                except OperationError as e:
+                    errors.append(f"{auth.get('name')}: attestation {att.get('name')}: {e}")
+    return errors
+
+
+# -- the SIF: attested as a file, tied to the image digest ---------------------------------------
+
+def sif_predicate(target: str, image: str, config_digest: str, sif: Path) -> dict[str, Any]:
+    from envbuilder.run.apptainer import sif_sha256
+
+    return {"envbuilder_version": __version__, "target": target, "image": image,
+            "config_digest": config_digest,
+            "sif": {"sha256": sif_sha256(sif), "size_bytes": Path(sif).stat().st_size}}
+
+
+def sif_bundle(sif: Path) -> Path:
+    from envbuilder.run.apptainer import ATTESTATION_SUFFIX
+
+    return Path(sif).with_name(Path(sif).name + ATTESTATION_SUFFIX)
+
+
+def attest_sif(sif: Path, opts: SignOptions, predicate: Mapping[str, Any], *,
+               cosign: Cosign | None = None) -> dict[str, Any]:
+    """Attest the SIF file (``cosign attest-blob``) with its origin (``sif_predicate``): the
+    bundle goes beside it, ``X.sif.att.json``. A file there that envbuilder did not write (its
+    SIF's record names the bundles it wrote) is never replaced."""
+    bad = check_predicate(SIF, predicate)
+    if bad is not None:
+        raise OperationError(f"sign: the sif attestation breaks its schema at {bad}", step="attest")
+    bundle = sif_bundle(sif)
+    record = Path(sif).with_name(Path(sif).name + ".envbuilder.json")
+    try:
+        doc = json.loads(record.read_text())
+    except (OSError, ValueError):
+        doc = {}
+    if os.path.lexists(bundle) and doc.get("attestation") != bundle.name:
+        raise InputError(f"{bundle} exists and envbuilder did not write it: remove it or choose "
+                         "another --sif path")
+    c = cosign or Cosign()
+    with tempfile.TemporaryDirectory(prefix="envbuilder-sif-", dir=Path(sif).parent) as tmp:
+        pred = Path(tmp) / "sif.json"
+        pred.write_text(json.dumps(dict(predicate), sort_keys=True))
+        out = Path(tmp) / bundle.name
+        c.attest_blob(Path(sif), opts, SIF, pred, out)
+        os.replace(out, bundle)
+    if doc.get("written_by") == "envbuilder":
+        doc["attestation"] = bundle.name
+        tmp_record = record.with_name(record.name + ".tmp")
+        tmp_record.write_text(json.dumps(doc, indent=2) + "\n")
+        os.replace(tmp_record, record)
+    return {"bundle": str(bundle), "type": SIF.type}
+
+
+def check_sif(sif: Path, pub: str, labels: Mapping[str, str], *,
+              cosign: Cosign | None = None) -> dict[str, Any]:
+    """``envbuilder verify X.sif --key PUB``: the attestation beside the SIF is signed by
+    ``pub``, names this file (cosign checks its sha256), satisfies its schema, and names the
+    image digest and config the SIF's labels name. {"ok", "error", "predicate", "bundle"}."""
+    from envbuilder.run.apptainer import IMAGE_CONFIG_LABEL, IMAGE_REF_LABEL, sif_sha256
+
+    check_key(pub, "--key", private=False)
+    bundle = sif_bundle(sif)
+    out: dict[str, Any] = {"ok": False, "error": None, "bundle": str(bundle), "type": SIF.type}
+    if not bundle.is_file():
+        out["error"] = f"no attestation beside the SIF ({bundle.name}: envbuilder build --sign writes it)"
+        return out
+    c = cosign or Cosign()
+    try:
+        c.verify_blob_attestation(sif_sha256(Path(sif)), pub, SIF, bundle)
+    except OperationError as e:
+        out["error"] = f"the attestation is not signed by this key or names another file: {e}"
+        return out
+    try:
+        env = json.loads(bundle.read_text())
+        stmt = _statement(env.get("dsseEnvelope", env))
+    except (OSError, ValueError):
+        out["error"] = f"{bundle.name} is not a Sigstore bundle of an in-toto statement"
+        return out
+    pred = stmt.get("predicate")
+    bad = check_predicate(SIF, pred)
+    if bad is not None or not isinstance(pred, dict):
+        out["error"] = f"the sif attestation breaks its schema at {bad}"
+        return out
+    out["predicate"] = pred
+    for key, label in (("image", IMAGE_REF_LABEL), ("config_digest", IMAGE_CONFIG_LABEL)):
+        if labels.get(label) != pred[key]:
+            out["error"] = (f"the attestation names {key} {pred[key]}, the SIF's label {label} "
+                            f"says {labels.get(label)!r}")
+            return out
+    out["ok"] = True
+    return out

@@ -25,7 +25,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from envbuilder import SMOKE_TIMEOUT
 from envbuilder.errors import OperationError
@@ -61,6 +61,9 @@ class SmokeResult:
     seconds: float
     where: str  # "host" or the image reference
     details: dict[str, str] = field(default_factory=dict)  # failed check -> why
+    transport: dict = field(default_factory=dict)  # check_transport's record (run.transport)
+    floors: dict = field(default_factory=dict)  # check_floors: busbw by size against its floor
+    warnings: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -73,6 +76,26 @@ class SmokeResult:
 
     def bandwidth_table(self) -> str:
         return bandwidth_table(self.bandwidth, self.world_size)
+
+    def fact(self, key: str, default: Any = None) -> Any:
+        """What the summary says beyond the checks (device_kind, gpu_names, nccl, shm,
+        components: ddp_smoke._run_facts)."""
+        return (self.summary or {}).get(key, default)
+
+    @property
+    def device_kind(self) -> str:
+        kind = self.fact("device_kind")
+        if kind:
+            return str(kind)
+        if self.backend == "nccl":  # records of an older envbuilder: NCCL runs on GPUs only
+            return "cuda"
+        return "cuda" if any(str(r.get("device") or "").startswith("cuda") for r in self.ranks) else "cpu"
+
+    def hosts(self) -> dict[int, str]:
+        """Rank -> host, from the summary's per-rank timings or the rank records."""
+        rows = (self.summary or {}).get("rank_timings") or self.ranks
+        return {int(r["rank"]): str(r["hostname"]) for r in rows
+                if r.get("rank") is not None and r.get("hostname")}
 
 
 NCCL_TESTS_PERFORMANCE = "https://github.com/NVIDIA/nccl-tests/blob/master/doc/PERFORMANCE.md"
@@ -111,6 +134,14 @@ def bandwidth_table(rows: list[dict], world_size: int) -> str:
 def payload_path() -> Path:
     """The path of ``ddp_smoke.py`` inside the installed package."""
     return Path(ddp_smoke.__file__).resolve()
+
+
+# the smoke job's files, copied together wherever it runs (a container, an image's smoke/)
+PAYLOAD_FILES = ("ddp_smoke.py", "nccl_info.py")
+
+
+def payload_files() -> list[Path]:
+    return [payload_path().parent / name for name in PAYLOAD_FILES]
 
 
 def torchrun_command(python: str, script: str, *, nproc_per_node: int, nnodes: int = 1,
@@ -365,12 +396,13 @@ def _payload_tar() -> bytes:
             info.mode = 0o777  # any user the image runs as may write the records
             info.mtime = now
             tar.addfile(info)
-        data = payload_path().read_bytes()
-        info = tarfile.TarInfo("envbuilder-smoke/ddp_smoke.py")
-        info.size = len(data)
-        info.mode = 0o644
-        info.mtime = now
-        tar.addfile(info, io.BytesIO(data))
+        for path in payload_files():
+            data = path.read_bytes()
+            info = tarfile.TarInfo(f"envbuilder-smoke/{path.name}")
+            info.size = len(data)
+            info.mode = 0o644
+            info.mtime = now
+            tar.addfile(info, io.BytesIO(data))
     return buf.getvalue()
 
 
@@ -436,8 +468,8 @@ def run_smoke_container(client: DockerClient | None, image: str, *, nproc: int =
 # ----------------------------------------------------------------------------- policies
 
 def progressive_sizes(nproc: int) -> list[int]:
-    """2, then 4, then ``nproc`` itself: the way teams bisect a 12-GPU failure."""
-    return [n for n in (2, 4) if n < nproc] + [nproc]
+    """2, 4, 8, ... then ``nproc`` itself: the way teams bisect a 12-GPU failure."""
+    return ddp_smoke.progressive_sizes(nproc)
 
 
 def run_progressive(run_one: Callable[[int], SmokeResult],
@@ -475,3 +507,112 @@ def check_min_busbw(result: SmokeResult, min_gbps: float) -> SmokeResult:
         failed.append("min_busbw")
     return dataclasses.replace(result, checks=checks, failed=failed, details=details,
                                ok=result.ok and status == "pass")
+
+
+def _with_check(result: SmokeResult, name: str, status: str, detail: str,
+                **changes: Any) -> SmokeResult:
+    """``result`` with check ``name`` set to ``status`` (a failure names its detail)."""
+    checks = dict(result.checks)
+    failed = [f for f in result.failed if f != name]
+    details = dict(result.details)
+    checks[name] = status
+    details.pop(name, None)
+    if status == "fail":
+        failed.append(name)
+        details[name] = detail
+    return dataclasses.replace(result, checks=checks, failed=failed, details=details,
+                               ok=result.ok and status != "fail", **changes)
+
+
+def nccl_facts(result: SmokeResult) -> dict | None:
+    """What NCCL said it used: the smoke job's own capture (its summary), else NCCL's INFO
+    lines in the run's log (a job's log given to --records)."""
+    from envbuilder.run import transport as tr
+
+    return result.fact("nccl") or tr.from_log(result.log)
+
+
+def check_transport(result: SmokeResult, fabric: str | None) -> SmokeResult:
+    """Add check ``transport``: the transport NCCL used between intra- and inter-node peers,
+    against the declared ``fabric`` (run.transport.judge)."""
+    from envbuilder.run import transport as tr
+
+    t = tr.judge(nccl_facts(result), backend=result.backend or "", fabric=fabric,
+                 hosts=result.hosts(), nnodes=result.nnodes)
+    return _with_check(result, "transport", t.status, t.detail, transport=t.record,
+                       warnings=list(result.warnings) + list(t.warnings))
+
+
+def check_floors(result: SmokeResult, floors: Any, fabric: str | None) -> SmokeResult:
+    """``--min-busbw auto``: add check ``min_busbw``: each all-reduce size measured against the
+    published figure for the run's GPU, layout and fabric (core.floors), the percentage reached,
+    failing below the file's fraction of it; a layout without a figure is said to be unknown
+    (skip), never guessed."""
+    from envbuilder.core import floors as fl
+
+    fabric_used = str(result.transport.get("fabric_used") or "none")
+    fab = "none" if result.nnodes <= 1 else (fabric if fabric and fabric != "socket" else fabric_used)
+    entry, why = floors.lookup(result.fact("gpu_names") or [], fabric=fab, nodes=result.nnodes,
+                               gpus_per_node=result.nproc_per_node)
+    if result.world_size <= 1 and entry is None:
+        why = (f"{why}; and one rank moves nothing between GPUs: nccl-tests' all-reduce busbw is "
+               f"0 by definition (factor 2(n-1)/n)")
+    record: dict[str, Any] = {"fraction": floors.fraction, "rows": [], "floor": None, "why": why}
+    if entry is None:
+        return _with_check(result, "min_busbw", "skip", why, floors=record)
+    rows = fl.compare(result.bandwidth, entry, floors.fraction)
+    record.update(rows=rows, floor={"describe": entry.describe(), "source": list(entry.source)})
+    if not rows:
+        sizes = ", ".join(fl.size_text(n) for n in sorted(entry.busbw))
+        why = (f"no measured size has a published figure for {entry.describe()} (it has {sizes}): "
+               f"run the sweep to them (--sizes, --max-size)")
+        record["why"] = why
+        return _with_check(result, "min_busbw", "skip", why, floors=record)
+    low = [r for r in rows if not r["ok"]]
+    text = ", ".join(f"{r['size']} {r['busbw_gbps']:.1f} GB/s = {r['percent']:.0f}% of "
+                     f"{r['published_gbps']:g}" for r in rows)
+    detail = (f"{text} ({entry.describe()}, {entry.source[0]})" if not low else
+              f"below {floors.fraction:.0%} of the published busbw for {entry.describe()} at "
+              + ", ".join(f"{r['size']} ({r['busbw_gbps']:.1f} GB/s, {r['percent']:.0f}% of "
+                          f"{r['published_gbps']:g})" for r in low)
+              + f" ({entry.source[0]}): look at the transport NCCL used and the GPUs' links")
+    record["why"] = "" if not low else detail
+    return _with_check(result, "min_busbw", "fail" if low else "pass", detail, floors=record)
+
+
+def result_from_nccl_log(log: str, where: str) -> SmokeResult | None:
+    """A job's log without the smoke job's summary, judged by NCCL's own INFO lines alone (the
+    transport check is added by check_transport); None when it has none."""
+    from envbuilder.run import transport as tr
+
+    info = tr.from_log(log)
+    if info is None:
+        return None
+    hosts = {int(r): str(rec["host"]) for r, rec in (info.get("ranks") or {}).items()
+             if rec.get("host") and "<" not in str(rec["host"])}
+    nnodes = max(int(info.get("nnodes") or 0), len(set(hosts.values())),
+                 len(info.get("hosts") or ()), 1)
+    world = max([int(info.get("nranks") or 0), len(hosts), 1]
+                + [int(r) + 1 for link in info.get("links") or () for r in link[:2]])
+    summary = {"backend": "nccl", "world_size": world, "nnodes": nnodes, "nccl": info,
+               "device_kind": "cuda", "gpu_names": [], "checks": {}, "failed": [],
+               "rank_timings": [{"rank": r, "hostname": h} for r, h in sorted(hosts.items())],
+               "only_nccl_lines": True}
+    return SmokeResult(ok=True, world_size=world, nproc_per_node=max(1, world // nnodes),
+                       nnodes=nnodes, backend="nccl", checks={}, failed=[], bandwidth=[],
+                       summary=summary, ranks=[], log=log, exit_code=0, seconds=0.0, where=where)
+
+
+def judge(result: SmokeResult, *, fabric: str | None = None, min_busbw: float | str | None = None,
+          matrix_dir: str | None = None) -> SmokeResult:
+    """What every smoke run is judged on after its own checks: the transport NCCL used against
+    the declared ``fabric``, and the bus bandwidth (a number of GB/s, or ``auto``: the published
+    floors, the default on GPUs)."""
+    result = check_transport(result, fabric)
+    if isinstance(min_busbw, (int, float)):
+        return check_min_busbw(result, float(min_busbw))
+    if min_busbw == "auto" or (min_busbw is None and result.device_kind == "cuda" and result.bandwidth):
+        from envbuilder.core.matrix import load_floors
+
+        return check_floors(result, load_floors(matrix_dir), fabric)
+    return result

@@ -148,15 +148,53 @@ def print_smoke(title: str, result: Any, runs: list, causes: list, exported: Any
     """A smoke run: each size of a progressive run, the checks, bandwidth, causes, metrics."""
     for r in runs:
         say(f"{r.world_size:3d} ranks: {'ok' if r.ok else 'FAILED ' + ', '.join(r.failed)}")
+    if runs and not runs[-1].ok:
+        say(f"progressive: stopped at {runs[-1].world_size} ranks")
     table(f"{title}: world size {result.world_size}, {result.backend}", ["check", "status", "detail"],
           [[k, v, result.details.get(k, "")[:100]] for k, v in result.checks.items()])
     say(*result.bandwidth_table().splitlines())
+    say(*(ln.rstrip("\n") for ln in proof_lines(result)))
+    for name in result.failed:  # in full: the table cuts them
+        if len(result.details.get(name, "")) > 100:
+            say(f"{name}: {result.details[name]}")
     for c in causes:
         say(f"likely cause: {c['category']} ({c['confidence']:.2f}): {c['title']}", f"  fix: {c['fix']}")
     if exported:
         say(f"metrics: {exported.series} series"
                          + (f", written to {exported.written}" if exported.written else "")
                          + (f", pushed to {pushgateway}{exported.pushed}" if exported.pushed else ""))
+
+
+def proof_lines(result: Any) -> list[str]:
+    """What the run proved beyond the checks: the transport, busbw against its floor, /dev/shm,
+    what the components initialised, and the warnings."""
+    out = []
+    t = result.transport or {}
+    if t:
+        out.append(f"transport: {t.get('summary')}"
+                   + (f" (NCCL {t['nccl_version']}" + (f", net plugin {t['net_plugin']}" if t.get("net_plugin") else "")
+                      + ")" if t.get("nccl_version") else "")
+                   + (f"; declared fabric {t['declared_fabric']}" if t.get("declared_fabric") else "") + "\n")
+    fl = result.floors or {}
+    for r in fl.get("rows") or ():
+        out.append(f"busbw {r['size']:>6}: {r['busbw_gbps']:.1f} GB/s = {r['percent']:.0f}% of the "
+                   f"published {r['published_gbps']:g} GB/s ({'ok' if r['ok'] else 'BELOW'} the floor, "
+                   f"{fl['fraction']:.0%})\n")
+    if fl and not fl.get("rows"):
+        out.append(f"busbw floor: {fl.get('why')}\n")
+    shm = result.fact("shm") or {}
+    if shm.get("needed_bytes") is not None and shm.get("free_bytes") is not None:
+        out.append(f"/dev/shm: {shm['free_bytes'] / 2**20:.1f} MiB free, {shm['needed_bytes'] / 2**20:.1f} MiB "
+                   f"needed ({'ok' if shm.get('ok') else 'too small'})\n")
+    out += [component_line(name, c) + "\n" for name, c in (result.fact("components") or {}).items()]
+    out += [f"warning: {w}\n" for w in result.warnings]
+    return out
+
+
+def component_line(name: str, c: dict) -> str:
+    """What a component initialised in the smoke job: version, accelerator, ops, optimizer."""
+    return (f"{name} {c.get('version')} ({c.get('accelerator')}): ops {', '.join(c.get('ops') or []) or 'none'}"
+            + (f", optimizer {c['optimizer']}" if c.get("optimizer") else ""))
 
 
 def print_build(d: dict) -> None:

@@ -12,9 +12,14 @@ def ask(**kw):
     return SmokeAsk(**{**base, **kw})
 
 
-def test_the_first_runner_that_applies_runs_it():
-    assert [r.name for r in RUNNERS] == ["records", "nodes", "host", "container"]
+def test_the_first_runner_that_applies_runs_it(tmp_path):
+    sif = tmp_path / "train.sif"
+    sif.write_bytes(b"")
+    assert [r.name for r in RUNNERS] == ["records", "sif", "nodes", "host", "container"]
     assert runner_for(ask(records="log.txt")).name == "records"
+    assert runner_for(ask(image=str(sif))).name == "sif"
+    assert runner_for(ask(image=str(sif), nnodes=2)).name == "sif"
+    assert runner_for(ask(image=str(tmp_path / "absent.sif"))).name == "container"  # a ref
     assert runner_for(ask(image="img", nnodes=2)).name == "nodes"
     assert runner_for(ask(host=True)).name == "host"
     assert runner_for(ask(image="img")).name == "container"

@@ -43,10 +43,20 @@ import time
 import traceback
 from datetime import timedelta
 
+try:  # beside this file in an image (the smoke/ folder); the package's copy when envbuilder imports it
+    import nccl_info
+except ImportError:  # pragma: no cover - depends on how the payload was started
+    try:
+        from envbuilder.run.payload import nccl_info
+    except ImportError:
+        nccl_info = None
+
 SUMMARY_MARKER = "ENVBUILDER_SMOKE_SUMMARY"
 INJECT_ENV = "ENVBUILDER_SMOKE_INJECT"
 CHECKS = (
+    "shm",
     "rendezvous",
+    "progressive",
     "gpu_uuid",
     "all_reduce",
     "all_gather",
@@ -59,8 +69,29 @@ CHECKS = (
 )
 KIB = 1024
 MIB = 1024 * 1024
+GIB = 1024 * MIB
 DEFAULT_GPU_SIZES = (1 * MIB, 8 * MIB, 32 * MIB)
 DEFAULT_CPU_SIZES = (64 * KIB, 512 * KIB, 2 * MIB)
+# on GPUs the all-reduce sweep goes on to large messages, where published figures (the floors
+# of matrices/bandwidth.yaml) are measured: up to --max-size, the free GPU memory and a time
+# bound (a size whose calls would take longer than LARGE_CALL_SECONDS each is not run)
+DEFAULT_GPU_LARGE_SIZES = (128 * MIB, 1 * GIB, 4 * GIB, 16 * GIB)
+DEFAULT_MAX_SIZE = 16 * GIB
+LARGE_CALL_SECONDS = 1.0
+# /dev/shm as jobs meet it. NCCL's SHM transport creates one segment per receiving connection,
+# 9,637,888 bytes at the default buffer sizes (NCCL's own "Error while creating shared memory
+# segment /dev/shm/nccl-... (size 9637888)": https://github.com/NVIDIA/nccl/issues/342,
+# https://github.com/NVIDIA/nccl/issues/1518, https://github.com/kserve/kserve/issues/3791);
+# nominally two channels, each with a ring and a tree connection, per local rank. A DataLoader
+# with workers passes each batch through shared memory, prefetch_factor (default 2) batches per
+# worker (https://pytorch.org/docs/stable/data.html#torch.utils.data.DataLoader): nominally 2
+# workers per rank and a batch of 32 float32 224x224 RGB crops (19,267,584 bytes).
+SHM_PATH = "/dev/shm"
+NCCL_SHM_SEGMENT = 9637888
+NCCL_SHM_SEGMENTS_PER_RANK = 4
+DATALOADER_WORKERS = 2
+DATALOADER_PREFETCH = 2
+DATALOADER_BATCH = 32 * 3 * 224 * 224 * 4
 _UNITS = {"": 1, "B": 1, "K": KIB, "KB": KIB, "KIB": KIB, "M": MIB, "MB": MIB, "MIB": MIB,
           "G": 1024 * MIB, "GB": 1024 * MIB, "GIB": 1024 * MIB}
 
@@ -162,7 +193,7 @@ def build_summary(records, *, world_size, backend, torch_version, seconds, hosts
                 "step_seconds": rec.get("step_seconds", []),
                 "checks": {c["name"]: c.get("seconds", 0.0) for c in rec.get("checks", [])}}
                for rec in records]
-    return {
+    summary = {
         "ok": not failed,
         "world_size": world_size,
         "nnodes": len(per_node),
@@ -176,6 +207,27 @@ def build_summary(records, *, world_size, backend, torch_version, seconds, hosts
         "rank_timings": timings,
         "seconds": round(seconds, 3),
     }
+    summary.update(_run_facts(records))
+    return summary
+
+
+def _run_facts(records):
+    """What the ranks say about the run beyond the checks: the device kind and GPU models, what
+    NCCL used (each rank's own INFO lines, merged), /dev/shm as rank 0 found it (ok only when
+    every rank's share was allocated) and what the components initialised."""
+    devices = [str(r.get("device") or "") for r in records]
+    out = {"device_kind": "cuda" if any(d.startswith("cuda") for d in devices) else "cpu",
+           "gpu_names": sorted(set(r["gpu_name"] for r in records if r.get("gpu_name")))}
+    infos = [r.get("nccl") for r in records if r.get("nccl")]
+    if infos and nccl_info is not None:
+        out["nccl"] = nccl_info.merge(infos)
+    shm = [r.get("shm") for r in records if r.get("shm")]
+    if shm:
+        out["shm"] = dict(shm[0], ok=all(s.get("ok") for s in shm))
+    ds = [r.get("deepspeed") for r in records if r.get("deepspeed")]
+    if ds:  # what each component initialised (DeepSpeed: its accelerator, ops, optimizer)
+        out["components"] = {"deepspeed": ds[0]}
+    return out
 
 
 def _write_json(path, data):
@@ -188,6 +240,83 @@ def _write_json(path, data):
 def _version_tuple(v):
     nums = re.findall(r"\d+", v.split("+")[0])[:2]
     return tuple(int(n) for n in nums) + (0,) * (2 - len(nums))
+
+
+def progressive_sizes(n):
+    """2, 4, 8, ... below ``n``, then ``n`` itself: how teams bisect a 12-GPU failure."""
+    out, k = [], 2
+    while k < n:
+        out.append(k)
+        k *= 2
+    return out + [n]
+
+
+def large_sizes(largest, cuda, max_size):
+    """The all-reduce sizes after the default sweep: on GPUs DEFAULT_GPU_LARGE_SIZES (up to
+    --max-size, 16G by default); on CPU only with an explicit --max-size, x4 steps up to it."""
+    if cuda:
+        return [n for n in DEFAULT_GPU_LARGE_SIZES if n > largest]
+    out, n = [], largest * 4
+    while max_size and n <= max_size:
+        out.append(n)
+        n *= 4
+    return out
+
+
+def size_text(nbytes):
+    """1048576 -> '1.0 MiB', 9637888 -> '9.2 MiB'."""
+    for unit, size in (("GiB", GIB), ("MiB", MIB), ("KiB", KIB)):
+        if nbytes >= size:
+            return "%.1f %s" % (nbytes / float(size), unit)
+    return "%d B" % nbytes
+
+
+def shm_needed(local_ranks, nccl, workers=DATALOADER_WORKERS, batch=DATALOADER_BATCH):
+    """(bytes, how) of /dev/shm a node's ranks need at once: NCCL's SHM segments (NCCL runs)
+    and DataLoader workers' prefetched batches, per local rank."""
+    per_rank = workers * DATALOADER_PREFETCH * batch
+    parts = []
+    if nccl:
+        per_rank += NCCL_SHM_SEGMENTS_PER_RANK * NCCL_SHM_SEGMENT
+        parts.append("NCCL's SHM segments, %d x %s" % (NCCL_SHM_SEGMENTS_PER_RANK,
+                                                       size_text(NCCL_SHM_SEGMENT)))
+    if workers:
+        parts.append("%d DataLoader workers x %d prefetched batches of %s" % (
+            workers, DATALOADER_PREFETCH, size_text(batch)))
+    how = "%d local rank(s) x (%s)" % (local_ranks, " + ".join(parts) or "nothing")
+    return local_ranks * per_rank, how
+
+
+def shm_advice(needed):
+    """The --shm-size to suggest for ``needed`` bytes: twice as much, in whole GiB."""
+    return "%dg" % max(1, -(-2 * needed // GIB))
+
+
+# NCCL's INFO lines the smoke job asks for: where it reads the transport (INIT, NET), the
+# topology (GRAPH) and the settings that steer it (ENV)
+NCCL_SUBSYS = ("INIT", "NET", "GRAPH", "ENV")
+
+
+def nccl_debug_env(environ, path):
+    """(the NCCL_DEBUG* settings that write NCCL's INFO lines to ``path``, the level the user
+    had): the smoke job reads its transport from them, and relays to the log what the user's
+    own NCCL_DEBUG would have shown (WARN lines at the images' default level)."""
+    level = (environ.get("NCCL_DEBUG") or "").strip()
+    subsys = (environ.get("NCCL_DEBUG_SUBSYS") or "").strip()
+    if not subsys or subsys.startswith("^"):
+        parts = list(NCCL_SUBSYS)
+    else:
+        have = [p.strip() for p in subsys.split(",") if p.strip()]
+        parts = have + [p for p in NCCL_SUBSYS if p not in [h.upper() for h in have]]
+    return {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": ",".join(parts),
+            "NCCL_DEBUG_FILE": path.replace("%", "%%")}, level
+
+
+def relayed(lines, level):
+    """The NCCL lines the user's own NCCL_DEBUG level would have printed."""
+    if level.upper() in ("INFO", "TRACE"):
+        return list(lines)
+    return [ln for ln in lines if " NCCL WARN " in ln]
 
 
 # ----------------------------------------------------------------------------- the job
@@ -271,6 +400,14 @@ class Smoke(object):
         self.backend = None
         self.device = None
         self.out = args.out
+        self.gpu_name = None
+        self.shm = None  # the /dev/shm check's facts
+        self.ds_info = None  # what DeepSpeed initialised
+        self.nccl = None  # what NCCL said it used (nccl_info), from this rank's own INFO lines
+        self.nccl_file = None
+        self.nccl_level = ""
+        self._nccl_read = 0  # bytes of nccl_file read so far
+        self.progress_at = None  # the size the progressive check is at
         self._record_lock = threading.Lock()
         self._record_written = False
         self.watchdog = Watchdog(self._on_watchdog)
@@ -305,6 +442,10 @@ class Smoke(object):
             "hostname": self.hostname,
             "backend": self.backend,
             "device": str(self.device) if self.device is not None else None,
+            "gpu_name": self.gpu_name,
+            "nccl": self.nccl,
+            "shm": self.shm,
+            "deepspeed": self.ds_info,
             "torch_version": getattr(self.torch, "__version__", None),
             "python_version": sys.version.split()[0],
             "checks": list(self.results),
@@ -316,13 +457,40 @@ class Smoke(object):
         }
 
     def write_record(self):
+        self.read_nccl()
         with self._record_lock:
             _write_json(os.path.join(self.out, "rank-%d.json" % self.rank), self.record())
             self._record_written = True
 
+    def read_nccl(self):
+        """Read what NCCL wrote to this rank's file since the last call: parse it (nccl_info)
+        and relay to the log the lines the user's NCCL_DEBUG level asked for."""
+        if not self.nccl_file or nccl_info is None:
+            return
+        try:
+            with open(self.nccl_file, "rb") as f:
+                f.seek(self._nccl_read)
+                data = f.read(16 * MIB)
+        except (IOError, OSError):
+            return
+        if not data:
+            return
+        text = data.decode("utf-8", "replace")
+        cut = text.rfind("\n") + 1  # whole lines only; a partial one waits for the next call
+        self._nccl_read += len(text[:cut].encode("utf-8", "replace"))
+        lines = text[:cut].splitlines()
+        self.nccl = nccl_info.parse_lines(lines, self.nccl)
+        for line in relayed(lines, self.nccl_level):
+            stream = sys.stderr if " NCCL WARN " in line else sys.stdout
+            stream.write(line + "\n")
+        sys.stdout.flush()
+        sys.stderr.flush()
+
     def _on_watchdog(self, check, limit):
         detail = ("no progress for %.0f s: a collective hung (a peer died or stalled); "
                   "the watchdog ended this rank" % limit)
+        if check == "progressive" and self.progress_at:
+            detail += " (the progressive check was at %d ranks)" % self.progress_at
         self.results.append({"name": check, "status": "fail", "detail": detail,
                              "seconds": round(limit, 3)})
         self._skip_rest(check, "not run: the watchdog ended the rank during %s" % check)
@@ -333,6 +501,8 @@ class Smoke(object):
     def _skip_rest(self, after, reason):
         done = set(c["name"] for c in self.results)
         for name in CHECKS:
+            if name == "progressive" and not self.args.progressive:
+                continue
             if name not in done:
                 self.results.append({"name": name, "status": "skip", "detail": reason,
                                      "seconds": 0.0})
@@ -393,6 +563,11 @@ class Smoke(object):
             _nccl_env(torch.__version__)
             self.device = torch.device("cuda", self.local_rank % torch.cuda.device_count())
             torch.cuda.set_device(self.device)
+            self.gpu_name = torch.cuda.get_device_name(self.device)
+            if nccl_info is not None:  # NCCL's INFO lines to a file of this rank's own
+                self.nccl_file = os.path.join(self.out, "nccl-rank-%d.log" % self.rank)
+                updates, self.nccl_level = nccl_debug_env(os.environ, self.nccl_file)
+                os.environ.update(updates)
         else:
             self.device = torch.device("cpu")
         self.watchdog.start()
@@ -415,8 +590,17 @@ class Smoke(object):
         self.watchdog.disarm()
         init_s = time.monotonic() - start
         self.rendezvous_seconds = round(init_s, 4)
+        # every rank has started; NCCL creates its communicator (and its SHM segments) only at
+        # the first collective, after this
+        self.run_check("shm", self.check_shm)
 
         self.run_check("rendezvous", lambda: self.check_rendezvous(init_s))
+        if args.progressive:
+            self.run_check("progressive", self.check_progressive)
+            if self.results[-1]["status"] == "fail":  # stop at the first size that fails
+                self._skip_rest("progressive", "not run: the progressive check stopped at %s ranks"
+                                % self.progress_at)
+                return self.finish()
         if self.inject_check == "crash" and self.inject_rank == self.rank:
             sys.stdout.flush()
             sys.stderr.write("envbuilder-smoke rank %d: injected crash\n" % self.rank)
@@ -465,6 +649,12 @@ class Smoke(object):
             except Exception:
                 pass
             self.watchdog.disarm()
+            if self.local_rank == 0:  # every rank of this node is past the /dev/shm check
+                for lr in range(self.local_world):
+                    try:
+                        os.remove(os.path.join(self.out, "%s%d.mark" % (self._shm_stem(), lr)))
+                    except OSError:
+                        pass
         sys.stdout.flush()
         sys.stderr.flush()
         # the records are final: skip process-group teardown and interpreter finalisation,
@@ -502,6 +692,98 @@ class Smoke(object):
         print("%s %s" % (SUMMARY_MARKER, json.dumps(summary, sort_keys=True)), flush=True)
 
     # -- checks
+    def check_shm(self):
+        """/dev/shm as the job meets it: every local rank allocates and writes its share of
+        what the layout needs (NCCL's SHM segments, DataLoader batches) at the same time."""
+        needed, how = shm_needed(self.local_world, self.backend == "nccl", self.args.shm_workers,
+                                 self.args.shm_batch)
+        free, size = _shm_space(SHM_PATH)
+        self.shm = {"path": SHM_PATH, "free_bytes": free, "size_bytes": size,
+                    "needed_bytes": needed, "local_ranks": self.local_world, "how": how, "ok": False}
+        share = -(-needed // max(1, self.local_world))
+        fd, error = None, None
+        try:
+            fd = _shm_fill(SHM_PATH, share)
+        except (IOError, OSError) as exc:
+            error = "%s: %s" % (type(exc).__name__, exc)
+        try:
+            others = self._shm_together(error)
+        finally:
+            if fd is not None:
+                os.close(fd)  # the memory goes back with it (the file was unlinked at once)
+        bad = [(lr, why) for lr, why in others if why]
+        found = ("%s free (size %s)" % (size_text(free), size_text(size)) if free is not None
+                 else "no %s" % SHM_PATH)
+        if bad or free is None or free < needed:
+            lr, why = bad[0] if bad else (self.local_rank, error or "")
+            self.shm["error"] = why or "too small"
+            raise CheckFailed(
+                "%s: found %s, needed %s (%s)%s. Fix: a larger /dev/shm: docker run --shm-size=%s "
+                "(envbuilder smoke/build --shm-size %s), or the pod's memory-backed /dev/shm "
+                "volume (the job files' dshm emptyDir, sizeLimit)" % (
+                    SHM_PATH, found, size_text(needed), how,
+                    "; allocating local rank %s's share failed: %s" % (lr, why) if why else "",
+                    shm_advice(needed), shm_advice(needed)))
+        self.shm["ok"] = True
+        return "%s: found %s, needed %s, allocated and written by %d local rank(s) at once (%s)" % (
+            SHM_PATH, found, size_text(needed), len(others), how)
+
+    def _shm_stem(self):
+        run = os.environ.get("TORCHELASTIC_RUN_ID") or "%s-%s" % (
+            os.environ.get("MASTER_ADDR", ""), os.environ.get("MASTER_PORT", ""))
+        return "shm-%s-%s-" % (re.sub(r"[^A-Za-z0-9_.-]", "_", self.hostname),
+                               re.sub(r"[^A-Za-z0-9_.-]", "_", run))
+
+    def _shm_together(self, error):
+        """Wait (bounded) until every local rank holds its share, through marker files in the
+        out folder: [(local rank, its error or "")] of those that arrived."""
+        stem = self._shm_stem()
+        try:
+            _write_json(os.path.join(self.out, "%s%d.mark" % (stem, self.local_rank)),
+                        {"error": error or ""})
+        except (IOError, OSError):
+            return [(self.local_rank, error or "")]
+        deadline = time.monotonic() + min(self.args.timeout, 60)
+        while True:
+            found = {}
+            for lr in range(self.local_world):
+                try:
+                    with open(os.path.join(self.out, "%s%d.mark" % (stem, lr))) as f:
+                        found[lr] = json.load(f).get("error", "")
+                except (IOError, OSError, ValueError):
+                    pass
+            if len(found) == self.local_world or time.monotonic() > deadline:
+                return sorted(found.items())
+            self.watchdog.beat()
+            time.sleep(0.05)
+
+    def check_progressive(self):
+        """All-reduce in the first 2, 4, 8 ... ranks, then go on to the full job: stops at the
+        first size that fails, naming it."""
+        torch, dist = self.torch, self.dist
+        passed = []
+        for n in progressive_sizes(self.world)[:-1]:
+            self.progress_at = n
+            group = self.coll(dist.new_group, ranks=list(range(n)))
+            ok = 1
+            if self.rank < n:
+                value = self.rank + 1 + (1 if self.injected("progressive") else 0)
+                t = torch.full((1024,), float(value), dtype=torch.float32, device=self.device)
+                self.coll(dist.all_reduce, t, group=group)
+                self.sync()
+                ok = int(bool((t == n * (n + 1) // 2).all().item()))
+            flag = torch.tensor([1 - ok], dtype=torch.int64, device=self.device)
+            self.coll(dist.all_reduce, flag)
+            if int(flag.item()):
+                raise CheckFailed("stopped at %d ranks (ranks 0-%d): the all-reduce of rank+1 gave "
+                                  "a wrong sum on %d rank(s)%s" % (
+                                      n, n - 1, int(flag.item()),
+                                      "; it passed at %s ranks" % passed if passed else ""))
+            passed.append(n)
+        self.progress_at = self.world
+        return "all-reduce right at %s ranks, then the full job of %d" % (
+            ", ".join(str(n) for n in passed) or "no smaller size", self.world)
+
     def check_rendezvous(self, init_s):
         dist = self.dist
         problems = []
@@ -710,37 +992,47 @@ class Smoke(object):
             loss.item() if loss is not None else float("nan"))
 
     def check_deepspeed(self):
+        """DeepSpeed as user code starts it: deepspeed.init_distributed(), then
+        deepspeed.initialize with a ZeRO-2 config, one step, parameters compared across ranks.
+        Nothing is patched: an op DeepSpeed builds at start-up (deepspeed_shm_comm on its CPU
+        accelerator) must be pre-built in the image or buildable by a compiler the image keeps."""
         if self.device.type != "cuda":
-            # DeepSpeed's CPU accelerator runs ZeRO over the gloo group torchrun set up
+            # DeepSpeed's CPU accelerator (its own detection picks it too on recent releases)
             os.environ.setdefault("DS_ACCELERATOR", "cpu")
         ok, why = self._agree_import("deepspeed")
         if not ok:
             return "skip", why
         import deepspeed
         if self.device.type != "cuda":
-            _no_jit_shm_comm(deepspeed)
+            ok, why = self._agree(_cpu_accelerator_unproven(self.torch),
+                                  "DeepSpeed's CPU accelerator is not what this image is for")
+            if not ok:
+                return "skip", why
         torch = self.torch
+        deepspeed.init_distributed()  # as user code does: joins the process group torchrun made
+        self.watchdog.beat()
         model = self._tiny_model()
         initial = torch.cat([p.detach().reshape(-1).to(torch.float64) for p in model.parameters()])
         stage = 2
-        # the optimizer a standard config names: DeepSpeed builds it. On GPUs "AdamW" is
-        # FusedAdam (the fused_adam op, pre-built in the image: a runtime has no nvcc to JIT
-        # it); on CPU the path that exists there is torch's AdamW ("torch_adam")
-        params = {"lr": 1e-3}
+        # the optimizer a standard config names, built by DeepSpeed: on GPUs "AdamW" is FusedAdam
+        # (the fused_adam op); on CPU, with the optimizer offloaded as CPU jobs run ZeRO,
+        # DeepSpeedCPUAdam (the cpu_adam op). Each is pre-built in the image (--ds-ops)
+        zero = {"stage": stage}
         if self.device.type != "cuda":
-            params["torch_adam"] = True
+            zero["offload_optimizer"] = {"device": "cpu"}
         config = {
             "train_batch_size": 8 * self.world,
             "train_micro_batch_size_per_gpu": 8,
             "gradient_accumulation_steps": 1,
-            "optimizer": {"type": "AdamW", "params": params},
-            "zero_optimization": {"stage": stage},
+            "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}},
+            "zero_optimization": zero,
             "steps_per_print": 1000000,
             "wall_clock_breakdown": False,
         }
         engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(),
                                                config=config)
         used = _optimizer_name(engine)
+        self.ds_info = _deepspeed_facts(deepspeed, used)
         self.watchdog.beat()
         x, y = self._batch(0, offset=77)
         loss = torch.nn.functional.mse_loss(engine(x), y)
@@ -753,9 +1045,11 @@ class Smoke(object):
             with torch.no_grad():
                 params[0].view(-1)[0] += 1e-3
         numel, checksum = self._compare_params(params, initial, "deepspeed")
-        return ("deepspeed %s ZeRO stage %d, optimizer AdamW -> %s: 1 step, %d params identical "
-                "(checksum %.10g)" % (getattr(deepspeed, "__version__", "?"), stage, used, numel,
-                                      checksum))
+        return ("deepspeed %s init_distributed, ZeRO stage %d%s, optimizer AdamW -> %s (ops: %s): "
+                "1 step, %d params identical (checksum %.10g)" % (
+                    getattr(deepspeed, "__version__", "?"), stage,
+                    " offload cpu" if "offload_optimizer" in zero else "", used,
+                    ", ".join(self.ds_info["ops"]) or "none", numel, checksum))
 
     def _agree_import(self, module):
         """Import a module on every rank; all ranks skip when one cannot (so none waits)."""
@@ -837,11 +1131,13 @@ class Smoke(object):
         """nccl-tests' measurement for all-reduce, all-gather and reduce-scatter over a size
         sweep: per size, warm-up, then the mean time of ``iters`` calls (the slowest rank's),
         algbw = size / time and busbw = algbw x the collective's factor (BUSBW_FACTOR); each
-        result is checked against its known answer after the timing."""
-        sizes = self.args.sizes
-        if not sizes:
-            sizes = DEFAULT_GPU_SIZES if self.device.type == "cuda" else DEFAULT_CPU_SIZES
-        rows, unsupported = [], []
+        result is checked against its known answer after the timing. On GPUs the all-reduce
+        sweep goes on to large messages (DEFAULT_GPU_LARGE_SIZES), bounded by --max-size, half
+        the free GPU memory of the tightest rank and LARGE_CALL_SECONDS a call."""
+        cuda = self.device.type == "cuda"
+        sizes = list(self.args.sizes or (DEFAULT_GPU_SIZES if cuda else DEFAULT_CPU_SIZES))
+        large = large_sizes(max(sizes), cuda, self.args.max_size) if not self.args.sizes else []
+        rows, unsupported, skipped = [], [], []
         for coll in COLLECTIVES:
             for nbytes in sizes:
                 try:
@@ -849,12 +1145,49 @@ class Smoke(object):
                 except NotImplementedError as e:
                     unsupported.append("%s (%s)" % (coll, e))
                     break
+        if large:
+            rows += self._large_sweep(large, rows, skipped)
+        rows.sort(key=lambda r: (COLLECTIVES.index(r["collective"]), r["bytes"]))
         self.bandwidth = rows
         ar = [r for r in rows if r["collective"] == "all_reduce"]
         return ("all_reduce busbw " + ", ".join("%s: %.3f GB/s" % (_human(r["bytes"]), r["busbw_gbps"])
                                                 for r in ar)
                 + "; %d rows (nccl-tests algbw/busbw)" % len(rows)
-                + ("; not measured: " + ", ".join(unsupported) if unsupported else ""))
+                + ("; not measured: " + ", ".join(unsupported) if unsupported else "")
+                + ("; not run: " + "; ".join(skipped) if skipped else ""))
+
+    def _large_sweep(self, large, rows, skipped):
+        """All-reduce rows at the large sizes every rank can hold and time (see check_bandwidth);
+        what is left out goes to ``skipped`` with the reason."""
+        torch, dist = self.torch, self.dist
+        cuda = self.device.type == "cuda"
+        limit = self.args.max_size or DEFAULT_MAX_SIZE
+        free = (torch.cuda.mem_get_info(self.device)[0] if cuda and hasattr(torch.cuda, "mem_get_info")
+                else limit * 2)  # on CPU (an explicit --max-size) the limit alone bounds it
+        room = torch.tensor([free // 2], dtype=torch.int64, device=self.device)
+        self.coll(dist.all_reduce, room, op=dist.ReduceOp.MIN)  # every rank runs the same sizes
+        room = int(room.item())
+        out = []
+        last = [r for r in rows if r["collective"] == "all_reduce"][-1:]
+        for nbytes in large:
+            if nbytes > limit:
+                skipped.append("%s and up (--max-size %s)" % (_human(nbytes), _human(limit)))
+                break
+            if nbytes > room:
+                skipped.append("%s and up (half the free GPU memory of the tightest rank: %s)"
+                               % (_human(nbytes), size_text(room)))
+                break
+            if last:  # the slowest rank's time is the same on every rank: so is this decision
+                guess = last[-1]["seconds"] * nbytes / float(last[-1]["bytes"])
+                if guess > LARGE_CALL_SECONDS:
+                    skipped.append("%s and up (~%.1f s a call at the rate measured)" % (_human(nbytes), guess))
+                    break
+            row = self._time_collective("all_reduce", nbytes)
+            out.append(row)
+            last = [row]
+            if cuda:
+                torch.cuda.empty_cache()
+        return out
 
     def _collective(self, coll, size_elems, lists=False):
         """(the call, the buffer to refill, a check of its result) for one collective whose
@@ -939,6 +1272,34 @@ def _human(nbytes):
         if nbytes >= size and nbytes % size == 0:
             return "%d %s" % (nbytes // size, unit)
     return "%d B" % nbytes
+
+
+def _shm_space(path):
+    """(free bytes, size bytes) of the filesystem at ``path``; (None, None) when it is not there."""
+    try:
+        st = os.statvfs(path)
+    except (IOError, OSError):
+        return None, None
+    return st.f_bavail * st.f_frsize, st.f_blocks * st.f_frsize
+
+
+def _shm_fill(path, nbytes):
+    """An open, already unlinked file in ``path`` holding ``nbytes`` allocated and written:
+    the memory is the process's until it closes the file or ends, however it ends."""
+    import tempfile
+    fd, name = tempfile.mkstemp(prefix="envbuilder-smoke-shm-", dir=path)
+    os.unlink(name)
+    try:
+        if nbytes and hasattr(os, "posix_fallocate"):
+            os.posix_fallocate(fd, 0, nbytes)
+        chunk = b"\0" * MIB
+        done = 0
+        while done < nbytes:  # touch every page, as a DataLoader worker writes its batch
+            done += os.write(fd, chunk[:min(MIB, nbytes - done)])
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
 
 def _nccl_env(torch_version):
@@ -1044,6 +1405,17 @@ def parse_args(argv=None):
     p.add_argument("--ddp-steps", dest="ddp_steps", type=int, default=3)
     p.add_argument("--sizes", type=parse_sizes, default=None,
                    help="bandwidth message sizes, e.g. 1M,8M,32M (default: by device)")
+    p.add_argument("--max-size", dest="max_size", type=parse_size, default=None,
+                   help="largest all-reduce of the sweep (GPUs: default 16G, also bounded by free "
+                        "GPU memory and by time; CPU: the sweep goes on to it only when given)")
+    p.add_argument("--progressive", action="store_true",
+                   default=os.environ.get("ENVBUILDER_SMOKE_PROGRESSIVE", "") not in ("", "0"),
+                   help="before the full job, all-reduce in the first 2, 4, 8 ... ranks and stop at "
+                        "the first size that fails (also ENVBUILDER_SMOKE_PROGRESSIVE=1)")
+    p.add_argument("--shm-workers", dest="shm_workers", type=int, default=DATALOADER_WORKERS,
+                   help="DataLoader workers per rank the /dev/shm check provides for (default 2)")
+    p.add_argument("--shm-batch", dest="shm_batch", type=parse_size, default=DATALOADER_BATCH,
+                   help="bytes of one DataLoader batch for the /dev/shm check (default 19267584)")
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--iters", type=int, default=5)
     p.add_argument("--verbose", action="store_true", help="print tracebacks of failing checks")
@@ -1059,17 +1431,55 @@ def _optimizer_name(engine):
     return "%s.%s" % (type(opt).__module__, type(opt).__name__)
 
 
-def _no_jit_shm_comm(deepspeed):
-    """On CPU, DeepSpeed's comm backend JIT-compiles its shared-memory collective op
-    (deepspeed_shm_comm) unless it was pre-built; a runtime image has no compiler, and the smoke
-    job's ZeRO step needs only the gloo group torchrun set up: mark the op unavailable."""
+def _cpu_accelerator_unproven(torch):
+    """Why DeepSpeed's CPU accelerator proves nothing here ("" when it does): a CUDA torch on a
+    host without GPUs, whose image neither carries the op that accelerator builds at
+    deepspeed.init_distributed() (deepspeed_shm_comm) nor keeps a compiler to build it. That image
+    targets GPUs, where DeepSpeed uses its CUDA accelerator; a CPU image must start for real."""
+    if not getattr(torch.version, "cuda", None):
+        return ""
+    import shutil
     try:
         from deepspeed.git_version_info import installed_ops
-        compatible = getattr(deepspeed.ops, "__compatible_ops__", None)
-        if isinstance(compatible, dict) and not dict(installed_ops).get("deepspeed_shm_comm"):
-            compatible["deepspeed_shm_comm"] = False
-    except Exception:  # noqa: BLE001 - older DeepSpeed: nothing to switch off
+        if dict(installed_ops).get("deepspeed_shm_comm"):
+            return ""
+    except Exception:  # noqa: BLE001 - older DeepSpeed: no record of installed ops
         pass
+    if shutil.which("c++") or shutil.which("g++"):
+        return ""
+    return ("a CUDA image on a host without GPUs: DeepSpeed would start on its CPU accelerator, "
+            "which builds deepspeed_shm_comm at init_distributed(), and this image neither carries "
+            "it nor a compiler; DeepSpeed on GPUs (its CUDA accelerator) is what the image is for")
+
+
+def _deepspeed_facts(deepspeed, optimizer):
+    """What DeepSpeed initialised: its accelerator, the ops it loaded (pre-built: the package's
+    deepspeed.ops.*_op modules; built at run time: the ops' own module names) and the
+    optimizer it built."""
+    ops = {}
+    try:
+        from deepspeed.git_version_info import installed_ops
+        known = dict(installed_ops)
+    except Exception:  # noqa: BLE001 - older DeepSpeed
+        known = {}
+    try:  # every op DeepSpeed's builders loaded, pre-built (a deepspeed.ops module) or JIT-built
+        from deepspeed.ops.op_builder.builder import OpBuilder
+        loaded = dict(getattr(OpBuilder, "_loaded_ops", {}))
+    except Exception:  # noqa: BLE001 - another layout of DeepSpeed: the pre-built modules alone
+        loaded = {}
+    for name, mod in loaded.items():
+        prebuilt = known.get(name) and str(getattr(mod, "__name__", "")).startswith("deepspeed.ops.")
+        ops[name] = "pre-built" if prebuilt else "built at run time"
+    for name in list(sys.modules):
+        if name.startswith("deepspeed.ops.") and name.endswith("_op"):
+            ops.setdefault(name.rsplit(".", 1)[1][:-3], "pre-built")
+    try:
+        from deepspeed.accelerator import get_accelerator
+        accel = get_accelerator().device_name()
+    except Exception:  # noqa: BLE001 - older DeepSpeed
+        accel = None
+    return {"version": getattr(deepspeed, "__version__", None), "accelerator": accel,
+            "ops": sorted("%s (%s)" % (k, v) for k, v in ops.items()), "optimizer": optimizer}
 
 
 def main(argv=None):

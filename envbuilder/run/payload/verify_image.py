@@ -167,7 +167,11 @@ def deepspeed_facts(ops):
         if "deepspeed" in str(exc) and isinstance(exc, ImportError) and not ops:
             return None
         return {"error": "import deepspeed: " + _err(exc)}
-    facts = {"version": getattr(deepspeed, "__version__", None), "ops": {}}
+    import shutil
+    facts = {"version": getattr(deepspeed, "__version__", None), "ops": {},
+             # what DeepSpeed's JIT would build an op with (torch.utils.cpp_extension: c++, nvcc)
+             "compilers": {"c++": shutil.which("c++") or shutil.which("g++"),
+                           "nvcc": shutil.which("nvcc")}}
     try:
         from deepspeed.git_version_info import installed_ops
         facts["installed_ops"] = {k: bool(v) for k, v in dict(installed_ops).items()}
