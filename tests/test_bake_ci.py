@@ -116,7 +116,7 @@ def test_bake_shares_identical_builder_stages(tmp_path):
     a = render_target("cu121", tmp_path / "a")
     b = render_target("cu121-torch2.4", tmp_path / "b")
     c = render_target("cu121-ds", tmp_path / "c")  # a devel builder: a different stage
-    assert a.stack["builder_image"] == b.stack["builder_image"] != c.stack["builder_image"]
+    assert a.stack.builder_image == b.stack.builder_image != c.stack.builder_image
     text = write_bake([("cu121", tmp_path / "a"), ("cu121-torch24", tmp_path / "b"),
                        ("cu121-ds", tmp_path / "c")], tmp_path / "docker-bake.hcl", registry=None)
     targets = blocks(parse_hcl(text), "target")
