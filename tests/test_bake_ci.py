@@ -125,7 +125,7 @@ def test_bake_shares_identical_builder_stages(tmp_path):
     shared = targets[ref_a.split(":", 1)[1]]
     assert shared["target"] == "builder" and shared["context"] in ("a", "b")
     assert "contexts" not in targets["cu121-ds"]
-    assert targets["cu121"]["tags"] == [f"envbuilder:{a.stack['tag']}"]
+    assert targets["cu121"]["tags"] == [f"envbuilder:{a.stack.tag}"]
     assert "# alias cu121: envbuilder:cu121" in text
     # a CA certificate added to one folder splits the stage again
     (tmp_path / "b" / "ca-certificates" / "corp.crt").write_text("-----BEGIN CERTIFICATE-----\n")
