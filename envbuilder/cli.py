@@ -345,8 +345,9 @@ def smoke(image: Optional[str] = typer.Argument(None, help="The image (or an X.s
         timeout=timeout, progressive=progressive, min_busbw=min_busbw, shm_size=shm_size,
         gpus=gpus, records=records, metrics_file=metrics_file, pushgateway=pushgateway,
         labels=label, fabric=fabric, max_size=max_size, matrix_dir=matrix)
-    result, runs, causes, exported = run.result, run.runs, run.causes, run.exported
+    result, runs, exported = run.result, run.runs, run.exported
     data = run.to_dict(progressive=progressive)
+    causes = data["causes"]
     if as_json:
         echo_json(data)
     else:

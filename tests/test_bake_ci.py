@@ -116,7 +116,7 @@ def test_bake_shares_identical_builder_stages(tmp_path):
     a = render_target("cu121", tmp_path / "a")
     b = render_target("cu121-torch2.4", tmp_path / "b")
     c = render_target("cu121-ds", tmp_path / "c")  # a devel builder: a different stage
-    assert a.stack["builder_image"] == b.stack["builder_image"] != c.stack["builder_image"]
+    assert a.stack.builder_image == b.stack.builder_image != c.stack.builder_image
     text = write_bake([("cu121", tmp_path / "a"), ("cu121-torch24", tmp_path / "b"),
                        ("cu121-ds", tmp_path / "c")], tmp_path / "docker-bake.hcl", registry=None)
     targets = blocks(parse_hcl(text), "target")
@@ -125,7 +125,7 @@ def test_bake_shares_identical_builder_stages(tmp_path):
     shared = targets[ref_a.split(":", 1)[1]]
     assert shared["target"] == "builder" and shared["context"] in ("a", "b")
     assert "contexts" not in targets["cu121-ds"]
-    assert targets["cu121"]["tags"] == [f"envbuilder:{a.stack['tag']}"]
+    assert targets["cu121"]["tags"] == [f"envbuilder:{a.stack.tag}"]
     assert "# alias cu121: envbuilder:cu121" in text
     # a CA certificate added to one folder splits the stage again
     (tmp_path / "b" / "ca-certificates" / "corp.crt").write_text("-----BEGIN CERTIFICATE-----\n")

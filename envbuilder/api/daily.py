@@ -9,6 +9,7 @@ from envbuilder.errors import InputError
 from envbuilder.core.matrix import Matrix, load_matrix
 from envbuilder.core.project import find_project
 
+from envbuilder.api.parts import Provenance
 from envbuilder.api.results import (DiffResult, ImageSource, InitResult, InspectLines,
                                     Inspection)
 from envbuilder.api.specs import make_spec, resolve_spec
@@ -34,13 +35,15 @@ def image_source(image: str, *, where: str = "auto",
         try:
             from envbuilder.run.engine import connect, image_provenance
 
-            return ImageSource(*image_provenance(client or connect(timeout=30), image))
+            labels, where_read = image_provenance(client or connect(timeout=30), image)
+            return ImageSource(labels, Provenance.from_dict(where_read))
         except (InputError, OperationError):
             if where == "engine":
                 raise
     from envbuilder.run.registry import image_labels as registry_labels
 
-    return ImageSource(*registry_labels(image))
+    labels, where_read = registry_labels(image)
+    return ImageSource(labels, Provenance.from_dict(where_read))
 
 
 def inspect_image(image: str, *, where: str = "auto", matrix_dir: str | Path | None = None,
@@ -55,13 +58,13 @@ def inspect_image(image: str, *, where: str = "auto", matrix_dir: str | Path | N
         now: str | None = load_matrix(matrix_dir).digest
     except InputError:
         now = None
-    d = stack_from_labels(image, labels, src, matrix_digest_now=now)
-    if src.get("source") == "registry":  # read from the registry: what it holds beside it
+    d = stack_from_labels(image, labels, src.to_dict(), matrix_digest_now=now)
+    if src.source == "registry":  # read from the registry: what it holds beside it
         from envbuilder.errors import OperationError
         from envbuilder.run.sign import list_attestations
 
         try:
-            d["attestations"] = list_attestations(image, digest=src.get("manifest_digest"))
+            d["attestations"] = list_attestations(image, digest=src.manifest_digest)
         except (InputError, OperationError):
             d["attestations"] = []
     return Inspection.from_dict(d)
@@ -206,7 +209,7 @@ def init_project(folder: str | Path = ".", *, driver: str | None = None,
     # both or neither, never through a link, never over a file (a link counts as one)
     written = [str(x) for x in create_files(folder, files, step="init", root=folder)]
     return InitResult(project=str(dest), written=written, source=source, name=name,
-                      choice=choice.to_dict())
+                      choice=choice)
 
 
 def complete(kind: str, incomplete: str) -> list[str]:

@@ -12,6 +12,7 @@ from envbuilder.core.resolve import Stack
 from envbuilder.core.spec import Outcome, TargetSpec
 from envbuilder.core.target import Pins
 
+from envbuilder.api.parts import BakeSummary, JobsImage
 from envbuilder.api.results import BakeReport, FolderFiles, RenderReport
 from envbuilder.api.specs import builtin_target_names, make_spec, out_dir, resolve_spec
 
@@ -139,9 +140,9 @@ def _report(spec: TargetSpec, out: Path, stack: Stack, files: Mapping[str, Any],
 
     index = json.loads(files["jobs/layouts.json"]) if "jobs/layouts.json" in files else {}
     # the image the job files pull, and whether by digest (render says so when only a tag)
-    jobs = {"image": index.get("image"), "pinned": bool(index.get("pinned"))}
+    jobs = JobsImage(image=index.get("image"), pinned=bool(index.get("pinned")))
     return RenderReport(target=spec.name, resolved_target=spec.target, out=str(out),
-                        files=sorted(files), stack=stack.to_dict(), locked=locked, jobs=jobs)
+                        files=sorted(files), stack=stack, locked=locked, jobs=jobs)
 
 
 def render(specs: Sequence[TargetSpec], out: str | Path | None = None, *, single: bool = False,
@@ -233,7 +234,7 @@ def bake(specs: Sequence[TargetSpec], out: str | Path | None = None, *,
     from envbuilder.run.build import BuildOptions, context_extra
 
     from envbuilder._fs import Outputs
-    from envbuilder.render.bake import bake_hcl, summary
+    from envbuilder.render.bake import bake_hcl, moving_aliases
 
     import dataclasses
 
@@ -300,7 +301,7 @@ def bake(specs: Sequence[TargetSpec], out: str | Path | None = None, *,
         reports.append(dataclasses.replace(
             _report(o.spec, *o.value), lock=lock, lock_from=lock_from,
             lock_default=str(out_dir(o.spec, None, single=False))))
-    return BakeReport(bake_file=str(path), targets=reports, bake=summary(text))
+    return BakeReport(bake_file=str(path), targets=reports, bake=BakeSummary(moving_aliases(text)))
 
 
 def bake_all(out: str | Path, *, matrix_dir: str | Path | None = None,

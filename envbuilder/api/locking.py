@@ -41,10 +41,8 @@ def lock(specs: Sequence[TargetSpec], out: str | Path | None = None, *, single: 
                           conda=conda, conda_channels=tuple(conda_channels), sbom=sbom,
                           command=s.invocation("lock"), compiled=s.compiled)
         rendered = _follow_lock(s, dest, check=check, matrix_dir=matrix_dir)
-        return LockResult(name=s.name, target=s.name, tag=stack.tag,
-                          lock=res.lock.to_dict(), warnings=list(stack.to_dict()["warnings"]),
-                          rendered=rendered, conda=None if res.conda is None else res.conda.to_dict(),
-                          sbom=res.sbom)
+        return LockResult(name=s.name, target=s.name, tag=stack.tag, lock=res.lock,
+                          warnings=stack.warnings, rendered=rendered, conda=res.conda, sbom=res.sbom)
 
     return spec_mod.run_each(specs, "lock", one)
 

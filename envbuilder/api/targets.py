@@ -11,6 +11,7 @@ from envbuilder.core.project import find_project
 from envbuilder.core import spec as spec_mod
 from envbuilder.core.spec import TargetSpec
 
+from envbuilder.api.parts import MatrixEntry
 from envbuilder.api.results import GithubMatrix, TargetRow, TargetsTable
 from envbuilder.api.specs import builtin_targets, make_spec, resolve_spec
 
@@ -34,9 +35,9 @@ def list_targets(specs: Sequence[TargetSpec] | None = None, *,
         row: dict[str, Any] = {"name": s.name, "target": alias.target if alias else s.target,
                                "description": alias.description if alias else ""}
         try:
-            d = resolve_spec(s, matrix_dir=matrix_dir,
-                             matrix=m if s.matrix_overlay is None else None).to_dict()
-            rows.append(TargetRow(**row, ok=True, tag=d["tag"], warnings=d["warnings"],
+            st = resolve_spec(s, matrix_dir=matrix_dir, matrix=m if s.matrix_overlay is None else None)
+            d = st.to_dict()
+            rows.append(TargetRow(**row, ok=True, tag=st.tag, warnings=st.warnings,
                                   stack={k: d[k] for k in (
                                       "cuda", "cuda_toolkit", "torch", "python", "nccl",
                                       *m.component_names, "os", "base_image")}))
@@ -52,8 +53,9 @@ def github_matrix(specs: Sequence[TargetSpec] | None = None, *,
     from envbuilder.render import ci
 
     m = load_matrix(matrix_dir)
-    return GithubMatrix(include=ci.github_matrix(m, targets=None if specs is None else [
-        (s.name, resolve_spec(s, matrix_dir=matrix_dir)) for s in specs])["include"])
+    include = ci.github_matrix(m, targets=None if specs is None else [
+        (s.name, resolve_spec(s, matrix_dir=matrix_dir)) for s in specs])["include"]
+    return GithubMatrix(include=tuple(MatrixEntry.from_dict(e) for e in include))
 
 
 def write_ci(out: str | Path, *, registry: str | None, github: bool,

@@ -862,9 +862,10 @@ def driver_fit(req: Request, m: Matrix) -> list[DriverFit]:
                                                [-x for x in Version(f.toolkit).release]))
 
 
-def driver_check(req: Request, m: Matrix) -> dict[str, Any]:
-    """``check --driver X --torch Y``: the CUDA builds of Y and how each runs on X; raises
-    IncompatibleError (exit 3) when none runs natively or by minor-version compatibility."""
+def driver_check(req: Request, m: Matrix) -> list[DriverFit]:
+    """``check --driver X --torch Y``: the CUDA builds of Y and how each runs on X (best
+    first); raises IncompatibleError (exit 3) when none runs natively or by minor-version
+    compatibility."""
     fits = driver_fit(req, m)
     runs = [f for f in fits if f.mode != "forward-compat"]
     lines = [f"- torch {f.torch}+{f.variant}: needs driver >= {f.driver_min} (CUDA {f.toolkit}); "
@@ -881,7 +882,4 @@ def driver_check(req: Request, m: Matrix) -> dict[str, Any]:
                                   f"{', '.join(f.variant for f in fits)}" if fits else ""))]
         raise IncompatibleError(f"torch {req.torch} on driver {req.driver} cannot work: {vs[0].message}",
                                 violations=vs, details=[f"- {vs[0]}"] + lines)
-    return {"ok": True, "given": {"torch": str(req.torch), "driver": req.driver},
-            "satisfied_by": {"torch": runs[0].torch, "cuda": runs[0].variant},
-            "driver": [f.to_dict() | {"runs": MODES[f.mode]} for f in fits],
-            "warnings": []}
+    return fits

@@ -313,8 +313,8 @@ def bake_hcl(targets: Sequence[tuple[str, Path, Mapping[str, str | bytes]]], pat
     return "\n\n".join(blocks) + "\n"
 
 
-def summary(text: str) -> dict[str, object]:
+def moving_aliases(text: str) -> tuple[str, ...]:
     """The moving aliases a bake file lists apart (envbuilder build moves them)."""
     import re
 
-    return {"aliases": re.findall(r"^# alias [^:]+: (\S+)$", text, flags=re.M)}
+    return tuple(re.findall(r"^# alias [^:]+: (\S+)$", text, flags=re.M))

@@ -32,7 +32,7 @@ from envbuilder.core.matrix import Matrix, load_matrix
 from envbuilder.assemble import folder_files, image_tag, with_team_compiled
 from envbuilder.core.resolve import Stack
 from envbuilder.core.spec import TargetSpec
-from envbuilder.diagnose.explain import explain_lines
+from envbuilder.diagnose.explain import Cause, explain_lines
 from envbuilder.errors import EnvbuilderError, InputError, OperationError
 from envbuilder.lock.requirements import lock_digest
 from envbuilder.render.plan import BuildPlan
@@ -691,7 +691,7 @@ def _smoke_summary(result: SmokeResult) -> dict[str, Any]:
             "seconds": round(result.seconds, 3), "exit_code": result.exit_code}
 
 
-def explain_log(log: str, top: int = 3, details: dict | None = None) -> list[dict]:
+def explain_causes(log: str, top: int = 3, details: dict | None = None) -> list[Cause]:
     """The likely causes of a failed smoke job, from its log and the failed checks' details
     (what each rank recorded), through envbuilder explain."""
     try:
@@ -699,7 +699,12 @@ def explain_log(log: str, top: int = 3, details: dict | None = None) -> list[dic
         causes = explain_lines(lines, name="smoke-log")
     except Exception:  # noqa: BLE001 - the causes are a hint beside the failure: never a second failure
         return []
-    return [c.to_dict() for c in causes[:top]]
+    return list(causes[:top])
+
+
+def explain_log(log: str, top: int = 3, details: dict | None = None) -> list[dict]:
+    """``explain_causes`` as the build report writes them."""
+    return [c.to_dict() for c in explain_causes(log, top, details)]
 
 
 def folder_lock(spec: TargetSpec, opts: BuildOptions) -> Path | None:
