@@ -165,3 +165,28 @@ def test_doctor_from_a_bad_folder_is_exit_2_with_one_line(tmp_path) -> None:
     assert_clean_failure(cli("doctor", "--from", str(HOST), "--record", str(tmp_path / "r")), 2,
                          "--from", "--record")
     assert not (tmp_path / "r").exists()
+
+
+def test_doctor_from_a_hostile_record_is_exit_2_or_read_as_absent(tmp_path) -> None:
+    """A record is a user's file: a file that is not JSON, a FIFO in place of a file (read as
+    absent, never waited on), a BASE naming a folder that is not a sibling (refused)."""
+    import os
+    import shutil
+
+    from hostile_helpers import assert_clean_failure, cli
+
+    rec = tmp_path / "rec"
+    shutil.copytree(HOST, rec)
+    (rec / "shm.json").write_text("{not json")
+    assert_clean_failure(cli("doctor", "--from", str(rec)), 2, "shm.json", "not JSON")
+    (rec / "shm.json").write_text("[1, 2]")
+    assert_clean_failure(cli("doctor", "--from", str(rec)), 2, "shm.json", "not a JSON object")
+    (rec / "shm.json").unlink()
+    os.mkfifo(rec / "shm.json")
+    (rec / "BASE").write_text("../../etc\n")
+    assert_clean_failure(cli("doctor", "--from", str(rec)), 2, "BASE", "sibling folder")
+    (rec / "BASE").unlink()
+    p = cli("doctor", "--from", str(rec), "--json", timeout=120)  # a hang guard
+    assert p.returncode in (0, 1) and "Traceback" not in p.stderr, p.stderr
+    got = {c["name"]: c for c in json.loads(p.stdout)["checks"]}
+    assert got["driver"]["value"] == "580.159.04" and got["shm"]["status"] != "ok"

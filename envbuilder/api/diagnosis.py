@@ -79,6 +79,14 @@ def recorded_host(folder: str | Path, record: str | Path | None = None) -> Any:
     if not path.is_dir() or os.path.islink(path):
         raise InputError(f"--from {folder}: not a folder; give the folder `envbuilder doctor "
                          f"--record DIR` wrote on the host to check")
+    base = path / "BASE"  # doctor --record writes none; a hand-made one names a sibling folder
+    if os.path.lexists(base):
+        from envbuilder.core.readfile import read_text_capped
+
+        name = read_text_capped(base, "--from's BASE file", limit=4096, follow_links=False).strip()
+        if not name or "/" in name or name in (".", ".."):
+            raise InputError(f"--from {folder}: its BASE file must name a sibling folder "
+                             f"(got {name[:80]!r}); remove it, or give the folder doctor --record wrote")
     probe = RecordedProbe(path)
     if probe._find("env.json") is None:  # every recording holds the variables the checks read
         raise InputError(f"--from {folder}: no env.json in it, so not a folder `envbuilder "
