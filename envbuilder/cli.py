@@ -243,8 +243,10 @@ def ci(github: bool = typer.Option(False, "--github", help="Write a GitHub Actio
     """Write CI that locks, renders, builds, smoke-tests and pushes every target (inside a project: its targets)."""
     from envbuilder.api import write_ci
 
-    path = write_ci(out, registry=registry, github=github, matrix_dir=matrix, install=install)
-    echo_json({"workflow": str(path)}) if as_json else say(f"{path}")
+    res = write_ci(out, registry=registry, github=github, matrix_dir=matrix, install=install)
+    for w in res.warnings:  # what the user must change: on stderr, under --json too
+        say(f"warning: {w}", err=True)
+    echo_json(res.to_dict()) if as_json else say(res.workflow)
 
 
 # -- build and smoke ------------------------------------------------------------------------
@@ -404,13 +406,14 @@ def doctor(target: Optional[str] = typer.Option(None, "--target", help="Also jud
            nproc: Optional[int] = typer.Option(None, "--nproc", min=1, help="Ranks the job will run on this host."),
            key: Optional[str] = typer.Option(None, "--key", help="With --image: verify its smoke attestation with this cosign public key."),
            record: Optional[Path] = typer.Option(None, "--record", help="Also write what the checks read into this folder (replayable: attach it to a bug report; only the NCCL_*, GLOO_*, *_VISIBLE_DEVICES and PATH variables are kept)."),
+           from_: Optional[Path] = typer.Option(None, "--from", help="Check the host this `doctor --record` folder recorded instead of this one (the same checks)."),
            over: Any = None, matrix: Optional[str] = MatrixOpt, as_json: bool = JsonOpt) -> None:
-    """Check this host: driver, GPUs, topology, /dev/shm, InfiniBand, NCCL settings, container."""
+    """Check this host (or a recorded one, --from DIR): driver, GPUs, topology, /dev/shm, InfiniBand, NCCL settings, container."""
     from envbuilder.api import doctor as run_doctor
 
     spec = _specs(target, over, command="doctor")[0] if target else None
     checks = run_doctor(spec=spec, image=image, nproc=nproc, matrix_dir=matrix, key=key,
-                        record=record)
+                        record=record, from_=from_)
     failed = [c for c in checks if c.status == "fail"]
     if as_json:
         echo_json({"ok": not failed, "checks": [c.to_dict() for c in checks]})

@@ -272,8 +272,9 @@ def test_buildx_bake_builds_both_targets_and_verify_passes(buildx_baked, docker_
     for name, t in targets.items():
         (tag,) = t["tags"]
         labels = docker_client.images.get(tag).labels
-        assert labels["io.envbuilder.target"] == json.loads(
-            (root / "out" / name / "stack.json").read_text())["target"]
+        # a project target's image says the project's name for it (issue 46)
+        assert labels["io.envbuilder.target"] == name == json.loads(
+            (root / "out" / name / "stack.json").read_text())["image"]["labels"]["io.envbuilder.target"]
         assert labels == {**labels, **t["labels"]}
         v = cli("verify", tag, "--json")
         assert v.returncode == 0, v.stdout + v.stderr

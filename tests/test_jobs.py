@@ -14,6 +14,7 @@ Validated against published schemas, not against our own idea of them:
 from __future__ import annotations
 
 import copy
+import json
 import re
 import shutil
 import subprocess
@@ -936,6 +937,38 @@ def test_ci_install_option_and_header(tmp_path):
     assert "installed from: torch-envbuilder[lock] @ git+https://github.com/acme/eb@v1" in head
     wf = yaml.safe_load(text)
     assert wf["env"]["ENVBUILDER_INSTALL"] == "torch-envbuilder[lock] @ git+https://github.com/acme/eb@v1"
+    # --install given: nothing for the user to change, nothing on stderr
+    assert "warning" not in p.stderr
+
+
+def test_ci_from_a_checkout_warns_on_stderr_that_its_version_may_be_unpublished(tmp_path):
+    """The suite runs envbuilder from this checkout: the workflow's default install is the
+    checkout's version, which CI may not find; ci says so on stderr (one line, also under
+    --json, whose stdout stays one document), not only in the workflow's comment."""
+    from envbuilder.render.ci import running_from_checkout
+
+    checkout = running_from_checkout()
+    assert checkout is not None  # the tests import envbuilder from its source tree
+    repo = tmp_path / "team"
+    repo.mkdir()
+    p = cli("ci", "--github", "--registry", "ghcr.io/acme/train", "--json", cwd=repo)
+    assert p.returncode == 0, p.stderr
+    doc = json.loads(p.stdout)
+    warned = [ln for ln in p.stderr.splitlines() if ln.startswith("warning: ")]
+    assert len(warned) == 1, p.stderr
+    assert "torch-envbuilder[lock]==" in warned[0] and str(checkout) in warned[0]
+    assert "--install SPEC" in warned[0]
+    assert doc["warnings"] == [warned[0].removeprefix("warning: ")]
+    assert doc["install"].startswith("torch-envbuilder[lock]==")
+    head = (repo / ".github/workflows/envbuilder.yml").read_text().split("\nname:", 1)[0]
+    assert "CI cannot install" in head  # and the comment stays
+    # written into envbuilder's own repository, the workflow installs the checkout: no warning
+    own = tmp_path / "own"
+    own.mkdir()
+    (own / "pyproject.toml").write_text('[project]\nname = "torch-envbuilder"\n')
+    p = cli("ci", "--github", "--registry", "ghcr.io/acme/train", "-o", str(own), cwd=tmp_path)
+    assert p.returncode == 0 and "warning" not in p.stderr, p.stderr
+    assert "ENVBUILDER_INSTALL: .[lock]" in (own / ".github/workflows/envbuilder.yml").read_text()
 
 
 @pytest.mark.docker

@@ -12,7 +12,7 @@ from envbuilder.core.project import find_project
 from envbuilder.api.parts import Provenance
 from envbuilder.api.results import (DiffResult, ImageSource, InitResult, InspectLines,
                                     Inspection)
-from envbuilder.api.specs import make_spec, resolve_spec
+from envbuilder.api.specs import make_spec, out_dir, resolve_spec
 
 if TYPE_CHECKING:
     from docker import DockerClient
@@ -102,8 +102,15 @@ def _diff_side(arg: str, *, matrix: Matrix | None, matrix_dir: str | Path | None
         labels = image_source(arg, where=where, client=client).labels
         return Side("image", arg, facts=facts_from_labels(labels))
     # the build folder `render` would write (inside a project: with the team's requirements
-    # in their layer)
-    _, files = folder_files(spec, stack)
+    # in their layer, and installing the lock `envbuilder lock` wrote for it, whose packages
+    # are then compared)
+    lock = out_dir(spec, None, single=False) / "requirements.lock"
+    lock_text = None
+    if lock.is_file() and not lock.is_symlink():
+        from envbuilder._fs import read_text_capped
+
+        lock_text = read_text_capped(lock, "lock", follow_links=False)
+    _, files = folder_files(spec, stack, lock_text=lock_text, lock_source=str(lock))
     return files_side(arg, files)
 
 

@@ -186,6 +186,19 @@ class GithubMatrix:
 
 
 @dataclass(frozen=True)
+class CiWorkflow:
+    """``envbuilder ci``: the workflow written, what it installs as envbuilder, and what the
+    user must change before it runs (``warnings``: printed on stderr)."""
+
+    workflow: str
+    install: str
+    warnings: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> JSON:
+        return {"workflow": self.workflow, "install": self.install, "warnings": self.warnings}
+
+
+@dataclass(frozen=True)
 class BuildSummary:
     """What ``build`` prints and writes with ``--report``: one target's report
     (``single``), or every report and the manifest of what was published."""

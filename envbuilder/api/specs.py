@@ -55,11 +55,9 @@ def resolve_spec(spec: TargetSpec, *, matrix_dir: str | Path | None = None,
                  matrix: Matrix | None = None) -> Stack:
     m = matrix or spec_matrix(spec, matrix_dir)
     stack = spec.resolve(m)
-    if spec.requirements or spec.requirements_file is not None:
-        from envbuilder.assemble import with_team_compiled  # the team's compiled packages
+    from envbuilder.assemble import as_built  # its images and the team's compiled packages
 
-        stack = with_team_compiled(spec, stack)
-    return stack
+    return as_built(spec, stack)
 
 
 def resolve_each(specs: Sequence[TargetSpec], *,

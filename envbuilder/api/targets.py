@@ -12,7 +12,7 @@ from envbuilder.core import spec as spec_mod
 from envbuilder.core.spec import TargetSpec
 
 from envbuilder.api.parts import MatrixEntry
-from envbuilder.api.results import GithubMatrix, TargetRow, TargetsTable
+from envbuilder.api.results import CiWorkflow, GithubMatrix, TargetRow, TargetsTable
 from envbuilder.api.specs import builtin_targets, make_spec, resolve_spec
 
 if TYPE_CHECKING:
@@ -59,9 +59,11 @@ def github_matrix(specs: Sequence[TargetSpec] | None = None, *,
 
 
 def write_ci(out: str | Path, *, registry: str | None, github: bool,
-             matrix_dir: str | Path | None = None, install: str | None = None) -> Path:
+             matrix_dir: str | Path | None = None, install: str | None = None) -> CiWorkflow:
     """Write the CI workflow (envbuilder ci); GitHub Actions is the one CI system so far. The
-    registry defaults to the project's; a team matrix (``matrix_dir``) is checked here."""
+    registry defaults to the project's; a team matrix (``matrix_dir``) is checked here. When
+    this envbuilder runs from a local folder (a checkout) the workflow installs its version,
+    which may not be published: the result's ``warnings`` say so (ci prints them on stderr)."""
     from envbuilder.render import ci
 
     if not github:
@@ -73,6 +75,11 @@ def write_ci(out: str | Path, *, registry: str | None, github: bool,
     if matrix_dir is not None:
         load_matrix(matrix_dir)  # the folder must exist and be a valid matrix
     # install: what the workflow pip-installs (default: this envbuilder, as CI can install it)
-    return ci.write_github_workflow(Path(out), registry=registry, matrix=matrix_dir,
-                                    install=install, targets=[t.name for t in proj.targets]
-                                    if proj is not None else None)
+    local = False
+    if install is None:
+        install, local = ci.default_install(Path(out))
+    path = ci.write_github_workflow(Path(out), registry=registry, matrix=matrix_dir,
+                                    install=install, local=local,
+                                    targets=[t.name for t in proj.targets] if proj is not None else None)
+    return CiWorkflow(workflow=str(path), install=install,
+                      warnings=[ci.unpublished_warning(install, path)] if local else [])

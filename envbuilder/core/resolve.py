@@ -10,6 +10,8 @@ would work instead.
 
 from __future__ import annotations
 
+import re
+
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Mapping, cast
 
@@ -71,6 +73,9 @@ class Stack:
     # the rules' findings on the stack: warnings, and the evidence (severity "info": the facts
     # that decided an acceptance at an edge)
     findings: tuple[Violation, ...] = ()
+    # the (runtime, builder) images a spec's --base-image/--builder-image make the plan use
+    # (assemble.as_built), stated in place of the matrix's; None: the matrix's
+    images: tuple[str, str] | None = None
 
     @property
     def warnings(self) -> tuple[Violation, ...]:
@@ -280,8 +285,8 @@ class Stack:
                for c in self.matrix.component_names},
             "os": self.os.name,
             "flavour": self.flavour,
-            "base_image": self.runtime_image,
-            "builder_image": self.builder_image,
+            "base_image": self.images[0] if self.images else self.runtime_image,
+            "builder_image": self.images[1] if self.images else self.builder_image,
             "builder": None if self.builder is None else self.builder.to_dict(),
             **{self.matrix.component(n).ops_key: list(v) for n, v in self.ops.items()},
             "fabric": self.fabric,
@@ -772,14 +777,25 @@ def _reason(axis: str, value: Any, pins: dict[str, str], req: Request, m: Matrix
     if axis in m.component_names and value is None:
         return f"not requested (add {'/'.join(c.tag for c in m.components)} to the target or --with)"
     if axis in pins:
-        return f"pinned {pins[axis]} by {req.target!r}; newest compatible release that matches"
+        return f"pinned {pins[axis]} by {pinned_by(axis, req)}; newest compatible release that matches"
     if axis == "python":
         return "newest Python the OS ships that every component supports"
     return "newest compatible"
 
 
 def _pinned(axis: str, pins: dict[str, str], req: Request) -> str:
-    return f" (pinned by {req.target!r})" if axis in pins else ""
+    return f" (pinned by {pinned_by(axis, req)})" if axis in pins else ""
+
+
+def pinned_by(axis: str, req: Request) -> str:
+    """Who pinned ``axis``: its option (``--torch``), the project file's key (``key
+    targets.train.torch of /p/envbuilder.toml``), else the target string (``'cu121-torch2.1'``)."""
+    where = req.origin.get(axis)
+    if where is None:
+        return repr(req.target)
+    where = where.rstrip(":").strip()
+    m = re.fullmatch(r"project file (.+), key (\S+)", where)
+    return f"key {m.group(2)} of {m.group(1)}" if m else where
 
 
 def _source(axis: str, value: Any, a: dict[str, Any], m: Matrix) -> tuple[str, ...]:

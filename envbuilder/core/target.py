@@ -495,6 +495,9 @@ def merge(req: Request, pins: Pins, matrix: Matrix) -> Request:
             raise InputError(f"--os {value!r} is not in the matrix{validate.suggest(value, m.os)}; "
                              f"known: {', '.join(sorted(m.os))}")
         _agree(req, axis, value)
+        # where the pin came from (resolve's "pinned 2.13 by ..."): the option's flag or the
+        # project file's key; a pin of the target string itself has none
+        up["origin"] = {**up.get("origin", req.origin), axis: pins.origin.get(axis, f"--{axis}")}
         if axis in (*CORE_PINS, "os"):
             up[axis] = value
         else:

@@ -29,7 +29,7 @@ from envbuilder import labels as image_labels
 from envbuilder.core import validate
 from envbuilder.core.builder import compiled_parts
 from envbuilder.core.matrix import Matrix, load_matrix
-from envbuilder.assemble import folder_files, image_tag, with_team_compiled
+from envbuilder.assemble import folder_files, image_tag, as_built
 from envbuilder.core.resolve import Stack
 from envbuilder.core.spec import TargetSpec
 from envbuilder.diagnose.explain import Cause, explain_lines
@@ -203,9 +203,9 @@ class Prepared:
 def prepare(spec: TargetSpec, *, matrix_dir: str | Path | None = None,
             matrix: Matrix | None = None) -> Prepared:
     """``spec`` (checked when it was made: core.spec.TargetSpec) resolved (refused: exit 3),
-    with the team's compiled packages (assemble.with_team_compiled), once, before any work."""
+    with the team's compiled packages (assemble.as_built), once, before any work."""
     m = matrix or load_matrix(matrix_dir, spec.matrix_overlay)
-    return Prepared(spec, with_team_compiled(spec, spec.resolve(m)), m)
+    return Prepared(spec, as_built(spec, spec.resolve(m)), m)
 
 
 def prepare_context(spec: TargetSpec, stack: Stack, opts: BuildOptions, dest: Path, *,
