@@ -37,6 +37,7 @@ def lock(specs: Sequence[TargetSpec], out: str | Path | None = None, *, single: 
         team = lockreq.team_requirements(stack, lines=s.requirements, source=s.requirements_source)
         res = write_locks(stack, dest, requirements_file=s.requirements_file, team=team,
                           index_url=s.pip_index_url, extra_index_urls=s.extra_index_urls,
+                          index_strategy=s.index_strategy,
                           check=check, upgrade=upgrade, exclude_newer=s.exclude_newer,
                           conda=conda, conda_channels=tuple(conda_channels), sbom=sbom,
                           command=s.invocation("lock"), compiled=s.compiled)

@@ -1,0 +1,194 @@
+"""Indexes as a site has them (issue 46, point 1): PyTorch's index replaced through one project
+key (``torch_index_url``, a template with the variant), an explicit index strategy that no
+option switches by itself, credentials from ~/.netrc never written into a file.
+
+The indexes are real: PEP 503 simple indexes on 127.0.0.1 built from the suite's wheelhouse
+(torch's CPU wheel and its dependencies), served by python's http.server, resolved by real uv.
+PyTorch's index of the site asks for a password (HTTP Basic), which uv reads from a netrc file."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import html
+import json
+import os
+import threading
+from functools import partial
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+from packaging.utils import canonicalize_name, parse_sdist_filename, parse_wheel_filename
+
+from envbuilder.api import make_spec
+from envbuilder.errors import InputError
+from envbuilder.lock.uv import compile_command, indexes
+from hostile_helpers import assert_clean_failure, cli
+
+TARGET = "cpu-torch2.13-debian12"
+USER, PASSWORD = "ml-team", "s3cret-w0rd"
+
+
+def _name(filename: str) -> str:
+    if filename.endswith(".whl"):
+        return canonicalize_name(parse_wheel_filename(filename)[0])
+    return canonicalize_name(parse_sdist_filename(filename)[0])
+
+
+def _simple_index(root: Path, files: list[Path]) -> None:
+    """A PEP 503 simple index of ``files`` under ``root``: ``root/<name>/index.html`` with each
+    file's link and sha256 (https://peps.python.org/pep-0503/)."""
+    by_name: dict[str, list[Path]] = {}
+    for f in files:
+        by_name.setdefault(_name(f.name), []).append(f)
+    (root / "files").mkdir(parents=True)
+    for name, fs in by_name.items():
+        links = []
+        for f in fs:
+            (root / "files" / f.name).symlink_to(f)
+            digest = hashlib.sha256(f.read_bytes()).hexdigest()
+            links.append(f'<a href="../files/{html.escape(f.name)}#sha256={digest}">'
+                         f"{html.escape(f.name)}</a><br/>")
+        (root / name).mkdir()
+        (root / name / "index.html").write_text(
+            "<!DOCTYPE html><html><body>\n" + "\n".join(links) + "\n</body></html>\n")
+
+
+class _Handler(SimpleHTTPRequestHandler):
+    """Files of the site's folder; under /whl/ (PyTorch's index of the site) only with the
+    team's password."""
+
+    def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+        if self.path.startswith("/whl/"):
+            want = "Basic " + base64.b64encode(f"{USER}:{PASSWORD}".encode()).decode()
+            if self.headers.get("Authorization") != want:
+                self.send_response(401)
+                self.send_header("WWW-Authenticate", 'Basic realm="whl"')
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
+        super().do_GET()
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture(scope="module")
+def site(wheelhouse, tmp_path_factory):
+    """A site's two indexes on 127.0.0.1: /whl/cpu/ (PyTorch's, torch's CPU wheel alone, behind
+    a password) and /pypi/ (its PyPI mirror: everything else the wheelhouse has)."""
+    root = tmp_path_factory.mktemp("site")
+    wheels = sorted(p for p in wheelhouse.iterdir() if p.name.endswith((".whl", ".tar.gz")))
+    torch = [p for p in wheels if _name(p.name) == "torch"]
+    assert torch, f"no torch wheel in {wheelhouse}"
+    _simple_index(root / "whl" / "cpu", torch)
+    _simple_index(root / "pypi", [p for p in wheels if _name(p.name) != "torch"])
+    server = ThreadingHTTPServer(("127.0.0.1", 0), partial(_Handler, directory=str(root)))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+def _project(folder: Path, site: str, **extra: str) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    keys = {"torch_index_url": f"{site}/whl/{{variant}}/", "pip_index_url": f"{site}/pypi/", **extra}
+    (folder / "envbuilder.toml").write_text(
+        "".join(f'{k} = "{v}"\n' for k, v in keys.items())
+        + f'\n[[targets]]\nname = "box"\ntarget = "{TARGET}"\n')
+    return folder
+
+
+def _netrc(tmp_path: Path) -> Path:
+    p = tmp_path / "netrc"
+    p.write_text(f"machine 127.0.0.1 login {USER} password {PASSWORD}\n")
+    p.chmod(0o600)
+    return p
+
+
+def _offline_env(tmp_path: Path) -> dict[str, str]:
+    """Nothing but the site: no proxy reaches out, uv's cache is the test's own."""
+    return {"UV_CACHE_DIR": str(tmp_path / "uv-cache"), "UV_HTTP_RETRIES": "0",
+            "NETRC": str(_netrc(tmp_path)), "NO_PROXY": "127.0.0.1", "no_proxy": "127.0.0.1"}
+
+
+def test_a_cpu_target_locks_and_renders_with_pytorchs_index_replaced_by_one_project_key(site, tmp_path):
+    proj = _project(tmp_path / "proj", site)
+    out = tmp_path / "proj" / "build"
+    p = cli("lock", "box", "-o", str(out), "--json", cwd=proj, **_offline_env(tmp_path))
+    assert p.returncode == 0, p.stderr[-3000:]
+    lock = json.loads(p.stdout)["lock"]
+    # the strategy is stated, and it is the safe one: nothing asked for another
+    assert lock["index_strategy"] == "first-index"
+    assert lock["index"] == f"{site}/pypi/"
+    assert lock["extra_indexes"] == [f"{site}/whl/cpu/"]
+    assert lock["packages"]["torch"] == "2.13.0+cpu"
+    text = (out / "requirements.lock").read_text()
+    assert "--index-strategy first-index" in text and "# index strategy: first-index" in text
+    assert f"{site}/whl/cpu/" in text
+    assert "download.pytorch.org" not in text and "pypi.org" not in text
+    # the password came from the netrc file and is in no file envbuilder wrote
+    r = cli("render", "box", "-o", str(out), cwd=proj, **_offline_env(tmp_path))
+    assert r.returncode == 0, r.stderr[-3000:]
+    dockerfile = (out / "Dockerfile").read_text()
+    assert f"{site}/whl/cpu/" in dockerfile and "download.pytorch.org" not in dockerfile
+    for f in out.rglob("*"):
+        if f.is_file():
+            body = f.read_bytes()
+            assert PASSWORD.encode() not in body and USER.encode() not in body, f
+
+
+def test_without_the_netrc_the_sites_torch_index_refuses_and_nothing_is_written(site, tmp_path):
+    proj = _project(tmp_path / "proj", site)
+    env = {**_offline_env(tmp_path), "NETRC": str(tmp_path / "none")}
+    p = cli("lock", "box", "-o", str(tmp_path / "out"), cwd=proj, **env)
+    assert p.returncode != 0
+    assert "Traceback" not in p.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_an_unsafe_strategy_is_used_only_when_asked(site, tmp_path):
+    proj = _project(tmp_path / "proj", site, index_strategy="unsafe-first-match")
+    out = tmp_path / "out"
+    p = cli("lock", "box", "-o", str(out), "--json", cwd=proj, **_offline_env(tmp_path))
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert "--index-strategy unsafe-first-match" in (out / "requirements.lock").read_text()
+
+
+def test_credentials_in_the_project_files_torch_index_are_refused(tmp_path):
+    proj = _project(tmp_path / "proj", f"http://{USER}:{PASSWORD}@127.0.0.1:9")
+    p = cli("lock", "box", "-o", str(tmp_path / "out"), cwd=proj)
+    err = assert_clean_failure(p, 2, "torch_index_url", "netrc")
+    assert PASSWORD not in err
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("bad", ["http://h/whl/{variant", "http://h/{arch}/", "http://h/a b/{variant}",
+                                 "http://h/{variant}/?token=x"])
+def test_a_bad_torch_index_template_is_bad_input(bad):
+    with pytest.raises(InputError) as e:
+        make_spec(TARGET, torch_index_url=bad)
+    assert "--torch-index-url" in str(e.value) and e.value.exit_code == 2
+
+
+def test_no_index_option_switches_the_strategy_by_itself():
+    """--pip-index-url and --extra-index-url keep first-index (they used to switch uv to
+    unsafe-best-match silently) and keep PyTorch's index first."""
+    from envbuilder.api.specs import resolve_spec
+
+    spec = make_spec(TARGET, pip_index_url="https://mirror.example/simple",
+                     extra_index_urls=("https://private.example/simple",))
+    stack = resolve_spec(spec)
+    idx = indexes(stack, spec.pip_index_url, spec.extra_index_urls, spec.index_strategy)
+    assert idx.strategy == "first-index"
+    assert idx.index == "https://mirror.example/simple"
+    assert idx.extras == (stack.torch_index, "https://private.example/simple")
+    cmd = compile_command("uv", stack, idx, None)
+    assert cmd[cmd.index("--index-strategy") + 1] == "first-index"
+    asked = make_spec(TARGET, index_strategy="unsafe-best-match")
+    assert indexes(stack, None, (), asked.index_strategy).strategy == "unsafe-best-match"
+    # the template replaces PyTorch's index for the target's variant
+    site = resolve_spec(make_spec(TARGET, torch_index_url="https://mirror.example/whl/{variant}"))
+    assert site.torch_index == "https://mirror.example/whl/cpu"
+    assert os.path.basename(stack.torch_index.rstrip("/")) == "cpu"
