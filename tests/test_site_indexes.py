@@ -57,9 +57,19 @@ def _simple_index(root: Path, files: list[Path]) -> None:
 
 class _Handler(SimpleHTTPRequestHandler):
     """Files of the site's folder; under /whl/ (PyTorch's index of the site) only with the
-    team's password."""
+    team's password. A file named in ``tampered`` is served with a byte more (a broken mirror)."""
+
+    tampered: set[str] = set()
 
     def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+        name = self.path.rsplit("/", 1)[-1]
+        if name in self.tampered:
+            body = (Path(self.directory) / "pypi" / "files" / name).read_bytes() + b"\0"
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+            return
         if self.path.startswith("/whl/"):
             want = "Basic " + base64.b64encode(f"{USER}:{PASSWORD}".encode()).decode()
             if self.headers.get("Authorization") != want:
@@ -192,3 +202,128 @@ def test_no_index_option_switches_the_strategy_by_itself():
     site = resolve_spec(make_spec(TARGET, torch_index_url="https://mirror.example/whl/{variant}"))
     assert site.torch_index == "https://mirror.example/whl/cpu"
     assert os.path.basename(stack.torch_index.rstrip("/")) == "cpu"
+
+
+# -- envbuilder wheelhouse LOCK -o DIR: exactly the lock's files, resumable, verified ------------
+
+@pytest.fixture(scope="module")
+def site_lock(site, tmp_path_factory):
+    """The box target locked against the site (its indexes recorded in the lock)."""
+    tmp = tmp_path_factory.mktemp("site-lock")
+    proj = _project(tmp / "proj", site)
+    p = cli("lock", "box", "-o", str(tmp / "build"), cwd=proj, **_offline_env(tmp))
+    assert p.returncode == 0, p.stderr[-3000:]
+    return tmp / "build" / "requirements.lock"
+
+
+def _locked_hashes(lock: Path) -> dict[str, set[str]]:
+    from envbuilder.lock.entries import read_lock
+
+    return {p.name: set(p.hashes) for p in read_lock(lock.read_text())}
+
+
+def _sha(p: Path) -> str:
+    return "sha256:" + hashlib.sha256(p.read_bytes()).hexdigest()
+
+
+def test_wheelhouse_downloads_exactly_the_locks_files_then_keeps_them(site_lock, tmp_path):
+    wh = tmp_path / "wheels"
+    p = cli("wheelhouse", str(site_lock), "-o", str(wh), "--json", **_offline_env(tmp_path))
+    assert p.returncode == 0, p.stderr[-3000:]
+    rep = json.loads(p.stdout)
+    locked = _locked_hashes(site_lock)
+    assert rep["python"] == "3.11" and rep["platform"] == "x86_64-manylinux_2_28"
+    assert sorted(f["name"] for f in rep["files"]) == sorted(locked)  # one file per entry
+    assert rep["downloaded"] == len(locked) and rep["kept"] == 0
+    on_disk = sorted(x.name for x in wh.iterdir())
+    assert on_disk == sorted(f["file"] for f in rep["files"])  # nothing else, no partial folder
+    for f in rep["files"]:
+        assert _sha(wh / f["file"]) == f["sha256"] and f["sha256"] in locked[f["name"]]
+    assert any(n.startswith("torch-2.13.0+cpu-cp311-cp311-") for n in on_disk)
+    # resumable: what is there with a right hash is kept without the network (no netrc now:
+    # the site's torch index, asked first, would refuse), and only a missing file is fetched
+    env = {**_offline_env(tmp_path), "NETRC": str(tmp_path / "none")}
+    p = cli("wheelhouse", str(site_lock.parent), "-o", str(wh), "--json", **env)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert json.loads(p.stdout)["kept"] == len(locked)
+    numpy = next(x for x in wh.iterdir() if x.name.startswith("numpy-"))
+    numpy.unlink()
+    p = cli("wheelhouse", str(site_lock.parent), "-o", str(wh), "--json", **_offline_env(tmp_path))
+    assert p.returncode == 0, p.stderr[-3000:]
+    again = json.loads(p.stdout)
+    assert again["downloaded"] == 1 and again["kept"] == len(locked) - 1
+    assert [f["file"] for f in again["files"] if f["status"] == "downloaded"] == [numpy.name]
+    # --check: offline, every file there and right
+    p = cli("wheelhouse", str(site_lock), "-o", str(wh), "--check", "--json", **env)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert json.loads(p.stdout)["checked"] is True
+
+
+def test_wheelhouse_refuses_a_file_whose_hash_the_lock_does_not_hold(site_lock, tmp_path):
+    wh = tmp_path / "wheels"
+    wh.mkdir()
+    locked = _locked_hashes(site_lock)
+    # a file in DIR that is not the locked one: named, never overwritten
+    numpy = next(f for f in (_wheelhouse_dir()).iterdir() if f.name.startswith("numpy-"))
+    (wh / numpy.name).write_bytes(numpy.read_bytes() + b"x")
+    p = cli("wheelhouse", str(site_lock), "-o", str(wh), **_offline_env(tmp_path))
+    assert_clean_failure(p, 1, numpy.name, "does not hold")
+    assert (wh / numpy.name).read_bytes() == numpy.read_bytes() + b"x"
+    assert "numpy" in locked
+
+
+def test_wheelhouse_refuses_a_download_whose_hash_is_wrong(site_lock, tmp_path):
+    mpmath = next(f for f in _wheelhouse_dir().iterdir() if f.name.startswith("mpmath-"))
+    _Handler.tampered = {mpmath.name}
+    try:
+        wh = tmp_path / "wheels"  # --json: no progress on stderr, the error is its one line
+        p = cli("wheelhouse", str(site_lock), "-o", str(wh), "--json", **_offline_env(tmp_path))
+    finally:
+        _Handler.tampered = set()
+    assert_clean_failure(p, 1, mpmath.name, "does not hold")
+    assert not (wh / mpmath.name).exists()
+    assert not any(x.name.startswith(".envbuilder") for x in wh.iterdir())
+
+
+def test_wheelhouse_check_names_the_missing_files_and_the_command(site_lock, tmp_path):
+    wh = tmp_path / "wheels"
+    wh.mkdir()
+    p = cli("wheelhouse", str(site_lock), "-o", str(wh), "--check")
+    err = assert_clean_failure(p, 2, "torch==2.13.0+cpu", "numpy==", f"envbuilder wheelhouse {site_lock} -o {wh}")
+    assert "lacks" in err
+
+
+def _wheelhouse_dir() -> Path:
+    return Path(os.environ.get("ENVBUILDER_TEST_WHEELHOUSE",
+                               Path.home() / ".cache/envbuilder-test/wheelhouse"))
+
+
+def test_build_context_hard_links_the_wheelhouse_and_names_missing_files_before_any_build(
+        site, site_lock, tmp_path):
+    """What build --wheelhouse DIR puts in its build folder (run.build.prepare_context, the
+    step before the engine is asked): the wheelhouse's files hard-linked, not copied; a
+    wheelhouse that lacks a locked file is refused first, naming it and the fetch command."""
+    from envbuilder.api.specs import resolve_spec
+    from envbuilder.core.project import load_project
+    from envbuilder.run.build import BuildOptions, prepare_context
+
+    wh = tmp_path / "wheels"
+    p = cli("wheelhouse", str(site_lock), "-o", str(wh), **_offline_env(tmp_path))
+    assert p.returncode == 0, p.stderr[-3000:]
+    proj = _project(tmp_path / "proj", site)
+    spec = make_spec("box", project=load_project(proj / "envbuilder.toml"))
+    stack = resolve_spec(spec)
+    notes: list[str] = []
+    ctx, _ = prepare_context(spec, stack, BuildOptions(wheelhouse=wh), tmp_path / "ctx",
+                             lock=site_lock, on_note=notes.append)
+    placed = [f for f in (ctx / "wheels").rglob("*") if f.is_file() and f.name != ".keep"]
+    assert sorted(f.name for f in placed) == sorted(x.name for x in wh.iterdir())
+    for f in placed:
+        assert f.stat().st_ino == (wh / f.name).stat().st_ino  # the same file: a hard link
+    assert notes == []  # nothing was copied, so nothing to say
+    torch = next(x for x in wh.iterdir() if x.name.startswith("torch-"))
+    torch.unlink()
+    with pytest.raises(InputError) as e:
+        prepare_context(spec, stack, BuildOptions(wheelhouse=wh), tmp_path / "ctx2", lock=site_lock)
+    assert "torch==2.13.0+cpu" in str(e.value) and f"envbuilder wheelhouse {site_lock}" in str(e.value)
+    assert e.value.exit_code == 2 and not (tmp_path / "ctx2").exists()

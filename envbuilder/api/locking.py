@@ -79,3 +79,20 @@ def lock_target(target: str, out: str | Path, *, matrix_dir: str | Path | None =
         raise o.error
     assert o.value is not None
     return o.value
+
+
+def wheelhouse(lock: str | Path, out: str | Path, *, check: bool = False,
+               on_event: Any = None) -> Any:
+    """``envbuilder wheelhouse LOCK -o DIR``: the lock's files for its Python and platform,
+    downloaded into ``out`` and verified against its hashes, keeping those already there
+    (run.wheelfetch.fill); with ``check``, offline: exit 2 naming the locked files ``out``
+    lacks and the command that fetches them. A run.wheelfetch.WheelhouseReport."""
+    import shlex
+
+    from envbuilder.run import wheelfetch
+
+    lock, out = Path(lock), Path(out)
+    if check:
+        fetch = f"envbuilder wheelhouse {shlex.quote(str(lock))} -o {shlex.quote(str(out))}"
+        return wheelfetch.check(lock, out, fetch)
+    return wheelfetch.fill(lock, out, on_event=on_event)
