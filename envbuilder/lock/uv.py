@@ -210,6 +210,13 @@ def failure(stderr: str, stack: Stack, idx: Indexes) -> Exception:
     text = "\n".join(lines)
     # uv wraps its messages to the terminal's width (80 columns without one): match words, not lines
     flat = " ".join(text.replace("╰─▶", " ").split())
+    denied = re.search(r"index URL \((\S+?)\) could not be queried due to a lack of valid "
+                       r"authentication credentials \((\d{3})", flat)
+    if denied:
+        return OperationError(
+            f"the package index {public_url(denied.group(1))} refused the lock ({denied.group(2)}: "
+            f"no valid credentials): put them in ~/.netrc (machine HOST login USER password TOKEN) "
+            f"or the file NETRC names; envbuilder writes them nowhere", step="lock", details=details)
     missing = re.search(r"\b([A-Za-z0-9][A-Za-z0-9._-]*) was not found in the (?:package registry|"
                         r"provided package locations)", flat)
     if missing:
