@@ -13,6 +13,7 @@ import hashlib
 import html
 import json
 import os
+import re
 import threading
 from functools import partial
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
@@ -60,9 +61,26 @@ class _Handler(SimpleHTTPRequestHandler):
     team's password. A file named in ``tampered`` is served with a byte more (a broken mirror)."""
 
     tampered: set[str] = set()
+    json_pages = False  # answer PEP 691 JSON to a client that asks for it (PyPI's form)
+    json_served = 0
 
     def do_GET(self) -> None:  # noqa: N802 (http.server's name)
         name = self.path.rsplit("/", 1)[-1]
+        if (self.json_pages and self.path.startswith("/pypi/") and self.path.endswith("/")
+                and "application/vnd.pypi.simple.v1+json" in self.headers.get("Accept", "")):
+            page = Path(self.directory) / self.path.lstrip("/") / "index.html"
+            if page.is_file():
+                files = [{"filename": h.rsplit("/", 1)[-1].split("#")[0], "url": h.split("#")[0],
+                          "hashes": {"sha256": h.split("#sha256=")[1]}}
+                         for h in re.findall(r'href="([^"]+)"', page.read_text())]
+                body = json.dumps({"meta": {"api-version": "1.0"}, "files": files}).encode()
+                type(self).json_served += 1
+                self.send_response(200)
+                self.send_header("Content-Type", "application/vnd.pypi.simple.v1+json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+                return
         if name in self.tampered:
             body = (Path(self.directory) / "pypi" / "files" / name).read_bytes() + b"\0"
             self.send_response(200)
@@ -143,6 +161,8 @@ def test_a_cpu_target_locks_and_renders_with_pytorchs_index_replaced_by_one_proj
     assert r.returncode == 0, r.stderr[-3000:]
     dockerfile = (out / "Dockerfile").read_text()
     assert f"{site}/whl/cpu/" in dockerfile and "download.pytorch.org" not in dockerfile
+    definition = (out / "envbuilder.def").read_text()  # the Apptainer definition too
+    assert f"{site}/whl/cpu/" in definition and "download.pytorch.org" not in definition
     for f in out.rglob("*"):
         if f.is_file():
             body = f.read_bytes()
@@ -373,3 +393,16 @@ def test_a_locked_cpu_target_builds_offline_from_its_wheelhouse(site, site_lock,
                                        ["python3", "-c", "import torch; print(torch.__version__)"],
                                        remove=True, entrypoint=[])
     assert out.decode().strip() == "2.13.0+cpu"
+
+
+def test_wheelhouse_reads_pep_691_json_pages(site_lock, tmp_path):
+    """An index that answers PEP 691 JSON (PyPI's form) gives the same files as its HTML."""
+    _Handler.json_pages = True
+    try:
+        p = cli("wheelhouse", str(site_lock), "-o", str(tmp_path / "w"), "--json", **_offline_env(tmp_path))
+    finally:
+        _Handler.json_pages = False
+    assert p.returncode == 0, p.stderr[-3000:]
+    rep = json.loads(p.stdout)
+    assert rep["downloaded"] == len(_locked_hashes(site_lock))
+    assert _Handler.json_served >= len(_locked_hashes(site_lock)) - 1  # every page but torch's

@@ -150,9 +150,9 @@ def _sha256(path: Path) -> str:
     return "sha256:" + h.hexdigest()
 
 
-def _on_disk(out: Path, pkg: Any, order: dict[Tag, int]) -> Path | None:
-    """The best file of ``pkg`` already in ``out`` with a hash the lock holds; a file of it
-    with another hash fails naming it (exit 1): DIR is never overwritten."""
+def _on_disk(out: Path, pkg: Any, order: dict[Tag, int]) -> tuple[Path, str] | None:
+    """The best file of ``pkg`` already in ``out`` with a hash the lock holds, and its hash;
+    a file of it with another hash fails naming it (exit 1): DIR is never overwritten."""
     version = Version(pkg.version)
     found = sorted((r, p) for p in out.iterdir() if p.is_file()
                    and (r := _rank(p.name, pkg.name, version, order)) is not None)
@@ -162,7 +162,7 @@ def _on_disk(out: Path, pkg: Any, order: dict[Tag, int]) -> Path | None:
             raise OperationError(f"{p} has {digest}, which the lock does not hold for "
                                  f"{pkg.name}=={pkg.version}: remove it and run the command again",
                                  step="wheelhouse")
-        return p
+        return p, digest
     return None
 
 
@@ -176,11 +176,11 @@ def check(lock: Path, out: Path, command: str) -> WheelhouseReport:
         raise InputError(f"wheelhouse {out} is not a folder: fill it with {command}")
     order = {t: i for i, t in enumerate(supported_tags(locked.python, locked.platform))}
     for pkg in locked.packages:
-        p = _on_disk(out, pkg, order)
-        if p is None:
+        have = _on_disk(out, pkg, order)
+        if have is None:
             report.missing.append(f"{pkg.name}=={pkg.version}")
         else:
-            report.files.append(_row(pkg, p, "kept"))
+            report.files.append(_row(pkg, *have, "kept"))
     if report.missing:
         n = len(report.missing)
         raise InputError(f"wheelhouse {out} lacks {n} locked file{'s' if n > 1 else ''} for "
@@ -190,15 +190,17 @@ def check(lock: Path, out: Path, command: str) -> WheelhouseReport:
     return report
 
 
-def _row(pkg: Any, path: Path, status: str) -> dict[str, str]:
-    return {"name": pkg.name, "version": pkg.version, "file": path.name,
-            "sha256": _sha256(path), "status": status}
+def _row(pkg: Any, path: Path, digest: str, status: str) -> dict[str, str]:
+    return {"name": pkg.name, "version": pkg.version, "file": path.name, "sha256": digest,
+            "status": status}
 
 
 def fill(lock: Path, out: Path, *, on_event: Event | None = None) -> WheelhouseReport:
     """Download into ``out`` every file of the lock at ``lock`` it lacks (see the module)."""
     locked = read_locked(lock)
     emit = on_event or (lambda *_: None)
+    if out.exists() and not out.is_dir():
+        raise InputError(f"-o {out} is not a folder: name a folder for the wheelhouse")
     out.mkdir(parents=True, exist_ok=True)
     report = WheelhouseReport(str(locked.path), str(out), locked.python, locked.platform)
     order = {t: i for i, t in enumerate(supported_tags(locked.python, locked.platform))}
@@ -210,8 +212,8 @@ def fill(lock: Path, out: Path, *, on_event: Event | None = None) -> WheelhouseR
     try:
         for i, (pkg, have) in enumerate(zip(locked.packages, there), 1):
             if have is not None:
-                report.files.append(_row(pkg, have, "kept"))
-                emit("wheelhouse", "build-step", (i, n, f"kept {have.name}"))
+                report.files.append(_row(pkg, *have, "kept"))
+                emit("wheelhouse", "build-step", (i, n, f"kept {have[0].name}"))
                 continue
             url, filename = fetcher.choose(pkg, order)
             emit("wheelhouse", "build-step", (i - 1, n, f"download {filename}"))
@@ -229,8 +231,7 @@ def fill(lock: Path, out: Path, *, on_event: Event | None = None) -> WheelhouseR
                 raise OperationError(f"{final} is in the way: remove it and run the command again",
                                      step="wheelhouse")
             os.replace(tmp, final)
-            report.files.append({"name": pkg.name, "version": pkg.version, "file": filename,
-                                 "sha256": digest, "status": "downloaded"})
+            report.files.append(_row(pkg, final, digest, "downloaded"))
             emit("wheelhouse", "build-step", (i, n, f"downloaded {filename}"))
     finally:
         shutil.rmtree(partial, ignore_errors=True)
@@ -304,9 +305,17 @@ class _Fetcher:
                                  f"(credentials go in ~/.netrc)", step="wheelhouse")
         out: list[tuple[str, str | None]] = []
         if r.media_type == "application/vnd.pypi.simple.v1+json":
-            for f in json.loads(r.body).get("files", []):
-                sha = (f.get("hashes") or {}).get("sha256")
-                out.append((urljoin(r.url, f["url"]), f"sha256:{sha}" if sha else None))
+            try:
+                listed = json.loads(r.body).get("files", [])
+            except (ValueError, AttributeError):
+                raise OperationError(f"the index {_public(index)} answered a page for {name} that "
+                                     f"is not PEP 691 JSON", step="wheelhouse") from None
+            for f in listed if isinstance(listed, list) else ():
+                if not isinstance(f, dict) or not isinstance(f.get("url"), str):
+                    continue
+                hashes = f.get("hashes")
+                sha = hashes.get("sha256") if isinstance(hashes, dict) else None
+                out.append((urljoin(r.url, f["url"]), f"sha256:{sha}" if isinstance(sha, str) else None))
             return out
         links = _Links()
         links.feed(r.body.decode("utf-8", "replace"))
