@@ -241,9 +241,11 @@ def failure(stderr: str, stack: Stack, idx: Indexes) -> Exception:
                 break
         index = _which_index(url, idx) if url else idx.index
         reason = _net_reason(lines)
+        mirror = ("--torch-index-url URL (a reachable mirror of PyTorch's index, a template "
+                  "with {variant}) or " if index == stack.torch_index else "")
         return OperationError(
             f"cannot reach the package index {index} ({reason}{' for ' + url if url else ''}): "
-            f"use --pip-index-url URL (a reachable mirror) or build from a wheelhouse",
+            f"use {mirror}--pip-index-url URL (a reachable mirror) or build from a wheelhouse",
             step="lock", details=details)
     first = next((ln for ln in lines if ln.startswith("error:")), lines[0] if lines else "")
     return OperationError(f"uv pip compile failed for {stack.target}: {first}", step="lock",
