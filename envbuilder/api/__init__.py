@@ -169,8 +169,8 @@ __all__ = ["BakeReport", "BuildFailed", "BuildOptions", "BuildSummary", "COMMAND
            "metrics_target", "out_dir", "preflight", "refresh_matrix", "render", "render_all",
            "render_target", "request", "resolve_each", "resolve_spec", "resolve_target", "safe_text", "show_axis",
            "sign_options", "smoke", "smoke_proof", "spec_files", "spec_matrix", "target_specs",
-           "verify_image", "verify_matrix", "verify_sif", "write_ci", "write_refresh_overlay", "write_report",
-           "wheelhouse", "write_verify_overlay"]
+           "verify_image", "verify_matrix", "verify_sif", "wheelhouse", "write_ci", "write_refresh_overlay", "write_report",
+           "write_verify_overlay"]
 
 
 def __getattr__(name: str) -> Any:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from envbuilder.core import spec as spec_mod
 from envbuilder.errors import InputError
@@ -13,6 +13,9 @@ from envbuilder.core.target import Pins
 from envbuilder.api.results import LockResult
 from envbuilder.api.specs import make_spec, out_dir, resolve_spec
 from envbuilder.api.folders import spec_files
+
+if TYPE_CHECKING:
+    from envbuilder.run.wheelfetch import WheelhouseReport
 
 
 def lock(specs: Sequence[TargetSpec], out: str | Path | None = None, *, single: bool = False,
@@ -82,7 +85,7 @@ def lock_target(target: str, out: str | Path, *, matrix_dir: str | Path | None =
 
 
 def wheelhouse(lock: str | Path, out: str | Path, *, check: bool = False,
-               on_event: Any = None) -> Any:
+               on_event: Any = None) -> WheelhouseReport:
     """``envbuilder wheelhouse LOCK -o DIR``: the lock's files for its Python and platform,
     downloaded into ``out`` and verified against its hashes, keeping those already there
     (run.wheelfetch.fill); with ``check``, offline: exit 2 naming the locked files ``out``
