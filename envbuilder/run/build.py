@@ -135,6 +135,9 @@ class BuildReport:
     labels: dict[str, str] = field(default_factory=dict)
     apptainer: dict | None = None  # --runtime apptainer|both: the SIF, its verify and smoke
     signed: dict | None = None  # --sign: the signed ref and its attestations (run.sign)
+    # --wheelhouse: its folder, and whether its files had to be copied into the build folder
+    # (another file system) instead of hard-linked
+    wheelhouse: dict | None = None
     error: str | None = None
     failed_step: str | None = None
     exit_code: int = 0  # the failure's (1 an operation failed, 2 bad input, 3 refused)
@@ -150,6 +153,8 @@ class BuildReport:
         d.pop("cause")
         if d["signed"] is None:  # only a --sign build reports it
             d.pop("signed")
+        if d["wheelhouse"] is None:  # only a --wheelhouse build reports it
+            d.pop("wheelhouse")
         d["ok"] = self.ok
         return d
 
@@ -339,8 +344,17 @@ class Step:
 
 
 def _render(b: _Build) -> None:
+    notes: list[str] = []
+
+    def note(text: str) -> None:
+        notes.append(text)
+        b.emit("step", ("wheelhouse", text))
+
     _, b.plan = prepare_context(b.job.spec, b.job.stack, b.opts, b.ctx_dir, lock=b.lock,
-                                on_note=lambda text: b.emit("step", ("wheelhouse", text)))
+                                on_note=note)
+    if b.opts.wheelhouse is not None:
+        b.report.wheelhouse = {"path": str(b.opts.wheelhouse), "copied": bool(notes),
+                               "note": notes[0] if notes else None}
     b.report.context = str(b.ctx_dir)
 
 
