@@ -407,3 +407,31 @@ def test_wheelhouse_reads_pep_691_json_pages(site_lock, tmp_path):
     rep = json.loads(p.stdout)
     assert rep["downloaded"] == len(_locked_hashes(site_lock))
     assert _Handler.json_served >= len(_locked_hashes(site_lock)) - 1  # every page but torch's
+
+
+@pytest.mark.skipif(not Path("/dev/shm").is_dir(), reason="needs /dev/shm (another file system)")
+def test_build_context_copies_a_wheelhouse_on_another_file_system_and_says_so(site, site_lock, tmp_path):
+    """A wheelhouse on another file system (tmpfs /dev/shm beside the build folder's) cannot
+    be hard-linked: its files are copied and the build is told how many."""
+    import tempfile
+
+    from envbuilder.api.specs import resolve_spec
+    from envbuilder.core.project import load_project
+    from envbuilder.run.build import BuildOptions, prepare_context
+
+    if os.stat("/dev/shm").st_dev == os.stat(tmp_path).st_dev:
+        pytest.skip("/dev/shm is on the build folder's file system here")
+    with tempfile.TemporaryDirectory(dir="/dev/shm") as shm:
+        wh = Path(shm) / "wheels"
+        p = cli("wheelhouse", str(site_lock), "-o", str(wh), **_offline_env(tmp_path))
+        assert p.returncode == 0, p.stderr[-3000:]
+        proj = _project(tmp_path / "proj", site)
+        spec = make_spec("box", project=load_project(proj / "envbuilder.toml"))
+        notes: list[str] = []
+        ctx, _ = prepare_context(spec, resolve_spec(spec), BuildOptions(wheelhouse=wh),
+                                 tmp_path / "ctx", lock=site_lock, on_note=notes.append)
+        placed = [f for f in (ctx / "wheels").rglob("*") if f.is_file() and f.name != ".keep"]
+        assert len(placed) == len(list(wh.iterdir()))
+        assert all(f.stat().st_ino != (wh / f.name).stat().st_ino for f in placed)
+        assert len(notes) == 1 and f"copied {len(placed)} wheelhouse files" in notes[0]
+        assert "another file system" in notes[0]
