@@ -25,7 +25,7 @@ from envbuilder.ui.options import (CASCADE, COMPONENT_CHECKED, COMPONENTS, Backe
                                    SmokeTimeoutOpt, TorchOpt, complete_target,
                                    spec_options)
 from envbuilder.ui.output import (Progress, argument_types_off, command, echo_json,
-                                  exit_for_failures, print_build, print_lock, print_warnings, print_smoke, print_stack, readable_metavars, run_app, say,
+                                  exit_for_failures, print_build, print_lock, print_warnings, print_wheelhouse, print_smoke, print_stack, readable_metavars, run_app, say,
                                   table, evidence, warn)
 
 app = typer.Typer(
@@ -203,6 +203,19 @@ def lock(target: Optional[str] = TargetArg, out: Optional[Path] = OutOpt,
     if target is not None and outcomes[0].error is not None:
         raise outcomes[0].error
     exit_for_failures(outcomes)
+
+
+@app.command(help="Download exactly the files of a lock (requirements.lock, or its folder) for its Python and platform into DIR, each checked against the lock's hashes; files already there with a right hash are kept. --check: offline, exit 2 naming the files DIR lacks.")
+@command
+def wheelhouse(lock: Path = typer.Argument(..., help="A requirements.lock from envbuilder lock, or the folder holding it."),
+               out: Path = typer.Option(..., "--out", "-o", help="The wheelhouse folder to fill (build --wheelhouse DIR installs from it)."),
+               check_: bool = typer.Option(False, "--check", help="Only check, offline, that DIR holds every locked file (exit 2 naming the missing)."),
+               as_json: bool = JsonOpt) -> None:
+    from envbuilder import api
+
+    with Progress(not as_json) as prog:
+        rep = api.wheelhouse(lock, out, check=check_, on_event=prog.event)
+    echo_json(rep.to_dict()) if as_json else print_wheelhouse(rep.to_dict())
 
 
 @app.command(help="Render the project's targets (else every built-in target) and write a docker-bake.hcl for docker buildx bake." + CASCADE)

@@ -8,7 +8,7 @@ so ``envbuilder explain`` does not pay for the matrix, the resolver or the engin
 
 * ``specs``: specs, the matrix, what a target resolves to, ``check``
 * ``folders``: ``render`` and ``bake`` (build folders)
-* ``locking``: ``lock``
+* ``locking``: ``lock``, ``wheelhouse``
 * ``builds``: ``build``, its options and summary
 * ``targets``: ``targets`` (and its GitHub matrix), ``ci``
 * ``smoketest``: ``smoke``
@@ -80,6 +80,7 @@ _WHERE: dict[str, str] = {
     # envbuilder.api.locking
     "lock": "envbuilder.api.locking",
     "lock_target": "envbuilder.api.locking",
+    "wheelhouse": "envbuilder.api.locking",
     # envbuilder.api.builds
     "build": "envbuilder.api.builds",
     "build_options": "envbuilder.api.builds",
@@ -142,7 +143,7 @@ if TYPE_CHECKING:  # the same names, for type checkers (tests/test_api_lazy.py k
         target_specs)
     from envbuilder.api.folders import (bake, bake_all, render, render_all, render_target,
         spec_files)
-    from envbuilder.api.locking import (lock, lock_target)
+    from envbuilder.api.locking import (lock, lock_target, wheelhouse)
     from envbuilder.api.builds import (build, build_options, build_summary, build_target,
         metrics_target, preflight, sign_options, write_report)
     from envbuilder.api.targets import (github_matrix, list_targets, write_ci)
@@ -168,7 +169,7 @@ __all__ = ["BakeReport", "BuildFailed", "BuildOptions", "BuildSummary", "COMMAND
            "metrics_target", "out_dir", "preflight", "refresh_matrix", "render", "render_all",
            "render_target", "request", "resolve_each", "resolve_spec", "resolve_target", "safe_text", "show_axis",
            "sign_options", "smoke", "smoke_proof", "spec_files", "spec_matrix", "target_specs",
-           "verify_image", "verify_matrix", "verify_sif", "write_ci", "write_refresh_overlay", "write_report",
+           "verify_image", "verify_matrix", "verify_sif", "wheelhouse", "write_ci", "write_refresh_overlay", "write_report",
            "write_verify_overlay"]
 
 

@@ -131,7 +131,7 @@ def _lock_text(spec: TargetSpec, stack: Stack) -> str:
         stack, requirements_file=spec.requirements_file, index_url=spec.pip_index_url,
         extra_index_urls=spec.extra_index_urls, exclude_newer=spec.exclude_newer,
         team=team_requirements(stack, lines=spec.requirements, source=spec.requirements_source),
-        compiled=spec.compiled)
+        compiled=spec.compiled, index_strategy=spec.index_strategy)
 
 
 def _report(spec: TargetSpec, out: Path, stack: Stack, files: Mapping[str, Any],

@@ -101,6 +101,34 @@ def _urls(v: Sequence[str], what: str) -> tuple[str, ...]:
     return tuple(_url(u, what) for u in v)
 
 
+def _torch_index(v: str, what: str) -> str:
+    """A URL template with ``{variant}`` (or a plain URL), safe once the variant is in it, and
+    without credentials: those come from the environment or ~/.netrc, never from a file."""
+    from envbuilder.core import validate
+
+    if not isinstance(v, str):
+        raise InputError(f"{what} {v!r} is not a URL: use e.g. https://mirror.example/whl/{{variant}}")
+    probe = v.replace("{variant}", "cpu")
+    if "{" in probe or "}" in probe:
+        raise InputError(f"{what} {v!r} has a placeholder other than {{variant}}: use e.g. "
+                         f"https://mirror.example/whl/{{variant}}")
+    validate.url(probe, what)
+    if validate.has_credentials(probe):
+        raise InputError(f"{what} carries credentials (user:password@ or a ?query): remove them and put them in "
+                         f"~/.netrc (machine HOST login USER password TOKEN), which uv and pip read; "
+                         f"envbuilder never writes them into a file")
+    return v
+
+
+INDEX_STRATEGIES = ("first-index", "unsafe-first-match", "unsafe-best-match")
+
+
+def _index_strategy(v: str, what: str) -> str:
+    if v not in INDEX_STRATEGIES:
+        raise InputError(f"{what} {v!r} is not an index strategy: use one of {', '.join(INDEX_STRATEGIES)}")
+    return v
+
+
 def _repository(v: str, what: str) -> str:
     from envbuilder.core import validate
 
@@ -288,6 +316,21 @@ OPTIONS: tuple[Option, ...] = (
            "Another package index to install and lock from; repeatable (default: the project's).", "index",
            {"description": "More package indexes to install and lock from.", "type": "array", "maxItems": 16,
             "items": _URL}, param="extra_index_url", check=_urls),
+    Option("torch_index_url", "build", "--torch-index-url", "torch_index_url", "str",
+           "PyTorch's wheel index for a variant, a template with {variant} (e.g. "
+           "https://mirror.example/whl/{variant}): replaces download.pytorch.org in the lock and the "
+           "image (default: the project's, else PyTorch's own).", "index",
+           {"description": "PyTorch's wheel index, a template with {variant} (cpu, cu121 ...), e.g. "
+                           "https://mirror.example/whl/{variant}: replaces download.pytorch.org in the lock "
+                           "and the rendered files. Credentials come from the environment or ~/.netrc, "
+                           "never from this file.", **_URL}, metavar="URL", check=_torch_index),
+    Option("index_strategy", "build", "--index-strategy", "index_strategy", "str",
+           "How uv picks among indexes when locking: first-index (default: each package from the first "
+           "index that has it), unsafe-first-match or unsafe-best-match (open to dependency confusion).",
+           "index", {"description": "How uv picks among the indexes when locking (first-index, "
+                                    "unsafe-first-match, unsafe-best-match; default first-index).",
+                     "enum": ["first-index", "unsafe-first-match", "unsafe-best-match"]},
+           metavar="STRATEGY", check=_index_strategy),
     # -- job: how to run and publish it -----------------------------------------------------------
     Option("nproc", "job", "--nproc", "nproc", "int",
            "Ranks of the smoke job (default 12, or the layouts'): job files for one node of N plus splits "

@@ -198,10 +198,11 @@ class Stack:
     @property
     def torch_index(self) -> str:
         """PyPI when plain `pip install torch` is this variant (on this platform), else
-        PyTorch's own index."""
+        PyTorch's own index (or the site's, ``--torch-index-url``: a template with {variant})."""
         if self.torch.pypi_default == self.variant and self.platform not in self.torch_variant.index_only:
             return PYPI
-        return self.matrix.torch_index.format(variant=self.variant)
+        template = self.request.torch_index_url or self.matrix.torch_index
+        return template.replace("{variant}", self.variant)
 
     @property
     def driver_min(self) -> dict[str, Any] | None:
@@ -809,10 +810,11 @@ def _source(axis: str, value: Any, a: dict[str, Any], m: Matrix) -> tuple[str, .
 
 
 def resolve_target(target: str, matrix: Matrix, pins: Pins | None = None, *,
-                   exclude_newer: str | None = None) -> Stack:
+                   exclude_newer: str | None = None, torch_index_url: str | None = None) -> Stack:
     """Resolve a target name (e.g. cu121-ds) with the pin options against ``matrix``;
-    ``exclude_newer``: a spec's (checked there: RFC 3339 UTC)."""
-    return resolve(request(target, matrix, pins, exclude_newer=exclude_newer), matrix)
+    ``exclude_newer`` and ``torch_index_url``: a spec's (checked there)."""
+    return resolve(request(target, matrix, pins, exclude_newer=exclude_newer,
+                           torch_index_url=torch_index_url), matrix)
 
 
 # -- driver first: which CUDA builds of a torch run on a given driver ----------------------

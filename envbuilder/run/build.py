@@ -135,6 +135,9 @@ class BuildReport:
     labels: dict[str, str] = field(default_factory=dict)
     apptainer: dict | None = None  # --runtime apptainer|both: the SIF, its verify and smoke
     signed: dict | None = None  # --sign: the signed ref and its attestations (run.sign)
+    # --wheelhouse: its folder, and whether its files had to be copied into the build folder
+    # (another file system) instead of hard-linked
+    wheelhouse: dict | None = None
     error: str | None = None
     failed_step: str | None = None
     exit_code: int = 0  # the failure's (1 an operation failed, 2 bad input, 3 refused)
@@ -150,6 +153,8 @@ class BuildReport:
         d.pop("cause")
         if d["signed"] is None:  # only a --sign build reports it
             d.pop("signed")
+        if d["wheelhouse"] is None:  # only a --wheelhouse build reports it
+            d.pop("wheelhouse")
         d["ok"] = self.ok
         return d
 
@@ -209,11 +214,14 @@ def prepare(spec: TargetSpec, *, matrix_dir: str | Path | None = None,
 
 
 def prepare_context(spec: TargetSpec, stack: Stack, opts: BuildOptions, dest: Path, *,
-                    lock: Path | None = None) -> tuple[Path, BuildPlan]:
+                    lock: Path | None = None,
+                    on_note: Callable[[str], None] | None = None) -> tuple[Path, BuildPlan]:
     """Write ``spec``'s build folder into ``dest`` through the one assembly path
     (envbuilder.assemble: the same files ``render`` writes), plus what a build brings itself:
     the wheelhouse's wheels and the extra CA bundle. ``lock``: the lock to install when
-    ``opts.lock`` names none (the build folder's, ``folder_lock``)."""
+    ``opts.lock`` names none (the build folder's, ``folder_lock``). The wheelhouse's files are
+    hard-linked into the folder, never copied, unless it is on another file system: then
+    ``on_note`` is told how many were copied."""
     lock = opts.lock or lock
     lock_text = _read_lock(lock)
     plan, files = folder_files(spec, stack, lock_text=lock_text, lock_source=str(lock),
@@ -227,12 +235,22 @@ def prepare_context(spec: TargetSpec, stack: Stack, opts: BuildOptions, dest: Pa
         # a locked build: each layer's wheels are exactly its pins (installed --no-deps)
         from envbuilder.lock.requirements import layer_pins
 
+        import shlex
+
         pins = layer_pins(plan, files)
+        fetch = (f"envbuilder wheelhouse {shlex.quote(str(lock))} -o "
+                 f"{shlex.quote(str(opts.wheelhouse))} fetches them") if lock is not None else None
         split = wh.split(Path(opts.wheelhouse), pins, stack.python,
-                         required=[r for rs in pins.values() for r in rs], deps=False)
+                         required=[r for rs in pins.values() for r in rs], deps=False, fetch=fetch)
     elif opts.wheelhouse is not None:
         split = _split_wheelhouse(plan, stack, opts.wheelhouse)
-    write_tree(dest, files, extra=_extra_files(split, opts.ca_pem))
+    copied: list[Path] = []
+    write_tree(dest, files, extra=_extra_files(split, opts.ca_pem, copied))
+    if copied and on_note is not None:
+        size = sum(p.stat().st_size for p in copied)
+        on_note(f"copied {len(copied)} wheelhouse files ({size >> 20} MiB) into {dest}: "
+                f"{opts.wheelhouse} is on another file system than the build folder (on the same "
+                f"one they are hard-linked)")
     return dest, plan
 
 
@@ -251,14 +269,18 @@ def _split_wheelhouse(plan: BuildPlan, stack: Stack, wheelhouse: Path) -> dict[s
                     required=[r for la in plan.layers for r in la.requirements])
 
 
-def _extra_files(split: dict[str, list[Path]] | None, ca: bytes | None) -> Callable[[Path], None] | None:
-    """What a build folder gets beside its rendered files: each layer's wheels, the extra CA."""
+def _extra_files(split: dict[str, list[Path]] | None, ca: bytes | None,
+                 copied: list[Path] | None = None) -> Callable[[Path], None] | None:
+    """What a build folder gets beside its rendered files: each layer's wheels (hard links;
+    ``copied`` gets the files that had to be copied), the extra CA."""
     if split is None and ca is None:
         return None
 
     def extra(tmp: Path) -> None:
         if split is not None:
-            wh.copy_into(split, tmp)
+            done = wh.copy_into(split, tmp)
+            if copied is not None:
+                copied.extend(done)
         if ca is not None:
             (tmp / "ca-certificates" / "envbuilder-extra-ca.crt").write_bytes(ca)
 
@@ -322,7 +344,17 @@ class Step:
 
 
 def _render(b: _Build) -> None:
-    _, b.plan = prepare_context(b.job.spec, b.job.stack, b.opts, b.ctx_dir, lock=b.lock)
+    notes: list[str] = []
+
+    def note(text: str) -> None:
+        notes.append(text)
+        b.emit("step", ("wheelhouse", text))
+
+    _, b.plan = prepare_context(b.job.spec, b.job.stack, b.opts, b.ctx_dir, lock=b.lock,
+                                on_note=note)
+    if b.opts.wheelhouse is not None:
+        b.report.wheelhouse = {"path": str(b.opts.wheelhouse), "copied": bool(notes),
+                               "note": notes[0] if notes else None}
     b.report.context = str(b.ctx_dir)
 
 

@@ -276,6 +276,15 @@ def print_lock(d: dict, check_: bool, named: bool) -> None:
             say(f"{extra}: {v if isinstance(v, str) else ', '.join(str(x) for k, x in v.items() if k.endswith(('path', 'file')))}")
 
 
+def print_wheelhouse(d: dict) -> None:
+    """envbuilder wheelhouse: what was downloaded, kept (or, with --check, is there)."""
+    where = f"{d['out']} (Python {d['python']}, {d['platform']})"
+    if d["checked"]:
+        say(f"ok: {where} holds every file of {d['lock']} ({len(d['files'])}, hashes checked offline)")
+    else:
+        say(f"{where}: {d['downloaded']} downloaded, {d['kept']} kept, every hash the lock's")
+
+
 def print_package_diff(d: Optional[dict], when: str) -> None:
     """The package diff of lock --upgrade / --check (lock.pkgdiff), one line per change."""
     if not d or not (d["added"] or d["removed"] or d["changed"]):
