@@ -192,10 +192,10 @@ class CiWorkflow:
 
     workflow: str
     install: str
-    warnings: list[str] = field(default_factory=list)
+    warnings: tuple[str, ...] = ()
 
     def to_dict(self) -> JSON:
-        return {"workflow": self.workflow, "install": self.install, "warnings": self.warnings}
+        return {"workflow": self.workflow, "install": self.install, "warnings": list(self.warnings)}
 
 
 @dataclass(frozen=True)

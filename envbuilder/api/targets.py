@@ -82,4 +82,4 @@ def write_ci(out: str | Path, *, registry: str | None, github: bool,
                                     install=install, local=local,
                                     targets=[t.name for t in proj.targets] if proj is not None else None)
     return CiWorkflow(workflow=str(path), install=install,
-                      warnings=[ci.unpublished_warning(install, path)] if local else [])
+                      warnings=(ci.unpublished_warning(install, path),) if local else ())
