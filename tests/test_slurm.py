@@ -84,7 +84,7 @@ def workdir_files():
     from envbuilder.core.jobs import parse
 
     stack = resolve_target(CPU_TARGET)
-    return render_jobs(make_plan(stack, smoke_nproc=3), image="envbuilder:" + stack.tag, gpus=True,
+    return render_jobs(make_plan(stack, PlanOptions.of(smoke_nproc=3)), image="envbuilder:" + stack.tag, gpus=True,
                        layouts=((3, 1),), name="wd",
                        jobs=parse({"command": "python train.py", "workdir": "/shared/wd",
                                    "time": "00:10:00", "exclusive": False}))
