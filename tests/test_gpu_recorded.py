@@ -78,7 +78,7 @@ def test_two_ranks_on_one_gpu_fail_in_rendezvous_and_are_explained() -> None:
     top = explain_report([str(RUNS / "smoke-nccl-dup.log")]).causes[0]
     assert top.category == "duplicate_gpu" and top.confidence > 0.9
     assert any("Duplicate GPU detected : rank 0 and rank 1" in e.text for e in top.evidence)
-    assert run.causes and run.causes[0]["category"] == "duplicate_gpu"
+    assert run.causes and run.causes[0].category == "duplicate_gpu"
 
 
 def test_healthy_runs_name_no_confident_cause() -> None:
