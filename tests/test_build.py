@@ -324,7 +324,7 @@ def test_build_a_project_builds_and_pushes_each_target(cpu_build, base_image, wh
     (root / "matrix").mkdir(parents=True)
     (root / "matrix" / "os.yaml").write_text(OVERLAY_OS)
     (root / "envbuilder.toml").write_text(
-        f'registry = "{registry.address}/team/project"\nmatrix_overlay = "matrix"\n'
+        f'registry = "{registry.address}/team"\nrepository = "project"\nmatrix_overlay = "matrix"\n'
         f'layouts = ["1x2"]\n'
         '[[targets]]\nname = "train"\ntarget = "cpu-torch2.13-debian12"\n'
         '[[targets]]\nname = "eval"\ntarget = "cpu-torch2.13-debian12"\n')

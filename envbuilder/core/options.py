@@ -315,11 +315,19 @@ OPTIONS: tuple[Option, ...] = (
            "--config a.yaml': ranks and rendezvous come from the layout (default: the project's [jobs] "
            "command).", "jobs"),
     Option("registry", "job", "--registry", "registry", "str",
-           "The repository tags go under and the job files pull REPO:<tag> from, as build --push REPO tags it "
-           "(default: the project's registry, else the local envbuilder:<tag>).", "registry",
-           {"description": "The repository images are pushed to and bake tags go under (registry/name); a "
-                           "target's own replaces the project's.", "type": "string", "minLength": 1,
-            "maxLength": 500}, check=_repository),
+           "The registry and namespace images go under, e.g. 127.0.0.1:5077/ml: images are "
+           "REGISTRY/REPOSITORY:<tag>, the job files pull them and build --push pushes there (default: the "
+           "project's registry, else local names).", "registry",
+           {"description": "The registry and namespace images are pushed to and tagged under (host/ns); the "
+                           "image is registry/repository. A file that sets registry and no repository keeps "
+                           "registry's old meaning, a whole repository (with a warning). A target's own "
+                           "replaces the project's.", "type": "string", "minLength": 1,
+            "maxLength": 500}, metavar="HOST/NS", check=_repository),
+    Option("repository", "job", "--repository", "repository", "str",
+           "The image's repository under the registry (default: the project's folder name, else envbuilder).",
+           "registry",
+           {"description": "The image's repository under the registry (default: the project's folder name).",
+            "type": "string", "minLength": 1, "maxLength": 200}, metavar="NAME", check=_repository),
 )
 BY_NAME = {o.name: o for o in OPTIONS}
 BY_KEY = {o.key: o for o in OPTIONS if o.key is not None and "." not in o.key}
