@@ -265,7 +265,7 @@ def build(target: Optional[str] = TargetArg, all_: bool = AllOpt, only: Optional
           http_proxy: Optional[str] = typer.Option(None, "--http-proxy", help="HTTP proxy for the build's downloads (a build argument, not kept in the image)."),
           https_proxy: Optional[str] = typer.Option(None, "--https-proxy", help="HTTPS proxy for the build's downloads (a build argument, not kept in the image)."),
           no_proxy: Optional[str] = typer.Option(None, "--no-proxy", help="Hosts the build reaches without the proxy, comma-separated."),
-          tag: Optional[List[str]] = typer.Option(None, "-t", "--tag", help="Also tag the image NAME[:TAG], as docker does (e.g. myrepo/train:dev); a bare TAG is envbuilder:TAG. With --push, the TAG part is pushed too. Repeatable."),
+          tag: Optional[List[str]] = typer.Option(None, "-t", "--tag", help="Also tag the image NAME[:TAG], as docker does (e.g. myrepo/train:dev); a bare TAG goes on the image's own repository (envbuilder:TAG outside a project). With --push, the TAG part is pushed too. Repeatable."),
           push: Optional[str] = typer.Option(None, "--push", help="Push to this repository (registry/name) and record the digest."),
           publish: bool = typer.Option(False, "--publish", help="Push to the image's own name, REGISTRY/REPOSITORY:<tag> (the project's registry or --registry), and record the digest."),
           no_alias: bool = typer.Option(False, "--no-alias", help="Do not move the alias tag named after the target (e.g. cu121)."),

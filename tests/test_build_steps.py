@@ -252,7 +252,7 @@ def _project_build(monkeypatch, tmp_path, holder, text='registry = "127.0.0.1:50
     (("sha256:p2", {"io.envbuilder.project": "ux6"}), True),  # another project's: left alone
 ])
 def test_a_project_build_takes_the_generic_tag_only_from_its_own(monkeypatch, tmp_path, holder, kept):
-    r, calls = _project_build(monkeypatch, tmp_path, holder, push=b.PUSH_OWN)
+    r, calls = _project_build(monkeypatch, tmp_path, holder, push=b.PUSH_OWN, tags=("dev",))
     stack_tag = r.tag
     built = next(c for c in calls if c[0] == "build")
     assert built[2] == f"127.0.0.1:5000/ml/ux5:train-{stack_tag}"  # built under the project's name
@@ -261,10 +261,11 @@ def test_a_project_build_takes_the_generic_tag_only_from_its_own(monkeypatch, tm
     assert r.kept_tags == ([{"tag": f"envbuilder:{stack_tag}", "image_id": holder[0],
                              "project": holder[1].get("io.envbuilder.project"),
                              "why": r.kept_tags[0]["why"]}] if kept else [])
-    # pushed: the project's version tag and the target's alias, never the generic stack tag
-    pushes = [c[1:] for c in calls if c[0] == "push"]
-    assert pushes == [("127.0.0.1:5000/ml/ux5", f"train-{stack_tag}"), ("127.0.0.1:5000/ml/ux5", "train")]
-    assert [p["repository"] for p in r.pushed] == ["127.0.0.1:5000/ml/ux5"] * 2
+    assert ("tag", "127.0.0.1:5000/ml/ux5", "dev") in calls  # a bare --tag: the project's repository
+    # pushed: the project's version tag, --tag's and the target's alias, never the generic stack tag
+    pushes = [c[2] for c in calls if c[0] == "push" and c[1] == "127.0.0.1:5000/ml/ux5"]
+    assert pushes == [f"train-{stack_tag}", "dev", "train"] == [c[2] for c in calls if c[0] == "push"]
+    assert [p["repository"] for p in r.pushed] == ["127.0.0.1:5000/ml/ux5"] * 3
 
 
 def test_publish_without_a_registry_is_refused_before_any_work(monkeypatch, tmp_path):

@@ -300,8 +300,8 @@ OPTIONS: tuple[Option, ...] = (
            {"description": "GPU layouts (nodes x ranks, e.g. 1x8) the team's jobs run with; a target's own "
                            "replace the project's.", **_LAYOUTS}, param="layout", check=_layouts),
     Option("image", "job", "--image", "image", "str",
-           "The image the jobs/ files run (default: REGISTRY:TAG, the project's registry, else envbuilder:TAG).",
-           "jobs", {"description": "The image this target's jobs/ files run (default: REGISTRY:TAG).",
+           "The image the jobs/ files run (default: the image's name, [REGISTRY/]REPOSITORY:TAG).",
+           "jobs", {"description": "The image this target's jobs/ files run (default: [REGISTRY/]REPOSITORY:TAG).",
                     "type": "string", "minLength": 1, "maxLength": 512}, scope="target", check=_image),
     Option("infiniband", "job", "--infiniband", "infiniband", "bool",
            "Job files request IPC_LOCK for RDMA.", "jobs",

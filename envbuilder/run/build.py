@@ -62,7 +62,7 @@ class BuildOptions:
     ca_cert: Path | None = None
     wheelhouse: Path | None = None
     proxies: Mapping[str, str] = field(default_factory=dict)
-    tags: tuple[str, ...] = ()  # --tag: NAME[:TAG] (a local name) or a bare TAG (envbuilder:TAG)
+    tags: tuple[str, ...] = ()  # --tag: NAME[:TAG] (a local name) or a bare TAG (the image's repository)
     push: str | None = None
     smoke: bool = True
     backend: str = "auto"
@@ -357,7 +357,7 @@ def _build_image(b: _Build) -> None:
     report.local_tags = [b.image]
     _generic_tag(b, client, res.image_id)
     for name, t in (validate.tag_ref(v, "--tag") for v in opts.tags):
-        report.local_tags.append(engine.tag(client, res.image_id, name or "envbuilder", t))
+        report.local_tags.append(engine.tag(client, res.image_id, name or b.names.repository, t))
     report.cached_steps, report.total_steps = res.cached_steps, res.steps
     report.stage_images = list(res.stage_images)
     report.labels = engine.image_labels(client, res.image_id)
