@@ -17,6 +17,8 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from envbuilder.core import layouts as lm
+from envbuilder.core import naming
+from envbuilder.core.naming import ImageNames
 from envbuilder.core.resolve import Stack
 from envbuilder.core.spec import TargetSpec
 from envbuilder.errors import InputError
@@ -28,7 +30,7 @@ if TYPE_CHECKING:
     from typing import Sequence
 
 LOCK_NAME = "requirements.lock"
-LOCAL_REPOSITORY = "envbuilder"
+LOCAL_REPOSITORY = naming.LOCAL_REPOSITORY
 
 
 def smoke_layouts(nproc: int | None,
@@ -49,15 +51,16 @@ def smoke_layouts(nproc: int | None,
 
 
 def image_tag(spec: TargetSpec, stack: Stack) -> str:
-    """The image's version tag: the stack's, and for a project target its name after it
-    (``cu124-torch2.6.0-py311-ubuntu22.04-train``): two project targets of one stack (other
-    requirements, another lock) never share a tag. ``build`` tags and pushes it, ``bake``
+    """The image's version tag (core.naming: the stack's, and for a project target its name
+    before it, ``train-cu124-torch2.6.0-py311-ubuntu22.04``): two project targets of one stack
+    (other requirements, another lock) never share a tag. ``build`` tags and pushes it, ``bake``
     (from stack.json's ``image_tag``) too, and the job files pull it."""
-    from envbuilder.core import validate
+    return image_names(spec, stack).tag
 
-    if not spec.from_project or spec.name == stack.tag:
-        return stack.tag
-    return validate.tag(f"{stack.tag}-{spec.name}"[:128].rstrip(".-"), "image tag")
+
+def image_names(spec: TargetSpec, stack: Stack) -> ImageNames:
+    """What ``spec``'s image is called, locally, pushed and in its job files (core.naming)."""
+    return naming.image_names(spec, stack.tag)
 
 
 def host_ranks(spec: TargetSpec, lays: Sequence[tuple[int, int]], world: int) -> int:
@@ -70,11 +73,11 @@ def host_ranks(spec: TargetSpec, lays: Sequence[tuple[int, int]], world: int) ->
 
 
 def default_image(spec: TargetSpec, stack: Stack) -> str:
-    """The image the job files run: ``--image``, else the spec's registry (a project's), else
-    the local name the build tags."""
+    """The image the job files run: ``--image``, else the name the build tags and pushes
+    (core.naming: ``[REGISTRY/]REPOSITORY:TAG``)."""
     if spec.image:
         return spec.image
-    return f"{spec.registry or LOCAL_REPOSITORY}:{image_tag(spec, stack)}"
+    return image_names(spec, stack).ref
 
 
 def job_base(spec: TargetSpec) -> str | None:

@@ -63,8 +63,13 @@ def _specs(target: Optional[str], over: Any, *, all_: bool = False, only: Option
            command: str, matrix: Optional[str] = None) -> list:
     from envbuilder.api import target_specs
 
-    return target_specs(target, all_=all_, only=tuple(only or ()), given=over,
-                        command=command, matrix_dir=matrix)
+    from envbuilder.api import naming_warnings
+
+    specs = target_specs(target, all_=all_, only=tuple(only or ()), given=over,
+                         command=command, matrix_dir=matrix)
+    for w in naming_warnings(specs):
+        say(f"envbuilder: {w}", err=True)
+    return specs
 
 
 # -- targets, resolve, check, render ---------------------------------------------------------
@@ -250,7 +255,7 @@ def bake(out: Optional[Path] = OutOpt, all_: bool = AllOpt, only: Optional[List[
 @command
 def ci(github: bool = typer.Option(False, "--github", help="Write a GitHub Actions workflow."),
        out: Path = typer.Option(Path("."), "-o", "--out", help="Repository root to write .github/workflows/ into."),
-       registry: Optional[str] = typer.Option(None, "--registry", help="Repository to push to, e.g. ghcr.io/org/train (default: the project's)."),
+       registry: Optional[str] = typer.Option(None, "--registry", help="The registry and namespace, e.g. ghcr.io/org: the workflow pushes to REGISTRY/REPOSITORY (the project's name; default: the project's registry)."),
        install: Optional[str] = typer.Option(None, "--install", help="What the workflow pip-installs as envbuilder (default: this envbuilder as CI can install it: the checkout, its git commit, or its version on the index)."),
        matrix: Optional[str] = MatrixOpt, as_json: bool = JsonOpt) -> None:
     """Write CI that locks, renders, builds, smoke-tests and pushes every target (inside a project: its targets)."""
@@ -266,7 +271,7 @@ def ci(github: bool = typer.Option(False, "--github", help="Write a GitHub Actio
 
 @app.command(help="Build each image with the Docker engine, verify it against its labels, run the smoke job in it, optionally push it: one TARGET, --all, or the project's targets (keeps going past a failure)." + CASCADE)
 @command
-@spec_options("pins", "overlay", "requirements", "images", "index", "exclude_newer", "nproc")
+@spec_options("pins", "overlay", "requirements", "images", "index", "exclude_newer", "nproc", "registry")
 def build(target: Optional[str] = TargetArg, all_: bool = AllOpt, only: Optional[List[str]] = OnlyOpt,
           jobs: int = typer.Option(1, "--jobs", "-j", min=1, help="With several targets: builds at once."),
           no_verify: bool = typer.Option(False, "--no-verify", help="Skip checking the image against its labels."),
@@ -275,8 +280,9 @@ def build(target: Optional[str] = TargetArg, all_: bool = AllOpt, only: Optional
           http_proxy: Optional[str] = typer.Option(None, "--http-proxy", help="HTTP proxy for the build's downloads (a build argument, not kept in the image)."),
           https_proxy: Optional[str] = typer.Option(None, "--https-proxy", help="HTTPS proxy for the build's downloads (a build argument, not kept in the image)."),
           no_proxy: Optional[str] = typer.Option(None, "--no-proxy", help="Hosts the build reaches without the proxy, comma-separated."),
-          tag: Optional[List[str]] = typer.Option(None, "-t", "--tag", help="Also tag the image NAME[:TAG], as docker does (e.g. myrepo/train:dev); a bare TAG is envbuilder:TAG. With --push, the TAG part is pushed too. Repeatable."),
+          tag: Optional[List[str]] = typer.Option(None, "-t", "--tag", help="Also tag the image NAME[:TAG], as docker does (e.g. myrepo/train:dev); a bare TAG goes on the image's own repository (envbuilder:TAG outside a project). With --push, the TAG part is pushed too. Repeatable."),
           push: Optional[str] = typer.Option(None, "--push", help="Push to this repository (registry/name) and record the digest."),
+          publish: bool = typer.Option(False, "--publish", help="Push to the image's own name, REGISTRY/REPOSITORY:<tag> (the project's registry or --registry), and record the digest."),
           no_alias: bool = typer.Option(False, "--no-alias", help="Do not move the alias tag named after the target (e.g. cu121)."),
           no_smoke: bool = typer.Option(False, "--no-smoke", help="Skip the smoke job."),
           backend: str = BackendOpt, smoke_timeout: int = SmokeTimeoutOpt, shm_size: str = ShmOpt,
@@ -300,7 +306,7 @@ def build(target: Optional[str] = TargetArg, all_: bool = AllOpt, only: Optional
     opts = api.build_options(
         verify=not no_verify, ca_cert=ca_cert, wheelhouse=wheelhouse, tags=tuple(tag or ()),
         proxies={"HTTP_PROXY": http_proxy, "HTTPS_PROXY": https_proxy, "NO_PROXY": no_proxy},
-        push=push, smoke=not no_smoke, backend=backend, smoke_timeout=smoke_timeout,
+        push=push, publish=publish, smoke=not no_smoke, backend=backend, smoke_timeout=smoke_timeout,
         shm_size=shm_size, context=context, alias=not no_alias, lock=lock_file, lock_legacy=lock_legacy,
         fmt=fmt, sif=sif, apptainer=apptainer, metrics_file=metrics_file, pushgateway=pushgateway, several=target is None,
         sign=sign, key=key, keyless=keyless)

@@ -63,7 +63,8 @@ def blocks(doc: dict, kind: str) -> dict[str, dict]:
 @pytest.fixture(scope="module")
 def baked(tmp_path_factory):
     out = tmp_path_factory.mktemp("bake")
-    report = bake_all(out, registry=REGISTRY).to_dict()
+    # --registry is a registry and namespace: outside a project the repository is envbuilder
+    report = bake_all(out, registry=REGISTRY.rpartition("/")[0]).to_dict()
     return out, report, Path(report["bake_file"]).read_text()
 
 

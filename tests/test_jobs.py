@@ -729,7 +729,8 @@ def test_pull_by_tag_says_so():
 
 PROJECT_4X8 = """\
 layouts = ["4x8"]
-registry = "registry.example.com/ml/train"
+registry = "registry.example.com/ml"
+repository = "train"
 
 [jobs]
 command = "torchrun train.py --config configs/a.yaml"
@@ -776,7 +777,7 @@ def test_two_targets_of_one_cuda_line_get_their_own_names_and_tags(project_4x8):
     assert ja["metadata"]["name"] == "smoke-train-a-4x8" and jb["metadata"]["name"] == "smoke-train-b-4x8"
     ta, tb = (json.loads((f / "stack.json").read_text()) for f in (a, b))
     assert ta["tag"] == tb["tag"]  # one stack ...
-    assert ta["image_tag"] == f"{ta['tag']}-train-a" and tb["image_tag"] == f"{tb['tag']}-train-b"
+    assert ta["image_tag"] == f"train-a-{ta['tag']}" and tb["image_tag"] == f"train-b-{tb['tag']}"
     assert ja["spec"]["trainer"]["image"] == f"registry.example.com/ml/train:{ta['image_tag']}"
     assert jb["spec"]["trainer"]["image"] == f"registry.example.com/ml/train:{tb['image_tag']}"
     sa = (a / "jobs/slurm-pyxis-4x8.sbatch").read_text()
@@ -926,7 +927,7 @@ def test_ci_install_option_and_header(tmp_path):
     local = {"url": "file:///work/main", "dir_info": {"editable": True}}
     assert install_spec(local, "0.1.0") == "torch-envbuilder[lock]==0.1.0" and local_install(local)
     assert not local_install(None)
-    (tmp_path / "envbuilder.toml").write_text('registry = "ghcr.io/acme/train"\n\n[[targets]]\n'
+    (tmp_path / "envbuilder.toml").write_text('registry = "ghcr.io/acme"\nrepository = "train"\n\n[[targets]]\n'
                                               'name = "a"\ntarget = "cpu"\n')
     p = cli("ci", "--github", "--install", "torch-envbuilder[lock] @ git+https://github.com/acme/eb@v1",
             cwd=tmp_path)

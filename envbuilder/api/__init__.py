@@ -64,6 +64,7 @@ _WHERE: dict[str, str] = {
     "check_combination": "envbuilder.api.specs",
     "load": "envbuilder.api.specs",
     "make_spec": "envbuilder.api.specs",
+    "naming_warnings": "envbuilder.api.specs",
     "out_dir": "envbuilder.api.specs",
     "resolve_each": "envbuilder.api.specs",
     "resolve_spec": "envbuilder.api.specs",
@@ -139,7 +140,7 @@ if TYPE_CHECKING:  # the same names, for type checkers (tests/test_api_lazy.py k
         FolderFiles, GithubMatrix, ImageSource, InitResult, InspectLines, Inspection, LearnedCase,
         LockResult, RenderReport, SmokeRun, TargetRow, TargetsTable)
     from envbuilder.api.specs import (builtin_target_names, builtin_targets, check_combination,
-        load, make_spec, out_dir, resolve_each, resolve_spec, resolve_target, spec_matrix,
+        load, make_spec, naming_warnings, out_dir, resolve_each, resolve_spec, resolve_target, spec_matrix,
         target_specs)
     from envbuilder.api.folders import (bake, bake_all, render, render_all, render_target,
         spec_files)
@@ -166,7 +167,7 @@ __all__ = ["BakeReport", "BuildFailed", "BuildOptions", "BuildSummary", "COMMAND
            "diff_lines", "doctor", "explain", "explain_learn", "explain_report", "find_project",
            "github_matrix", "image_labels", "image_source", "init_project", "inspect_image",
            "inspect_lines", "is_sif", "list_targets", "load", "lock", "lock_target", "make_spec",
-           "metrics_target", "out_dir", "preflight", "refresh_matrix", "render", "render_all",
+           "metrics_target", "naming_warnings", "out_dir", "preflight", "refresh_matrix", "render", "render_all",
            "render_target", "request", "resolve_each", "resolve_spec", "resolve_target", "safe_text", "show_axis",
            "sign_options", "smoke", "smoke_proof", "spec_files", "spec_matrix", "target_specs",
            "verify_image", "verify_matrix", "verify_sif", "wheelhouse", "write_ci", "write_refresh_overlay", "write_report",

@@ -65,6 +65,12 @@ def build_options(*, lock: str | Path | None = None, lock_legacy: str | Path | N
     if several and (metrics_file is not None or kw.get("context") is not None):
         raise InputError("--metrics-file and --context hold one build: name one TARGET (with "
                          "several, use --pushgateway: one group per target)")
+    if kw.pop("publish", False):  # --publish: the image's own REGISTRY/REPOSITORY (core.naming)
+        if kw.get("push"):
+            raise InputError("--publish pushes to the image's own REGISTRY/REPOSITORY: drop --push REPO, or --publish")
+        from envbuilder.run.build import PUSH_OWN
+
+        kw["push"] = PUSH_OWN
     sign, key, keyless = kw.pop("sign", False), kw.pop("key", None), kw.pop("keyless", False)
     opts = BuildOptions(lock=Path(lock) if lock is not None else None, runtime=fmt,
                         proxies={k: v for k, v in (proxies or {}).items() if v},

@@ -198,7 +198,10 @@ def init_project(folder: str | Path = ".", *, driver: str | None = None,
     m = load_matrix(matrix_dir)
     choice = init.choose(m, driver=driver, gpus_per_node=gpus_per_node, nodes=nodes,
                          registry=registry, with_=with_, compute_caps=caps, torch=torch)
-    text = init.project_toml(choice, name=name, source=source)
+    from envbuilder.core.naming import project_repository
+
+    repository = project_repository(dest.absolute()) if registry is not None else None
+    text = init.project_toml(choice, name=name, source=source, repository=repository)
     import tempfile
 
     with tempfile.TemporaryDirectory(prefix="envbuilder-init-") as scratch:

@@ -119,7 +119,11 @@ def _admission_files(spec: TargetSpec) -> dict[str, str]:
                          f"names the images it admits: set registry too")
     key = (read_text_capped(proj.signing_key, "project file key signing_key", limit=64 << 10)
            if proj.signing_key is not None else None)
-    return render_policies(name=spec.name, repository=spec.registry, public_key=key,
+    from envbuilder.core.naming import image_names
+
+    # the repository build --push/--publish sends the image to (core.naming; the tag is not used)
+    repository = image_names(spec, "tag").repository
+    return render_policies(name=spec.name, repository=repository, public_key=key,
                            issuer=adm.issuer if adm else None, subject=adm.subject if adm else None,
                            require=adm.require if adm else ())
 
@@ -276,9 +280,14 @@ def bake(specs: Sequence[TargetSpec], out: str | Path | None = None, *,
         locks[o.spec.name] = ((str(own), None if own.is_file() else str(default)) if o.value[3]
                               else (None, None))
     path = root / "docker-bake.hcl"
+    from envbuilder.assemble import image_names
+
+    # each image's repository as build names it (core.naming): pushed ones under their registry
+    names = {o.spec.name: image_names(o.spec, o.value[1]) for o in made if o.value is not None}
     text = bake_hcl([(o.spec.name, o.value[0], o.value[2]) for o in made if o.value is not None],
-                    path, registry=registry, docker_driver=docker_driver,
-                    registries=None if registry is not None else {s.name: s.registry for s in specs})
+                    path, docker_driver=docker_driver,
+                    registries={k: n.repository if n.registry else None for k, n in names.items()},
+                    local={k: n.repository for k, n in names.items() if not n.registry})
     with Outputs("bake", root=root.parent) as tx:
         for o in made:
             assert o.value is not None

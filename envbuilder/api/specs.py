@@ -27,6 +27,14 @@ def make_spec(target: str, *, project: Project | None = None, pins: Pins | None 
     return spec_mod.make_spec(target, project=project, given=given)
 
 
+def naming_warnings(specs: Sequence[TargetSpec]) -> list[str]:
+    """The warnings about the specs' image names, each once: a project file whose ``registry``
+    keeps its old meaning, a whole repository (core.naming.legacy_warning, with the fix)."""
+    from envbuilder.core.naming import legacy_warning
+
+    return list(dict.fromkeys(w for w in map(legacy_warning, specs) if w))
+
+
 def target_specs(target: str | None, *, all_: bool = False, only: Sequence[str] = (),
                  given: Mapping[str, Any] | None = None, command: str = "render",
                  matrix_dir: str | Path | None = None,

@@ -68,10 +68,19 @@ def write_ci(out: str | Path, *, registry: str | None, github: bool,
 
     if not github:
         raise InputError("ci needs a CI system: --github")
+    from envbuilder.core.naming import repository_of
+
     proj = find_project()
-    registry = spec_mod.settings(proj, {"registry": registry})["registry"]  # the cascade's
-    if registry is None:
+    values = spec_mod.settings(proj, {"registry": registry})  # the cascade's
+    if values["registry"] is None:
         raise InputError("ci needs --registry (or a project file with registry = ...)")
+    # the repository the workflow pushes to (core.naming): REGISTRY/REPOSITORY, or a project
+    # file's registry without repository as it was meant before (a whole repository)
+    if registry is not None or values["repository"] is not None:
+        registry = repository_of(values["registry"], values["repository"],
+                                 proj.path if proj is not None else None)
+    else:
+        registry = values["registry"]
     if matrix_dir is not None:
         load_matrix(matrix_dir)  # the folder must exist and be a valid matrix
     # install: what the workflow pip-installs (default: this envbuilder, as CI can install it)

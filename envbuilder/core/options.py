@@ -343,8 +343,8 @@ OPTIONS: tuple[Option, ...] = (
            {"description": "GPU layouts (nodes x ranks, e.g. 1x8) the team's jobs run with; a target's own "
                            "replace the project's.", **_LAYOUTS}, param="layout", check=_layouts),
     Option("image", "job", "--image", "image", "str",
-           "The image the jobs/ files run (default: REGISTRY:TAG, the project's registry, else envbuilder:TAG).",
-           "jobs", {"description": "The image this target's jobs/ files run (default: REGISTRY:TAG).",
+           "The image the jobs/ files run (default: the image's name, [REGISTRY/]REPOSITORY:TAG).",
+           "jobs", {"description": "The image this target's jobs/ files run (default: [REGISTRY/]REPOSITORY:TAG).",
                     "type": "string", "minLength": 1, "maxLength": 512}, scope="target", check=_image),
     Option("infiniband", "job", "--infiniband", "infiniband", "bool",
            "Job files request IPC_LOCK for RDMA.", "jobs",
@@ -358,11 +358,19 @@ OPTIONS: tuple[Option, ...] = (
            "--config a.yaml': ranks and rendezvous come from the layout (default: the project's [jobs] "
            "command).", "jobs"),
     Option("registry", "job", "--registry", "registry", "str",
-           "The repository tags go under and the job files pull REPO:<tag> from, as build --push REPO tags it "
-           "(default: the project's registry, else the local envbuilder:<tag>).", "registry",
-           {"description": "The repository images are pushed to and bake tags go under (registry/name); a "
-                           "target's own replaces the project's.", "type": "string", "minLength": 1,
-            "maxLength": 500}, check=_repository),
+           "The registry and namespace images go under, e.g. 127.0.0.1:5077/ml: images are "
+           "REGISTRY/REPOSITORY:<tag>, the job files pull them and build --push pushes there (default: the "
+           "project's registry, else local names).", "registry",
+           {"description": "The registry and namespace images are pushed to and tagged under (host/ns); the "
+                           "image is registry/repository. A file that sets registry and no repository keeps "
+                           "registry's old meaning, a whole repository (with a warning). A target's own "
+                           "replaces the project's.", "type": "string", "minLength": 1,
+            "maxLength": 500}, metavar="HOST/NS", check=_repository),
+    Option("repository", "job", "--repository", "repository", "str",
+           "The image's repository under the registry (default: the project's folder name, else envbuilder).",
+           "registry",
+           {"description": "The image's repository under the registry (default: the project's folder name).",
+            "type": "string", "minLength": 1, "maxLength": 200}, metavar="NAME", check=_repository),
 )
 BY_NAME = {o.name: o for o in OPTIONS}
 BY_KEY = {o.key: o for o in OPTIONS if o.key is not None and "." not in o.key}

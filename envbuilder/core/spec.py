@@ -69,7 +69,8 @@ class TargetSpec:
     # how to run and publish it
     layouts: tuple[tuple[int, int], ...] = ()  # (nodes, ranks per node): --layout 2x8
     nproc: int | None = None
-    registry: str | None = None
+    registry: str | None = None  # the registry and namespace (core.naming)
+    repository: str | None = None  # the image's repository under it (default: the project's name)
     image: str | None = None  # the image the job files run
     infiniband: bool = False
     min_busbw: float | None = None

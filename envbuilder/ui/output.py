@@ -205,6 +205,8 @@ def print_build(d: dict) -> None:
         out.write(f"  {step:7} {state}{f' ({secs:.1f} s)' if secs else ''}\n")
     if d.get("image_id"):
         out.write(f"  image   {d['image_id'][:19]} {' '.join(d['local_tags'])}\n")
+    for k in d.get("kept_tags") or ():  # a name another image holds: left to it (core.naming)
+        out.write(f"  kept    {k['tag']} on {k['image_id'][:19]} ({k['why']})\n")
     s = d.get("smoke")
     if s:
         bw = max((b.get("busbw_gbps", 0) for b in s.get("bandwidth") or []
