@@ -91,7 +91,10 @@ def workdir_files():
 
 
 def _run(cluster, job_files, rel: str, timeout: float = 600) -> tuple[dict, str, float]:
-    folder = cluster.shared / rel.split("/")[-1].rsplit(".", 1)[0]
+    # a folder of its own per run: two tests may submit the same file name (the smoke layout's
+    # training file and the team's workdir one) to the one cluster
+    stem = rel.split("/")[-1].rsplit(".", 1)[0]
+    folder = next(f for i in range(100) if not (f := cluster.shared / (stem if i == 0 else f"{stem}-{i}")).exists())
     folder.mkdir()
     script = folder / rel.split("/")[-1]
     script.write_text(job_files[rel])

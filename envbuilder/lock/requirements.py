@@ -39,7 +39,7 @@ What to call (the CLI and ``render --lock`` use exactly these):
   and checks locks) ``render_files(plan, layer_requirements=...)`` takes (keys ``torch``,
   each compiled component's ``<name>`` and ``<name>.build``, ``team`` for the layers the plan
   has): torch and its big wheels in the stack layer, whatever else last; build the plan with
-  ``make_plan(stack, hashes=True, ...)`` so pip runs ``--no-deps --require-hashes``.
+  ``make_plan(stack, PlanOptions(..., hashes=True))`` so pip runs ``--no-deps --require-hashes``.
   ``layer_pins(plan, files)``: each layer's pins, for an offline build's wheelhouse split.
 
 The lock is one joint resolution (``resolve``): the stack's own packages pinned, the rest
