@@ -142,7 +142,9 @@ class SlurmCluster:
             c = self.client.containers.create(
                 self.image, ["sleep", "infinity"], name=f"envbuilder-slurm-{self.id}-node{i}",
                 hostname=f"node{i}", user="root", labels=labels, detach=True,
-                network=self.network.name, shm_size="1g",
+                # a node's /dev/shm as a real one has it: the smoke job checks it holds what its
+                # ranks' DataLoader workers need (12 local ranks: ~925 MB; 1g left too little free)
+                network=self.network.name, shm_size="2g",
                 volumes={str(conf): {"bind": "/etc/slurm", "mode": "ro"},
                          str(cluster): {"bind": "/cluster", "mode": "ro"},
                          str(self.shared): {"bind": "/shared", "mode": "rw"}})

@@ -84,14 +84,17 @@ def workdir_files():
     from envbuilder.core.jobs import parse
 
     stack = resolve_target(CPU_TARGET)
-    return render_jobs(make_plan(stack, smoke_nproc=3), image="envbuilder:" + stack.tag, gpus=True,
+    return render_jobs(make_plan(stack, PlanOptions.of(smoke_nproc=3)), image="envbuilder:" + stack.tag, gpus=True,
                        layouts=((3, 1),), name="wd",
                        jobs=parse({"command": "python train.py", "workdir": "/shared/wd",
                                    "time": "00:10:00", "exclusive": False}))
 
 
 def _run(cluster, job_files, rel: str, timeout: float = 600) -> tuple[dict, str, float]:
-    folder = cluster.shared / rel.split("/")[-1].rsplit(".", 1)[0]
+    # a folder of its own per run: two tests may submit the same file name (the smoke layout's
+    # training file and the team's workdir one) to the one cluster
+    stem = rel.split("/")[-1].rsplit(".", 1)[0]
+    folder = next(f for i in range(100) if not (f := cluster.shared / (stem if i == 0 else f"{stem}-{i}")).exists())
     folder.mkdir()
     script = folder / rel.split("/")[-1]
     script.write_text(job_files[rel])

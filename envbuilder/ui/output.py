@@ -205,6 +205,8 @@ def print_build(d: dict) -> None:
         out.write(f"  {step:7} {state}{f' ({secs:.1f} s)' if secs else ''}\n")
     if d.get("image_id"):
         out.write(f"  image   {d['image_id'][:19]} {' '.join(d['local_tags'])}\n")
+    for k in d.get("kept_tags") or ():  # a name another image holds: left to it (core.naming)
+        out.write(f"  kept    {k['tag']} on {k['image_id'][:19]} ({k['why']})\n")
     if d.get("builder"):
         sde = d.get("source_date_epoch")
         say(f"  builder {d['builder']}: {'reproducible' if d.get('reproducible') else 'not reproducible'}"
@@ -285,6 +287,15 @@ def print_lock(d: dict, check_: bool, named: bool) -> None:
         for stage, ref in sysd["images"].items():
             n = len(sysd["apt"].get(stage, []))
             say(f"  {stage}: {ref} ({sysd['image_source'].get(stage, '?')}), {n} apt packages by version")
+
+
+def print_wheelhouse(d: dict) -> None:
+    """envbuilder wheelhouse: what was downloaded, kept (or, with --check, is there)."""
+    where = f"{d['out']} (Python {d['python']}, {d['platform']})"
+    if d["checked"]:
+        say(f"ok: {where} holds every file of {d['lock']} ({len(d['files'])}, hashes checked offline)")
+    else:
+        say(f"{where}: {d['downloaded']} downloaded, {d['kept']} kept, every hash the lock's")
 
 
 def print_package_diff(d: Optional[dict], when: str) -> None:
