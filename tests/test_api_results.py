@@ -123,3 +123,21 @@ def test_one_layout_type_answers_every_layout_question():
             assert "--layout" in str(e)
         else:
             raise AssertionError(bad)
+
+
+def test_lock_system_pins_keep_their_json_document():
+    """lock --system's part (api.parts.SystemLock) writes what the plain data did before the
+    types came in: what was done first (status, or checked), then the lock layer's pins."""
+    import json
+
+    from envbuilder.api.parts import SystemLock
+    from envbuilder.lock.system import AptPin, SystemPins
+
+    ref = "envbuilder-test/debian:12@sha256:" + "b" * 64
+    pins = SystemPins(resolved_at="2026-12-05T08:40:12Z", images={"builder": ref, "runtime": ref},
+                      image_source={"builder": "engine", "runtime": "registry"},
+                      apt={"runtime": (AptPin("python3.11", "3.11.2-6+deb12u6"),)})
+    for status, head in (("resolved", {"status": "resolved"}), ("unchanged", {"status": "unchanged"}),
+                         ("checked", {"checked": True})):
+        assert json.dumps(SystemLock(pins, status).to_dict()) == json.dumps({**head, **pins.to_dict()})
+    assert SystemLock(pins, "checked").to_dict()["apt"] == {"runtime": ["python3.11=3.11.2-6+deb12u6"]}

@@ -10,6 +10,7 @@ from envbuilder.errors import InputError
 from envbuilder.core.spec import Outcome, TargetSpec
 from envbuilder.core.target import Pins
 
+from envbuilder.api.parts import SystemLock
 from envbuilder.api.results import LockResult
 from envbuilder.api.specs import make_spec, out_dir, resolve_spec
 from envbuilder.api.folders import spec_files
@@ -67,7 +68,7 @@ LOCK_NAME = "requirements.lock"
 
 
 def _system_pins(spec: TargetSpec, stack: Any, dest: Path, *, check: bool,
-                 refresh: bool) -> dict[str, Any]:
+                 refresh: bool) -> SystemLock:
     """``lock --system``: the lock's images by digest and apt packages by version, resolved
     through the engine and written into its header (kept when the lock has them and nothing
     was resolved again: ``refresh``); with ``check``, compared with what they are now
@@ -97,13 +98,13 @@ def _system_pins(spec: TargetSpec, stack: Any, dest: Path, *, check: bool,
             raise OperationError(f"{path}: {problems[0]}" + (f" (and {n - 1} more)" if n > 1 else "")
                                  + f"; {spec.invocation('lock', dest)} --system --upgrade pins "
                                  f"them again", step="lock", details=problems)
-        return {"checked": True, **lf.system.to_dict()}
+        return SystemLock(lf.system, "checked")
     if lf.system is not None and not refresh:
-        return {"status": "unchanged", **lf.system.to_dict()}
+        return SystemLock(lf.system, "unchanged")
     pins = run_system.resolve(client, plan)
     epoch = lf.source_date_epoch if lf.source_date_epoch is not None else lock_epoch(stack, spec.exclude_newer)
     write_file_atomic(path, model.with_pins(text, epoch=epoch, system=pins), step="lock", group="lock")
-    return {"status": "resolved", **pins.to_dict()}
+    return SystemLock(pins, "resolved")
 
 
 def _follow_lock(spec: TargetSpec, dest: Path, *, check: bool,

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 if TYPE_CHECKING:
     from envbuilder.core.resolve import DriverFit
+    from envbuilder.lock.system import SystemPins
 
 JSON = dict[str, Any]
 # a label's or a stack row's value: text, or None when the image or stack has none
@@ -29,6 +30,21 @@ class DriverRun:
 
     def to_dict(self) -> JSON:
         return self.fit.to_dict() | {"runs": self.runs}
+
+
+@dataclass(frozen=True)
+class SystemLock:
+    """``lock --system``: the lock's images by digest and apt packages by version (the lock
+    layer's ``SystemPins``) and what was done with them: ``resolved`` (written into the lock),
+    ``unchanged`` (kept: nothing was resolved again) or, with ``--check``, ``checked`` (each
+    compared with the images and the mirror now, none moved)."""
+
+    pins: SystemPins
+    status: str  # resolved | unchanged | checked
+
+    def to_dict(self) -> JSON:
+        how: JSON = {"checked": True} if self.status == "checked" else {"status": self.status}
+        return how | self.pins.to_dict()
 
 
 @dataclass(frozen=True)

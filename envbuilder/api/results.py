@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Mapping, Protocol
 
 from envbuilder.api.parts import (Attestation, BakeSummary, DiffFact, DiffSide, DriverRun,
                                   ImageProvenance, JobsImage, MatrixEntry, Provenance, Published,
-                                  Rebuild, Value)
+                                  Rebuild, SystemLock, Value)
 
 if TYPE_CHECKING:
     from envbuilder.core.init import Choice
@@ -116,7 +116,8 @@ class BakeReport:
 @dataclass(frozen=True)
 class LockResult:
     """One target's ``envbuilder lock``: its lock report, the stack's warnings, whether a
-    rendered folder was re-rendered from it, and the conda files and SBOM when asked for."""
+    rendered folder was re-rendered from it, the conda files and SBOM when asked for, and
+    what lock --system pinned (or --check --system found unchanged)."""
 
     name: str
     target: str
@@ -126,7 +127,7 @@ class LockResult:
     rendered: bool = False
     conda: CondaReport | None = None
     sbom: str | None = None
-    system: JSON | None = None  # lock --system: the images and apt pins (and what --check found)
+    system: SystemLock | None = None  # lock --system: the images and apt pins (and what --check found)
 
     def to_dict(self) -> JSON:
         out: JSON = {"name": self.name, "target": self.target, "tag": self.tag,
@@ -137,7 +138,7 @@ class LockResult:
         if self.sbom is not None:
             out["sbom"] = self.sbom
         if self.system is not None:
-            out["system"] = self.system
+            out["system"] = self.system.to_dict()
         return out
 
 
