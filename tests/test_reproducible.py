@@ -328,19 +328,21 @@ def test_the_recorded_pins_and_options_make_the_same_spec_again():
 
 
 def test_a_rebuild_report_says_reproduced_or_names_the_layer_and_the_first_file():
-    from envbuilder.run.rebuild import Entry, FileDiff, RebuildReport
+    from envbuilder.run.rebuild import Entry, FileDiff, FirstLayer, RebuildReport
 
     ok = RebuildReport(image="r/x@" + DIGEST_A, digest=DIGEST_A, rebuilt_digest=DIGEST_A, reproduced=True)
     assert ok.summary() == f"reproduced: r/x@{DIGEST_A} is {DIGEST_A}, bit for bit"
     e1 = Entry("etc/shadow", "file", 25, "sha256:" + "a" * 64, 0o640, "0:42", 100)
     e2 = Entry("etc/shadow", "file", 25, "sha256:" + "b" * 64, 0o640, "0:42", 100)
     bad = RebuildReport(image="r/x", digest=DIGEST_A, rebuilt_digest=DIGEST_B, layers=6,
-                        first_layer={"index": 1, "original": DIGEST_A, "rebuilt": DIGEST_B},
-                        files=[FileDiff("etc/shadow", ("content",), e1, e2)], files_total=9)
+                        first_layer=FirstLayer(1, DIGEST_A, DIGEST_B),
+                        files=(FileDiff("etc/shadow", ("content",), e1, e2),), files_total=9)
     assert bad.summary() == (f"r/x: the rebuild is {DIGEST_B}; layer 2 of 6 is the first that differs "
                              f"(9 files): etc/shadow: content (original 25 B sha256:aaaaaaaaaaaa...; "
                              f"rebuilt 25 B sha256:bbbbbbbbbbbb...)")
     assert bad.to_dict()["files"][0]["original"]["sha256"] == "sha256:" + "a" * 64
+    assert bad.to_dict()["first_layer"] == {"index": 1, "original": DIGEST_A, "rebuilt": DIGEST_B}
+    assert ok.to_dict()["first_layer"] is None and ok.to_dict()["config"] == []
 
 
 def test_a_push_from_the_containerd_image_store_names_its_digest_in_a_status_line():

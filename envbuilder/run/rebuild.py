@@ -141,7 +141,32 @@ def config_diff(a: Mapping[str, Any], b: Mapping[str, Any], prefix: str = "") ->
 
 # -- the report ------------------------------------------------------------------------------
 
-@dataclass
+@dataclass(frozen=True)
+class FirstLayer:
+    """The first layer that differs: its index, and its digest in each image (None where that
+    image has fewer layers)."""
+
+    index: int
+    original: str | None
+    rebuilt: str | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"index": self.index, "original": self.original, "rebuilt": self.rebuilt}
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """What differs between the original and the rebuild: the first layer and its files, else
+    the image config's fields."""
+
+    layers: int = 0
+    first_layer: FirstLayer | None = None
+    files: tuple[FileDiff, ...] = ()  # the first MAX_FILES
+    files_total: int = 0
+    config: tuple[str, ...] = ()  # config fields that differ
+
+
+@dataclass(frozen=True)
 class RebuildReport:
     image: str
     digest: str
@@ -151,10 +176,10 @@ class RebuildReport:
     source_date_epoch: int | None = None
     provenance_verified: bool = False
     layers: int = 0
-    first_layer: dict[str, Any] | None = None  # index, original and rebuilt digests, files
-    files: list[FileDiff] = field(default_factory=list)
+    first_layer: FirstLayer | None = None
+    files: tuple[FileDiff, ...] = ()
     files_total: int = 0
-    config: list[str] = field(default_factory=list)  # config fields that differ
+    config: tuple[str, ...] = ()  # config fields that differ
     seconds: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
@@ -162,15 +187,16 @@ class RebuildReport:
                 "reproduced": self.reproduced, "target": self.target,
                 "source_date_epoch": self.source_date_epoch,
                 "provenance_verified": self.provenance_verified, "layers": self.layers,
-                "first_layer": self.first_layer, "files": [f.to_dict() for f in self.files],
-                "files_total": self.files_total, "config": self.config,
+                "first_layer": None if self.first_layer is None else self.first_layer.to_dict(),
+                "files": [f.to_dict() for f in self.files],
+                "files_total": self.files_total, "config": list(self.config),
                 "seconds": round(self.seconds, 3)}
 
     def summary(self) -> str:
         if self.reproduced:
             return f"reproduced: {self.image} is {self.digest}, bit for bit"
         if self.first_layer is not None:
-            i = self.first_layer["index"]
+            i = self.first_layer.index
             first = self.files[0].line() if self.files else "no file differs (the tar's order or headers do)"
             return (f"{self.image}: the rebuild is {self.rebuilt_digest}; layer {i + 1} of "
                     f"{self.layers} is the first that differs ({self.files_total} files): {first}")
@@ -285,8 +311,7 @@ def rebuild(image: str, opts: RebuildOptions, *, matrix_dir: str | Path | None =
         raise InputError(f"{image} was built offline from a wheelhouse: pass --wheelhouse DIR with "
                          f"the same wheels (the lock's hashes check them)")
     sde = int(rb["source_date_epoch"]) if opts.source_date_epoch is None else int(opts.source_date_epoch)
-    report = RebuildReport(image=ref, digest=digest, target=str(rb["target"]),
-                           source_date_epoch=sde, provenance_verified=verified)
+    target = str(rb["target"])
     job = b.prepare(spec_of(rb), matrix=matrix)
     client = client or engine.connect()
     if not buildkit.support(client).ok:
@@ -304,25 +329,28 @@ def rebuild(image: str, opts: RebuildOptions, *, matrix_dir: str | Path | None =
                                image_args=dict(rb.get("images") or {}), labels=dict(rb.get("labels") or {}))
         ctx = (opts.keep or work) / "context"
         _, plan = b.prepare_context(job.spec, job.stack, bopts, ctx, lock=lock)
-        emit("step", ("rebuild", f"building {report.target} again without cache"))
+        emit("step", ("rebuild", f"building {target} again without cache"))
         oci = (opts.keep or work) / "rebuilt.oci.tar"
         args = {**b.proxy_args(bopts), **plan.index_build_args, **bopts.image_args}
         res = buildkit.build(client, ctx, oci=oci, build_args=args, labels=bopts.labels,
-                             source_date_epoch=report.source_date_epoch or 0, nocache=True,
+                             source_date_epoch=sde, nocache=True,
                              on_step=lambda i, n, t: emit("build-step", (i, n, t)),
                              on_line=lambda ln: emit("build-line", ln))
-        report.rebuilt_digest = res.manifest_digest
-        report.reproduced = res.manifest_digest == digest
-        if not report.reproduced:
+        found = Comparison()
+        if res.manifest_digest != digest:
             emit("step", ("rebuild", "comparing the layers"))
-            _compare(report, ref, oci, work)
+            found = _compare(ref, oci, work)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    report.seconds = time.monotonic() - started
-    return report
+    return RebuildReport(image=ref, digest=digest, rebuilt_digest=res.manifest_digest,
+                         reproduced=res.manifest_digest == digest, target=target,
+                         source_date_epoch=sde, provenance_verified=verified,
+                         layers=found.layers, first_layer=found.first_layer, files=found.files,
+                         files_total=found.files_total, config=found.config,
+                         seconds=time.monotonic() - started)
 
 
-def _compare(report: RebuildReport, ref: str, oci: Path, work: Path) -> None:
+def _compare(ref: str, oci: Path, work: Path) -> Comparison:
     """The first layer that differs and its files, else the config's fields."""
     from envbuilder.run import buildkit
     from envbuilder.run.registry import RegistryClient
@@ -333,17 +361,14 @@ def _compare(report: RebuildReport, ref: str, oci: Path, work: Path) -> None:
     try:
         a = [str(d["digest"]) for d in original.get("layers") or []]
         b = layout.layers
-        report.layers = len(a)
         i = next((k for k, (x, y) in enumerate(zip(a, b)) if x != y), None)
         if i is None and len(a) != len(b):
             i = min(len(a), len(b))
         if i is None:
             cfg_a = client.blob(str(original["config"]["digest"])).json("config blob")
             cfg_b = json.loads(layout.blob(layout.config_digest).read())
-            report.config = config_diff(cfg_a, cfg_b)
-            return
-        report.first_layer = {"index": i, "original": a[i] if i < len(a) else None,
-                              "rebuilt": b[i] if i < len(b) else None}
+            return Comparison(layers=len(a), config=tuple(config_diff(cfg_a, cfg_b)))
+        first = FirstLayer(i, a[i] if i < len(a) else None, b[i] if i < len(b) else None)
         ea: dict[str, Entry] = {}
         if i < len(a):
             blob = work / "original-layer.tar.gz"
@@ -353,7 +378,7 @@ def _compare(report: RebuildReport, ref: str, oci: Path, work: Path) -> None:
             blob.unlink()
         eb = layer_entries(layout.blob(b[i])) if i < len(b) else {}
         diffs = diff_entries(ea, eb)
-        report.files_total = len(diffs)
-        report.files = diffs[:MAX_FILES]
+        return Comparison(layers=len(a), first_layer=first, files=tuple(diffs[:MAX_FILES]),
+                          files_total=len(diffs))
     finally:
         layout.close()

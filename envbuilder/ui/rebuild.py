@@ -41,7 +41,7 @@ def rebuild(image: str = typer.Argument(..., help="The image by digest, as build
             f"  target {r.target}, SOURCE_DATE_EPOCH {r.source_date_epoch}, {r.seconds:.0f} s")
         if r.first_layer is not None:
             fl = r.first_layer
-            say(f"  layer {fl['index'] + 1}: original {fl['original']}, rebuilt {fl['rebuilt']}",
+            say(f"  layer {fl.index + 1}: original {fl.original}, rebuilt {fl.rebuilt}",
                 *(f"  {f.line()}" for f in r.files))
             if r.files_total > len(r.files):
                 say(f"  ... and {r.files_total - len(r.files)} more files (--json lists {len(r.files)})")
