@@ -327,6 +327,53 @@ def test_the_recorded_pins_and_options_make_the_same_spec_again():
         spec_of({**recorded, "options": {"no_such_option": 1}})
 
 
+def test_a_project_targets_record_makes_the_same_spec_names_and_dockerfile_again(tmp_path):
+    """A project target built with a site's indexes (issue 46) is recorded by its name, its
+    PyTorch index, index strategy, registry and repository (run.build.spec_record), and
+    spec_of gives them back: the same image names, io.envbuilder.target label and Dockerfile.
+    An older project file's whole-repository registry comes back as registry + repository."""
+    from envbuilder.api import make_spec
+    from envbuilder.assemble import as_built, folder_files
+    from envbuilder.core import naming
+    from envbuilder.core.matrix import load_matrix
+    from envbuilder.core.project import load_project
+    from envbuilder.run.build import spec_record
+    from envbuilder.run.rebuild import spec_of
+
+    matrix = load_matrix()
+
+    def dockerfile(s):
+        return folder_files(s, as_built(s, s.resolve(matrix)))[1]["Dockerfile"]
+
+    root = tmp_path / "vision"
+    root.mkdir()
+    (root / "envbuilder.toml").write_text(
+        'registry = "127.0.0.1:5077/ml"\nrepository = "detect"\n'
+        'torch_index_url = "https://mirror.example/whl/{variant}/"\nindex_strategy = "unsafe-first-match"\n'
+        '[[targets]]\nname = "train"\ntarget = "cpu"\n')
+    spec = make_spec("train", project=load_project(root / "envbuilder.toml"))
+    tag = spec.resolve(matrix).tag
+    recorded = json.loads(json.dumps(spec_record(spec, naming.image_names(spec, tag))))
+    assert recorded["name"] == "train" and recorded["options"]["index_strategy"] == "unsafe-first-match"
+    again = spec_of(recorded)
+    assert (again.name, again.from_project, again.torch_index_url, again.index_strategy) == (
+        "train", True, spec.torch_index_url, "unsafe-first-match")
+    assert naming.image_names(again, tag).ref == naming.image_names(spec, tag).ref == (
+        f"127.0.0.1:5077/ml/detect:train-{tag}")
+    assert 'io.envbuilder.target="train"' in dockerfile(again)
+    assert "mirror.example/whl/cpu" in dockerfile(again)
+    assert dockerfile(again) == dockerfile(spec)
+    (root / "envbuilder.toml").write_text('registry = "127.0.0.1:5077/ml/old"\n'
+                                         '[[targets]]\nname = "train"\ntarget = "cpu"\n')
+    legacy = make_spec("train", project=load_project(root / "envbuilder.toml"))
+    assert naming.image_names(legacy, tag).legacy
+    again = spec_of(json.loads(json.dumps(spec_record(legacy, naming.image_names(legacy, tag)))))
+    assert naming.image_names(again, tag).ref == naming.image_names(legacy, tag).ref == (
+        f"127.0.0.1:5077/ml/old:train-{tag}")
+    with pytest.raises(InputError, match="target name"):
+        spec_of({**recorded, "name": "train; rm -rf /"})
+
+
 def test_a_rebuild_report_says_reproduced_or_names_the_layer_and_the_first_file():
     from envbuilder.run.rebuild import Entry, FileDiff, FirstLayer, RebuildReport
 

@@ -684,31 +684,44 @@ def _sign(b: _Build) -> None:
     report.signed = {**signed.to_dict(), "commands": commands}
 
 
-def rebuild_inputs(b: _Build) -> dict[str, Any]:
-    """What ``envbuilder rebuild`` builds this image again from (the provenance's
-    ``externalParameters.rebuild``): the target, its pins and build options, the team's
-    requirement lines, the lock's text, the images by digest, the labels the engine added,
-    SOURCE_DATE_EPOCH. Index URLs are recorded without credentials."""
+def spec_record(spec: TargetSpec, names: ImageNames) -> dict[str, Any]:
+    """What makes ``spec`` again (run.rebuild.spec_of): the target and a project target's
+    name (its image's io.envbuilder.target label and tag), its pins by the option table's
+    names, and its build options: the indexes (PyTorch's included, without credentials), the
+    index strategy, and the image's names (core.naming) as the registry and repository that
+    make them again (an older project file's whole-repository registry split the same way)."""
     from envbuilder.errors import redact
     from envbuilder.run.rebuild import pin_record
 
-    spec, stack, plan = b.job.spec, b.job.stack, b.rendered()
-    client, _ = b.built()
+    registry, _, repository = names.repository.rpartition("/")
     options: dict[str, Any] = {
         "base_image": spec.base_image, "builder_image": spec.builder_image,
         "cuda_arch": list(spec.cuda_arch), "cpu_isa": spec.cpu_isa, "apt_snapshot": spec.apt_snapshot,
         "pip_index_url": redact(spec.pip_index_url) if spec.pip_index_url else None,
-        "extra_index_urls": [redact(u) for u in spec.extra_index_urls], "nproc": spec.nproc,
-        "layouts": list(spec.layouts), "compiled": list(spec.compiled)}
+        "extra_index_urls": [redact(u) for u in spec.extra_index_urls],
+        "torch_index_url": redact(spec.torch_index_url) if spec.torch_index_url else None,
+        "index_strategy": spec.index_strategy, "nproc": spec.nproc,
+        "layouts": list(spec.layouts), "compiled": list(spec.compiled),
+        "registry": registry or None, "repository": repository}
+    return {"target": spec.target, "name": spec.name if spec.from_project else None,
+            "pins": pin_record(spec.pins),
+            "options": {k: v for k, v in options.items() if v not in (None, [], "")}}
+
+
+def rebuild_inputs(b: _Build) -> dict[str, Any]:
+    """What ``envbuilder rebuild`` builds this image again from (the provenance's
+    ``externalParameters.rebuild``): the spec (``spec_record``), the team's requirement lines,
+    the lock's text, the images by digest, the labels the engine added (io.envbuilder.project
+    among them), SOURCE_DATE_EPOCH."""
+    spec, stack, plan = b.job.spec, b.job.stack, b.rendered()
+    client, _ = b.built()
     team: tuple[str, ...] = ()
     if spec.requirements_file is not None or spec.requirements:
         from envbuilder.lock.requirements import team_requirements
 
         team = team_requirements(stack, requirements_file=spec.requirements_file,
                                  lines=spec.requirements, source=spec.requirements_source)
-    return {"target": spec.target,
-            "pins": pin_record(spec.pins),
-            "options": {k: v for k, v in options.items() if v not in (None, [], "")},
+    return {**spec_record(spec, b.names),
             "requirements": list(team), "wheelhouse": b.opts.wheelhouse is not None,
             "lock": _read_lock(b.lock), "source_date_epoch": int(b.report.source_date_epoch or 0),
             "images": {"BUILDER_IMAGE": _by_digest(client, plan.builder_image),

@@ -276,7 +276,8 @@ def pin_record(pins: Any) -> dict[str, Any]:
 
 def spec_of(rb: Mapping[str, Any]) -> Any:
     """The TargetSpec the provenance describes, made through the one cascade (core.spec) from
-    its pins and options as the command line's values."""
+    its pins and options as the command line's values (the indexes, the index strategy, the
+    registry and repository among them), named as the project target it was built for."""
     from envbuilder.core.spec import make_spec
 
     given: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v
@@ -287,10 +288,19 @@ def spec_of(rb: Mapping[str, Any]) -> Any:
     if reqs:
         given.update(requirements=reqs, requirements_source="the image's provenance")
     try:
-        return make_spec(str(rb["target"]), given=given)
+        spec = make_spec(str(rb["target"]), given=given)
     except TypeError as e:
         raise InputError(f"the provenance's rebuild inputs name an option this envbuilder does not "
                          f"know: {e}") from None
+    name = rb.get("name")
+    if name:  # a project target's: the image's io.envbuilder.target label and tag say it
+        from dataclasses import replace
+
+        from envbuilder.core import validate
+
+        spec = replace(spec, name=validate.tag(str(name), "the provenance's target name"),
+                       from_project=True)
+    return spec
 
 
 def rebuild(image: str, opts: RebuildOptions, *, matrix_dir: str | Path | None = None,
