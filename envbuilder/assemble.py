@@ -17,6 +17,8 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from envbuilder.core import layouts as lm
+from envbuilder.core import naming
+from envbuilder.core.naming import ImageNames
 from envbuilder.core.resolve import Stack
 from envbuilder.core.spec import TargetSpec
 from envbuilder.errors import InputError
@@ -28,7 +30,7 @@ if TYPE_CHECKING:
     from typing import Sequence
 
 LOCK_NAME = "requirements.lock"
-LOCAL_REPOSITORY = "envbuilder"
+LOCAL_REPOSITORY = naming.LOCAL_REPOSITORY
 
 
 def smoke_layouts(nproc: int | None,
@@ -49,15 +51,16 @@ def smoke_layouts(nproc: int | None,
 
 
 def image_tag(spec: TargetSpec, stack: Stack) -> str:
-    """The image's version tag: the stack's, and for a project target its name after it
-    (``cu124-torch2.6.0-py311-ubuntu22.04-train``): two project targets of one stack (other
-    requirements, another lock) never share a tag. ``build`` tags and pushes it, ``bake``
+    """The image's version tag (core.naming: the stack's, and for a project target its name
+    before it, ``train-cu124-torch2.6.0-py311-ubuntu22.04``): two project targets of one stack
+    (other requirements, another lock) never share a tag. ``build`` tags and pushes it, ``bake``
     (from stack.json's ``image_tag``) too, and the job files pull it."""
-    from envbuilder.core import validate
+    return image_names(spec, stack).tag
 
-    if not spec.from_project or spec.name == stack.tag:
-        return stack.tag
-    return validate.tag(f"{stack.tag}-{spec.name}"[:128].rstrip(".-"), "image tag")
+
+def image_names(spec: TargetSpec, stack: Stack) -> ImageNames:
+    """What ``spec``'s image is called, locally, pushed and in its job files (core.naming)."""
+    return naming.image_names(spec, stack.tag)
 
 
 def host_ranks(spec: TargetSpec, lays: Sequence[tuple[int, int]], world: int) -> int:
@@ -70,11 +73,11 @@ def host_ranks(spec: TargetSpec, lays: Sequence[tuple[int, int]], world: int) ->
 
 
 def default_image(spec: TargetSpec, stack: Stack) -> str:
-    """The image the job files run: ``--image``, else the spec's registry (a project's), else
-    the local name the build tags."""
+    """The image the job files run: ``--image``, else the name the build tags and pushes
+    (core.naming: ``[REGISTRY/]REPOSITORY:TAG``)."""
     if spec.image:
         return spec.image
-    return f"{spec.registry or LOCAL_REPOSITORY}:{image_tag(spec, stack)}"
+    return image_names(spec, stack).ref
 
 
 def job_base(spec: TargetSpec) -> str | None:
@@ -92,26 +95,32 @@ def _compiled_names(spec: TargetSpec) -> tuple[str, ...]:
     return explicit_names(spec.compiled, f"{spec.project or 'project'} compiled")
 
 
-def with_team_compiled(spec: TargetSpec, stack: Stack) -> Stack:
-    """``stack`` with a warning per team package that compiles against torch (what builds it,
-    TORCH_CUDA_ARCH_LIST, a prebuilt wheel preferred); exit 3 when the stack cannot build one.
-    resolve, lock, render and build all see it."""
-    if spec.requirements_file is None and not spec.requirements:
+def as_built(spec: TargetSpec, stack: Stack) -> Stack:
+    """``stack`` as ``spec`` builds it: the base and builder images the plan uses when the
+    spec replaces the matrix's (``base_image``, ``builder_image``: resolve, the render summary
+    and stack.json state those), and a warning per team package that compiles against torch
+    (what builds it, TORCH_CUDA_ARCH_LIST, a prebuilt wheel preferred); exit 3 when the stack
+    cannot build one. resolve, lock, render and build all see it."""
+    images_given = spec.base_image is not None or spec.builder_image is not None
+    team: tuple[str, ...] = ()
+    if spec.requirements_file is not None or spec.requirements:
+        from envbuilder.lock.requirements import team_requirements
+
+        team = tuple(team_requirements(stack, requirements_file=spec.requirements_file,
+                                       lines=spec.requirements, source=spec.requirements_source))
+    from envbuilder.components import team_compiled as rc
+
+    split = rc.split_team(team, _compiled_names(spec)) if team else None
+    if not split and not images_given:
         return stack
     from dataclasses import replace
 
-    from envbuilder.lock.requirements import team_requirements
-    from envbuilder.components import team_compiled as rc
-
-    team = team_requirements(stack, requirements_file=spec.requirements_file,
-                             lines=spec.requirements, source=spec.requirements_source)
-    split = rc.split_team(team, _compiled_names(spec))
-    if not split:
-        return stack
-    b = rc.refuse_unbuildable(stack, split)
+    b = rc.refuse_unbuildable(stack, split) if split else None  # before the plan: exit 3
     plan = make_plan(stack, PlanOptions(spec=spec, team_requirements=team, compiled=_compiled_names(spec)))
-    more = rc.warnings(stack, split, b, plan.cuda_arch, spec.pip_index_url)
-    return replace(stack, findings=stack.findings + tuple(more))
+    more = () if not split or b is None else tuple(
+        rc.warnings(stack, split, b, plan.cuda_arch, spec.pip_index_url))
+    return replace(stack, findings=stack.findings + more,
+                   images=(plan.runtime_image, plan.builder_image) if images_given else None)
 
 
 def folder_files(spec: TargetSpec, stack: Stack, *, lock_text: str | None = None,
@@ -136,8 +145,11 @@ def folder_files(spec: TargetSpec, stack: Stack, *, lock_text: str | None = None
 
         team = team_requirements(stack, requirements_file=spec.requirements_file,
                                  lines=spec.requirements, source=spec.requirements_source)
+    # a project target's image says its name (io.envbuilder.target: smoke's metrics read it)
+    named = {PREFIX + "target": spec.name} if spec.from_project else {}
     options = PlanOptions(spec=spec, smoke_nproc=nproc, team_requirements=team, wheelhouse=wheelhouse,
-                          host_nproc=host_ranks(spec, lays, nproc), compiled=_compiled_names(spec))
+                          host_nproc=host_ranks(spec, lays, nproc), compiled=_compiled_names(spec),
+                          labels=named)
     extra: dict[str, object] = {}
     layer_reqs = None
     if lock_text is None:
@@ -150,7 +162,7 @@ def folder_files(spec: TargetSpec, stack: Stack, *, lock_text: str | None = None
         cross_check(stack, read_lock(lock_text), lock_source)
         digest = "sha256:" + hashlib.sha256(lock_text.encode()).hexdigest()
         # the image names the lock it was installed from (envbuilder inspect shows it)
-        plan = make_plan(stack, replace(options, hashes=True, labels={PREFIX + "lock-digest": digest}))
+        plan = make_plan(stack, replace(options, hashes=True, labels={**named, PREFIX + "lock-digest": digest}))
         layer_reqs = split_by_layer(lock_text, plan)
         extra["lock"] = {"file": LOCK_NAME, "digest": digest}
     if image_tag(spec, stack) != stack.tag:

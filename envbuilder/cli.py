@@ -25,7 +25,7 @@ from envbuilder.ui.options import (CASCADE, COMPONENT_CHECKED, COMPONENTS, Backe
                                    SmokeTimeoutOpt, TorchOpt, complete_target,
                                    spec_options)
 from envbuilder.ui.output import (Progress, argument_types_off, command, echo_json,
-                                  exit_for_failures, print_build, print_lock, print_warnings, print_smoke, print_stack, readable_metavars, run_app, say,
+                                  exit_for_failures, print_build, print_lock, print_warnings, print_wheelhouse, print_smoke, print_stack, readable_metavars, run_app, say,
                                   table, evidence, warn)
 
 app = typer.Typer(
@@ -63,8 +63,13 @@ def _specs(target: Optional[str], over: Any, *, all_: bool = False, only: Option
            command: str, matrix: Optional[str] = None) -> list:
     from envbuilder.api import target_specs
 
-    return target_specs(target, all_=all_, only=tuple(only or ()), given=over,
-                        command=command, matrix_dir=matrix)
+    from envbuilder.api import naming_warnings
+
+    specs = target_specs(target, all_=all_, only=tuple(only or ()), given=over,
+                         command=command, matrix_dir=matrix)
+    for w in naming_warnings(specs):
+        say(f"envbuilder: {w}", err=True)
+    return specs
 
 
 # -- targets, resolve, check, render ---------------------------------------------------------
@@ -205,6 +210,19 @@ def lock(target: Optional[str] = TargetArg, out: Optional[Path] = OutOpt,
     exit_for_failures(outcomes)
 
 
+@app.command(help="Download exactly the files of a lock (requirements.lock, or its folder) for its Python and platform into DIR, each checked against the lock's hashes; files already there with a right hash are kept. --check: offline, exit 2 naming the files DIR lacks.")
+@command
+def wheelhouse(lock: Path = typer.Argument(..., help="A requirements.lock from envbuilder lock, or the folder holding it."),
+               out: Path = typer.Option(..., "--out", "-o", help="The wheelhouse folder to fill (build --wheelhouse DIR installs from it)."),
+               check_: bool = typer.Option(False, "--check", help="Only check, offline, that DIR holds every locked file (exit 2 naming the missing)."),
+               as_json: bool = JsonOpt) -> None:
+    from envbuilder import api
+
+    with Progress(not as_json) as prog:
+        rep = api.wheelhouse(lock, out, check=check_, on_event=prog.event)
+    echo_json(rep.to_dict()) if as_json else print_wheelhouse(rep.to_dict())
+
+
 @app.command(help="Render the project's targets (else every built-in target) and write a docker-bake.hcl for docker buildx bake." + CASCADE)
 @command
 @spec_options("overlay", "requirements", "images", "index", "exclude_newer", "registry")
@@ -237,21 +255,23 @@ def bake(out: Optional[Path] = OutOpt, all_: bool = AllOpt, only: Optional[List[
 @command
 def ci(github: bool = typer.Option(False, "--github", help="Write a GitHub Actions workflow."),
        out: Path = typer.Option(Path("."), "-o", "--out", help="Repository root to write .github/workflows/ into."),
-       registry: Optional[str] = typer.Option(None, "--registry", help="Repository to push to, e.g. ghcr.io/org/train (default: the project's)."),
+       registry: Optional[str] = typer.Option(None, "--registry", help="The registry and namespace, e.g. ghcr.io/org: the workflow pushes to REGISTRY/REPOSITORY (the project's name; default: the project's registry)."),
        install: Optional[str] = typer.Option(None, "--install", help="What the workflow pip-installs as envbuilder (default: this envbuilder as CI can install it: the checkout, its git commit, or its version on the index)."),
        matrix: Optional[str] = MatrixOpt, as_json: bool = JsonOpt) -> None:
     """Write CI that locks, renders, builds, smoke-tests and pushes every target (inside a project: its targets)."""
     from envbuilder.api import write_ci
 
-    path = write_ci(out, registry=registry, github=github, matrix_dir=matrix, install=install)
-    echo_json({"workflow": str(path)}) if as_json else say(f"{path}")
+    res = write_ci(out, registry=registry, github=github, matrix_dir=matrix, install=install)
+    for w in res.warnings:  # what the user must change: on stderr, under --json too
+        say(f"warning: {w}", err=True)
+    echo_json(res.to_dict()) if as_json else say(res.workflow)
 
 
 # -- build and smoke ------------------------------------------------------------------------
 
 @app.command(help="Build each image with the Docker engine, verify it against its labels, run the smoke job in it, optionally push it: one TARGET, --all, or the project's targets (keeps going past a failure)." + CASCADE)
 @command
-@spec_options("pins", "overlay", "requirements", "images", "index", "exclude_newer", "nproc")
+@spec_options("pins", "overlay", "requirements", "images", "index", "exclude_newer", "nproc", "registry")
 def build(target: Optional[str] = TargetArg, all_: bool = AllOpt, only: Optional[List[str]] = OnlyOpt,
           jobs: int = typer.Option(1, "--jobs", "-j", min=1, help="With several targets: builds at once."),
           no_verify: bool = typer.Option(False, "--no-verify", help="Skip checking the image against its labels."),
@@ -260,8 +280,9 @@ def build(target: Optional[str] = TargetArg, all_: bool = AllOpt, only: Optional
           http_proxy: Optional[str] = typer.Option(None, "--http-proxy", help="HTTP proxy for the build's downloads (a build argument, not kept in the image)."),
           https_proxy: Optional[str] = typer.Option(None, "--https-proxy", help="HTTPS proxy for the build's downloads (a build argument, not kept in the image)."),
           no_proxy: Optional[str] = typer.Option(None, "--no-proxy", help="Hosts the build reaches without the proxy, comma-separated."),
-          tag: Optional[List[str]] = typer.Option(None, "-t", "--tag", help="Also tag the image NAME[:TAG], as docker does (e.g. myrepo/train:dev); a bare TAG is envbuilder:TAG. With --push, the TAG part is pushed too. Repeatable."),
+          tag: Optional[List[str]] = typer.Option(None, "-t", "--tag", help="Also tag the image NAME[:TAG], as docker does (e.g. myrepo/train:dev); a bare TAG goes on the image's own repository (envbuilder:TAG outside a project). With --push, the TAG part is pushed too. Repeatable."),
           push: Optional[str] = typer.Option(None, "--push", help="Push to this repository (registry/name) and record the digest."),
+          publish: bool = typer.Option(False, "--publish", help="Push to the image's own name, REGISTRY/REPOSITORY:<tag> (the project's registry or --registry), and record the digest."),
           no_alias: bool = typer.Option(False, "--no-alias", help="Do not move the alias tag named after the target (e.g. cu121)."),
           no_smoke: bool = typer.Option(False, "--no-smoke", help="Skip the smoke job."),
           backend: str = BackendOpt, smoke_timeout: int = SmokeTimeoutOpt, shm_size: str = ShmOpt,
@@ -285,7 +306,7 @@ def build(target: Optional[str] = TargetArg, all_: bool = AllOpt, only: Optional
     opts = api.build_options(
         verify=not no_verify, ca_cert=ca_cert, wheelhouse=wheelhouse, tags=tuple(tag or ()),
         proxies={"HTTP_PROXY": http_proxy, "HTTPS_PROXY": https_proxy, "NO_PROXY": no_proxy},
-        push=push, smoke=not no_smoke, backend=backend, smoke_timeout=smoke_timeout,
+        push=push, publish=publish, smoke=not no_smoke, backend=backend, smoke_timeout=smoke_timeout,
         shm_size=shm_size, context=context, alias=not no_alias, lock=lock_file, lock_legacy=lock_legacy,
         fmt=fmt, sif=sif, apptainer=apptainer, metrics_file=metrics_file, pushgateway=pushgateway, several=target is None,
         sign=sign, key=key, keyless=keyless)
@@ -345,8 +366,9 @@ def smoke(image: Optional[str] = typer.Argument(None, help="The image (or an X.s
         timeout=timeout, progressive=progressive, min_busbw=min_busbw, shm_size=shm_size,
         gpus=gpus, records=records, metrics_file=metrics_file, pushgateway=pushgateway,
         labels=label, fabric=fabric, max_size=max_size, matrix_dir=matrix)
-    result, runs, causes, exported = run.result, run.runs, run.causes, run.exported
+    result, runs, exported = run.result, run.runs, run.exported
     data = run.to_dict(progressive=progressive)
+    causes = data["causes"]
     if as_json:
         echo_json(data)
     else:
@@ -403,13 +425,14 @@ def doctor(target: Optional[str] = typer.Option(None, "--target", help="Also jud
            nproc: Optional[int] = typer.Option(None, "--nproc", min=1, help="Ranks the job will run on this host."),
            key: Optional[str] = typer.Option(None, "--key", help="With --image: verify its smoke attestation with this cosign public key."),
            record: Optional[Path] = typer.Option(None, "--record", help="Also write what the checks read into this folder (replayable: attach it to a bug report; only the NCCL_*, GLOO_*, *_VISIBLE_DEVICES and PATH variables are kept)."),
+           from_: Optional[Path] = typer.Option(None, "--from", help="Check the host this `doctor --record` folder recorded instead of this one (the same checks)."),
            over: Any = None, matrix: Optional[str] = MatrixOpt, as_json: bool = JsonOpt) -> None:
-    """Check this host: driver, GPUs, topology, /dev/shm, InfiniBand, NCCL settings, container."""
+    """Check this host (or a recorded one, --from DIR): driver, GPUs, topology, /dev/shm, InfiniBand, NCCL settings, container."""
     from envbuilder.api import doctor as run_doctor
 
     spec = _specs(target, over, command="doctor")[0] if target else None
     checks = run_doctor(spec=spec, image=image, nproc=nproc, matrix_dir=matrix, key=key,
-                        record=record)
+                        record=record, from_=from_)
     failed = [c for c in checks if c.status == "fail"]
     if as_json:
         echo_json({"ok": not failed, "checks": [c.to_dict() for c in checks]})

@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parent.parent
 CLI = [sys.executable, "-m", "envbuilder"]
 MANIFEST = ".envbuilder-output"
 LEFTOVER_MARKS = (".envbuilder-stage-", ".render-all-", ".envbuilder-lock-", ".old-", ".tmp-",
-                  ".envbuilder-conda-", ".envbuilder-pylock-")
+                  ".envbuilder-conda-", ".envbuilder-pylock-", ".envbuilder-wheelhouse-partial")
 
 
 def env(**extra: str) -> dict:

@@ -63,7 +63,8 @@ def blocks(doc: dict, kind: str) -> dict[str, dict]:
 @pytest.fixture(scope="module")
 def baked(tmp_path_factory):
     out = tmp_path_factory.mktemp("bake")
-    report = bake_all(out, registry=REGISTRY).to_dict()
+    # --registry is a registry and namespace: outside a project the repository is envbuilder
+    report = bake_all(out, registry=REGISTRY.rpartition("/")[0]).to_dict()
     return out, report, Path(report["bake_file"]).read_text()
 
 
@@ -116,7 +117,7 @@ def test_bake_shares_identical_builder_stages(tmp_path):
     a = render_target("cu121", tmp_path / "a")
     b = render_target("cu121-torch2.4", tmp_path / "b")
     c = render_target("cu121-ds", tmp_path / "c")  # a devel builder: a different stage
-    assert a.stack["builder_image"] == b.stack["builder_image"] != c.stack["builder_image"]
+    assert a.stack.builder_image == b.stack.builder_image != c.stack.builder_image
     text = write_bake([("cu121", tmp_path / "a"), ("cu121-torch24", tmp_path / "b"),
                        ("cu121-ds", tmp_path / "c")], tmp_path / "docker-bake.hcl", registry=None)
     targets = blocks(parse_hcl(text), "target")
@@ -125,7 +126,7 @@ def test_bake_shares_identical_builder_stages(tmp_path):
     shared = targets[ref_a.split(":", 1)[1]]
     assert shared["target"] == "builder" and shared["context"] in ("a", "b")
     assert "contexts" not in targets["cu121-ds"]
-    assert targets["cu121"]["tags"] == [f"envbuilder:{a.stack['tag']}"]
+    assert targets["cu121"]["tags"] == [f"envbuilder:{a.stack.tag}"]
     assert "# alias cu121: envbuilder:cu121" in text
     # a CA certificate added to one folder splits the stage again
     (tmp_path / "b" / "ca-certificates" / "corp.crt").write_text("-----BEGIN CERTIFICATE-----\n")
@@ -272,8 +273,9 @@ def test_buildx_bake_builds_both_targets_and_verify_passes(buildx_baked, docker_
     for name, t in targets.items():
         (tag,) = t["tags"]
         labels = docker_client.images.get(tag).labels
-        assert labels["io.envbuilder.target"] == json.loads(
-            (root / "out" / name / "stack.json").read_text())["target"]
+        # a project target's image says the project's name for it (issue 46)
+        assert labels["io.envbuilder.target"] == name == json.loads(
+            (root / "out" / name / "stack.json").read_text())["image"]["labels"]["io.envbuilder.target"]
         assert labels == {**labels, **t["labels"]}
         v = cli("verify", tag, "--json")
         assert v.returncode == 0, v.stdout + v.stderr

@@ -327,7 +327,7 @@ def test_build_a_project_builds_and_pushes_each_target(cpu_build, base_image, wh
     (root / "matrix").mkdir(parents=True)
     (root / "matrix" / "os.yaml").write_text(OVERLAY_OS)
     (root / "envbuilder.toml").write_text(
-        f'registry = "{registry.address}/team/project"\nmatrix_overlay = "matrix"\n'
+        f'registry = "{registry.address}/team"\nrepository = "project"\nmatrix_overlay = "matrix"\n'
         f'layouts = ["1x2"]\n'
         '[[targets]]\nname = "train"\ntarget = "cpu-torch2.13-debian12"\n'
         '[[targets]]\nname = "eval"\ntarget = "cpu-torch2.13-debian12"\n')
@@ -339,3 +339,70 @@ def test_build_a_project_builds_and_pushes_each_target(cpu_build, base_image, wh
     assert [x["target"] for x in d["published"]] == ["train", "eval"]
     assert all(x["digest"].startswith("sha256:") and x["smoke"]["ok"] for x in d["published"])
     assert {b["smoke"]["world_size"] for b in d["builds"]} == {2}  # the project's layouts
+
+
+# -- names that belong to the project (issue 46, point 3; the rule: core.naming) -------------------
+
+def _named_project(tmp_path, stem: str, base_image: str):
+    import uuid
+
+    root = tmp_path / f"{stem}-{uuid.uuid4().hex[:8]}"  # the folder's name: the repository
+    root.mkdir()
+    (root / "envbuilder.toml").write_text(
+        f'base_image = "{base_image}"\n[[targets]]\nname = "train"\ntarget = "{CPU}"\n')
+    return root
+
+
+def test_two_projects_building_one_stack_leave_each_others_tags_alone(docker_client, cpu_build, base_image,
+                                                                      wheelhouse, ca_bundle, tmp_path):
+    """The session's plain cpu build (a CI's) holds envbuilder:<stack tag>; two projects build
+    the same stack: each image gets its project's name, and the generic tag stays on the CI's."""
+    from envbuilder.core.project import load_project
+
+    generic, ci_id = f"envbuilder:{cpu_build.tag}", cpu_build.image_id
+    assert docker_client.images.get(generic).id == ci_id
+    tag, made = f"train-{cpu_build.tag}", []
+    try:
+        for stem in ("proj-a", "proj-b"):
+            root = _named_project(tmp_path, stem, base_image)
+            spec = make_spec("train", project=load_project(root / "envbuilder.toml"))
+            r = _build_target(spec, BuildOptions(wheelhouse=wheelhouse, ca_cert=ca_bundle, smoke=False,
+                                                 verify=False), client=docker_client)
+            assert r.ok, r.error
+            made.append((root.name, r))
+        (a_name, a), (b_name, b) = made
+        assert a.local_tags == [f"{a_name}:{tag}"] and b.local_tags == [f"{b_name}:{tag}"]
+        assert len({a.image_id, b.image_id, ci_id}) == 3  # each built for its own project
+        assert docker_client.images.get(generic).id == ci_id  # never moved from the CI's image
+        assert docker_client.images.get(f"{a_name}:{tag}").id == a.image_id  # b left a's alone
+        assert docker_client.images.get(f"{b_name}:{tag}").id == b.image_id
+        for name, r in made:
+            assert docker_client.images.get(r.image_id).labels["io.envbuilder.project"] == name
+            assert [(k["tag"], k["image_id"]) for k in r.kept_tags] == [(generic, ci_id)]
+    finally:
+        for name, _r in made:
+            docker_client.images.remove(f"{name}:{tag}", noprune=True)
+
+
+def test_registry_namespace_publishes_to_the_projects_repository(cpu_build, base_image, wheelhouse, ca_bundle,
+                                                                 registry, tmp_path, docker_client):
+    """build --registry HOST/NS --publish pushes to HOST/NS/<repository>:<target>-<stack tag>
+    (the repository: the project folder's name) on the suite's real registry, and nothing else."""
+    import urllib.request
+
+    root = _named_project(tmp_path, "vision", base_image)
+    p = _cli("build", "train", "--registry", f"{registry.address}/ns", "--publish", "--wheelhouse",
+             str(wheelhouse), "--ca-cert", str(ca_bundle), "--no-smoke", "--no-verify", "--json", cwd=root)
+    assert p.returncode == 0, (p.stdout[-3000:], p.stderr[-3000:])
+    d = json.loads(p.stdout)
+    repo, tag = f"{registry.address}/ns/{root.name}", f"train-{d['tag']}"
+    try:
+        # no moving alias without a smoke pass; never the generic stack tag
+        assert [(x["repository"], x["tag"]) for x in d["pushed"]] == [(repo, tag)]
+        assert d["local_tags"][0] == f"{repo}:{tag}"
+        with urllib.request.urlopen(f"http://{registry.address}/v2/ns/{root.name}/tags/list", timeout=30) as r:
+            assert json.load(r)["tags"] == [tag]
+        with urllib.request.urlopen(f"http://{registry.address}/v2/_catalog", timeout=30) as r:
+            assert not any(c.startswith("ns/") and c != f"ns/{root.name}" for c in json.load(r)["repositories"])
+    finally:
+        docker_client.images.remove(f"{repo}:{tag}", noprune=True)

@@ -224,3 +224,56 @@ def test_engine_build_reads_the_stream():
         engine.build(client([{"stream": "Step 1/1 : RUN false\n"}, {"error": "returned a non-zero code: 1"}]),
                      Path("."), tag="t")
     assert ei.value.step == "build" and "returned a non-zero code" in ei.value.details[-1]
+
+
+# -- a project's names (issue 46, point 3; the engine-backed twin: tests/test_build.py) ----------
+
+def _project_build(monkeypatch, tmp_path, holder, text='registry = "127.0.0.1:5000/ml"\nrepository = "ux5"\n',
+                   **opts):
+    from envbuilder.api import make_spec
+    from envbuilder.core.project import load_project
+
+    eng = FakeEngine(monkeypatch)
+    monkeypatch.setattr(b.engine, "tag_holder", lambda c, ref: holder)
+    root = tmp_path / "ux5"
+    root.mkdir()
+    (root / "envbuilder.toml").write_text(text + '[[targets]]\nname = "train"\ntarget = "cpu"\n')
+    spec = make_spec("train", project=load_project(root / "envbuilder.toml"))
+    _verified(monkeypatch)
+    _smoked(monkeypatch)
+    r = b.build_target(spec, b.BuildOptions(**opts))
+    return r, eng.calls
+
+
+@pytest.mark.parametrize("holder, kept", [
+    (None, False),  # nobody holds the generic tag: the project's image takes it
+    (("sha256:other", {"io.envbuilder.project": "127.0.0.1:5000/ml/ux5"}), False),  # this project's
+    (("sha256:ci", {"io.envbuilder.version": "0.1"}), True),  # a CI's plain build: left alone
+    (("sha256:p2", {"io.envbuilder.project": "ux6"}), True),  # another project's: left alone
+])
+def test_a_project_build_takes_the_generic_tag_only_from_its_own(monkeypatch, tmp_path, holder, kept):
+    r, calls = _project_build(monkeypatch, tmp_path, holder, push=b.PUSH_OWN, tags=("dev",))
+    stack_tag = r.tag
+    built = next(c for c in calls if c[0] == "build")
+    assert built[2] == f"127.0.0.1:5000/ml/ux5:train-{stack_tag}"  # built under the project's name
+    generic = ("tag", "envbuilder", stack_tag)
+    assert (generic in calls) is not kept
+    assert r.kept_tags == ([{"tag": f"envbuilder:{stack_tag}", "image_id": holder[0],
+                             "project": holder[1].get("io.envbuilder.project"),
+                             "why": r.kept_tags[0]["why"]}] if kept else [])
+    assert ("tag", "127.0.0.1:5000/ml/ux5", "dev") in calls  # a bare --tag: the project's repository
+    # pushed: the project's version tag, --tag's and the target's alias, never the generic stack tag
+    pushes = [c[2] for c in calls if c[0] == "push" and c[1] == "127.0.0.1:5000/ml/ux5"]
+    assert pushes == [f"train-{stack_tag}", "dev", "train"] == [c[2] for c in calls if c[0] == "push"]
+    assert [p["repository"] for p in r.pushed] == ["127.0.0.1:5000/ml/ux5"] * 3
+
+
+def test_publish_without_a_registry_is_refused_before_any_work(monkeypatch, tmp_path):
+    from envbuilder.api import build_options, make_spec
+
+    eng = FakeEngine(monkeypatch)
+    with pytest.raises(InputError, match="--publish pushes to REGISTRY/REPOSITORY, and no registry"):
+        b.build_target(make_spec(CPU), build_options(publish=True))
+    assert eng.calls == []
+    with pytest.raises(InputError, match="drop --push REPO, or --publish"):
+        build_options(publish=True, push="127.0.0.1:5000/ml")

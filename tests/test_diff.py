@@ -165,3 +165,31 @@ def test_diff_of_project_targets_carries_the_teams_layer(tmp_path):
     assert [f["fact"] for f in d["facts"]][:1] == ["torch"]
     rb = {s["stage"]: s["rebuilds"] for s in d["rebuild"]}
     assert rb == {"builder": False, "layer-torch": True, "layer-team": True, "runtime": True}
+
+
+@pytest.mark.network
+def test_diff_of_two_project_targets_with_locks_lists_the_package_changes(uv_cache, tmp_path):
+    """`diff a b` of two project targets: the folders render would write, each installing the
+    lock `envbuilder lock` wrote in build/<name>/, so their packages are compared."""
+    root = tmp_path / "proj"
+    root.mkdir()
+    (root / "envbuilder.toml").write_text(
+        '[[targets]]\nname = "a"\ntarget = "cu121-torch2.1-py310"\nexclude_newer = "2024-01-01"\n\n'
+        '[[targets]]\nname = "b"\ntarget = "cu121-torch2.1-py310"\nexclude_newer = "2024-06-01"\n'
+        'requirements = ["six==1.16.0"]\n')
+    p = cli("diff", "a", "b", "--json", cwd=root)  # no locks yet: no package diff
+    assert p.returncode == 0, p.stderr
+    assert json.loads(p.stdout)["packages"] is None
+    lk = cli("lock", cwd=root)
+    assert lk.returncode == 0, lk.stderr
+    la = {x.name: x.version for x in read_lock((root / "build/a/requirements.lock").read_text())}
+    lb = {x.name: x.version for x in read_lock((root / "build/b/requirements.lock").read_text())}
+    want = package_diff(la, lb)
+    assert want.changed and want.added.get("six") == "1.16.0"
+    (root / "src").mkdir()
+    p = cli("diff", "a", "b", cwd=root / "src")  # from any folder of the project
+    assert p.returncode == 0, p.stderr
+    for line in want.lines():
+        assert line in p.stdout, (line, p.stdout)
+    d = json.loads(cli("diff", "a", "b", "--json", cwd=root).stdout)
+    assert d["packages"] == want.to_dict()

@@ -78,7 +78,7 @@ def test_two_ranks_on_one_gpu_fail_in_rendezvous_and_are_explained() -> None:
     top = explain_report([str(RUNS / "smoke-nccl-dup.log")]).causes[0]
     assert top.category == "duplicate_gpu" and top.confidence > 0.9
     assert any("Duplicate GPU detected : rank 0 and rank 1" in e.text for e in top.evidence)
-    assert run.causes and run.causes[0]["category"] == "duplicate_gpu"
+    assert run.causes and run.causes[0].category == "duplicate_gpu"
 
 
 def test_healthy_runs_name_no_confident_cause() -> None:
@@ -123,3 +123,70 @@ def test_an_advisory_for_other_gpus_is_not_this_hosts() -> None:
     v100 = ids["torch-2.2.0-v100-regression"]
     assert applies_to_gpus(v100, ["Tesla V100-SXM2-16GB"]) and not applies_to_gpus(v100, ["Tesla V1000"])
     assert isinstance(rtx, Advisory)
+
+
+# -- doctor --from DIR: the recorded host through the command, the same checks as live ----------
+
+def _doctor_from(*args: str) -> dict:
+    from hostile_helpers import cli
+
+    p = cli("doctor", "--from", str(HOST), "--json", *args)
+    assert p.returncode in (0, 1), p.stderr  # 1: a check failed on the recorded host
+    return {c["name"]: c for c in json.loads(p.stdout)["checks"]}
+
+
+def test_doctor_from_the_recording_gives_the_recorded_live_verdicts() -> None:
+    """`doctor --from DIR` checks the host DIR recorded with every check doctor runs live: the
+    same verdicts as the recorded-live path (run_doctor over RecordedProbe) and, but for the
+    advisory changed since (above), as doctor said on that host."""
+    got = _doctor_from()
+    assert got == {c.name: c.to_dict() for c in run_doctor(probe=RecordedProbe(HOST))}
+    there = {c["name"]: c for c in _said("doctor.json")}
+    del there["driver-support"]
+    assert got == there
+    assert got["driver"]["value"] == "580.159.04" and got["gpus"]["detail"] == "1 x NVIDIA H200"
+
+
+@pytest.mark.parametrize("target", ["cu128", "cu130"])
+def test_doctor_from_the_recording_against_a_target(target: str) -> None:
+    got = _doctor_from("--target", target, "--nproc", "1")
+    there = {c["name"]: c for c in _said(f"doctor-{target}.json") if c["name"].startswith("stack")}
+    assert there and all(got[name] == check for name, check in there.items())
+
+
+def test_doctor_from_a_bad_folder_is_exit_2_with_one_line(tmp_path) -> None:
+    from hostile_helpers import assert_clean_failure, cli
+
+    for bad, said in ((tmp_path / "nope", "not a folder"), (HOST / "env.json", "not a folder")):
+        assert_clean_failure(cli("doctor", "--from", str(bad)), 2, "--from", said)
+    (tmp_path / "empty").mkdir()
+    assert_clean_failure(cli("doctor", "--from", str(tmp_path / "empty")), 2, "no env.json",
+                         "doctor --record")
+    assert_clean_failure(cli("doctor", "--from", str(HOST), "--record", str(tmp_path / "r")), 2,
+                         "--from", "--record")
+    assert not (tmp_path / "r").exists()
+
+
+def test_doctor_from_a_hostile_record_is_exit_2_or_read_as_absent(tmp_path) -> None:
+    """A record is a user's file: a file that is not JSON, a FIFO in place of a file (read as
+    absent, never waited on), a BASE naming a folder that is not a sibling (refused)."""
+    import os
+    import shutil
+
+    from hostile_helpers import assert_clean_failure, cli
+
+    rec = tmp_path / "rec"
+    shutil.copytree(HOST, rec)
+    (rec / "shm.json").write_text("{not json")
+    assert_clean_failure(cli("doctor", "--from", str(rec)), 2, "shm.json", "not JSON")
+    (rec / "shm.json").write_text("[1, 2]")
+    assert_clean_failure(cli("doctor", "--from", str(rec)), 2, "shm.json", "not a JSON object")
+    (rec / "shm.json").unlink()
+    os.mkfifo(rec / "shm.json")
+    (rec / "BASE").write_text("../../etc\n")
+    assert_clean_failure(cli("doctor", "--from", str(rec)), 2, "BASE", "sibling folder")
+    (rec / "BASE").unlink()
+    p = cli("doctor", "--from", str(rec), "--json", timeout=120)  # a hang guard
+    assert p.returncode in (0, 1) and "Traceback" not in p.stderr, p.stderr
+    got = {c["name"]: c for c in json.loads(p.stdout)["checks"]}
+    assert got["driver"]["value"] == "580.159.04" and got["shm"]["status"] != "ok"

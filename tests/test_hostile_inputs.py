@@ -1221,6 +1221,8 @@ def test_init_empty_driver_without_gpus_per_node_is_2(tmp_path):
 
 
 def test_init_file_reads_back_as_exactly_its_values(tmp_path):
+    from envbuilder.core.naming import project_repository
+
     p = cli("init", "--driver", "550.54.15", "--gpus-per-node", "4", "--nodes", "2",
             "--registry", "ghcr.io/acme/ml", "--with", "deepspeed", "--name", "big.model_1",
             "--json", cwd=tmp_path)
@@ -1228,6 +1230,7 @@ def test_init_file_reads_back_as_exactly_its_values(tmp_path):
     d = json.loads(p.stdout)
     got = tomllib.loads((tmp_path / "envbuilder.toml").read_text())
     assert got == {"requirements": "requirements.txt", "registry": "ghcr.io/acme/ml",
+                   "repository": project_repository(tmp_path / "envbuilder.toml"),  # the folder's name
                    "layouts": ["2x4"], "targets": [{"name": "big.model_1", "target": d["target"],
                                                     "driver": "550.54.15", "with": ["deepspeed"]}]}
     assert (tmp_path / "requirements.txt").read_text().startswith("# The team's own")

@@ -454,6 +454,7 @@ def test_lock_child_uv_ends_with_envbuilder(tmp_path, sig):
     srv, port = _hanging_index()
     out = tmp_path / "o"
     p = start("lock", "cpu", "-o", str(out), "--pip-index-url", f"http://127.0.0.1:{port}/simple",
+              "--torch-index-url", f"http://127.0.0.1:{port}/simple",
               UV_CACHE_DIR=str(tmp_path / "uv-cache"), UV_HTTP_TIMEOUT="300")
     deadline = time.time() + 60
     while not _uv_children(port) and time.time() < deadline:

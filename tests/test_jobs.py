@@ -14,6 +14,7 @@ Validated against published schemas, not against our own idea of them:
 from __future__ import annotations
 
 import copy
+import json
 import re
 import shutil
 import subprocess
@@ -728,7 +729,8 @@ def test_pull_by_tag_says_so():
 
 PROJECT_4X8 = """\
 layouts = ["4x8"]
-registry = "registry.example.com/ml/train"
+registry = "registry.example.com/ml"
+repository = "train"
 
 [jobs]
 command = "torchrun train.py --config configs/a.yaml"
@@ -775,7 +777,7 @@ def test_two_targets_of_one_cuda_line_get_their_own_names_and_tags(project_4x8):
     assert ja["metadata"]["name"] == "smoke-train-a-4x8" and jb["metadata"]["name"] == "smoke-train-b-4x8"
     ta, tb = (json.loads((f / "stack.json").read_text()) for f in (a, b))
     assert ta["tag"] == tb["tag"]  # one stack ...
-    assert ta["image_tag"] == f"{ta['tag']}-train-a" and tb["image_tag"] == f"{tb['tag']}-train-b"
+    assert ta["image_tag"] == f"train-a-{ta['tag']}" and tb["image_tag"] == f"train-b-{tb['tag']}"
     assert ja["spec"]["trainer"]["image"] == f"registry.example.com/ml/train:{ta['image_tag']}"
     assert jb["spec"]["trainer"]["image"] == f"registry.example.com/ml/train:{tb['image_tag']}"
     sa = (a / "jobs/slurm-pyxis-4x8.sbatch").read_text()
@@ -925,7 +927,7 @@ def test_ci_install_option_and_header(tmp_path):
     local = {"url": "file:///work/main", "dir_info": {"editable": True}}
     assert install_spec(local, "0.1.0") == "torch-envbuilder[lock]==0.1.0" and local_install(local)
     assert not local_install(None)
-    (tmp_path / "envbuilder.toml").write_text('registry = "ghcr.io/acme/train"\n\n[[targets]]\n'
+    (tmp_path / "envbuilder.toml").write_text('registry = "ghcr.io/acme"\nrepository = "train"\n\n[[targets]]\n'
                                               'name = "a"\ntarget = "cpu"\n')
     p = cli("ci", "--github", "--install", "torch-envbuilder[lock] @ git+https://github.com/acme/eb@v1",
             cwd=tmp_path)
@@ -936,6 +938,38 @@ def test_ci_install_option_and_header(tmp_path):
     assert "installed from: torch-envbuilder[lock] @ git+https://github.com/acme/eb@v1" in head
     wf = yaml.safe_load(text)
     assert wf["env"]["ENVBUILDER_INSTALL"] == "torch-envbuilder[lock] @ git+https://github.com/acme/eb@v1"
+    # --install given: nothing for the user to change, nothing on stderr
+    assert "warning" not in p.stderr
+
+
+def test_ci_from_a_checkout_warns_on_stderr_that_its_version_may_be_unpublished(tmp_path):
+    """The suite runs envbuilder from this checkout: the workflow's default install is the
+    checkout's version, which CI may not find; ci says so on stderr (one line, also under
+    --json, whose stdout stays one document), not only in the workflow's comment."""
+    from envbuilder.render.ci import running_from_checkout
+
+    checkout = running_from_checkout()
+    assert checkout is not None  # the tests import envbuilder from its source tree
+    repo = tmp_path / "team"
+    repo.mkdir()
+    p = cli("ci", "--github", "--registry", "ghcr.io/acme/train", "--json", cwd=repo)
+    assert p.returncode == 0, p.stderr
+    doc = json.loads(p.stdout)
+    warned = [ln for ln in p.stderr.splitlines() if ln.startswith("warning: ")]
+    assert len(warned) == 1, p.stderr
+    assert "torch-envbuilder[lock]==" in warned[0] and str(checkout) in warned[0]
+    assert "--install SPEC" in warned[0]
+    assert doc["warnings"] == [warned[0].removeprefix("warning: ")]
+    assert doc["install"].startswith("torch-envbuilder[lock]==")
+    head = (repo / ".github/workflows/envbuilder.yml").read_text().split("\nname:", 1)[0]
+    assert "CI cannot install" in head  # and the comment stays
+    # written into envbuilder's own repository, the workflow installs the checkout: no warning
+    own = tmp_path / "own"
+    own.mkdir()
+    (own / "pyproject.toml").write_text('[project]\nname = "torch-envbuilder"\n')
+    p = cli("ci", "--github", "--registry", "ghcr.io/acme/train", "-o", str(own), cwd=tmp_path)
+    assert p.returncode == 0 and "warning" not in p.stderr, p.stderr
+    assert "ENVBUILDER_INSTALL: .[lock]" in (own / ".github/workflows/envbuilder.yml").read_text()
 
 
 @pytest.mark.docker

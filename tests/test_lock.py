@@ -390,6 +390,7 @@ def test_unreachable_pytorch_index_is_one_line_exit_1(uv_cache, tmp_path, monkey
     msg = str(e.value)
     assert e.value.exit_code == 1 and "\n" not in msg
     assert st.torch_index in msg and "--pip-index-url" in msg and "wheelhouse" in msg
+    assert "--torch-index-url" in msg  # the unreachable index is PyTorch's: its mirror is named
     assert not out.exists()  # no partial lock, no empty folder
 
 

@@ -234,8 +234,8 @@ def test_the_cli_reads_no_project_itself():
 
 def test_bake_tags_each_image_under_its_cascade_registry(tmp_path):
     (tmp_path / "envbuilder.toml").write_text(
-        'registry = "ghcr.io/acme/train"\n[[targets]]\nname = "a"\ntarget = "cpu"\n'
-        '[[targets]]\nname = "b"\ntarget = "cpu"\nregistry = "ghcr.io/acme/other"\n')
+        'registry = "ghcr.io/acme"\nrepository = "train"\n[[targets]]\nname = "a"\ntarget = "cpu"\n'
+        '[[targets]]\nname = "b"\ntarget = "cpu"\nrepository = "other"\n')
     p = cli("bake", "--json", cwd=tmp_path)
     assert p.returncode == 0, p.stderr
     from test_bake_ci import blocks, parse_hcl
@@ -244,11 +244,12 @@ def test_bake_tags_each_image_under_its_cascade_registry(tmp_path):
         text = (tmp_path / "build" / "docker-bake.hcl").read_text()
         return {n: t["tags"][0] for n, t in blocks(parse_hcl(text), "target").items() if "tags" in t}
 
-    t = tags()  # the target's own registry wins over the project's; not the first one for all
-    assert t["a"].startswith("ghcr.io/acme/train:") and t["b"].startswith("ghcr.io/acme/other:")
-    p = cli("bake", "--json", "--registry", "ghcr.io/acme/all", cwd=tmp_path)  # the command line wins
+    t = tags()  # the target's own repository wins over the project's; not the first one for all
+    assert t["a"].startswith("ghcr.io/acme/train:a-") and t["b"].startswith("ghcr.io/acme/other:b-")
+    p = cli("bake", "--json", "--registry", "ghcr.io/all", cwd=tmp_path)  # the command line wins
     assert p.returncode == 0, p.stderr
-    assert all(v.startswith("ghcr.io/acme/all:") for v in tags().values())
+    t = tags()  # a registry and namespace: each image keeps its repository under it
+    assert t["a"].startswith("ghcr.io/all/train:a-") and t["b"].startswith("ghcr.io/all/other:b-")
 
 
 def test_ci_and_check_read_the_project_through_the_cascade(tmp_path):

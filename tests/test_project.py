@@ -38,7 +38,8 @@ os:
 PROJECT = f"""\
 # a team's project: two targets, their own requirements, their own base image
 requirements = "team-requirements.txt"
-registry = "registry.example.com/team/train"
+registry = "registry.example.com/team"
+repository = "train"
 layouts = ["1x12", "2x6"]
 matrix_overlay = "matrix"
 
@@ -70,7 +71,7 @@ def test_found_walking_up_from_a_subfolder(tmp_path):
     assert [t.name for t in p.targets] == ["train", "eval"]
     assert str(p.targets[1].pins.python) == "3.11"
     assert p.requirements_file == root / "team-requirements.txt"
-    assert p.layout_pairs == ((1, 12), (2, 6)) and p.registry == "registry.example.com/team/train"
+    assert p.layout_pairs == ((1, 12), (2, 6)) and p.registry == "registry.example.com/team"
     assert p.matrix_overlay == root / "matrix"
     assert find_project(tmp_path) is None  # nothing at or above tmp_path
 

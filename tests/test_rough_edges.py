@@ -116,26 +116,28 @@ def _apptainer_ref(folder: Path, lay: str) -> str:
 
 def test_job_files_pull_from_the_projects_registry(tmp_path):
     (tmp_path / "envbuilder.toml").write_text(
-        'registry = "registry.example.com/ml"\nlayouts = ["2x8"]\n\n[[targets]]\nname = "train"\ntarget = "cu121"\n')
+        'registry = "registry.example.com/ml"\nrepository = "team"\nlayouts = ["2x8"]\n\n[[targets]]\n'
+        'name = "train"\ntarget = "cu121"\n')
     assert cli("render", "-q", cwd=tmp_path).returncode == 0
     out = tmp_path / "build" / "train"
     stack = json.loads((out / "stack.json").read_text())
     tag = stack["tag"]
-    # a project target's own tag: the stack's with its name (two targets of a stack never collide)
+    # a project target's own tag: its name, then the stack's (two targets of a stack never collide)
     ptag = stack["image_tag"]
-    assert ptag == f"{tag}-train"
-    assert _apptainer_ref(out, "2x8") == f"registry.example.com/ml:{ptag}"
+    assert ptag == f"train-{tag}"
+    assert _apptainer_ref(out, "2x8") == f"registry.example.com/ml/team:{ptag}"
     pyxis = (out / "jobs" / "slurm-pyxis-2x8.sbatch").read_text()
-    assert f"registry.example.com#ml:{ptag}" in pyxis  # pyxis/enroot's registry#image form
+    assert f"registry.example.com#ml/team:{ptag}" in pyxis  # pyxis/enroot's registry#image form
     (job,) = [d for d in yaml.safe_load_all((out / "jobs" / "trainjob-2x8.yaml").read_text())]
-    assert job["spec"]["trainer"]["image"] == f"registry.example.com/ml:{ptag}"
-    # bake --registry R tags the images R:<tag>, and its job files pull those
-    p = cli("bake", "--registry", "ghcr.io/acme/other", cwd=tmp_path)
+    assert job["spec"]["trainer"]["image"] == f"registry.example.com/ml/team:{ptag}"
+    # bake --registry R tags the images R/<repository>:<tag>, and its job files pull those
+    p = cli("bake", "--registry", "ghcr.io/acme", cwd=tmp_path)
     assert p.returncode == 0, p.stderr
-    assert f'"ghcr.io/acme/other:{ptag}"' in (tmp_path / "build" / "docker-bake.hcl").read_text()
-    assert _apptainer_ref(out, "2x8") == f"ghcr.io/acme/other:{ptag}"
-    # outside a project: --registry, else the local name
-    assert cli("render", "cu121", "-o", str(tmp_path / "r"), "--registry", "ghcr.io/acme/train", "-q").returncode == 0
+    assert f'"ghcr.io/acme/team:{ptag}"' in (tmp_path / "build" / "docker-bake.hcl").read_text()
+    assert _apptainer_ref(out, "2x8") == f"ghcr.io/acme/team:{ptag}"
+    # outside a project: --registry (and --repository, default envbuilder), else the local name
+    assert cli("render", "cu121", "-o", str(tmp_path / "r"), "--registry", "ghcr.io/acme",
+               "--repository", "train", "-q").returncode == 0
     assert _apptainer_ref(tmp_path / "r", "2x6") == f"ghcr.io/acme/train:{tag}"
     assert cli("render", "cu121", "-o", str(tmp_path / "l"), "-q").returncode == 0
     assert _apptainer_ref(tmp_path / "l", "2x6") == f"envbuilder:{tag}"

@@ -668,7 +668,7 @@ def test_rendered_admission_policy_validates_and_names_key_and_type(cip_validato
     proj.mkdir()
     (proj / "cosign.pub").write_text(PEM)
     (proj / "envbuilder.toml").write_text(
-        'registry = "registry.example.com/ml/train"\nsigning_key = "cosign.pub"\n' + ADMISSION +
+        'registry = "registry.example.com/ml"\nrepository = "train"\nsigning_key = "cosign.pub"\n' + ADMISSION +
         '[[targets]]\nname = "train-cpu"\ntarget = "cpu"\n')
     p = subprocess.run([sys.executable, "-c", "from envbuilder.cli import main; main()",
                         "render", "-o", str(tmp_path / "out"), "--json"], cwd=proj,
@@ -720,7 +720,7 @@ def test_a_keyless_identity_alone_renders_its_policies(tmp_path):
     proj = tmp_path / "team"
     proj.mkdir()
     (proj / "envbuilder.toml").write_text(
-        'registry = "registry.example.com/ml/train"\n' + ADMISSION +
+        'registry = "registry.example.com/ml"\nrepository = "train"\n' + ADMISSION +
         '[[targets]]\nname = "t"\ntarget = "cpu"\n')
     p = subprocess.run([sys.executable, "-c", "from envbuilder.cli import main; main()",
                         "render", "-q"], cwd=proj, capture_output=True, text=True, timeout=300)
@@ -738,7 +738,7 @@ def test_admission_policy_refuses_a_key_that_is_not_pem(tmp_path):
     proj.mkdir()
     (proj / "cosign.pub").write_text("ssh-ed25519 AAAA\n")
     (proj / "envbuilder.toml").write_text(
-        'registry = "registry.example.com/ml/train"\nsigning_key = "cosign.pub"\n'
+        'registry = "registry.example.com/ml"\nrepository = "train"\nsigning_key = "cosign.pub"\n'
         '[[targets]]\nname = "train-cpu"\ntarget = "cpu"\n')
     p = subprocess.run([sys.executable, "-c", "from envbuilder.cli import main; main()",
                         "render", "-o", str(tmp_path / "out")], cwd=proj,

@@ -110,7 +110,7 @@ def test_the_admission_policy_demands_the_projects_fields(tmp_path):
     proj.mkdir()
     (proj / "cosign.pub").write_text(PEM)
     (proj / "envbuilder.toml").write_text(
-        'registry = "registry.example.com/ml/train"\nsigning_key = "cosign.pub"\n'
+        'registry = "registry.example.com/ml"\nrepository = "train"\nsigning_key = "cosign.pub"\n'
         '[[targets]]\nname = "train"\ntarget = "cpu"\n'
         '[jobs]\nadmission = { require = ["backend=nccl", "transport=ib", "floor_pct>=80"] }\n')
     p = cli("render", "-o", str(tmp_path / "out"), "-q", cwd=proj)
@@ -122,7 +122,7 @@ def test_the_admission_policy_demands_the_projects_fields(tmp_path):
     assert "predicate: bandwidth_floor: rows: [{percent: >=80}, ...{percent: >=80}]" in cue
     assert cue.startswith(admission.SMOKE_CUE)  # the passed-job demands stay
     (proj / "envbuilder.toml").write_text(
-        'registry = "registry.example.com/ml/train"\nsigning_key = "cosign.pub"\n'
+        'registry = "registry.example.com/ml"\nrepository = "train"\nsigning_key = "cosign.pub"\n'
         '[[targets]]\nname = "train"\ntarget = "cpu"\n[jobs]\nadmission = { require = ["backend=fast"] }\n')
     bad = cli("render", "-o", str(tmp_path / "out2"), "-q", cwd=proj)
     assert bad.returncode == 2 and "admission.require[0]" in bad.stderr

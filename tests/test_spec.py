@@ -17,7 +17,8 @@ from envbuilder.core.project import find_project
 from envbuilder.core.spec import merge_pins, specs
 
 PROJECT = """\
-registry = "registry.example.com/team/train"
+registry = "registry.example.com/team"
+repository = "train"
 layouts = ["1x4", "2x2"]
 pip_index_url = "https://mirror.example.com/simple"
 
@@ -30,7 +31,7 @@ deepspeed = "0.16"
 name = "eval"
 target = "cpu"
 requirements = ["einops==0.8.2"]
-registry = "registry.example.com/team/eval"
+repository = "eval"
 
 [[targets]]
 name = "train-rt"
@@ -52,11 +53,12 @@ def test_cascade_defaults_project_target_command_line(tmp_path):
     proj = find_project(_project(tmp_path / "p"))
     train = make_spec("train", project=proj)
     # the project's keys, then the target's own table
-    assert (train.target, str(train.pins.get("deepspeed")), train.registry) == ("cu121", "0.16",
-                                                                     "registry.example.com/team/train")
+    assert (train.target, str(train.pins.get("deepspeed")), train.registry, train.repository) == (
+        "cu121", "0.16", "registry.example.com/team", "train")
     assert train.layouts == ((1, 4), (2, 2)) and train.pip_index_url == "https://mirror.example.com/simple"
     ev = make_spec("eval", project=proj)
-    assert ev.registry == "registry.example.com/team/eval" and ev.requirements == ("einops==0.8.2",)
+    assert (ev.registry, ev.repository) == ("registry.example.com/team", "eval")
+    assert ev.requirements == ("einops==0.8.2",)
     # the command line wins, pins merged per axis
     (s,) = specs("train", project=proj, given={"python": "3.10", "with_": ("horovod",),
                                                 "registry": "reg.example/other", "nproc": 8})
@@ -64,7 +66,7 @@ def test_cascade_defaults_project_target_command_line(tmp_path):
     assert (s.registry, s.nproc) == ("reg.example/other", 8)
     # a plain target inside a project gets the project's defaults, not a target's table
     plain = make_spec("cu118", project=proj)
-    assert plain.pins == Pins() and plain.registry == "registry.example.com/team/train"
+    assert plain.pins == Pins() and (plain.registry, plain.repository) == ("registry.example.com/team", "train")
 
 
 def test_merge_pins_without_drops_a_with():
@@ -119,7 +121,7 @@ def test_targets_and_ci_act_on_the_project(project):
 
 
 def test_same_warnings_on_every_path(tmp_path):
-    root = _project(tmp_path / "w", 'registry = "r.example/x"\n[[targets]]\nname = "old"\n'
+    root = _project(tmp_path / "w", 'registry = "r.example"\nrepository = "x"\n[[targets]]\nname = "old"\n'
                     'target = "cu121"\ndriver = "525.85.12"\n')
     one = cli("resolve", "old", cwd=root)
     warned = [ln for ln in one.stderr.splitlines() if ln.startswith("warning:")]
@@ -182,8 +184,9 @@ def test_bake_tags_unique_when_targets_differ_only_by_flavour(project):
 
     tags = {n: t["tags"] for n, t in blocks(parse_hcl(text), "target").items() if "tags" in t}
     assert tags["train"] != tags["train-rt"]
-    # the same versions, another base: a project target's tag carries its name (assemble.image_tag)
-    assert tags["train-rt"][0].endswith("-train-rt") and tags["train"][0].endswith("-train")
+    # the same versions, another base: a project target's tag leads with its name (core.naming)
+    assert tags["train-rt"][0].startswith("registry.example.com/team/train:train-rt-cu121-")
+    assert tags["train"][0].startswith("registry.example.com/team/train:train-cu121-")
     assert all(t.startswith("registry.example.com/team/") for ts in tags.values() for t in ts)
     assert json.loads(p.stdout)["bake"]["aliases"]
 

@@ -263,7 +263,7 @@ def team_index(wheelhouse, tmp_path_factory) -> tuple[Path, str]:
 def ext_image(docker_client, base_image, team_index, ca_bundle, tmp_path_factory):
     """The CPU target with the test extension, locked by hash from the offline index and
     built offline from its wheelhouse: (image, plan, context, lock text)."""
-    from envbuilder.api import make_spec, resolve_target
+    from envbuilder.api import make_spec, resolve_spec
     from envbuilder.lock.requirements import LOCK_NAME
     from envbuilder.lock.write import lock_stack
     from envbuilder.run import engine
@@ -273,7 +273,8 @@ def ext_image(docker_client, base_image, team_index, ca_bundle, tmp_path_factory
     wh, index = team_index
     team = tmp / "team.txt"
     team.write_text(f"{EXT_NAME}==0.1.0\n")
-    stack = resolve_target(CPU)
+    # the offline index carries torch too: it is PyTorch's index of this site as well
+    stack = resolve_spec(make_spec(CPU, torch_index_url=index))
     rep = lock_stack(stack, tmp / "lock", requirements_file=team, index_url=index, compiled=(EXT_NAME,))
     assert rep.packages[EXT_NAME] == "0.1.0" and "ninja" in rep.packages
     spec = make_spec(CPU, base_image=base_image, requirements_file=team, compiled=(EXT_NAME,))
@@ -360,7 +361,7 @@ def test_lock_rerenders_the_folder_and_check_fails_on_a_dockerfile_that_ignores_
     out = tmp_path / "build" / "cpu"
     assert cli("render", CPU, "-o", str(out), cwd=tmp_path).returncode == 0
     assert "--require-hashes" not in (out / "Dockerfile").read_text()
-    p = cli("lock", CPU, "-o", str(out), "--pip-index-url", index, "--json", cwd=tmp_path)
+    p = cli("lock", CPU, "-o", str(out), "--pip-index-url", index, "--torch-index-url", index, "--json", cwd=tmp_path)
     assert p.returncode == 0, p.stderr
     assert json.loads(p.stdout)["rendered"] is True
     docker = (out / "Dockerfile").read_text()
@@ -369,13 +370,13 @@ def test_lock_rerenders_the_folder_and_check_fails_on_a_dockerfile_that_ignores_
     import hashlib
     digest = "sha256:" + hashlib.sha256((out / "requirements.lock").read_bytes()).hexdigest()
     assert json.loads((out / "stack.json").read_text())["lock"]["digest"] == digest
-    ok = cli("lock", CPU, "-o", str(out), "--pip-index-url", index, "--check", cwd=tmp_path)
+    ok = cli("lock", CPU, "-o", str(out), "--pip-index-url", index, "--torch-index-url", index, "--check", cwd=tmp_path)
     assert ok.returncode == 0, ok.stderr
     # a folder whose Dockerfile was rendered before the lock came: --check names the fix
     stale = tmp_path / "stale"
     assert cli("render", CPU, "-o", str(stale), cwd=tmp_path).returncode == 0
     shutil.copy(out / "requirements.lock", stale / "requirements.lock")
-    bad = cli("lock", CPU, "-o", str(stale), "--pip-index-url", index, "--check", cwd=tmp_path)
+    bad = cli("lock", CPU, "-o", str(stale), "--pip-index-url", index, "--torch-index-url", index, "--check", cwd=tmp_path)
     assert bad.returncode == 1, (bad.stdout, bad.stderr)
     line = bad.stderr.strip().splitlines()[0]
     assert "does not install from requirements.lock" in line and f"envbuilder render {CPU}" in line
@@ -410,8 +411,8 @@ def test_lock_rerenders_the_folder_and_check_fails_on_a_dockerfile_that_ignores_
 def test_diff_of_two_locks_without_horovod_names_no_horovod_layer(team_index, tmp_path):
     _, index = team_index
     (tmp_path / "team.txt").write_text("einops==0.8.2\n")
-    a = cli("lock", CPU, "-o", str(tmp_path / "a"), "--pip-index-url", index, cwd=tmp_path)
-    b = cli("lock", CPU, "-o", str(tmp_path / "b"), "--pip-index-url", index,
+    a = cli("lock", CPU, "-o", str(tmp_path / "a"), "--pip-index-url", index, "--torch-index-url", index, cwd=tmp_path)
+    b = cli("lock", CPU, "-o", str(tmp_path / "b"), "--pip-index-url", index, "--torch-index-url", index,
             "--requirements", str(tmp_path / "team.txt"), cwd=tmp_path)
     assert a.returncode == 0 and b.returncode == 0, (a.stderr, b.stderr)
     p = cli("diff", "a/requirements.lock", "b/requirements.lock", "--json", cwd=tmp_path)
@@ -503,7 +504,8 @@ def test_cuda_extension_compiled_by_a_real_nvcc_verifies_in_the_cuda_image(docke
 def test_bake_says_per_target_whether_it_installs_from_a_lock(team_index, tmp_path):
     _, index = team_index
     (tmp_path / "envbuilder.toml").write_text(
-        f'pip_index_url = "{index}"\n[[targets]]\nname = "locked"\ntarget = "{CPU}"\n'
+        f'pip_index_url = "{index}"\ntorch_index_url = "{index}"\n'
+        f'[[targets]]\nname = "locked"\ntarget = "{CPU}"\n'
         '[[targets]]\nname = "open"\ntarget = "cpu"\n')
     p = cli("lock", "locked", cwd=tmp_path)
     assert p.returncode == 0, p.stderr

@@ -39,21 +39,21 @@ def test_locked_cpu_build_with_transformers_and_datasets(docker_client, base_ima
                                                           ca_bundle, uv_cache, tmp_path):
     """A team's transformers==4.46.3 + datasets>=3 are locked with the stack as one, built
     offline from the lock (each layer --no-deps from its own wheels) and import in the image."""
-    from envbuilder.api import make_spec
+    from envbuilder.api import make_spec, resolve_spec
     from envbuilder.lock.requirements import LOCK_NAME, read_lock
     from envbuilder.lock.write import lock_stack
     from envbuilder.run import engine
     from envbuilder.run.build import BuildOptions, prepare_context
 
-    stack = resolve_target(CPU)
     torch_whl = sorted(wheelhouse.glob("torch-2.13.0+cpu-*.whl"))
     assert torch_whl, f"no torch 2.13.0 CPU wheel in {wheelhouse}"
     index = _simple_index(tmp_path / "simple", torch_whl)
+    # the site's PyTorch index replaces download.pytorch.org (torch_index_url); PyPI the rest
+    stack = resolve_spec(make_spec(CPU, torch_index_url=index))
     team = tmp_path / "team.txt"
     team.write_text("transformers==4.46.3\ndatasets>=3\n")
     out = tmp_path / "lock"
-    rep = lock_stack(stack, out, requirements_file=team, index_url=index,
-                      extra_index_urls=("https://pypi.org/simple",))
+    rep = lock_stack(stack, out, requirements_file=team)
     assert rep.packages["torch"] == "2.13.0+cpu" and rep.packages["transformers"] == "4.46.3"
     assert int(rep.packages["datasets"].split(".")[0]) >= 3
     # the wheelhouse of this lock: torch from the index above, everything else from PyPI

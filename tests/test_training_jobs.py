@@ -29,7 +29,8 @@ DIGEST = "registry.example.com:5000/ml/train@sha256:" + "0123456789abcdef" * 4
 
 # issue 41's "Done when" project: every key it names, and a few more
 DONE_WHEN = """\
-registry = "registry.example.com/ml/train"
+registry = "registry.example.com/ml"
+repository = "train"
 layouts = ["2x6", "3x4"]
 
 [jobs]

@@ -8,7 +8,7 @@ so ``envbuilder explain`` does not pay for the matrix, the resolver or the engin
 
 * ``specs``: specs, the matrix, what a target resolves to, ``check``
 * ``folders``: ``render`` and ``bake`` (build folders)
-* ``locking``: ``lock``
+* ``locking``: ``lock``, ``wheelhouse``
 * ``builds``: ``build``, its options and summary
 * ``targets``: ``targets`` (and its GitHub matrix), ``ci``
 * ``smoketest``: ``smoke``
@@ -64,6 +64,7 @@ _WHERE: dict[str, str] = {
     "check_combination": "envbuilder.api.specs",
     "load": "envbuilder.api.specs",
     "make_spec": "envbuilder.api.specs",
+    "naming_warnings": "envbuilder.api.specs",
     "out_dir": "envbuilder.api.specs",
     "resolve_each": "envbuilder.api.specs",
     "resolve_spec": "envbuilder.api.specs",
@@ -80,6 +81,7 @@ _WHERE: dict[str, str] = {
     # envbuilder.api.locking
     "lock": "envbuilder.api.locking",
     "lock_target": "envbuilder.api.locking",
+    "wheelhouse": "envbuilder.api.locking",
     # envbuilder.api.builds
     "build": "envbuilder.api.builds",
     "build_options": "envbuilder.api.builds",
@@ -138,11 +140,11 @@ if TYPE_CHECKING:  # the same names, for type checkers (tests/test_api_lazy.py k
         FolderFiles, GithubMatrix, ImageSource, InitResult, InspectLines, Inspection, LearnedCase,
         LockResult, RenderReport, SmokeRun, TargetRow, TargetsTable)
     from envbuilder.api.specs import (builtin_target_names, builtin_targets, check_combination,
-        load, make_spec, out_dir, resolve_each, resolve_spec, resolve_target, spec_matrix,
+        load, make_spec, naming_warnings, out_dir, resolve_each, resolve_spec, resolve_target, spec_matrix,
         target_specs)
     from envbuilder.api.folders import (bake, bake_all, render, render_all, render_target,
         spec_files)
-    from envbuilder.api.locking import (lock, lock_target)
+    from envbuilder.api.locking import (lock, lock_target, wheelhouse)
     from envbuilder.api.builds import (build, build_options, build_summary, build_target,
         metrics_target, preflight, sign_options, write_report)
     from envbuilder.api.targets import (github_matrix, list_targets, write_ci)
@@ -165,10 +167,10 @@ __all__ = ["BakeReport", "BuildFailed", "BuildOptions", "BuildSummary", "COMMAND
            "diff_lines", "doctor", "explain", "explain_learn", "explain_report", "find_project",
            "github_matrix", "image_labels", "image_source", "init_project", "inspect_image",
            "inspect_lines", "is_sif", "list_targets", "load", "lock", "lock_target", "make_spec",
-           "metrics_target", "out_dir", "preflight", "refresh_matrix", "render", "render_all",
+           "metrics_target", "naming_warnings", "out_dir", "preflight", "refresh_matrix", "render", "render_all",
            "render_target", "request", "resolve_each", "resolve_spec", "resolve_target", "safe_text", "show_axis",
            "sign_options", "smoke", "smoke_proof", "spec_files", "spec_matrix", "target_specs",
-           "verify_image", "verify_matrix", "verify_sif", "write_ci", "write_refresh_overlay", "write_report",
+           "verify_image", "verify_matrix", "verify_sif", "wheelhouse", "write_ci", "write_refresh_overlay", "write_report",
            "write_verify_overlay"]
 
 

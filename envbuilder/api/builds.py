@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 from envbuilder.errors import InputError
 from envbuilder.core.spec import TargetSpec
 
+from envbuilder.api.parts import Published, PublishedSmoke
 from envbuilder.api.results import BuildSummary
 from envbuilder.api.specs import make_spec
 
@@ -64,6 +65,12 @@ def build_options(*, lock: str | Path | None = None, lock_legacy: str | Path | N
     if several and (metrics_file is not None or kw.get("context") is not None):
         raise InputError("--metrics-file and --context hold one build: name one TARGET (with "
                          "several, use --pushgateway: one group per target)")
+    if kw.pop("publish", False):  # --publish: the image's own REGISTRY/REPOSITORY (core.naming)
+        if kw.get("push"):
+            raise InputError("--publish pushes to the image's own REGISTRY/REPOSITORY: drop --push REPO, or --publish")
+        from envbuilder.run.build import PUSH_OWN
+
+        kw["push"] = PUSH_OWN
     sign, key, keyless = kw.pop("sign", False), kw.pop("key", None), kw.pop("keyless", False)
     opts = BuildOptions(lock=Path(lock) if lock is not None else None, runtime=fmt,
                         proxies={k: v for k, v in (proxies or {}).items() if v},
@@ -89,27 +96,20 @@ def metrics_target(metrics_file: str | Path | None, pushgateway: str | None) -> 
 
 def build_summary(reports: Sequence[BuildReport], *, single: bool,
                   fmt: str = "docker", project: Path | None = None) -> BuildSummary:
-    """What build prints and writes with --report (``to_dict()``): see _build_summary."""
-    return BuildSummary.from_dict(_build_summary(reports, single=single, fmt=fmt, project=project),
-                                  single=single)
-
-
-def _build_summary(reports: Sequence[BuildReport], *, single: bool,
-                   fmt: str = "docker", project: Path | None = None) -> dict[str, Any]:
-    """What build prints and writes with --report: one target's report, or for several each
-    report and the manifest of everything published (what a registry now serves, and why).
-    ``project``: the project file the specs came from (TargetSpec.project), if any."""
+    """What build prints and writes with --report (``to_dict()``): one target's report, or
+    for several each report and the manifest of everything published (what a registry now
+    serves, and why). ``project``: the project file the specs came from (TargetSpec.project),
+    if any."""
     if single:
         (r,) = reports
-        return r.to_dict()
-    return {"ok": all(r.ok for r in reports), "project": str(project) if project else None,
-            "builds": [r.to_dict() for r in reports],
-            "published": [{"target": r.target, "tag": r.tag,
-                           "digest": r.pushed[0]["digest"] if r.pushed else None,
-                           "tags": [p["tag"] for p in r.pushed],
-                           "smoke": None if r.smoke is None else {
-                               "ok": r.smoke["ok"], "world_size": r.smoke["world_size"]}}
-                          for r in reports if r.pushed]}
+        return BuildSummary(ok=bool(r.ok), builds=(r,), single=True)
+    published = tuple(
+        Published(target=r.target, tag=r.tag, digest=r.pushed[0]["digest"] if r.pushed else None,
+                  tags=tuple(p["tag"] for p in r.pushed),
+                  smoke=None if r.smoke is None else PublishedSmoke(r.smoke["ok"], r.smoke["world_size"]))
+        for r in reports if r.pushed)
+    return BuildSummary(ok=all(r.ok for r in reports), builds=tuple(reports), published=published,
+                        project=str(project) if project else None)
 
 
 def write_report(path: str | Path, data: Mapping[str, Any]) -> None:

@@ -9,9 +9,10 @@ from envbuilder.errors import InputError
 from envbuilder.core.matrix import Matrix, load_matrix
 from envbuilder.core.project import find_project
 
+from envbuilder.api.parts import Provenance
 from envbuilder.api.results import (DiffResult, ImageSource, InitResult, InspectLines,
                                     Inspection)
-from envbuilder.api.specs import make_spec, resolve_spec
+from envbuilder.api.specs import make_spec, out_dir, resolve_spec
 
 if TYPE_CHECKING:
     from docker import DockerClient
@@ -34,13 +35,15 @@ def image_source(image: str, *, where: str = "auto",
         try:
             from envbuilder.run.engine import connect, image_provenance
 
-            return ImageSource(*image_provenance(client or connect(timeout=30), image))
+            labels, where_read = image_provenance(client or connect(timeout=30), image)
+            return ImageSource(labels, Provenance.from_dict(where_read))
         except (InputError, OperationError):
             if where == "engine":
                 raise
     from envbuilder.run.registry import image_labels as registry_labels
 
-    return ImageSource(*registry_labels(image))
+    labels, where_read = registry_labels(image)
+    return ImageSource(labels, Provenance.from_dict(where_read))
 
 
 def inspect_image(image: str, *, where: str = "auto", matrix_dir: str | Path | None = None,
@@ -55,13 +58,13 @@ def inspect_image(image: str, *, where: str = "auto", matrix_dir: str | Path | N
         now: str | None = load_matrix(matrix_dir).digest
     except InputError:
         now = None
-    d = stack_from_labels(image, labels, src, matrix_digest_now=now)
-    if src.get("source") == "registry":  # read from the registry: what it holds beside it
+    d = stack_from_labels(image, labels, src.to_dict(), matrix_digest_now=now)
+    if src.source == "registry":  # read from the registry: what it holds beside it
         from envbuilder.errors import OperationError
         from envbuilder.run.sign import list_attestations
 
         try:
-            d["attestations"] = list_attestations(image, digest=src.get("manifest_digest"))
+            d["attestations"] = list_attestations(image, digest=src.manifest_digest)
         except (InputError, OperationError):
             d["attestations"] = []
     return Inspection.from_dict(d)
@@ -99,8 +102,15 @@ def _diff_side(arg: str, *, matrix: Matrix | None, matrix_dir: str | Path | None
         labels = image_source(arg, where=where, client=client).labels
         return Side("image", arg, facts=facts_from_labels(labels))
     # the build folder `render` would write (inside a project: with the team's requirements
-    # in their layer)
-    _, files = folder_files(spec, stack)
+    # in their layer, and installing the lock `envbuilder lock` wrote for it, whose packages
+    # are then compared)
+    lock = out_dir(spec, None, single=False) / "requirements.lock"
+    lock_text = None
+    if lock.is_file() and not lock.is_symlink():
+        from envbuilder._fs import read_text_capped
+
+        lock_text = read_text_capped(lock, "lock", follow_links=False)
+    _, files = folder_files(spec, stack, lock_text=lock_text, lock_source=str(lock))
     return files_side(arg, files)
 
 
@@ -188,7 +198,10 @@ def init_project(folder: str | Path = ".", *, driver: str | None = None,
     m = load_matrix(matrix_dir)
     choice = init.choose(m, driver=driver, gpus_per_node=gpus_per_node, nodes=nodes,
                          registry=registry, with_=with_, compute_caps=caps, torch=torch)
-    text = init.project_toml(choice, name=name, source=source)
+    from envbuilder.core.naming import project_repository
+
+    repository = project_repository(dest.absolute()) if registry is not None else None
+    text = init.project_toml(choice, name=name, source=source, repository=repository)
     import tempfile
 
     with tempfile.TemporaryDirectory(prefix="envbuilder-init-") as scratch:
@@ -206,7 +219,7 @@ def init_project(folder: str | Path = ".", *, driver: str | None = None,
     # both or neither, never through a link, never over a file (a link counts as one)
     written = [str(x) for x in create_files(folder, files, step="init", root=folder)]
     return InitResult(project=str(dest), written=written, source=source, name=name,
-                      choice=choice.to_dict())
+                      choice=choice)
 
 
 def complete(kind: str, incomplete: str) -> list[str]:

@@ -27,13 +27,14 @@ if TYPE_CHECKING:
 
 def doctor(*, spec: TargetSpec | None = None, image: str | None = None, nproc: int | None = None,
            matrix_dir: str | Path | None = None, key: str | None = None,
-           record: str | Path | None = None) -> list[Check]:
+           record: str | Path | None = None, from_: str | Path | None = None) -> list[Check]:
     """Check this host, and judge it against a target's stack or an image's labels.
 
     ``record``: also write what the checks read into this new folder (the layout
     ``envbuilder.diagnose.probe.RecordedProbe`` replays: a host to attach to a bug report, or
     to test the checks with), in one transaction; it holds no environment variable but those
-    the checks read."""
+    the checks read. ``from_``: check the host such a folder recorded instead of this one,
+    with the same checks (``--from DIR``)."""
     from envbuilder import labels
     from envbuilder.core.validate import image_ref
     from envbuilder.diagnose.doctor import run_doctor
@@ -41,6 +42,7 @@ def doctor(*, spec: TargetSpec | None = None, image: str | None = None, nproc: i
 
     if spec is not None and image:
         raise InputError("doctor takes --target or --image, not both")
+    recorded = recorded_host(from_, record) if from_ is not None else None
     facts = None
     if spec is not None:
         facts = labels.StackFacts.from_stack(resolve_spec(spec, matrix_dir=matrix_dir))
@@ -51,7 +53,7 @@ def doctor(*, spec: TargetSpec | None = None, image: str | None = None, nproc: i
         named = parse_reference(image).registry != "registry-1.docker.io"
         # a registry's image is read from the engine, else from the registry (no layer pulled)
         facts = labels.read(image_source(image).labels if named else image_labels(image))
-    probe = RecordingProbe() if record is not None else None
+    probe = recorded or (RecordingProbe() if record is not None else None)
     checks = run_doctor(probe=probe, stack=facts, nproc=nproc)
     if probe is not None and record is not None:
         from envbuilder._fs import write_tree
@@ -59,13 +61,44 @@ def doctor(*, spec: TargetSpec | None = None, image: str | None = None, nproc: i
         write_tree(record, probe.recording(), group="doctor-record", step="doctor --record",
                    option="--record")
     if image:
-        checks.append(smoke_proof(image, key=key, nproc=nproc))
+        checks.append(smoke_proof(image, key=key, nproc=nproc, probe=recorded))
     return checks
 
 
-def smoke_proof(image: str, *, key: str | None = None, nproc: int | None = None) -> Check:
+def recorded_host(folder: str | Path, record: str | Path | None = None) -> Any:
+    """``doctor --from DIR``: the host ``DIR`` recorded (a ``doctor --record`` folder, replayed
+    by diagnose.probe.RecordedProbe); bad input (exit 2) when DIR is no such folder."""
+    import os
+
+    from envbuilder.diagnose.probe import RecordedProbe
+
+    if record is not None:
+        raise InputError("doctor --from DIR checks a recorded host and --record writes this "
+                         "one: give one of them")
+    path = Path(folder)
+    if not path.is_dir() or os.path.islink(path):
+        raise InputError(f"--from {folder}: not a folder; give the folder `envbuilder doctor "
+                         f"--record DIR` wrote on the host to check")
+    base = path / "BASE"  # doctor --record writes none; a hand-made one names a sibling folder
+    if os.path.lexists(base):
+        from envbuilder.core.readfile import read_text_capped
+
+        name = read_text_capped(base, "--from's BASE file", limit=4096, follow_links=False).strip()
+        if not name or "/" in name or name in (".", ".."):
+            raise InputError(f"--from {folder}: its BASE file must name a sibling folder "
+                             f"(got {name[:80]!r}); remove it, or give the folder doctor --record wrote")
+    probe = RecordedProbe(path)
+    if probe._find("env.json") is None:  # every recording holds the variables the checks read
+        raise InputError(f"--from {folder}: no env.json in it, so not a folder `envbuilder "
+                         f"doctor --record DIR` wrote; give such a folder")
+    return probe
+
+
+def smoke_proof(image: str, *, key: str | None = None, nproc: int | None = None,
+                probe: Any = None) -> Check:
     """doctor --image: the host the image's smoke attestation was proven on (its registry,
-    verified with ``key``) against this host (run.sign.proof_check)."""
+    verified with ``key``) against this host, or the recorded one ``probe`` replays
+    (run.sign.proof_check)."""
     from envbuilder.diagnose.doctor import Check, inventory
     from envbuilder.errors import OperationError
     from envbuilder.run.registry import parse_reference
@@ -78,7 +111,7 @@ def smoke_proof(image: str, *, key: str | None = None, nproc: int | None = None)
         pred = smoke_attestation(image, key)
     except (InputError, OperationError) as e:
         return Check("smoke-proof", "skip", None, f"no smoke attestation read: {e}", "")
-    return proof_check(pred, inventory(), verified=key is not None, nproc=nproc)
+    return proof_check(pred, inventory(probe), verified=key is not None, nproc=nproc)
 
 
 def is_sif(image: str) -> bool:

@@ -12,6 +12,7 @@ from envbuilder.core.resolve import Stack
 from envbuilder.core.spec import Outcome, TargetSpec
 from envbuilder.core.target import Pins
 
+from envbuilder.api.parts import BakeSummary, JobsImage
 from envbuilder.api.results import BakeReport, FolderFiles, RenderReport
 from envbuilder.api.specs import builtin_target_names, make_spec, out_dir, resolve_spec
 
@@ -118,7 +119,11 @@ def _admission_files(spec: TargetSpec) -> dict[str, str]:
                          f"names the images it admits: set registry too")
     key = (read_text_capped(proj.signing_key, "project file key signing_key", limit=64 << 10)
            if proj.signing_key is not None else None)
-    return render_policies(name=spec.name, repository=spec.registry, public_key=key,
+    from envbuilder.core.naming import image_names
+
+    # the repository build --push/--publish sends the image to (core.naming; the tag is not used)
+    repository = image_names(spec, "tag").repository
+    return render_policies(name=spec.name, repository=repository, public_key=key,
                            issuer=adm.issuer if adm else None, subject=adm.subject if adm else None,
                            require=adm.require if adm else ())
 
@@ -130,7 +135,7 @@ def _lock_text(spec: TargetSpec, stack: Stack) -> str:
         stack, requirements_file=spec.requirements_file, index_url=spec.pip_index_url,
         extra_index_urls=spec.extra_index_urls, exclude_newer=spec.exclude_newer,
         team=team_requirements(stack, lines=spec.requirements, source=spec.requirements_source),
-        compiled=spec.compiled)
+        compiled=spec.compiled, index_strategy=spec.index_strategy)
 
 
 def _report(spec: TargetSpec, out: Path, stack: Stack, files: Mapping[str, Any],
@@ -139,9 +144,9 @@ def _report(spec: TargetSpec, out: Path, stack: Stack, files: Mapping[str, Any],
 
     index = json.loads(files["jobs/layouts.json"]) if "jobs/layouts.json" in files else {}
     # the image the job files pull, and whether by digest (render says so when only a tag)
-    jobs = {"image": index.get("image"), "pinned": bool(index.get("pinned"))}
+    jobs = JobsImage(image=index.get("image"), pinned=bool(index.get("pinned")))
     return RenderReport(target=spec.name, resolved_target=spec.target, out=str(out),
-                        files=sorted(files), stack=stack.to_dict(), locked=locked, jobs=jobs)
+                        files=sorted(files), stack=stack, locked=locked, jobs=jobs)
 
 
 def render(specs: Sequence[TargetSpec], out: str | Path | None = None, *, single: bool = False,
@@ -233,7 +238,7 @@ def bake(specs: Sequence[TargetSpec], out: str | Path | None = None, *,
     from envbuilder.run.build import BuildOptions, context_extra
 
     from envbuilder._fs import Outputs
-    from envbuilder.render.bake import bake_hcl, summary
+    from envbuilder.render.bake import bake_hcl, moving_aliases
 
     import dataclasses
 
@@ -275,9 +280,14 @@ def bake(specs: Sequence[TargetSpec], out: str | Path | None = None, *,
         locks[o.spec.name] = ((str(own), None if own.is_file() else str(default)) if o.value[3]
                               else (None, None))
     path = root / "docker-bake.hcl"
+    from envbuilder.assemble import image_names
+
+    # each image's repository as build names it (core.naming): pushed ones under their registry
+    names = {o.spec.name: image_names(o.spec, o.value[1]) for o in made if o.value is not None}
     text = bake_hcl([(o.spec.name, o.value[0], o.value[2]) for o in made if o.value is not None],
-                    path, registry=registry, docker_driver=docker_driver,
-                    registries=None if registry is not None else {s.name: s.registry for s in specs})
+                    path, docker_driver=docker_driver,
+                    registries={k: n.repository if n.registry else None for k, n in names.items()},
+                    local={k: n.repository for k, n in names.items() if not n.registry})
     with Outputs("bake", root=root.parent) as tx:
         for o in made:
             assert o.value is not None
@@ -300,7 +310,7 @@ def bake(specs: Sequence[TargetSpec], out: str | Path | None = None, *,
         reports.append(dataclasses.replace(
             _report(o.spec, *o.value), lock=lock, lock_from=lock_from,
             lock_default=str(out_dir(o.spec, None, single=False))))
-    return BakeReport(bake_file=str(path), targets=reports, bake=summary(text))
+    return BakeReport(bake_file=str(path), targets=reports, bake=BakeSummary(moving_aliases(text)))
 
 
 def bake_all(out: str | Path, *, matrix_dir: str | Path | None = None,

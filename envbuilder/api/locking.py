@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from envbuilder.core import spec as spec_mod
 from envbuilder.errors import InputError
@@ -13,6 +13,9 @@ from envbuilder.core.target import Pins
 from envbuilder.api.results import LockResult
 from envbuilder.api.specs import make_spec, out_dir, resolve_spec
 from envbuilder.api.folders import spec_files
+
+if TYPE_CHECKING:
+    from envbuilder.run.wheelfetch import WheelhouseReport
 
 
 def lock(specs: Sequence[TargetSpec], out: str | Path | None = None, *, single: bool = False,
@@ -37,14 +40,13 @@ def lock(specs: Sequence[TargetSpec], out: str | Path | None = None, *, single: 
         team = lockreq.team_requirements(stack, lines=s.requirements, source=s.requirements_source)
         res = write_locks(stack, dest, requirements_file=s.requirements_file, team=team,
                           index_url=s.pip_index_url, extra_index_urls=s.extra_index_urls,
+                          index_strategy=s.index_strategy,
                           check=check, upgrade=upgrade, exclude_newer=s.exclude_newer,
                           conda=conda, conda_channels=tuple(conda_channels), sbom=sbom,
                           command=s.invocation("lock"), compiled=s.compiled)
         rendered = _follow_lock(s, dest, check=check, matrix_dir=matrix_dir)
-        return LockResult(name=s.name, target=s.name, tag=stack.tag,
-                          lock=res.lock.to_dict(), warnings=list(stack.to_dict()["warnings"]),
-                          rendered=rendered, conda=None if res.conda is None else res.conda.to_dict(),
-                          sbom=res.sbom)
+        return LockResult(name=s.name, target=s.name, tag=stack.tag, lock=res.lock,
+                          warnings=stack.warnings, rendered=rendered, conda=res.conda, sbom=res.sbom)
 
     return spec_mod.run_each(specs, "lock", one)
 
@@ -78,3 +80,20 @@ def lock_target(target: str, out: str | Path, *, matrix_dir: str | Path | None =
         raise o.error
     assert o.value is not None
     return o.value
+
+
+def wheelhouse(lock: str | Path, out: str | Path, *, check: bool = False,
+               on_event: Any = None) -> WheelhouseReport:
+    """``envbuilder wheelhouse LOCK -o DIR``: the lock's files for its Python and platform,
+    downloaded into ``out`` and verified against its hashes, keeping those already there
+    (run.wheelfetch.fill); with ``check``, offline: exit 2 naming the locked files ``out``
+    lacks and the command that fetches them. A run.wheelfetch.WheelhouseReport."""
+    import shlex
+
+    from envbuilder.run import wheelfetch
+
+    lock, out = Path(lock), Path(out)
+    if check:
+        fetch = f"envbuilder wheelhouse {shlex.quote(str(lock))} -o {shlex.quote(str(out))}"
+        return wheelfetch.check(lock, out, fetch)
+    return wheelfetch.fill(lock, out, on_event=on_event)

@@ -1,21 +1,42 @@
 """The front door's typed results: one frozen dataclass per answer, whose ``to_dict()`` is the
 ``--json`` document (the same keys, in the same order, as before the types came in).
 
-Fields whose shape another layer owns (a stack's ``to_dict()``, a lock report's, a package
-diff) stay that layer's plain data; the results themselves are typed.
+Typed all the way down: a nested value is the type its layer already has (a rule's
+``Violation``, the ``Stack``, the ``LockReport``, a ``BuildReport``, explain's ``Cause``,
+init's ``Choice``, the ``PackageDiff``) or one of the small parts in api.parts; a map whose keys
+are the matrix's axes (components come and go with the matrix) is a ``dict`` of text.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Protocol
+
+from envbuilder.api.parts import (Attestation, BakeSummary, DiffFact, DiffSide, DriverRun,
+                                  ImageProvenance, JobsImage, MatrixEntry, Provenance, Published,
+                                  Rebuild, Value)
 
 if TYPE_CHECKING:
+    from envbuilder.core.init import Choice
     from envbuilder.core.resolve import Stack
+    from envbuilder.core.rules import Violation
+    from envbuilder.diagnose.explain import Cause
+    from envbuilder.lock.conda import CondaReport
+    from envbuilder.lock.pkgdiff import PackageDiff
+    from envbuilder.lock.requirements import LockReport
+    from envbuilder.run.build import BuildReport
     from envbuilder.run.metrics import MetricsReport
     from envbuilder.run.smoke import SmokeResult
 
 JSON = dict[str, Any]
+
+
+class _ToDict(Protocol):
+    def to_dict(self) -> dict[str, Any]: ...
+
+
+def _dicts(items: Iterable[_ToDict]) -> list[JSON]:
+    return [i.to_dict() for i in items]
 
 
 @dataclass(frozen=True)
@@ -26,26 +47,21 @@ class CheckResult:
     how it runs."""
 
     given: dict[str, str]
-    satisfied_by: dict[str, Any]
-    warnings: list[JSON]
+    satisfied_by: dict[str, Value]  # by axis: the value that satisfies it (cuda: "cpu" for none)
+    warnings: tuple[Violation, ...]
     runs: str | None = None
-    driver: list[JSON] | None = None
+    driver: tuple[DriverRun, ...] | None = None
     ok: bool = True
     # the facts (rule, message, source) that decided an acceptance at an edge
-    evidence: list[JSON] = field(default_factory=list)
-
-    @classmethod
-    def from_dict(cls, d: JSON) -> CheckResult:
-        return cls(given=d["given"], satisfied_by=d["satisfied_by"], warnings=d["warnings"],
-                   runs=d.get("runs"), driver=d.get("driver"), ok=d["ok"],
-                   evidence=d.get("evidence", []))
+    evidence: tuple[Violation, ...] = ()
 
     def to_dict(self) -> JSON:
         out: JSON = {"runs": self.runs} if self.runs is not None else {}
-        out |= {"ok": self.ok, "given": self.given, "satisfied_by": self.satisfied_by}
+        out |= {"ok": self.ok, "given": dict(self.given), "satisfied_by": dict(self.satisfied_by)}
         if self.driver is not None:
-            out["driver"] = self.driver
-        return out | {"warnings": self.warnings} | ({"evidence": self.evidence} if self.evidence else {})
+            out["driver"] = _dicts(self.driver)
+        return out | {"warnings": _dicts(self.warnings)} | (
+            {"evidence": _dicts(self.evidence)} if self.evidence else {})
 
 
 @dataclass(frozen=True)
@@ -54,7 +70,7 @@ class FolderFiles:
     and whether it installs from a lock."""
 
     stack: Stack
-    files: dict[str, Any]
+    files: dict[str, str | bytes]
     locked: bool
 
 
@@ -66,9 +82,9 @@ class RenderReport:
     resolved_target: str
     out: str
     files: list[str]
-    stack: JSON
+    stack: Stack
     locked: bool
-    jobs: JSON  # {"image": the image the job files pull, "pinned": by digest}
+    jobs: JobsImage  # the image the job files pull, and whether by digest
     # bake only: the lock the folder installs, where it was copied from (None: its own), and
     # where `envbuilder lock NAME` writes (bake looks there second)
     lock: str | None = None
@@ -77,8 +93,8 @@ class RenderReport:
 
     def to_dict(self) -> JSON:
         d = {"target": self.target, "resolved_target": self.resolved_target,
-             "out": self.out, "files": list(self.files), "stack": self.stack,
-             "locked": self.locked, "jobs": self.jobs}
+             "out": self.out, "files": list(self.files), "stack": self.stack.to_dict(),
+             "locked": self.locked, "jobs": self.jobs.to_dict()}
         if self.lock_default is not None:
             d.update(lock=self.lock, lock_from=self.lock_from, lock_default=self.lock_default)
         return d
@@ -90,34 +106,35 @@ class BakeReport:
 
     bake_file: str
     targets: list[RenderReport]
-    bake: JSON
+    bake: BakeSummary
 
     def to_dict(self) -> JSON:
         return {"bake_file": self.bake_file, "targets": [t.to_dict() for t in self.targets],
-                "bake": self.bake}
+                "bake": self.bake.to_dict()}
 
 
 @dataclass(frozen=True)
 class LockResult:
-    """One target's ``envbuilder lock``: its lock report (lock.requirements.LockReport's
-    dict), whether a rendered folder was re-rendered from it, and the conda files and SBOM
-    when asked for."""
+    """One target's ``envbuilder lock``: its lock report, the stack's warnings, whether a
+    rendered folder was re-rendered from it, and the conda files and SBOM when asked for."""
 
     name: str
     target: str
     tag: str
-    lock: JSON
-    warnings: list[JSON]
+    lock: LockReport
+    warnings: tuple[Violation, ...]
     rendered: bool = False
-    conda: JSON | None = None
+    conda: CondaReport | None = None
     sbom: str | None = None
 
     def to_dict(self) -> JSON:
         out: JSON = {"name": self.name, "target": self.target, "tag": self.tag,
-                     "lock": self.lock, "warnings": self.warnings, "rendered": self.rendered}
-        for extra in ("conda", "sbom"):
-            if getattr(self, extra) is not None:
-                out[extra] = getattr(self, extra)
+                     "lock": self.lock.to_dict(), "warnings": _dicts(self.warnings),
+                     "rendered": self.rendered}
+        if self.conda is not None:
+            out["conda"] = self.conda.to_dict()
+        if self.sbom is not None:
+            out["sbom"] = self.sbom
         return out
 
 
@@ -130,15 +147,18 @@ class TargetRow:
     description: str
     ok: bool
     tag: str | None = None
-    warnings: list[JSON] = field(default_factory=list)
-    stack: JSON | None = None
+    warnings: tuple[Violation, ...] = ()
+    # the stack's axes (cuda, cuda_toolkit, torch, python, nccl, each component, os,
+    # base_image): the value each resolved to, None where none
+    stack: dict[str, Value] | None = None
     error: str | None = None
 
     def to_dict(self) -> JSON:
         out: JSON = {"name": self.name, "target": self.target,
                      "description": self.description, "ok": self.ok}
         if self.ok:
-            return out | {"tag": self.tag, "warnings": self.warnings, "stack": self.stack}
+            return out | {"tag": self.tag, "warnings": _dicts(self.warnings),
+                          "stack": None if self.stack is None else dict(self.stack)}
         return out | {"error": self.error}
 
 
@@ -159,10 +179,23 @@ class TargetsTable:
 class GithubMatrix:
     """``envbuilder targets --github-matrix``: the ``include`` list GitHub Actions reads."""
 
-    include: list[JSON]
+    include: tuple[MatrixEntry, ...]
 
     def to_dict(self) -> JSON:
-        return {"include": self.include}
+        return {"include": _dicts(self.include)}
+
+
+@dataclass(frozen=True)
+class CiWorkflow:
+    """``envbuilder ci``: the workflow written, what it installs as envbuilder, and what the
+    user must change before it runs (``warnings``: printed on stderr)."""
+
+    workflow: str
+    install: str
+    warnings: tuple[str, ...] = ()
+
+    def to_dict(self) -> JSON:
+        return {"workflow": self.workflow, "install": self.install, "warnings": list(self.warnings)}
 
 
 @dataclass(frozen=True)
@@ -171,23 +204,16 @@ class BuildSummary:
     (``single``), or every report and the manifest of what was published."""
 
     ok: bool
-    builds: list[JSON]
-    published: list[JSON] = field(default_factory=list)
+    builds: tuple[BuildReport, ...]
+    published: tuple[Published, ...] = ()
     project: str | None = None
     single: bool = False
 
-    @classmethod
-    def from_dict(cls, d: JSON, *, single: bool) -> BuildSummary:
-        if single:
-            return cls(ok=bool(d.get("ok")), builds=[d], single=True)
-        return cls(ok=d["ok"], builds=d["builds"], published=d["published"],
-                   project=d["project"])
-
     def to_dict(self) -> JSON:
         if self.single:
-            return self.builds[0]
-        return {"ok": self.ok, "project": self.project, "builds": self.builds,
-                "published": self.published}
+            return self.builds[0].to_dict()
+        return {"ok": self.ok, "project": self.project, "builds": _dicts(self.builds),
+                "published": _dicts(self.published)}
 
 
 @dataclass(frozen=True)
@@ -197,13 +223,13 @@ class SmokeRun:
 
     result: SmokeResult
     runs: list[SmokeResult]
-    causes: list[JSON]
+    causes: tuple[Cause, ...]
     exported: MetricsReport | None
 
     def to_dict(self, *, progressive: bool = False) -> JSON:
         data = self.result.to_dict()
         data.pop("log", None)
-        data["causes"] = self.causes
+        data["causes"] = _dicts(self.causes)
         data["metrics"] = self.exported.to_dict() if self.exported else None
         if progressive:
             data["progressive"] = [{"world_size": r.world_size, "ok": r.ok, "failed": r.failed}
@@ -232,7 +258,7 @@ class ImageSource:
     """An image's labels and where they were read (the engine or its registry)."""
 
     labels: dict[str, str]
-    provenance: JSON
+    provenance: Provenance
 
 
 @dataclass(frozen=True)
@@ -242,25 +268,27 @@ class Inspection:
     image: str
     target: str | None
     tag: str | None
-    driver_minor_compat: Any
-    stack: JSON
-    provenance: JSON
+    driver_minor_compat: Value  # the driver floor by minor-version compatibility (its label)
+    stack: dict[str, Value]  # by row (knowledge.inspect.ROWS): the label's value
+    provenance: ImageProvenance
     labels: dict[str, str]
-    attestations: list[JSON] | None = None  # read from a registry: what it holds beside it
+    attestations: tuple[Attestation, ...] | None = None  # read from a registry: what it holds beside it
 
     @classmethod
-    def from_dict(cls, d: JSON) -> Inspection:
+    def from_dict(cls, d: Mapping[str, Any]) -> Inspection:
+        """From knowledge.inspect.stack_from_labels' plain data (and the attestations)."""
+        att = d.get("attestations")
         return cls(image=d["image"], target=d["target"], tag=d["tag"],
-                   driver_minor_compat=d["driver_minor_compat"], stack=d["stack"],
-                   provenance=d["provenance"], labels=d["labels"],
-                   attestations=d.get("attestations"))
+                   driver_minor_compat=d["driver_minor_compat"], stack=dict(d["stack"]),
+                   provenance=ImageProvenance.from_dict(d["provenance"]), labels=dict(d["labels"]),
+                   attestations=None if att is None else tuple(Attestation.from_dict(a) for a in att))
 
     def to_dict(self) -> JSON:
         out: JSON = {"image": self.image, "target": self.target, "tag": self.tag,
-                     "driver_minor_compat": self.driver_minor_compat, "stack": self.stack,
-                     "provenance": self.provenance, "labels": self.labels}
+                     "driver_minor_compat": self.driver_minor_compat, "stack": dict(self.stack),
+                     "provenance": self.provenance.to_dict(), "labels": dict(self.labels)}
         if self.attestations is not None:
-            out["attestations"] = self.attestations
+            out["attestations"] = _dicts(self.attestations)
         return out
 
 
@@ -277,35 +305,46 @@ class DiffResult:
     """``envbuilder diff A B`` (knowledge.diff.diff): the facts that differ, the package diff
     (both sides with packages), the stages that rebuild and how that was found."""
 
-    a: JSON
-    b: JSON
-    facts: list[JSON]
-    packages: JSON | None
-    rebuild: list[JSON]
+    a: DiffSide
+    b: DiffSide
+    facts: tuple[DiffFact, ...]
+    packages: PackageDiff | None
+    rebuild: tuple[Rebuild, ...]
     rebuild_from: str
     same: bool
 
     @classmethod
-    def from_dict(cls, d: JSON) -> DiffResult:
-        return cls(a=d["a"], b=d["b"], facts=d["facts"], packages=d["packages"],
-                   rebuild=d["rebuild"], rebuild_from=d["rebuild_from"], same=d["same"])
+    def from_dict(cls, d: Mapping[str, Any]) -> DiffResult:
+        """From knowledge.diff.diff's plain data."""
+        from envbuilder.lock.pkgdiff import PackageDiff
+
+        p = d["packages"]
+        pkgs = None if p is None else PackageDiff(
+            added=dict(p["added"]), removed=dict(p["removed"]), unchanged=p["unchanged"],
+            changed={k: (v["from"], v["to"]) for k, v in p["changed"].items()})
+        return cls(a=DiffSide(**d["a"]), b=DiffSide(**d["b"]),
+                   facts=tuple(DiffFact(**f) for f in d["facts"]), packages=pkgs,
+                   rebuild=tuple(Rebuild.from_dict(r) for r in d["rebuild"]),
+                   rebuild_from=d["rebuild_from"], same=d["same"])
 
     def to_dict(self) -> JSON:
-        return {"a": self.a, "b": self.b, "facts": self.facts, "packages": self.packages,
-                "rebuild": self.rebuild, "rebuild_from": self.rebuild_from, "same": self.same}
+        return {"a": self.a.to_dict(), "b": self.b.to_dict(), "facts": _dicts(self.facts),
+                "packages": None if self.packages is None else self.packages.to_dict(),
+                "rebuild": _dicts(self.rebuild), "rebuild_from": self.rebuild_from,
+                "same": self.same}
 
 
 @dataclass(frozen=True)
 class InitResult:
     """``envbuilder init``: the project file written (and the requirements stub), what the
-    facts were read from, and the choice made (core.init.Choice's dict)."""
+    facts were read from, and the choice made (core.init.Choice)."""
 
     project: str
     written: list[str]
     source: str
     name: str
-    choice: JSON
+    choice: Choice
 
     def to_dict(self) -> JSON:
         return {"project": self.project, "written": self.written, "source": self.source,
-                "name": self.name, **self.choice}
+                "name": self.name, **self.choice.to_dict()}

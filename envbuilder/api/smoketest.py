@@ -186,7 +186,7 @@ def smoke(image: str | None, *, host: bool = False, nproc: int | None = None,
     (``matrix_dir``'s when it has one); ``max_size`` the largest all-reduce of the sweep."""
     from envbuilder.run import metrics as mx
     from envbuilder.run import smoke as sm
-    from envbuilder.run.build import explain_log
+    from envbuilder.run.build import explain_causes
 
     if backend not in ("auto", "nccl", "gloo"):
         raise InputError(f"--backend {backend!r} is not one of auto, nccl, gloo")
@@ -211,7 +211,7 @@ def smoke(image: str | None, *, host: bool = False, nproc: int | None = None,
 
         client = connect()
     exported = mx.export_run(result, metrics_to, image=image, client=client, overrides=overrides)
-    causes = [] if result.ok else explain_log(result.log, details=result.details)
+    causes = () if result.ok else tuple(explain_causes(result.log, details=result.details))
     return SmokeRun(result=result, runs=runs, causes=causes, exported=exported)
 
 

@@ -13,6 +13,7 @@ from envbuilder.core import resolve
 from envbuilder.core import spec as spec_mod
 from envbuilder.core.resolve import Stack
 from envbuilder.core.spec import TargetSpec
+from envbuilder.api.parts import DriverRun
 from envbuilder.api.results import CheckResult
 from envbuilder.core.target import Pins, Request, merge, with_cuda
 
@@ -24,6 +25,14 @@ def make_spec(target: str, *, project: Project | None = None, pins: Pins | None 
     nproc, a pin such as torch ...)."""
     given = {**({} if pins is None else pins.layer()), **fields}
     return spec_mod.make_spec(target, project=project, given=given)
+
+
+def naming_warnings(specs: Sequence[TargetSpec]) -> list[str]:
+    """The warnings about the specs' image names, each once: a project file whose ``registry``
+    keeps its old meaning, a whole repository (core.naming.legacy_warning, with the fix)."""
+    from envbuilder.core.naming import legacy_warning
+
+    return list(dict.fromkeys(w for w in map(legacy_warning, specs) if w))
 
 
 def target_specs(target: str | None, *, all_: bool = False, only: Sequence[str] = (),
@@ -54,11 +63,9 @@ def resolve_spec(spec: TargetSpec, *, matrix_dir: str | Path | None = None,
                  matrix: Matrix | None = None) -> Stack:
     m = matrix or spec_matrix(spec, matrix_dir)
     stack = spec.resolve(m)
-    if spec.requirements or spec.requirements_file is not None:
-        from envbuilder.assemble import with_team_compiled  # the team's compiled packages
+    from envbuilder.assemble import as_built  # its images and the team's compiled packages
 
-        stack = with_team_compiled(spec, stack)
-    return stack
+    return as_built(spec, stack)
 
 
 def resolve_each(specs: Sequence[TargetSpec], *,
@@ -135,9 +142,11 @@ def check_combination(*, matrix_dir: str | Path | None = None, cuda: str | None 
         from dataclasses import replace as _replace
 
         resolve.check(_replace(req, driver=None), m, given)  # the other pins, as without a driver
-        d = resolve.driver_check(req, m)
-        return CheckResult(given=d["given"], satisfied_by=d["satisfied_by"], warnings=d["warnings"],
-                           driver=d["driver"])
+        fits = resolve.driver_check(req, m)
+        best = next(f for f in fits if f.mode != "forward-compat")  # driver_check: one runs
+        return CheckResult(given={"torch": str(req.torch), "driver": str(req.driver)},
+                           satisfied_by={"torch": best.torch, "cuda": best.variant}, warnings=(),
+                           driver=tuple(DriverRun(f, resolve.MODES[f.mode]) for f in fits))
     assignment, warnings = resolve.check(req, m, given)
     runs = None
     if driver is not None and assignment.get("cuda") is not None:  # native | minor-compat | forward-compat
@@ -147,5 +156,5 @@ def check_combination(*, matrix_dir: str | Path | None = None, cuda: str | None 
         given={k: v for k, v in req.pins().items()} | ({"driver": driver} if driver else {}),
         satisfied_by={k: "cpu" if k == "cuda" and v is None else resolve._show(v)
                       for k, v in assignment.items() if k in given},
-        warnings=[w.to_dict() for w in warnings if w.severity != "info"], runs=runs,
-        evidence=[w.to_dict() for w in warnings if w.severity == "info"])
+        warnings=tuple(w for w in warnings if w.severity != "info"), runs=runs,
+        evidence=tuple(w for w in warnings if w.severity == "info"))

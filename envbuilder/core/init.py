@@ -140,8 +140,10 @@ def choose(matrix: Matrix, *, driver: str, gpus_per_node: int, nodes: int,
                   refused=refused, minor_compat=by_compat, warnings=[eol] if eol else [])
 
 
-def project_data(c: Choice, *, name: str = "train") -> dict[str, Any]:
-    """The values of envbuilder.toml for ``c``, each validated (InputError for a bad one)."""
+def project_data(c: Choice, *, name: str = "train", repository: str | None = None) -> dict[str, Any]:
+    """The values of envbuilder.toml for ``c``, each validated (InputError for a bad one).
+    With a registry, ``repository`` (the project folder's name, core.naming) is written beside
+    it: the registry is a registry and namespace, the images REGISTRY/REPOSITORY:<tag>."""
     validate.path_segment(name, "--name")
     target: dict[str, Any] = {"name": name, "target": c.target, "driver": c.pins.driver}
     if c.pins.torch:
@@ -151,6 +153,8 @@ def project_data(c: Choice, *, name: str = "train") -> dict[str, Any]:
     data: dict[str, Any] = {"requirements": REQUIREMENTS_FILE}
     if c.registry:
         data["registry"] = c.registry  # checked by choose
+        if repository is not None:
+            data["repository"] = validate.repository(repository, "repository")
     data["layouts"] = [c.layout]
     data["targets"] = [target]
     return data
@@ -168,13 +172,14 @@ def _comment(text: str) -> str:
 # comments written before the key they explain
 _KEY_NOTES = {
     "requirements": "the team's own packages: a layer of their own",
-    "registry": "images are pushed and tagged under it",
+    "registry": "the registry and namespace images are pushed and tagged under",
+    "repository": "the images: REGISTRY/REPOSITORY:<target>-<stack tag> (core.naming)",
     "layouts": "nodes x GPUs per node of the job files and the smoke job",
     "driver": "the hosts' driver: every resolve checks it",
 }
 
 
-def project_toml(c: Choice, *, name: str = "train", source: str) -> str:
+def project_toml(c: Choice, *, name: str = "train", source: str, repository: str | None = None) -> str:
     """The text of envbuilder.toml for ``c``: the values written by a TOML writer (tomli-w)
     from ``project_data``, comments only of printable single lines; read back, the text holds
     exactly those values. ``source`` says where the facts came from."""
@@ -185,7 +190,7 @@ def project_toml(c: Choice, *, name: str = "train", source: str) -> str:
     except ImportError:  # pragma: no cover - Python 3.10
         import tomli as tomllib  # type: ignore[no-redef]
 
-    data = project_data(c, name=name)
+    data = project_data(c, name=name, repository=repository)
     d = c.stack.to_dict()
     top = {k: v for k, v in data.items() if k != "targets"}
     body = tomli_w.dumps(top).splitlines()

@@ -101,6 +101,34 @@ def _urls(v: Sequence[str], what: str) -> tuple[str, ...]:
     return tuple(_url(u, what) for u in v)
 
 
+def _torch_index(v: str, what: str) -> str:
+    """A URL template with ``{variant}`` (or a plain URL), safe once the variant is in it, and
+    without credentials: those come from the environment or ~/.netrc, never from a file."""
+    from envbuilder.core import validate
+
+    if not isinstance(v, str):
+        raise InputError(f"{what} {v!r} is not a URL: use e.g. https://mirror.example/whl/{{variant}}")
+    probe = v.replace("{variant}", "cpu")
+    if "{" in probe or "}" in probe:
+        raise InputError(f"{what} {v!r} has a placeholder other than {{variant}}: use e.g. "
+                         f"https://mirror.example/whl/{{variant}}")
+    validate.url(probe, what)
+    if validate.has_credentials(probe):
+        raise InputError(f"{what} carries credentials (user:password@ or a ?query): remove them and put them in "
+                         f"~/.netrc (machine HOST login USER password TOKEN), which uv and pip read; "
+                         f"envbuilder never writes them into a file")
+    return v
+
+
+INDEX_STRATEGIES = ("first-index", "unsafe-first-match", "unsafe-best-match")
+
+
+def _index_strategy(v: str, what: str) -> str:
+    if v not in INDEX_STRATEGIES:
+        raise InputError(f"{what} {v!r} is not an index strategy: use one of {', '.join(INDEX_STRATEGIES)}")
+    return v
+
+
 def _repository(v: str, what: str) -> str:
     from envbuilder.core import validate
 
@@ -288,6 +316,21 @@ OPTIONS: tuple[Option, ...] = (
            "Another package index to install and lock from; repeatable (default: the project's).", "index",
            {"description": "More package indexes to install and lock from.", "type": "array", "maxItems": 16,
             "items": _URL}, param="extra_index_url", check=_urls),
+    Option("torch_index_url", "build", "--torch-index-url", "torch_index_url", "str",
+           "PyTorch's wheel index for a variant, a template with {variant} (e.g. "
+           "https://mirror.example/whl/{variant}): replaces download.pytorch.org in the lock and the "
+           "image (default: the project's, else PyTorch's own).", "index",
+           {"description": "PyTorch's wheel index, a template with {variant} (cpu, cu121 ...), e.g. "
+                           "https://mirror.example/whl/{variant}: replaces download.pytorch.org in the lock "
+                           "and the rendered files. Credentials come from the environment or ~/.netrc, "
+                           "never from this file.", **_URL}, metavar="URL", check=_torch_index),
+    Option("index_strategy", "build", "--index-strategy", "index_strategy", "str",
+           "How uv picks among indexes when locking: first-index (default: each package from the first "
+           "index that has it), unsafe-first-match or unsafe-best-match (open to dependency confusion).",
+           "index", {"description": "How uv picks among the indexes when locking (first-index, "
+                                    "unsafe-first-match, unsafe-best-match; default first-index).",
+                     "enum": ["first-index", "unsafe-first-match", "unsafe-best-match"]},
+           metavar="STRATEGY", check=_index_strategy),
     # -- job: how to run and publish it -----------------------------------------------------------
     Option("nproc", "job", "--nproc", "nproc", "int",
            "Ranks of the smoke job (default 12, or the layouts'): job files for one node of N plus splits "
@@ -300,8 +343,8 @@ OPTIONS: tuple[Option, ...] = (
            {"description": "GPU layouts (nodes x ranks, e.g. 1x8) the team's jobs run with; a target's own "
                            "replace the project's.", **_LAYOUTS}, param="layout", check=_layouts),
     Option("image", "job", "--image", "image", "str",
-           "The image the jobs/ files run (default: REGISTRY:TAG, the project's registry, else envbuilder:TAG).",
-           "jobs", {"description": "The image this target's jobs/ files run (default: REGISTRY:TAG).",
+           "The image the jobs/ files run (default: the image's name, [REGISTRY/]REPOSITORY:TAG).",
+           "jobs", {"description": "The image this target's jobs/ files run (default: [REGISTRY/]REPOSITORY:TAG).",
                     "type": "string", "minLength": 1, "maxLength": 512}, scope="target", check=_image),
     Option("infiniband", "job", "--infiniband", "infiniband", "bool",
            "Job files request IPC_LOCK for RDMA.", "jobs",
@@ -315,11 +358,19 @@ OPTIONS: tuple[Option, ...] = (
            "--config a.yaml': ranks and rendezvous come from the layout (default: the project's [jobs] "
            "command).", "jobs"),
     Option("registry", "job", "--registry", "registry", "str",
-           "The repository tags go under and the job files pull REPO:<tag> from, as build --push REPO tags it "
-           "(default: the project's registry, else the local envbuilder:<tag>).", "registry",
-           {"description": "The repository images are pushed to and bake tags go under (registry/name); a "
-                           "target's own replaces the project's.", "type": "string", "minLength": 1,
-            "maxLength": 500}, check=_repository),
+           "The registry and namespace images go under, e.g. 127.0.0.1:5077/ml: images are "
+           "REGISTRY/REPOSITORY:<tag>, the job files pull them and build --push pushes there (default: the "
+           "project's registry, else local names).", "registry",
+           {"description": "The registry and namespace images are pushed to and tagged under (host/ns); the "
+                           "image is registry/repository. A file that sets registry and no repository keeps "
+                           "registry's old meaning, a whole repository (with a warning). A target's own "
+                           "replaces the project's.", "type": "string", "minLength": 1,
+            "maxLength": 500}, metavar="HOST/NS", check=_repository),
+    Option("repository", "job", "--repository", "repository", "str",
+           "The image's repository under the registry (default: the project's folder name, else envbuilder).",
+           "registry",
+           {"description": "The image's repository under the registry (default: the project's folder name).",
+            "type": "string", "minLength": 1, "maxLength": 200}, metavar="NAME", check=_repository),
 )
 BY_NAME = {o.name: o for o in OPTIONS}
 BY_KEY = {o.key: o for o in OPTIONS if o.key is not None and "." not in o.key}

@@ -10,6 +10,8 @@ would work instead.
 
 from __future__ import annotations
 
+import re
+
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Mapping, cast
 
@@ -71,6 +73,9 @@ class Stack:
     # the rules' findings on the stack: warnings, and the evidence (severity "info": the facts
     # that decided an acceptance at an edge)
     findings: tuple[Violation, ...] = ()
+    # the (runtime, builder) images a spec's --base-image/--builder-image make the plan use
+    # (assemble.as_built), stated in place of the matrix's; None: the matrix's
+    images: tuple[str, str] | None = None
 
     @property
     def warnings(self) -> tuple[Violation, ...]:
@@ -193,10 +198,11 @@ class Stack:
     @property
     def torch_index(self) -> str:
         """PyPI when plain `pip install torch` is this variant (on this platform), else
-        PyTorch's own index."""
+        PyTorch's own index (or the site's, ``--torch-index-url``: a template with {variant})."""
         if self.torch.pypi_default == self.variant and self.platform not in self.torch_variant.index_only:
             return PYPI
-        return self.matrix.torch_index.format(variant=self.variant)
+        template = self.request.torch_index_url or self.matrix.torch_index
+        return template.replace("{variant}", self.variant)
 
     @property
     def driver_min(self) -> dict[str, Any] | None:
@@ -280,8 +286,8 @@ class Stack:
                for c in self.matrix.component_names},
             "os": self.os.name,
             "flavour": self.flavour,
-            "base_image": self.runtime_image,
-            "builder_image": self.builder_image,
+            "base_image": self.images[0] if self.images else self.runtime_image,
+            "builder_image": self.images[1] if self.images else self.builder_image,
             "builder": None if self.builder is None else self.builder.to_dict(),
             **{self.matrix.component(n).ops_key: list(v) for n, v in self.ops.items()},
             "fabric": self.fabric,
@@ -772,14 +778,25 @@ def _reason(axis: str, value: Any, pins: dict[str, str], req: Request, m: Matrix
     if axis in m.component_names and value is None:
         return f"not requested (add {'/'.join(c.tag for c in m.components)} to the target or --with)"
     if axis in pins:
-        return f"pinned {pins[axis]} by {req.target!r}; newest compatible release that matches"
+        return f"pinned {pins[axis]} by {pinned_by(axis, req)}; newest compatible release that matches"
     if axis == "python":
         return "newest Python the OS ships that every component supports"
     return "newest compatible"
 
 
 def _pinned(axis: str, pins: dict[str, str], req: Request) -> str:
-    return f" (pinned by {req.target!r})" if axis in pins else ""
+    return f" (pinned by {pinned_by(axis, req)})" if axis in pins else ""
+
+
+def pinned_by(axis: str, req: Request) -> str:
+    """Who pinned ``axis``: its option (``--torch``), the project file's key (``key
+    targets.train.torch of /p/envbuilder.toml``), else the target string (``'cu121-torch2.1'``)."""
+    where = req.origin.get(axis)
+    if where is None:
+        return repr(req.target)
+    where = where.rstrip(":").strip()
+    m = re.fullmatch(r"project file (.+), key (\S+)", where)
+    return f"key {m.group(2)} of {m.group(1)}" if m else where
 
 
 def _source(axis: str, value: Any, a: dict[str, Any], m: Matrix) -> tuple[str, ...]:
@@ -793,10 +810,11 @@ def _source(axis: str, value: Any, a: dict[str, Any], m: Matrix) -> tuple[str, .
 
 
 def resolve_target(target: str, matrix: Matrix, pins: Pins | None = None, *,
-                   exclude_newer: str | None = None) -> Stack:
+                   exclude_newer: str | None = None, torch_index_url: str | None = None) -> Stack:
     """Resolve a target name (e.g. cu121-ds) with the pin options against ``matrix``;
-    ``exclude_newer``: a spec's (checked there: RFC 3339 UTC)."""
-    return resolve(request(target, matrix, pins, exclude_newer=exclude_newer), matrix)
+    ``exclude_newer`` and ``torch_index_url``: a spec's (checked there)."""
+    return resolve(request(target, matrix, pins, exclude_newer=exclude_newer,
+                           torch_index_url=torch_index_url), matrix)
 
 
 # -- driver first: which CUDA builds of a torch run on a given driver ----------------------
@@ -862,9 +880,10 @@ def driver_fit(req: Request, m: Matrix) -> list[DriverFit]:
                                                [-x for x in Version(f.toolkit).release]))
 
 
-def driver_check(req: Request, m: Matrix) -> dict[str, Any]:
-    """``check --driver X --torch Y``: the CUDA builds of Y and how each runs on X; raises
-    IncompatibleError (exit 3) when none runs natively or by minor-version compatibility."""
+def driver_check(req: Request, m: Matrix) -> list[DriverFit]:
+    """``check --driver X --torch Y``: the CUDA builds of Y and how each runs on X (best
+    first); raises IncompatibleError (exit 3) when none runs natively or by minor-version
+    compatibility."""
     fits = driver_fit(req, m)
     runs = [f for f in fits if f.mode != "forward-compat"]
     lines = [f"- torch {f.torch}+{f.variant}: needs driver >= {f.driver_min} (CUDA {f.toolkit}); "
@@ -881,7 +900,4 @@ def driver_check(req: Request, m: Matrix) -> dict[str, Any]:
                                   f"{', '.join(f.variant for f in fits)}" if fits else ""))]
         raise IncompatibleError(f"torch {req.torch} on driver {req.driver} cannot work: {vs[0].message}",
                                 violations=vs, details=[f"- {vs[0]}"] + lines)
-    return {"ok": True, "given": {"torch": str(req.torch), "driver": req.driver},
-            "satisfied_by": {"torch": runs[0].torch, "cuda": runs[0].variant},
-            "driver": [f.to_dict() | {"runs": MODES[f.mode]} for f in fits],
-            "warnings": []}
+    return fits

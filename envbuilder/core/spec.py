@@ -4,7 +4,8 @@ The cascade (which value wins), in one place:
 
 1. built-in defaults (the fields' defaults below);
 2. the project file's top-level keys (``requirements``, ``registry``, ``layouts``,
-   ``matrix_overlay``, ``pip_index_url``, ``extra_index_urls``, ``exclude_newer``);
+   ``matrix_overlay``, ``pip_index_url``, ``extra_index_urls``, ``torch_index_url``,
+   ``index_strategy``, ``exclude_newer``);
 3. the project target's own table (its ``target`` and pins, and any of the keys above);
 4. the command line: every option given wins; pin options are merged per axis (``--with`` /
    ``--without`` add to the target's).
@@ -62,11 +63,14 @@ class TargetSpec:
     cpu_isa: str | None = None
     pip_index_url: str | None = None
     extra_index_urls: tuple[str, ...] = ()
+    torch_index_url: str | None = None  # PyTorch's index, a template with {variant}
+    index_strategy: str | None = None  # uv's, when locking (None: first-index)
     exclude_newer: str | None = None
     # how to run and publish it
     layouts: tuple[tuple[int, int], ...] = ()  # (nodes, ranks per node): --layout 2x8
     nproc: int | None = None
-    registry: str | None = None
+    registry: str | None = None  # the registry and namespace (core.naming)
+    repository: str | None = None  # the image's repository under it (default: the project's name)
     image: str | None = None  # the image the job files run
     infiniband: bool = False
     min_busbw: float | None = None
@@ -93,7 +97,8 @@ class TargetSpec:
         upload cut-off; refused: IncompatibleError, exit 3)."""
         from envbuilder.core.resolve import resolve_target
 
-        return resolve_target(self.target, matrix, self.pins, exclude_newer=self.exclude_newer)
+        return resolve_target(self.target, matrix, self.pins, exclude_newer=self.exclude_newer,
+                              torch_index_url=self.torch_index_url)
 
     def invocation(self, command: str, out: str | Path | None = None) -> str:
         """The command line that makes this spec again: the name as given, the pins the

@@ -197,6 +197,7 @@ class Request(Pins):
     exclude_newer: str | None = None  # releases uploaded later are no candidates
     platform: str = "linux/amd64"  # the image's platform (--platform)
     fabric: str = "ib"  # the RDMA user space in CUDA images (--fabric): ib | efa | none
+    torch_index_url: str | None = None  # the site's PyTorch index, a template with {variant}
 
     def pins(self) -> dict[str, str]:
         out: dict[str, str] = {}
@@ -495,6 +496,9 @@ def merge(req: Request, pins: Pins, matrix: Matrix) -> Request:
             raise InputError(f"--os {value!r} is not in the matrix{validate.suggest(value, m.os)}; "
                              f"known: {', '.join(sorted(m.os))}")
         _agree(req, axis, value)
+        # where the pin came from (resolve's "pinned 2.13 by ..."): the option's flag or the
+        # project file's key; a pin of the target string itself has none
+        up["origin"] = {**up.get("origin", req.origin), axis: pins.origin.get(axis, f"--{axis}")}
         if axis in (*CORE_PINS, "os"):
             up[axis] = value
         else:
@@ -556,8 +560,10 @@ def check_pins_known(req: Request, matrix: Matrix) -> None:
 
 
 def request(target: str, matrix: Matrix, pins: Pins | None = None, *,
-            exclude_newer: str | None = None) -> Request:
-    """The request a target name and the pin options make together; ``exclude_newer``: the
-    spec's (checked there, RFC 3339 UTC)."""
+            exclude_newer: str | None = None, torch_index_url: str | None = None) -> Request:
+    """The request a target name and the pin options make together; ``exclude_newer`` and
+    ``torch_index_url``: the spec's (checked there: RFC 3339 UTC; a URL template)."""
     req = merge(parse_target(target, matrix), pins or Pins(), matrix)
-    return replace(req, exclude_newer=exclude_newer) if exclude_newer is not None else req
+    if exclude_newer is not None:
+        req = replace(req, exclude_newer=exclude_newer)
+    return replace(req, torch_index_url=torch_index_url) if torch_index_url is not None else req

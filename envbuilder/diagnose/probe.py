@@ -261,8 +261,23 @@ class RecordedProbe(Probe):
         return None
 
     def _json(self, name: str) -> Any:
+        """A recorded JSON file, read capped (a FIFO, a device or a huge file reads as absent);
+        one that is not JSON is bad input naming it (exit 2)."""
         p = self._find(name)
-        return json.loads(p.read_text()) if p else None
+        text = _read(p) if p is not None else None
+        if text is None:
+            return None
+        from envbuilder.errors import InputError
+
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise InputError(f"recorded host file {p} is not JSON ({e.msg}, line {e.lineno}): "
+                             f"give the folder `envbuilder doctor --record DIR` wrote") from None
+        if not isinstance(data, dict):  # every recorded JSON file is one object
+            raise InputError(f"recorded host file {p} is not a JSON object: give the folder "
+                             f"`envbuilder doctor --record DIR` wrote")
+        return data
 
     def run(self, argv: list[str] | tuple[str, ...]) -> CommandResult:
         argv = tuple(argv)
@@ -270,7 +285,9 @@ class RecordedProbe(Probe):
         for ext in (".xml", ".txt", ".csv", ""):
             p = self._find(stem + ext)
             if p is not None and p.is_file():
-                return CommandResult(argv, 0, p.read_text(), "", None)
+                text = _read(p)
+                if text is not None:
+                    return CommandResult(argv, 0, text, "", None)
         prog = command_filename(argv[:1])
         known = any(f.name.startswith(prog) for r in self._roots for f in r.iterdir())
         if not known:

@@ -331,8 +331,18 @@ def files_side(arg: str, files: Mapping[str, str | bytes]) -> Side:
     """The Side of a target: the build folder render would write for it, in memory."""
     sj = files["stack.json"]
     dockerfile = files.get("Dockerfile")
+    lock = files.get("requirements.lock")  # a target with its lock (a project's build/<name>/)
+    pkgs: dict[str, str] | None = None
+    via: dict[str, tuple[str, ...]] = {}
+    if isinstance(lock, str):
+        from envbuilder.lock.entries import read_lock
+
+        locked = read_lock(lock)
+        pkgs = {x.name: x.version for x in locked}
+        via = {x.name: x.via for x in locked}
     return Side("target", arg, facts=facts_from_stack(stack_json(
                     sj if isinstance(sj, str) else sj.decode(), f"{arg}: stack.json")),
+                packages=pkgs, via=via,
                 dockerfile=dockerfile if isinstance(dockerfile, str) else None,
                 read=files_reader(files))
 

@@ -51,7 +51,7 @@ def record_digest(record: dict[str, Any]) -> str:
 def lock_inputs(stack: Stack, *, requirements_file: str | Path | None = None,
                 index_url: str | None = None, extra_index_urls: Sequence[str] = (),
                 exclude_newer: str | None = None, team: Sequence[str] = (),
-                compiled: Sequence[str] = ()) -> LockInputs:
+                compiled: Sequence[str] = (), index_strategy: str | None = None) -> LockInputs:
     """The inputs of a lock of ``stack``, offline: the stack's facts that decide its packages
     (target, Python, platform, torch and its variant, the NCCL wheel, the components), the
     top-level requirement lines, the ``--requirements`` file's sha256, the indexes (without
@@ -79,7 +79,7 @@ def lock_inputs(stack: Stack, *, requirements_file: str | Path | None = None,
 
     builds = lock_build_requirements(stack, [str(r) for r in extras], compiled)
     reqs = list(dict.fromkeys([*stack_reqs, *builds, *(str(r) for r in extras)]))
-    idx = _uv.indexes(stack, index_url, extra_index_urls)
+    idx = _uv.indexes(stack, index_url, extra_index_urls, index_strategy)
     nccl, pkg = nccl_fact(stack)
     record: dict[str, Any] = {
         "target": stack.target,
@@ -92,7 +92,7 @@ def lock_inputs(stack: Stack, *, requirements_file: str | Path | None = None,
            for c in registry.components() if c.axis},
         "index": _uv.public_url(idx.index),
         "extra index": [_uv.public_url(u) for u in idx.extras],
-        "index strategy": "unsafe-best-match" if idx.best_match else "first-index",
+        "index strategy": idx.strategy,
         "exclude newer": when or "none",
         "requirements file": file_digest,
         "requirement": reqs,

@@ -220,6 +220,7 @@ def header(stack: Stack, cmd: str, inputs: LockInputs, uv_version: str, body: st
         f"# matrix digest: {stack.matrix.digest}",
         f"# python: {stack.python}, platform: {_uv.python_platform(stack)}",
         f"# index: {_uv.public_url(idx.index)}" + (f" (extra: {', '.join(extras)})" if extras else ""),
+        f"# index strategy: {idx.strategy} (uv's --index-strategy; --index-strategy changes it)",
         made_by,
         f"#   which runs: {comment_safe(cmd)} <<< the requirement lines below",
         INPUTS_TITLE,

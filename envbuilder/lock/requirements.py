@@ -49,15 +49,16 @@ docs/training.md).
   (``stack["lock"] = {"file": "requirements.lock", "digest": lock_digest(path)}``).
 * ``read_lock(text) -> list[LockedPackage]``: the parsed entries (name, version, hashes, via).
 
-Index choice. When the matrix says PyPI's default ``torch`` wheel is the stack's variant
-(``stack.torch_index == PYPI``) only PyPI is used. Otherwise PyTorch's index for the variant
-is ``--index-url`` and PyPI ``--extra-index-url``, with ``--index-strategy
-unsafe-best-match``: uv's default (first-index) strategy looks at extra indexes *before*
-``--index-url`` and would take PyPI's torch (another CUDA build) for the same version; with
-best-match uv, like pip, compares every index and ``X+cu118`` beats ``X``. The cross-check
-below refuses a lock whose torch local version is not the variant. ``index_url`` /
-``extra_index_urls`` (mirrors) replace PyPI; a mirror of PyTorch's index goes in
-``index_url``.
+Index choice (lock.uv.indexes). When the matrix says PyPI's default ``torch`` wheel is the
+stack's variant (``stack.torch_index == PYPI``) only PyPI (or ``index_url``, its mirror) is
+used. Otherwise PyTorch's index for the variant (the matrix's, or the site's
+``torch_index_url`` template) is the first ``--extra-index-url``: uv asks extra indexes
+*before* ``--index-url``, so torch comes from it and never from PyPI (whose torch is another
+CUDA build of the same version); then the user's ``extra_index_urls``; then ``--index-url``,
+PyPI or ``index_url``. The strategy is first-index unless the user asks for another
+(``index_strategy``): a public index never shadows a package a private one has. The header
+records the strategy. The cross-check below refuses a lock whose torch local version is not
+the variant.
 
 uv runs with ``--no-config`` (no uv.toml/pyproject from the working directory changes a
 lock), ``--python-platform x86_64-manylinux_2_28`` (every OS in the matrix has glibc >= 2.31)
@@ -111,6 +112,7 @@ class LockReport:
     command: str
     checked: bool = False
     extra_indexes: list[str] = field(default_factory=list)
+    index_strategy: str = "first-index"  # uv's (lock.uv.indexes), as the header records it
     status: str = "resolved"  # "resolved" (uv ran), "unchanged" (kept: inputs match), "checked"
     inputs_digest: str | None = None
     changed: list[str] = field(default_factory=list)  # why a kept lock was resolved again
@@ -122,7 +124,7 @@ class LockReport:
     def to_dict(self) -> dict:
         return {"path": self.path, "digest": self.digest, "packages": dict(self.packages),
                 "index": self.index, "extra_indexes": list(self.extra_indexes),
-                "command": self.command, "checked": self.checked, "status": self.status,
+                "index_strategy": self.index_strategy, "command": self.command, "checked": self.checked, "status": self.status,
                 "inputs_digest": self.inputs_digest, "changed": list(self.changed),
                 "problems": list(self.problems), "package_diff": self.package_diff}
 
@@ -221,7 +223,8 @@ def resolve(stack: Stack, inputs: LockInputs, *, command: str | None = None, uv:
     cmd, _, uv_bin, body = _uv.compile(stack, inputs.requirements, None,
                                        index_url=inputs.index_url,
                                        extra_index_urls=inputs.extra_index_urls, uv=uv,
-                                       exclude_newer=inputs.exclude_newer)
+                                       exclude_newer=inputs.exclude_newer,
+                                       strategy=inputs.idx.strategy)
     problems = lock_problems(body, "uv's output")
     if problems:
         raise OperationError(f"uv pip compile wrote something envbuilder does not install: "
@@ -235,12 +238,13 @@ def resolve(stack: Stack, inputs: LockInputs, *, command: str | None = None, uv:
 def resolve_lock_text(stack: Stack, *, requirements_file: str | Path | None = None,
                       index_url: str | None = None, extra_index_urls: Sequence[str] = (),
                       uv: str | None = None, exclude_newer: str | None = None,
-                      team: Sequence[str] = (), compiled: Sequence[str] = ()) -> str:
+                      team: Sequence[str] = (), compiled: Sequence[str] = (),
+                      index_strategy: str | None = None) -> str:
     """The text of a fresh requirements.lock for ``stack`` (cross-checked); nothing is
     written anywhere (uv prints the lock on its stdout)."""
     inputs = lock_inputs(stack, requirements_file=requirements_file, index_url=index_url,
                          extra_index_urls=extra_index_urls, exclude_newer=exclude_newer,
-                         team=team, compiled=compiled)
+                         team=team, compiled=compiled, index_strategy=index_strategy)
     text, pkgs, _ = resolve(stack, inputs, uv=uv)
     cross_check(stack, pkgs, "uv's resolution")
     return text
@@ -287,7 +291,7 @@ def check_lock(stack: Stack, dest: Path, inputs: LockInputs,
     report = LockReport(path=str(dest), digest=lock_digest(dest), packages=versions,
                         index=inputs.record["index"],
                         extra_indexes=list(inputs.record["extra index"]),
-                        command=lf.command, checked=True, status="checked",
+                        index_strategy=inputs.idx.strategy, command=lf.command, checked=True, status="checked",
                         inputs_digest=inputs.digest, problems=problems)
     if lf.record is not None:
         report.package_diff = package_diff(pinned(lf.record.get("requirement", [])),

@@ -77,26 +77,38 @@ def version(uv_bin: str) -> str:
     return (r.stdout.strip() if r.ok and not r.dropped else "") or "unknown"
 
 
+DEFAULT_STRATEGY = "first-index"
+
+
 @dataclass(frozen=True)
 class Indexes:
+    """The indexes of a lock, as uv is given them: ``index`` (``--index-url``: PyPI or the site's
+    mirror, the last one uv asks) and ``extras`` (``--extra-index-url``, asked first, in order:
+    PyTorch's index for the variant, then the user's), and the strategy uv picks by."""
+
     index: str
     extras: tuple[str, ...]
-    best_match: bool
+    strategy: str = DEFAULT_STRATEGY
+
+    @property
+    def best_match(self) -> bool:
+        return self.strategy == "unsafe-best-match"
 
 
-def indexes(stack: Stack, index_url: str | None, extra_index_urls: Sequence[str]) -> Indexes:
-    """Where a stack's packages come from: PyPI (or a mirror) and PyTorch's index (the URLs a
-    spec checked when it was made: core.spec.TargetSpec)."""
+def indexes(stack: Stack, index_url: str | None, extra_index_urls: Sequence[str],
+            strategy: str | None = None) -> Indexes:
+    """Where a stack's packages come from (the URLs a spec checked when it was made:
+    core.spec.TargetSpec): PyTorch's index for the variant (``stack.torch_index``: the matrix's,
+    or the site's ``--torch-index-url``) first, then the user's extra indexes, then PyPI or its
+    mirror (``--pip-index-url``). uv's strategy is the one asked for (``--index-strategy``),
+    else first-index: each package from the first index that has it, so a public index cannot
+    shadow a private one (dependency confusion); nothing switches it by itself."""
     mirrors = tuple(extra_index_urls)
     base = index_url or PYPI
     torch_index = stack.torch_index
-    if torch_index == PYPI:
-        return Indexes(base, mirrors, bool(mirrors))
-    if index_url:
-        # a mirror: of PyTorch's index (it carries torch) or of PyPI with the torch index
-        # as an extra; best-match makes the order irrelevant either way
-        return Indexes(base, mirrors, True)
-    return Indexes(torch_index, (PYPI, *mirrors), True)
+    first = () if torch_index in (PYPI, base) else (torch_index,)
+    extras = tuple(dict.fromkeys((*first, *mirrors)))
+    return Indexes(base, tuple(u for u in extras if u != base), strategy or DEFAULT_STRATEGY)
 
 
 def compile_command(uv_bin: str, stack: Stack, idx: Indexes, out: Path | None,
@@ -112,8 +124,7 @@ def compile_command(uv_bin: str, stack: Stack, idx: Indexes, out: Path | None,
            "--index-url", idx.index]
     for u in idx.extras:
         cmd += ["--extra-index-url", u]
-    if idx.best_match:
-        cmd += ["--index-strategy", "unsafe-best-match"]
+    cmd += ["--index-strategy", idx.strategy]
     if exclude_newer:
         cmd += ["--exclude-newer", exclude_newer]
     if constraints is not None:
@@ -179,11 +190,12 @@ def run_compile(cmd: list[str], inputs: Sequence[str], stack: Stack, idx: Indexe
 def compile(stack: Stack, inputs: Sequence[str], out: Path | None, *, index_url: str | None = None,
             extra_index_urls: Sequence[str] = (), uv: str | None = None,
             mode: Sequence[str] = HASHES, exclude_newer: str | None = None,
-            constraints: Path | None = None) -> tuple[list[str], Indexes, str, str]:
+            constraints: Path | None = None,
+            strategy: str | None = None) -> tuple[list[str], Indexes, str, str]:
     """Resolve ``inputs`` for ``stack`` (into ``out``, or onto uv's stdout when None), within
     the pins of a ``constraints`` file when given: (the command, its indexes, uv's binary,
     uv's stdout)."""
-    idx = indexes(stack, index_url, extra_index_urls)
+    idx = indexes(stack, index_url, extra_index_urls, strategy)
     uv_bin = find_uv(uv)
     cmd = compile_command(uv_bin, stack, idx, out, mode, exclude_newer, constraints)
     text = run_compile(cmd, inputs, stack, idx, cwd=None if out is None else Path(out).parent)
@@ -198,6 +210,13 @@ def failure(stderr: str, stack: Stack, idx: Indexes) -> Exception:
     text = "\n".join(lines)
     # uv wraps its messages to the terminal's width (80 columns without one): match words, not lines
     flat = " ".join(text.replace("╰─▶", " ").split())
+    denied = re.search(r"index URL \((\S+?)\) could not be queried due to a lack of valid "
+                       r"authentication credentials \((\d{3})", flat)
+    if denied:
+        return OperationError(
+            f"the package index {public_url(denied.group(1))} refused the lock ({denied.group(2)}: "
+            f"no valid credentials): put them in ~/.netrc (machine HOST login USER password TOKEN) "
+            f"or the file NETRC names; envbuilder writes them nowhere", step="lock", details=details)
     missing = re.search(r"\b([A-Za-z0-9][A-Za-z0-9._-]*) was not found in the (?:package registry|"
                         r"provided package locations)", flat)
     if missing:
@@ -222,9 +241,11 @@ def failure(stderr: str, stack: Stack, idx: Indexes) -> Exception:
                 break
         index = _which_index(url, idx) if url else idx.index
         reason = _net_reason(lines)
+        mirror = ("--torch-index-url URL (a reachable mirror of PyTorch's index, a template "
+                  "with {variant}) or " if index == stack.torch_index else "")
         return OperationError(
             f"cannot reach the package index {index} ({reason}{' for ' + url if url else ''}): "
-            f"use --pip-index-url URL (a reachable mirror) or build from a wheelhouse",
+            f"use {mirror}--pip-index-url URL (a reachable mirror) or build from a wheelhouse",
             step="lock", details=details)
     first = next((ln for ln in lines if ln.startswith("error:")), lines[0] if lines else "")
     return OperationError(f"uv pip compile failed for {stack.target}: {first}", step="lock",

@@ -74,7 +74,7 @@ def write_locks(stack: Stack, out_dir: str | Path, *, requirements_file: str | P
                 exclude_newer: str | None = None, conda: bool = False,
                 conda_channels: Sequence[str] = ("conda-forge",), sbom: bool = False,
                 team: Sequence[str] = (), command: str | None = None,
-                compiled: Sequence[str] = ()) -> Locks:
+                compiled: Sequence[str] = (), index_strategy: str | None = None) -> Locks:
     """``envbuilder lock``: requirements.lock, and with ``conda`` environment.yml +
     conda-lock.yml, with ``sbom`` sbom.cdx.json, all written together or not at all (a failing
     conda solve leaves the old requirements.lock in place).
@@ -91,7 +91,7 @@ def write_locks(stack: Stack, out_dir: str | Path, *, requirements_file: str | P
                  conda_channels=conda_channels, command=command)
     inputs = lock_inputs(stack, requirements_file=requirements_file, index_url=index_url,
                          extra_index_urls=extra_index_urls, exclude_newer=exclude_newer,
-                         team=team, compiled=compiled)
+                         team=team, compiled=compiled, index_strategy=index_strategy)
     if check:
         return Locks(check_lock(stack, dest, inputs, command))
     from envbuilder._fs import Outputs
@@ -134,7 +134,8 @@ def write_locks(stack: Stack, out_dir: str | Path, *, requirements_file: str | P
     digest = "sha256:" + hashlib.sha256(text.encode("utf-8")).hexdigest()
     report = LockReport(path=str(dest), digest=digest, packages=versions,
                                 index=inputs.record["index"],
-                                extra_indexes=list(inputs.record["extra index"]), command=shown,
+                                extra_indexes=list(inputs.record["extra index"]),
+                                index_strategy=inputs.idx.strategy, command=shown,
                                 status="unchanged" if kept is not None else "resolved",
                                 inputs_digest=inputs.digest,
                                 changed=[] if kept is not None else changed,
@@ -147,8 +148,10 @@ def write_locks(stack: Stack, out_dir: str | Path, *, requirements_file: str | P
 def lock_stack(stack: Stack, out_dir: str | Path, *, requirements_file: str | Path | None = None,
                 index_url: str | None = None, extra_index_urls: Sequence[str] = (),
                 uv: str | None = None, check: bool = False, upgrade: bool = False,
-                exclude_newer: str | None = None, compiled: Sequence[str] = ()) -> LockReport:
+                exclude_newer: str | None = None, compiled: Sequence[str] = (),
+                index_strategy: str | None = None) -> LockReport:
     """Write (or, with ``check``, verify offline) ``out_dir/requirements.lock`` for ``stack``."""
     return write_locks(stack, out_dir, requirements_file=requirements_file, index_url=index_url,
                        extra_index_urls=extra_index_urls, uv=uv, check=check, upgrade=upgrade,
-                       exclude_newer=exclude_newer, compiled=compiled).lock
+                       exclude_newer=exclude_newer, compiled=compiled,
+                       index_strategy=index_strategy).lock

@@ -212,9 +212,11 @@ def _unique_tags(images: list[dict]) -> None:
 
 
 def _tags_and_caches(images: list[dict], registry: str | None, alias_tags: bool,
-                     registries: Mapping[str, str | None] | None = None) -> None:
+                     registries: Mapping[str, str | None] | None = None,
+                     local: Mapping[str, str] | None = None) -> None:
     """Each image's version tag (to push), its moving alias (listed apart) and its caches,
-    under its own registry (``registries``, by target) else ``registry``."""
+    under its own registry (``registries``, by target) else ``registry``, else its local
+    repository (``local``, by target; default envbuilder)."""
     # the moving alias is the CUDA line (cu121, cpu); when several targets share a line only the
     # one named after it carries the alias, else they would overwrite each other's tag
     by_alias: dict[str, list[str]] = {}
@@ -222,7 +224,7 @@ def _tags_and_caches(images: list[dict], registry: str | None, alias_tags: bool,
         by_alias.setdefault(i["alias"], []).append(i["name"])
     for i in images:
         reg = (registries or {}).get(i["name"], registry)
-        repo = reg or LOCAL_REPOSITORY
+        repo = reg or (local or {}).get(i["name"], LOCAL_REPOSITORY)
         owners = by_alias[i["alias"]]
         own = alias_tags and (len(owners) == 1 or i["name"] == i["alias"])
         i["tags"] = [f"{repo}:{i['tag']}"]
@@ -252,11 +254,13 @@ def _shared_builders(images: list[dict]) -> dict[str, dict]:
 def bake_hcl(targets: Sequence[tuple[str, Path, Mapping[str, str | bytes]]], path: Path, *,
              registry: str | None = None, alias_tags: bool = True,
              share_builders: bool = True, docker_driver: bool = False,
-             registries: Mapping[str, str | None] | None = None) -> str:
+             registries: Mapping[str, str | None] | None = None,
+             local: Mapping[str, str] | None = None) -> str:
     """The docker-bake.hcl text for rendered targets ``[(name, folder, files)]`` (the files in
     memory: bake renders and writes them in one transaction with this file).
 
-    ``registries``: each target's own repository (a spec's, by name), else ``registry``.
+    ``registries``: each target's own repository (a spec's, by name), else ``registry``;
+    ``local``: the local repository of a target with neither (default envbuilder).
     ``registry``: a repository such as ``ghcr.io/acme/envbuilder`` (no tag); images are tagged
     ``<registry>:<version tag>`` (unique per target). The moving aliases (``<registry>:cu121``)
     are listed apart, in comments: ``envbuilder build --push`` moves them after the smoke job
@@ -268,7 +272,7 @@ def bake_hcl(targets: Sequence[tuple[str, Path, Mapping[str, str | bytes]]], pat
     for the docker driver") and its Dockerfile frontend has no named contexts ("unsupported
     frontend capability moby.buildkit.frontend.contexts"), so the file names neither; identical
     builder stages are still built once (BuildKit dedupes equal steps by cache key)."""
-    for r in (registry, *(registries or {}).values()):
+    for r in (registry, *(registries or {}).values(), *(local or {}).values()):
         if r is not None:
             validate.repository(r, "--registry")
     base = Path(path).parent
@@ -282,7 +286,7 @@ def bake_hcl(targets: Sequence[tuple[str, Path, Mapping[str, str | bytes]]], pat
         seen.add(name)
         images.append(_image(name, folder, files, share_builders and not docker_driver))
     _unique_tags(images)
-    _tags_and_caches(images, registry, alias_tags, registries)
+    _tags_and_caches(images, registry, alias_tags, registries, local)
     shared = _shared_builders(images)
 
     aliases = [f"# alias {i['name']}: {i['moving']}" for i in images if i["moving"]]
@@ -313,8 +317,8 @@ def bake_hcl(targets: Sequence[tuple[str, Path, Mapping[str, str | bytes]]], pat
     return "\n\n".join(blocks) + "\n"
 
 
-def summary(text: str) -> dict[str, object]:
+def moving_aliases(text: str) -> tuple[str, ...]:
     """The moving aliases a bake file lists apart (envbuilder build moves them)."""
     import re
 
-    return {"aliases": re.findall(r"^# alias [^:]+: (\S+)$", text, flags=re.M)}
+    return tuple(re.findall(r"^# alias [^:]+: (\S+)$", text, flags=re.M))

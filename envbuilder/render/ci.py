@@ -98,9 +98,32 @@ def local_install(direct_url: dict | None) -> bool:
     return bool(direct_url) and str((direct_url or {}).get("url", "")).startswith("file:")
 
 
+def running_from_checkout() -> Path | None:
+    """The source checkout this envbuilder's code is imported from (its package's parent
+    holds envbuilder's pyproject.toml), else None: its version may be one no index has."""
+    from envbuilder import DISTRIBUTION
+
+    root = Path(__file__).resolve().parent.parent.parent
+    py = root / "pyproject.toml"
+    try:
+        return root if py.is_file() and f'name = "{DISTRIBUTION}"' in py.read_text(errors="replace") else None
+    except OSError:
+        return None
+
+
+def unpublished_warning(install: str, workflow: Path) -> str:
+    """What ``ci`` says on stderr when the workflow installs a version this checkout made."""
+    where = running_from_checkout()
+    return (f"{workflow} installs envbuilder as {install!r}, but this envbuilder runs from a local "
+            f"folder{f' ({where})' if where else ''}, which CI cannot install: if that version "
+            f"is not on your index, write the workflow again with `envbuilder ci --github "
+            f"--install SPEC` (e.g. 'torch-envbuilder[lock] @ git+https://HOST/REPO@COMMIT')")
+
+
 def default_install(out: Path | None = None) -> tuple[str, bool]:
     """(``install_spec`` for this installation and the repository the workflow goes into,
-    whether it came from a local folder that CI cannot install)."""
+    whether it came from a local folder that CI cannot install: a local install, or code
+    imported from a source checkout)."""
     import importlib.metadata as md
     import json
 
@@ -116,7 +139,7 @@ def default_install(out: Path | None = None) -> tuple[str, bool]:
         raw = None
     direct = json.loads(raw) if raw else None
     return (install_spec(direct, __version__, repo_is_envbuilder=own),
-            local_install(direct) and not own)
+            (local_install(direct) or running_from_checkout() is not None) and not own)
 
 
 def workflow(registry: str, *, python: str = "3.11", install: str | None = None,
@@ -201,7 +224,7 @@ def write_github_workflow(out: Path, *, registry: str, **kw) -> Path:
     from envbuilder.render.yamlemit import dump
 
     targets = kw.pop("targets", None)
-    local = False
+    local = bool(kw.pop("local", False))  # the install spec is a local folder's version
     if kw.get("install") is None:
         kw["install"], local = default_install(Path(out))
     data = workflow(registry, **kw)

@@ -184,6 +184,11 @@ class SifBuild:
                 "definition_header": self.header, "seconds": round(self.seconds, 3)}
 
 
+def file_digest(path: Path) -> str:
+    """``sha256:<hex>`` of a file (a SIF's digest, as its record and its metrics state it)."""
+    return _sha256(path)
+
+
 def _sha256(path: Path) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as f:

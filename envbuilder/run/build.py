@@ -29,10 +29,11 @@ from envbuilder import labels as image_labels
 from envbuilder.core import validate
 from envbuilder.core.builder import compiled_parts
 from envbuilder.core.matrix import Matrix, load_matrix
-from envbuilder.assemble import folder_files, image_tag, with_team_compiled
+from envbuilder.assemble import as_built, folder_files, image_names, image_tag
+from envbuilder.core.naming import PROJECT_LABEL, ImageNames
 from envbuilder.core.resolve import Stack
 from envbuilder.core.spec import TargetSpec
-from envbuilder.diagnose.explain import explain_lines
+from envbuilder.diagnose.explain import Cause, explain_lines
 from envbuilder.errors import EnvbuilderError, InputError, OperationError
 from envbuilder.lock.requirements import lock_digest
 from envbuilder.render.plan import BuildPlan
@@ -49,6 +50,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from envbuilder.run.sign import SignOptions
 
 STEPS = ("render", "build", "verify", "smoke", "push")
+PUSH_OWN = "-"  # build --publish: the image's own REGISTRY/REPOSITORY (core.naming)
 
 
 @dataclass(frozen=True)
@@ -60,7 +62,7 @@ class BuildOptions:
     ca_cert: Path | None = None
     wheelhouse: Path | None = None
     proxies: Mapping[str, str] = field(default_factory=dict)
-    tags: tuple[str, ...] = ()  # --tag: NAME[:TAG] (a local name) or a bare TAG (envbuilder:TAG)
+    tags: tuple[str, ...] = ()  # --tag: NAME[:TAG] (a local name) or a bare TAG (the image's repository)
     push: str | None = None
     smoke: bool = True
     backend: str = "auto"
@@ -87,7 +89,7 @@ class BuildOptions:
         bundle is read here, once (``ca_pem``), and the apptainer command found once."""
         if self.backend not in ("auto", "nccl", "gloo"):
             raise InputError(f"--backend {self.backend!r} is not one of auto, nccl, gloo")
-        if self.push:
+        if self.push and self.push != PUSH_OWN:
             validate.repository(self.push, "--push")
         for t in self.tags:
             validate.tag_ref(t, "--tag")
@@ -119,6 +121,8 @@ class BuildReport:
     tag: str | None = None
     image_id: str | None = None
     local_tags: list[str] = field(default_factory=list)
+    # names the build left on other images (the generic stack tag another project or a CI holds)
+    kept_tags: list[dict] = field(default_factory=list)
     context: str | None = None
     steps: dict[str, str] = field(default_factory=lambda: {s: "not run" for s in STEPS})
     seconds: dict[str, float] = field(default_factory=dict)
@@ -135,6 +139,9 @@ class BuildReport:
     labels: dict[str, str] = field(default_factory=dict)
     apptainer: dict | None = None  # --runtime apptainer|both: the SIF, its verify and smoke
     signed: dict | None = None  # --sign: the signed ref and its attestations (run.sign)
+    # --wheelhouse: its folder, and whether its files had to be copied into the build folder
+    # (another file system) instead of hard-linked
+    wheelhouse: dict | None = None
     error: str | None = None
     failed_step: str | None = None
     exit_code: int = 0  # the failure's (1 an operation failed, 2 bad input, 3 refused)
@@ -150,6 +157,8 @@ class BuildReport:
         d.pop("cause")
         if d["signed"] is None:  # only a --sign build reports it
             d.pop("signed")
+        if d["wheelhouse"] is None:  # only a --wheelhouse build reports it
+            d.pop("wheelhouse")
         d["ok"] = self.ok
         return d
 
@@ -203,17 +212,20 @@ class Prepared:
 def prepare(spec: TargetSpec, *, matrix_dir: str | Path | None = None,
             matrix: Matrix | None = None) -> Prepared:
     """``spec`` (checked when it was made: core.spec.TargetSpec) resolved (refused: exit 3),
-    with the team's compiled packages (assemble.with_team_compiled), once, before any work."""
+    with the team's compiled packages (assemble.as_built), once, before any work."""
     m = matrix or load_matrix(matrix_dir, spec.matrix_overlay)
-    return Prepared(spec, with_team_compiled(spec, spec.resolve(m)), m)
+    return Prepared(spec, as_built(spec, spec.resolve(m)), m)
 
 
 def prepare_context(spec: TargetSpec, stack: Stack, opts: BuildOptions, dest: Path, *,
-                    lock: Path | None = None) -> tuple[Path, BuildPlan]:
+                    lock: Path | None = None,
+                    on_note: Callable[[str], None] | None = None) -> tuple[Path, BuildPlan]:
     """Write ``spec``'s build folder into ``dest`` through the one assembly path
     (envbuilder.assemble: the same files ``render`` writes), plus what a build brings itself:
     the wheelhouse's wheels and the extra CA bundle. ``lock``: the lock to install when
-    ``opts.lock`` names none (the build folder's, ``folder_lock``)."""
+    ``opts.lock`` names none (the build folder's, ``folder_lock``). The wheelhouse's files are
+    hard-linked into the folder, never copied, unless it is on another file system: then
+    ``on_note`` is told how many were copied."""
     lock = opts.lock or lock
     lock_text = _read_lock(lock)
     plan, files = folder_files(spec, stack, lock_text=lock_text, lock_source=str(lock),
@@ -227,12 +239,22 @@ def prepare_context(spec: TargetSpec, stack: Stack, opts: BuildOptions, dest: Pa
         # a locked build: each layer's wheels are exactly its pins (installed --no-deps)
         from envbuilder.lock.requirements import layer_pins
 
+        import shlex
+
         pins = layer_pins(plan, files)
+        fetch = (f"envbuilder wheelhouse {shlex.quote(str(lock))} -o "
+                 f"{shlex.quote(str(opts.wheelhouse))} fetches them") if lock is not None else None
         split = wh.split(Path(opts.wheelhouse), pins, stack.python,
-                         required=[r for rs in pins.values() for r in rs], deps=False)
+                         required=[r for rs in pins.values() for r in rs], deps=False, fetch=fetch)
     elif opts.wheelhouse is not None:
         split = _split_wheelhouse(plan, stack, opts.wheelhouse)
-    write_tree(dest, files, extra=_extra_files(split, opts.ca_pem))
+    copied: list[Path] = []
+    write_tree(dest, files, extra=_extra_files(split, opts.ca_pem, copied))
+    if copied and on_note is not None:
+        size = sum(p.stat().st_size for p in copied)
+        on_note(f"copied {len(copied)} wheelhouse files ({size >> 20} MiB) into {dest}: "
+                f"{opts.wheelhouse} is on another file system than the build folder (on the same "
+                f"one they are hard-linked)")
     return dest, plan
 
 
@@ -251,14 +273,18 @@ def _split_wheelhouse(plan: BuildPlan, stack: Stack, wheelhouse: Path) -> dict[s
                     required=[r for la in plan.layers for r in la.requirements])
 
 
-def _extra_files(split: dict[str, list[Path]] | None, ca: bytes | None) -> Callable[[Path], None] | None:
-    """What a build folder gets beside its rendered files: each layer's wheels, the extra CA."""
+def _extra_files(split: dict[str, list[Path]] | None, ca: bytes | None,
+                 copied: list[Path] | None = None) -> Callable[[Path], None] | None:
+    """What a build folder gets beside its rendered files: each layer's wheels (hard links;
+    ``copied`` gets the files that had to be copied), the extra CA."""
     if split is None and ca is None:
         return None
 
     def extra(tmp: Path) -> None:
         if split is not None:
-            wh.copy_into(split, tmp)
+            done = wh.copy_into(split, tmp)
+            if copied is not None:
+                copied.extend(done)
         if ca is not None:
             (tmp / "ca-certificates" / "envbuilder-extra-ca.crt").write_bytes(ca)
 
@@ -293,8 +319,13 @@ class _Build:
     smoke: SmokeResult | None = None
 
     @property
+    def names(self) -> ImageNames:
+        """What the image is called, locally and pushed (core.naming)."""
+        return image_names(self.job.spec, self.job.stack)
+
+    @property
     def image(self) -> str:
-        return f"envbuilder:{self.job.stack.tag}"
+        return self.names.ref
 
     @property
     def smoke_passed(self) -> bool:
@@ -322,7 +353,17 @@ class Step:
 
 
 def _render(b: _Build) -> None:
-    _, b.plan = prepare_context(b.job.spec, b.job.stack, b.opts, b.ctx_dir, lock=b.lock)
+    notes: list[str] = []
+
+    def note(text: str) -> None:
+        notes.append(text)
+        b.emit("step", ("wheelhouse", text))
+
+    _, b.plan = prepare_context(b.job.spec, b.job.stack, b.opts, b.ctx_dir, lock=b.lock,
+                                on_note=note)
+    if b.opts.wheelhouse is not None:
+        b.report.wheelhouse = {"path": str(b.opts.wheelhouse), "copied": bool(notes),
+                               "note": notes[0] if notes else None}
     b.report.context = str(b.ctx_dir)
 
 
@@ -336,6 +377,8 @@ def _build_image(b: _Build) -> None:
     labels = image_labels.build_labels(
         base_digest=_base_digest(client, spec.base_image or stack.runtime_image),
         lock_digest=lock_digest(b.lock) if b.lock is not None else None)
+    if b.names.project is not None:  # the project it was built for: who may take its generic tag
+        labels[PROJECT_LABEL] = b.names.project
     res = engine.build(client, b.ctx_dir, tag=b.image, nocache=opts.nocache,
                        # index credentials travel as build arguments, in no file
                        buildargs={**_proxy_args(opts), **plan.index_build_args},
@@ -344,14 +387,32 @@ def _build_image(b: _Build) -> None:
                        on_line=lambda ln: b.emit("build-line", ln))
     report.image_id = res.image_id
     report.local_tags = [b.image]
-    if image_tag(spec, stack) != stack.tag:  # a project target's own tag (its job files')
-        report.local_tags.append(engine.tag(client, res.image_id, "envbuilder", image_tag(spec, stack)))
+    _generic_tag(b, client, res.image_id)
     for name, t in (validate.tag_ref(v, "--tag") for v in opts.tags):
-        report.local_tags.append(engine.tag(client, res.image_id, name or "envbuilder", t))
+        report.local_tags.append(engine.tag(client, res.image_id, name or b.names.repository, t))
     report.cached_steps, report.total_steps = res.cached_steps, res.steps
     report.stage_images = list(res.stage_images)
     report.labels = engine.image_labels(client, res.image_id)
     report.size_bytes = engine.image_size(client, res.image_id)
+
+
+def _generic_tag(b: _Build, client: DockerClient, image_id: str) -> None:
+    """Inside a project, the generic ``envbuilder:<stack tag>`` as a second local name, only
+    when no image holds it or one built for this same project (its io.envbuilder.project
+    label): never moved away from a CI's or another project's image (report.kept_tags)."""
+    generic = b.names.generic
+    if generic is None:
+        return
+    holder = engine.tag_holder(client, generic)
+    if holder is not None and holder[0] != image_id and holder[1].get(PROJECT_LABEL) != b.names.project:
+        owner = holder[1].get(PROJECT_LABEL)
+        b.report.kept_tags.append({"tag": generic, "image_id": holder[0],
+                                   "project": owner,
+                                   "why": f"held by an image built for {owner}" if owner
+                                   else "held by an image built outside a project"})
+        return
+    repo, _, t = generic.rpartition(":")
+    b.report.local_tags.append(engine.tag(client, image_id, repo, t))
 
 
 def _verify(b: _Build) -> None:
@@ -481,25 +542,36 @@ def _push(b: _Build) -> None:
     spec, stack, opts, report = b.job.spec, b.job.stack, b.opts, b.report
     assert opts.push is not None
     client, image_id = b.built()
-    # the tag part of every --tag goes to the --push repository too
-    tags = [stack.tag, *(validate.tag_ref(v, "--tag")[1] for v in opts.tags)]
-    if image_tag(spec, stack) != stack.tag:  # a project target's own tag first
-        tags.insert(0, image_tag(spec, stack))
+    repo = push_repository(spec, b.names, opts.push)
+    # the image's version tag (a project target's own: never the generic stack tag, which
+    # another target of the same stack would overwrite), then the tag part of every --tag
+    tags = [b.names.tag, *(validate.tag_ref(v, "--tag")[1] for v in opts.tags)]
     if opts.alias and b.smoke_passed:
         # the moving alias is the target's own name (cu121, cu121-ds, cpu): it follows
         # the matrix to new releases, and moves only after the smoke job passed
         tags.append(validate.tag(spec.name, "target (as alias tag)"))
     for t in dict.fromkeys(tags):
-        engine.tag(client, image_id, opts.push, t)
-        b.emit("step", ("push", f"{opts.push}:{t}"))
-        digest = engine.push(client, opts.push, t)
-        if not engine.verify_pushed(client, opts.push, digest):
-            raise OperationError(f"the registry did not confirm {opts.push}@{digest} after "
+        engine.tag(client, image_id, repo, t)
+        b.emit("step", ("push", f"{repo}:{t}"))
+        digest = engine.push(client, repo, t)
+        if not engine.verify_pushed(client, repo, digest):
+            raise OperationError(f"the registry did not confirm {repo}@{digest} after "
                                  f"the push; nothing was recorded as published", step="push")
-        report.pushed.append({"repository": opts.push, "tag": t, "digest": digest,
-                              "ref": f"{opts.push}@{digest}"})
+        report.pushed.append({"repository": repo, "tag": t, "digest": digest,
+                              "ref": f"{repo}@{digest}"})
     if opts.context is not None:  # the kept build folder's jobs/ pull the digest
         pin_job_files(spec, stack, opts, b.ctx_dir, report.pushed[0]["ref"], lock=b.lock)
+
+
+def push_repository(spec: TargetSpec, names: ImageNames, push: str) -> str:
+    """Where ``build --push REPO`` sends ``spec``'s image: REPO as given, or for ``--publish``
+    the image's own ``REGISTRY/REPOSITORY`` (exit 2 when it has no registry)."""
+    if push != PUSH_OWN:
+        return push
+    if names.registry is None:
+        raise InputError(f"{spec.name}: --publish pushes to REGISTRY/REPOSITORY, and no registry is set: "
+                         f"set registry in the project file, or give --registry HOST/NAMESPACE (or --push REPO)")
+    return names.repository
 
 
 def _sign(b: _Build) -> None:
@@ -523,7 +595,7 @@ def _sign(b: _Build) -> None:
             base_digest=report.labels.get(image_labels.BASE_DIGEST, ""),
             builder_image=plan.builder_image,
             builder_digest=_base_digest(client, plan.builder_image),
-            lock_digest=report.labels.get(image_labels.LOCK_DIGEST), push=str(opts.push),
+            lock_digest=report.labels.get(image_labels.LOCK_DIGEST), push=report.pushed[0]["repository"],
             seconds=sum(report.seconds.values()), image_id=image_id),
     }
     commands: list[str] = []
@@ -622,6 +694,8 @@ def _build(job: Prepared, opts: BuildOptions, *, lock: Path | None, client: Dock
         ctx_dir = tmp_root / "context"
     b = _Build(job, opts, opts.lock or lock, BuildReport(target=job.spec.name, tag=job.stack.tag),
                on_event or (lambda kind, data: None), client, ctx_dir)
+    if opts.push:  # bad input before any work: --publish needs a registry
+        push_repository(job.spec, b.names, opts.push)
     try:
         _run_steps(b)
     finally:
@@ -691,7 +765,7 @@ def _smoke_summary(result: SmokeResult) -> dict[str, Any]:
             "seconds": round(result.seconds, 3), "exit_code": result.exit_code}
 
 
-def explain_log(log: str, top: int = 3, details: dict | None = None) -> list[dict]:
+def explain_causes(log: str, top: int = 3, details: dict | None = None) -> list[Cause]:
     """The likely causes of a failed smoke job, from its log and the failed checks' details
     (what each rank recorded), through envbuilder explain."""
     try:
@@ -699,7 +773,12 @@ def explain_log(log: str, top: int = 3, details: dict | None = None) -> list[dic
         causes = explain_lines(lines, name="smoke-log")
     except Exception:  # noqa: BLE001 - the causes are a hint beside the failure: never a second failure
         return []
-    return [c.to_dict() for c in causes[:top]]
+    return list(causes[:top])
+
+
+def explain_log(log: str, top: int = 3, details: dict | None = None) -> list[dict]:
+    """``explain_causes`` as the build report writes them."""
+    return [c.to_dict() for c in explain_causes(log, top, details)]
 
 
 def folder_lock(spec: TargetSpec, opts: BuildOptions) -> Path | None:

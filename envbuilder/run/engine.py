@@ -314,6 +314,18 @@ def tag(client: DockerClient, image_id: str, repository: str, tag_: str) -> str:
     return f"{repository}:{tag_}"
 
 
+def tag_holder(client: DockerClient, ref: str) -> tuple[str, dict[str, str]] | None:
+    """(image ID, labels) of the image the engine has under ``ref``, None when none has it."""
+    docker = _docker()
+    try:
+        img = client.images.get(ref)
+    except docker.errors.ImageNotFound:
+        return None
+    except docker.errors.DockerException as e:
+        raise OperationError(f"cannot inspect image {ref}: {_short(e)}", step="tag") from None
+    return str(img.id), dict(img.labels or {})
+
+
 def registry_auth(repository: str) -> dict | None:
     """Credentials from the environment (ENVBUILDER_REGISTRY_USER/_PASSWORD); None lets the
     SDK use the docker config (~/.docker/config.json, credential helpers)."""

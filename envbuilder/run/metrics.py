@@ -181,6 +181,22 @@ def image_identity(client, image: str) -> tuple[str, str]:
     return (digests[0].rpartition("@")[2] if digests else img.id), labels.get("io.envbuilder.target", "")
 
 
+def sif_identity(sif: str | Path) -> tuple[str, str]:
+    """(digest, target) of a SIF file: the sha256 of the file (as ``build --runtime apptainer``
+    records it) and the ``io.envbuilder.target`` label its definition set (empty when apptainer
+    cannot be run here to read it)."""
+    from envbuilder.errors import EnvbuilderError
+    from envbuilder.run import apptainer
+
+    digest = apptainer.file_digest(Path(sif))
+    try:
+        target = apptainer.sif_labels(apptainer.apptainer_command(), Path(sif)).get(
+            "io.envbuilder.target", "")
+    except EnvbuilderError:
+        target = ""
+    return digest, target
+
+
 # ----------------------------------------------------------------------------- the registry
 
 def smoke_registry(result: SmokeResult, labels: MetricLabels, *,
@@ -361,7 +377,7 @@ def textfile_name(labels: MetricLabels) -> str:
 __all__ = ["METRICS", "MetricLabels", "MetricsTarget", "MetricsReport", "check_target",
            "parse_label_overrides", "labels_for", "layout_label", "image_identity", "smoke_registry",
            "exposition", "write_textfile", "push", "export", "result_from_records",
-           "textfile_name", "export_run"]
+           "textfile_name", "export_run", "sif_identity"]
 
 
 def export_run(result: SmokeResult, where: MetricsTarget, *, image: str | None = None,
@@ -380,6 +396,13 @@ def export_run(result: SmokeResult, where: MetricsTarget, *, image: str | None =
             digest, image_target = "", ""
         image_digest = image_digest or digest
         target = target or image_target
+    elif image and not ({"image_digest", "target"} <= set(overrides)):
+        from envbuilder.run.apptainer import is_sif
+
+        if is_sif(image):  # a SIF: its file's digest, and its target label when apptainer reads it
+            digest, image_target = sif_identity(image)
+            image_digest = image_digest or digest
+            target = target or image_target
     if not image:
         image = "host" if result.where == "host" else ""  # --records: say it with --label image=
     labels = labels_for(result, image=image, image_digest=image_digest,

@@ -135,17 +135,20 @@ def missing(dists: Iterable[Dist], requirements: Iterable[str]) -> list[str]:
 
 
 def split(folder: Path, layers: Mapping[str, list[str]], python: str,
-          required: Iterable[str] = (), deps: bool = True) -> dict[str, list[Path]]:
+          required: Iterable[str] = (), deps: bool = True,
+          fetch: str | None = None) -> dict[str, list[Path]]:
     """Files per layer: each layer gets its closure minus what earlier layers already have
     (with ``deps`` False, a locked build's: exactly the pins of the layer's files).
 
     ``required`` requirements must be in the folder (the layers' own packages, not their build
-    helpers): an InputError names the ones that are not."""
+    helpers): an InputError (exit 2, before any build) names the ones that are not and
+    ``fetch``, the command that fetches them (``envbuilder wheelhouse LOCK -o DIR``)."""
     dists = scan(folder)
     absent = missing(dists, required)
     if absent:
         raise InputError(f"--wheelhouse {folder} has no distribution for {', '.join(absent)}: "
-                         f"add it (pip download -d {folder} ...) or build with network access")
+                         f"{fetch or f'add it (pip download -d {folder} ...)'} or build with "
+                         f"network access", details=absent)
     taken: set[Path] = set()
     out: dict[str, list[Path]] = {}
     for name, roots in layers.items():
@@ -155,8 +158,11 @@ def split(folder: Path, layers: Mapping[str, list[str]], python: str,
     return out
 
 
-def copy_into(files: Mapping[str, list[Path]], context: Path) -> None:
-    """Place each layer's files in context/wheels/<layer>/ (hard links when possible)."""
+def copy_into(files: Mapping[str, list[Path]], context: Path) -> list[Path]:
+    """Place each layer's files in context/wheels/<layer>/ as hard links to the wheelhouse's
+    (the build folder takes no room of its own); a file is copied only where a link cannot
+    be made (another file system): the files copied are returned, for the build to say so."""
+    copied: list[Path] = []
     for layer, paths in files.items():
         d = context / "wheels" / layer
         d.mkdir(parents=True, exist_ok=True)
@@ -167,3 +173,5 @@ def copy_into(files: Mapping[str, list[Path]], context: Path) -> None:
                 os.link(p, target)
             except OSError:
                 shutil.copy2(p, target)
+                copied.append(p)
+    return copied

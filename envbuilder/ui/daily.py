@@ -40,7 +40,7 @@ def diff(a: str = typer.Argument(..., metavar="A", autocompletion=complete_targe
     if as_json:
         return echo_json(d.to_dict())
     if d.facts:
-        table(f"{a} -> {b}", ["", "A", "B"], [[f["title"], f["a"] or "-", f["b"] or "-"] for f in d.facts])
+        table(f"{a} -> {b}", ["", "A", "B"], [[f.title, f.a or "-", f.b or "-"] for f in d.facts])
     else:
         say(f"{a} -> {b}: the same stack")
     _lines(api.diff_lines(d))

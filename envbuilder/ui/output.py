@@ -205,6 +205,8 @@ def print_build(d: dict) -> None:
         out.write(f"  {step:7} {state}{f' ({secs:.1f} s)' if secs else ''}\n")
     if d.get("image_id"):
         out.write(f"  image   {d['image_id'][:19]} {' '.join(d['local_tags'])}\n")
+    for k in d.get("kept_tags") or ():  # a name another image holds: left to it (core.naming)
+        out.write(f"  kept    {k['tag']} on {k['image_id'][:19]} ({k['why']})\n")
     s = d.get("smoke")
     if s:
         bw = max((b.get("busbw_gbps", 0) for b in s.get("bandwidth") or []
@@ -274,6 +276,15 @@ def print_lock(d: dict, check_: bool, named: bool) -> None:
         if extra in d:
             v = d[extra]
             say(f"{extra}: {v if isinstance(v, str) else ', '.join(str(x) for k, x in v.items() if k.endswith(('path', 'file')))}")
+
+
+def print_wheelhouse(d: dict) -> None:
+    """envbuilder wheelhouse: what was downloaded, kept (or, with --check, is there)."""
+    where = f"{d['out']} (Python {d['python']}, {d['platform']})"
+    if d["checked"]:
+        say(f"ok: {where} holds every file of {d['lock']} ({len(d['files'])}, hashes checked offline)")
+    else:
+        say(f"{where}: {d['downloaded']} downloaded, {d['kept']} kept, every hash the lock's")
 
 
 def print_package_diff(d: Optional[dict], when: str) -> None:
