@@ -39,6 +39,12 @@ def test_init_then_render_in_an_empty_folder(tmp_path):
     assert p.returncode == 0, p.stderr
     proj = _project(tmp_path)
     assert proj["registry"] == "registry.example.com/ml" and proj["layouts"] == ["2x8"]
+    # --registry is a registry and namespace: the repository is the project folder's name,
+    # written to the file and said in the summary
+    from envbuilder.core.naming import project_repository
+
+    assert proj["repository"] == project_repository((tmp_path / "envbuilder.toml").absolute())
+    assert f"images registry.example.com/ml/{proj['repository']}" in p.stdout, p.stdout
     assert proj["requirements"] == "requirements.txt" and (tmp_path / "requirements.txt").is_file()
     (t,) = proj["targets"]
     assert t["driver"] == "535.104.05"

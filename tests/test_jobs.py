@@ -990,8 +990,13 @@ def test_build_push_rewrites_the_kept_job_files_by_digest(cpu_build, docker_clie
                         push=repo, context=ctx)
     spec = make_spec("team", project=load_project(tmp_path), base_image=base_image)
     r = build_target(spec, opts, client=docker_client)
-    own = f"{r.tag}-team"
-    assert [p["tag"] for p in r.pushed] == [own, r.tag] and f"envbuilder:{own}" in r.local_tags
+    from envbuilder.core.naming import project_repository
+
+    # the project's own tag only (<target>-<stack tag>; never the generic stack tag, which another
+    # target on the same stack would overwrite), locally under the project's repository
+    own = f"team-{r.tag}"
+    assert [p["tag"] for p in r.pushed] == [own], r.pushed
+    assert f"{project_repository((tmp_path / 'envbuilder.toml').absolute())}:{own}" in r.local_tags
     ref = r.pushed[0]["ref"]
     assert ref == f"{repo}@{r.pushed[0]['digest']}"
     (tj,) = docs((ctx / "jobs/trainjob-2x6.yaml").read_text())

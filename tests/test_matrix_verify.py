@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from packaging.version import Version
 
 from envbuilder.core.matrix import load_matrix
 from envbuilder.knowledge.indexcheck import MatrixReport, linux_x86_64_files, verify_components
@@ -286,3 +287,70 @@ def test_verify_states_what_it_could_not_reach_first():
     assert f"index {dead}/notes" in skipped and f"index {dead}/v2/repositories" in skipped
     tags = next(f for f in rep.of("skipped") if f.entry == f"index {dead}/v2/repositories")
     assert "base-image tag(s) not checked" in tags.detail
+
+
+def _wheel(folder: Path, name: str, version: str, requires: tuple[str, ...] = ()) -> Path:
+    """A real (tiny) wheel: METADATA with its Requires-Dist, WHEEL, RECORD (PEP 427)."""
+    import zipfile
+
+    dist = f"{name.replace('-', '_')}-{version}"
+    path = folder / f"{dist}-py3-none-any.whl"
+    meta = "".join([f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
+                    *(f"Requires-Dist: {r}\n" for r in requires)])
+    with zipfile.ZipFile(path, "w") as z:
+        z.writestr(f"{dist}.dist-info/METADATA", meta)
+        z.writestr(f"{dist}.dist-info/WHEEL",
+                   "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
+        z.writestr(f"{dist}.dist-info/RECORD", "")
+    return path
+
+
+def _index(root: Path, wheels: list[Path]) -> None:
+    """A PEP 503 simple index of ``wheels`` under ``root``."""
+    import hashlib
+
+    from packaging.utils import parse_wheel_filename
+
+    for w in wheels:
+        page = root / str(parse_wheel_filename(w.name)[0])
+        page.mkdir(parents=True, exist_ok=True)
+        digest = hashlib.sha256(w.read_bytes()).hexdigest()
+        (page / w.name).write_bytes(w.read_bytes())
+        with (page / "index.html").open("a") as f:
+            f.write(f'<a href="{w.name}#sha256={digest}">{w.name}</a><br/>\n')
+
+
+def test_a_variants_metadata_is_read_first_index_never_best_match(tmp_path: Path):
+    """torch of a variant is resolved on PyTorch's index of that variant with PyPI after it, by
+    uv's first-index strategy: a dependency PyTorch's index has is never taken from PyPI because
+    PyPI offers a higher version (dependency confusion: unsafe-best-match would take 99.0)."""
+    from functools import partial
+    from http.server import SimpleHTTPRequestHandler
+
+    from envbuilder.knowledge.indexcheck import find_uv, resolve_pins
+
+    made = tmp_path / "made"
+    made.mkdir()
+    _index(tmp_path / "whl" / "cu124", [
+        _wheel(made, "torch", "2.6.0+cu124", ("nvidia-nccl-cu12==2.21.5", "filelock")),
+        _wheel(made, "nvidia-nccl-cu12", "2.21.5"), _wheel(made, "filelock", "3.0.0")])
+    (made / "pypi").mkdir()
+    _index(tmp_path / "pypi", [_wheel(made / "pypi", "filelock", "99.0"),
+                               _wheel(made / "pypi", "nvidia-nccl-cu12", "2.99.9")])
+
+    class Quiet(SimpleHTTPRequestHandler):
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), partial(Quiet, directory=str(tmp_path)))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    site = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        pins = resolve_pins(find_uv(), "torch==2.6.0+cu124", "3.11", f"{site}/whl/cu124/",
+                            (f"{site}/pypi/",))
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert pins.packages["filelock"] == Version("3.0.0")
+    assert pins.nccl == ("nvidia-nccl-cu12", Version("2.21.5"))
+    assert pins.packages["torch"] == Version("2.6.0+cu124")

@@ -219,7 +219,7 @@ def init_project(folder: str | Path = ".", *, driver: str | None = None,
     # both or neither, never through a link, never over a file (a link counts as one)
     written = [str(x) for x in create_files(folder, files, step="init", root=folder)]
     return InitResult(project=str(dest), written=written, source=source, name=name,
-                      choice=choice)
+                      choice=choice, repository=repository)
 
 
 def complete(kind: str, incomplete: str) -> list[str]:

@@ -348,7 +348,9 @@ class InitResult:
     source: str
     name: str
     choice: Choice
+    # the images' repository under the registry (the project folder's name); None without one
+    repository: str | None = None
 
     def to_dict(self) -> JSON:
         return {"project": self.project, "written": self.written, "source": self.source,
-                "name": self.name, **self.choice.to_dict()}
+                "name": self.name, **self.choice.to_dict(), "repository": self.repository}

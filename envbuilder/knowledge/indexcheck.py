@@ -307,13 +307,19 @@ def find_uv(uv: str | None = None) -> str:
 
 def resolve_pins(uv: str, requirement: str, python: str, index: str,
                  extra: Sequence[str] = ()) -> MetadataPins:
-    """``uv pip compile`` of one requirement for Linux x86_64: the pinned versions."""
+    """``uv pip compile`` of one requirement for Linux x86_64: the pinned versions.
+
+    ``index`` is asked first, then each of ``extra`` in order, with uv's ``first-index``
+    strategy: a package ``index`` has (torch and its ``nvidia-*`` wheels on PyTorch's index of
+    a variant) is taken from it alone, never from a later index that offers a higher version
+    (``unsafe-best-match``, open to dependency confusion, is never used here). uv asks its
+    ``--extra-index-url``s before its ``--index-url``, so the last index becomes the latter."""
+    order = [index, *extra]
     cmd = [uv, "pip", "compile", "-", "--no-config", "--no-header", "--no-annotate",
-           "--python-version", python, "--python-platform", PLATFORM, "--index-url", index]
-    for u in extra:
+           "--python-version", python, "--python-platform", PLATFORM,
+           "--index-url", order[-1], "--index-strategy", "first-index"]
+    for u in order[:-1]:
         cmd += ["--extra-index-url", u]
-    if extra:
-        cmd += ["--index-strategy", "unsafe-best-match"]
     env = dict(os.environ, UV_PYTHON_DOWNLOADS="never", NO_COLOR="1")
     from envbuilder import _child
 

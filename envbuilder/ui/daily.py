@@ -63,7 +63,7 @@ def inspect_image(image: str = typer.Argument(..., help="An image built by envbu
 def init(driver: Optional[str] = typer.Option(None, "--driver", metavar="VERSION", help="The cluster's NVIDIA driver, e.g. 535.104.05 (default: this host's, as doctor reads it)."),
          gpus_per_node: Optional[int] = typer.Option(None, "--gpus-per-node", metavar="N", help="GPUs per node (default: this host's GPU count)."),
          nodes: int = typer.Option(1, "--nodes", metavar="N", help="Nodes a training job spans (the job files' layout is NODESxGPUS_PER_NODE)."),
-         registry: Optional[str] = typer.Option(None, "--registry", metavar="REPO", help="The repository images are pushed to, e.g. registry.example.com/ml."),
+         registry: Optional[str] = typer.Option(None, "--registry", metavar="HOST/NS", help="The registry and namespace images are pushed to, e.g. registry.example.com/ml: images are HOST/NS/REPOSITORY:<target>-<tag>, the repository being the project folder's name (the file's repository key)."),
          with_: Optional[List[str]] = typer.Option(None, "--with", metavar="NAME,...", help=f"Components every image carries: {', '.join(COMPONENTS)}."),
          name: str = typer.Option("train", "--name", metavar="NAME", help="The project target's name (its build folder build/NAME)."),
          torch: Optional[str] = TorchOpt,
@@ -80,7 +80,7 @@ def init(driver: Optional[str] = typer.Option(None, "--driver", metavar="VERSION
             f"{d['name']}: {d['target']}: {d['why']}",
             f"  torch {s['torch']} ({s['torch_variant']}), Python {s['python']}, {s['os']}, NCCL {s['nccl']}"
             + "".join(f", {COMPONENT_TITLES[c]} {s[c]}" for c in COMPONENTS if s[c]),
-            f"  layout {d['layout']}" + (f", registry {d['registry']}" if d["registry"] else ""),
+            f"  layout {d['layout']}" + (f", images {d['registry']}/{d['repository']}" if d["registry"] else ""),
             "next: envbuilder render; envbuilder lock; envbuilder build"])
 
 
