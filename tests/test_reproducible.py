@@ -355,6 +355,13 @@ def test_a_project_targets_record_makes_the_same_spec_names_and_dockerfile_again
     tag = spec.resolve(matrix).tag
     recorded = json.loads(json.dumps(spec_record(spec, naming.image_names(spec, tag))))
     assert recorded["name"] == "train" and recorded["options"]["index_strategy"] == "unsafe-first-match"
+    # the record is what the signed provenance carries: its schema (no other key) accepts it
+    jsonschema = pytest.importorskip("jsonschema")
+    from envbuilder.run.sign import BY_NAME, schema as predicate_schema
+
+    rebuild_schema = (predicate_schema(BY_NAME["provenance"])["properties"]["buildDefinition"]
+                      ["properties"]["externalParameters"]["properties"]["rebuild"])
+    jsonschema.validate({**recorded, "source_date_epoch": 0}, rebuild_schema)
     again = spec_of(recorded)
     assert (again.name, again.from_project, again.torch_index_url, again.index_strategy) == (
         "train", True, spec.torch_index_url, "unsafe-first-match")
