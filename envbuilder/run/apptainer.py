@@ -591,14 +591,16 @@ def is_sif(path: str | None) -> bool:
 
 
 def pushed_config(client: DockerClient, image_id: str, ref: str) -> str:
-    """The config digest the registry serves for ``ref``, checked to be the local image's
-    (the image id is its config's digest): the docker save of ``image_id`` holds exactly the
-    pushed image's layers. OperationError otherwise."""
+    """The config digest the registry serves for ``ref``, checked to be the local image's:
+    the docker save of ``image_id`` holds exactly the pushed image's layers. An engine with the
+    legacy image store names an image by its config's digest; one with the containerd image
+    store (the BuildKit path, docs/reproducible.md) by its manifest's, which is then the digest
+    ``ref`` was pushed as. OperationError otherwise."""
     from envbuilder.run.registry import image_config
 
     got = image_config(ref)
     config = str(got["config_digest"])
-    if config != image_id:
+    if image_id not in (config, ref.rpartition("@")[2]):
         raise OperationError(f"{ref}: the registry serves config {config}, the engine's image "
                              f"is {image_id}: the SIF would not be the pushed image", step="sif")
     return config
