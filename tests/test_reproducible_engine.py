@@ -104,7 +104,8 @@ def test_lock_system_pins_images_and_apt_and_check_names_a_moved_base(docker_cli
     moving = f"envbuilder-test/moving:{os.getpid()}"  # a tag of this test's own, moved below
     docker_client.images.get(base_image).tag(moving)
     index = _simple_index(tmp_path / "simple", sorted(wheelhouse.glob("torch-2.13.0+cpu-*.whl")))
-    opts = ["--base-image", moving, "--pip-index-url", index, "--extra-index-url", "https://pypi.org/simple"]
+    # the site's PyTorch index replaces download.pytorch.org (--torch-index-url); PyPI the rest
+    opts = ["--base-image", moving, "--torch-index-url", index]
     out = tmp_path / "locked"
     try:
         p = _cli("lock", CPU_TARGET, "-o", str(out), *opts, "--system", "--json")
