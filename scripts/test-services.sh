@@ -121,7 +121,16 @@ else
     kill "$(cat "$STATE/docker.pid")" || true; sleep 2
   fi
   rm -f "$SOCK" "$STATE/docker.pid"
-  mkdir -p "$STATE/engine" "$STATE/exec"
+  mkdir -p "$STATE/data" "$STATE/exec"
+  # the data root ($STATE/data: the suite's engine's, kept between runs) may hold an older
+  # suite's legacy store (Debian 12's dockerd 20.10: overlay2/, image/): this engine cannot use
+  # it, and both do not fit on the disk, so it goes (the suite's own state; its images are
+  # built again)
+  if [ ! -e "$STATE/data/.containerd-store" ] && [ -n "$(ls -A "$STATE/data" 2>/dev/null)" ]; then
+    log "removing the legacy engine's store from $STATE/data (this engine uses the containerd image store)"
+    find "$STATE/data" -mindepth 1 -maxdepth 1 -exec rm -rf {} +
+  fi
+  touch "$STATE/data/.containerd-store"
   # a bridge of its own: never "none" (dockerd then deletes the host's docker0) and never
   # another engine's docker0
   if ! ip link show "$BRIDGE" >/dev/null 2>&1; then
@@ -145,9 +154,9 @@ else
 {"features": {"containerd-snapshotter": true},
  "bridge": "$BRIDGE", "iptables": $iptables_json, "ip6tables": false,
  "default-address-pools": [{"base": "$ADDRESS_POOL", "size": 24}],
- "builder": {"gc": {"enabled": true, "defaultKeepStorage": "${ENVBUILDER_TEST_BUILD_CACHE_GB:-25}GB"}}}
+ "builder": {"gc": {"enabled": true, "defaultKeepStorage": "${ENVBUILDER_TEST_BUILD_CACHE_GB:-15}GB"}}}
 JSON
-  setsid dockerd --config-file "$STATE/daemon.json" --data-root "$STATE/engine" \
+  setsid dockerd --config-file "$STATE/daemon.json" --data-root "$STATE/data" \
     --exec-root "$STATE/exec" -H "unix://$SOCK" --pidfile "$STATE/docker.pid" \
     >"$STATE/dockerd.log" 2>&1 < /dev/null &
   for _ in $(seq 1 60); do
@@ -178,7 +187,7 @@ images_gb=$(docker system df --format '{{.Type}} {{.Size}}' 2>/dev/null | awk '
   $1 == "Images" { v = $2; u = v; sub(/[0-9.]+/, "", u); sub(/[a-zA-Z]+$/, "", v)
                    f = (u == "TB") ? 1024 : (u == "GB") ? 1 : (u == "MB") ? 1 / 1024 : 0
                    printf "%d", v * f }')
-free_gb=$(df -P -k "$STATE/engine" 2>/dev/null | awk 'NR == 2 {printf "%d", $4 / 1048576}')
+free_gb=$(df -P -k "$STATE/data" 2>/dev/null | awk 'NR == 2 {printf "%d", $4 / 1048576}')
 if [ "${images_gb:-0}" -gt "$budget_gb" ] || [ "${free_gb:-999}" -lt "$min_free_gb" ]; then
   log "images ${images_gb:-?} GB (budget ${budget_gb}, ENVBUILDER_TEST_IMAGE_BUDGET_GB), ${free_gb:-?} GB free (at least ${min_free_gb}, ENVBUILDER_TEST_MIN_FREE_GB): pruning the untagged images and BuildKit's cache"
   docker image prune -f >/dev/null 2>&1 || true
