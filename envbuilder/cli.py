@@ -301,6 +301,7 @@ def build(target: Optional[str] = TargetArg, all_: bool = AllOpt, only: Optional
           key: Optional[str] = typer.Option(None, "--key", help="--sign's key: a cosign key file or KMS URI (default ENVBUILDER_COSIGN_KEY; its password from COSIGN_PASSWORD)."),
           keyless: bool = typer.Option(False, "--keyless", help="--sign without a key: Sigstore's public Fulcio and Rekor (needs their network)."),
           builder: str = typer.Option("auto", "--builder", help="auto (BuildKit when the engine builds reproducibly: SOURCE_DATE_EPOCH, timestamps rewritten; else the legacy builder, the report says why), buildkit, or legacy."),
+          reproducible: bool = typer.Option(True, "--reproducible/--no-reproducible", help="BuildKit rewrites every layer's file times so the same inputs build the same digest; --no-reproducible skips that for a faster local image with less disk (the report then says reproducible: false)."),
           over: Any = None, matrix: Optional[str] = MatrixOpt, as_json: bool = JsonOpt) -> None:
     from envbuilder import api
 
@@ -312,7 +313,7 @@ def build(target: Optional[str] = TargetArg, all_: bool = AllOpt, only: Optional
         push=push, publish=publish, smoke=not no_smoke, backend=backend, smoke_timeout=smoke_timeout,
         shm_size=shm_size, context=context, alias=not no_alias, lock=lock_file, lock_legacy=lock_legacy,
         fmt=fmt, sif=sif, apptainer=apptainer, metrics_file=metrics_file, pushgateway=pushgateway, several=target is None,
-        sign=sign, key=key, keyless=keyless, builder=builder)
+        sign=sign, key=key, keyless=keyless, builder=builder, reproducible=reproducible)
     specs = _specs(target, over, all_=all_, only=only, command="build", matrix=matrix)
     todo = api.preflight(specs, matrix_dir=matrix) if target is not None else specs
     with Progress(not as_json) as prog:

@@ -154,7 +154,7 @@ else
 {"features": {"containerd-snapshotter": true},
  "bridge": "$BRIDGE", "iptables": $iptables_json, "ip6tables": false,
  "default-address-pools": [{"base": "$ADDRESS_POOL", "size": 24}],
- "builder": {"gc": {"enabled": true, "defaultKeepStorage": "${ENVBUILDER_TEST_BUILD_CACHE_GB:-15}GB"}}}
+ "builder": {"gc": {"enabled": true, "defaultKeepStorage": "${ENVBUILDER_TEST_BUILD_CACHE_GB:-5}GB"}}}
 JSON
   setsid dockerd --config-file "$STATE/daemon.json" --data-root "$STATE/data" \
     --exec-root "$STATE/exec" -H "unix://$SOCK" --pidfile "$STATE/docker.pid" \

@@ -56,6 +56,19 @@ def test_credentials_travel_by_name_never_on_the_command_line(tmp_path):
     assert env["DOCKER_HOST"] == "unix:///x.sock" and env["PIP_INDEX_URL"].endswith("idx/simple")
 
 
+def test_no_reproducible_builds_straight_into_the_engine_and_says_so(tmp_path):
+    out = buildkit.output_option(image="envbuilder:x", rewrite=False)
+    assert out.startswith("type=image,name=envbuilder:x,") and "rewrite-timestamp" not in out
+    with pytest.raises(ValueError):  # not into a tar: the comparison a rebuild makes needs rewriting
+        buildkit.output_option(oci=tmp_path / "x.tar", rewrite=False)
+    assert BuildOptions(reproducible=False).reproducible is False
+    from envbuilder.cli import app
+    from typer.testing import CliRunner
+
+    helptext = CliRunner().invoke(app, ["build", "--help"], env={"COLUMNS": "300"}).output
+    assert "--no-reproducible" in helptext
+
+
 def _feed(name: str, **kw) -> buildkit.ProgressLog:
     log = buildkit.ProgressLog(**kw)
     for line in (DATA / name).read_text().splitlines():

@@ -264,9 +264,16 @@ class BuildKitResult:
     log_tail: list[str] = field(default_factory=list)
 
 
-def output_option(*, image: str | None = None, oci: Path | None = None) -> str:
+def output_option(*, image: str | None = None, oci: Path | None = None,
+                  rewrite: bool = True) -> str:
     """The ``--output`` of a reproducible build: an OCI layout, to the tar ``oci`` or to stdout
-    (``docker load`` names it ``image``); timestamps rewritten, OCI media types, gzip."""
+    (``docker load`` names it ``image``); timestamps rewritten, OCI media types, gzip. Without
+    ``rewrite`` (``build --no-reproducible``): the image straight into the engine's store, its
+    layers the build cache's own (no second copy, no second gzip, no load), file times as built."""
+    if not rewrite:
+        if image is None or oci is not None:
+            raise ValueError("a build without rewritten timestamps goes into the engine, by name")
+        return f"type=image,name={image},oci-mediatypes=true,compression=gzip"
     common = "oci-mediatypes=true,compression=gzip,rewrite-timestamp=true"
     if oci is not None:
         return f"type=oci,dest={oci},{common}"
@@ -373,7 +380,7 @@ class ProgressLog:
 def build(client: DockerClient, context: Path, *, image: str | None = None,
           oci: Path | None = None, build_args: Mapping[str, str] | None = None,
           labels: Mapping[str, str] | None = None, source_date_epoch: int,
-          nocache: bool = False, network: str | None = None,
+          nocache: bool = False, network: str | None = None, rewrite: bool = True,
           on_step: Callable[[int, int, str], None] | None = None,
           on_line: Callable[[str], None] | None = None,
           timeout: float = BUILD_TIMEOUT_S) -> BuildKitResult:
@@ -387,10 +394,10 @@ def build(client: DockerClient, context: Path, *, image: str | None = None,
     log = ProgressLog(on_step, on_line)
     with tempfile.TemporaryDirectory(prefix="envbuilder-buildx-") as tmp:
         meta = Path(tmp) / "metadata.json"
-        argv = build_argv(sup.docker, Path(context), output=output_option(image=image, oci=oci),
+        argv = build_argv(sup.docker, Path(context), output=output_option(image=image, oci=oci, rewrite=rewrite),
                           metadata=meta, build_args=args, labels=dict(labels or {}),
                           nocache=nocache, network=network)
-        load = None if oci is not None else [sup.docker, "load", "--quiet"]
+        load = None if oci is not None or not rewrite else [sup.docker, "load", "--quiet"]
         code = _stream(argv, cli_env(client, args), log, timeout, load=load)
         if code != 0:
             if code == 124:
