@@ -28,6 +28,9 @@ class FakeEngine:
         self.calls: list[tuple] = []
         e = b.engine
         monkeypatch.setattr(e, "connect", lambda: "client")
+        # the legacy builder's edge is the fake one; never the memoized answer of a real engine
+        # an earlier test in this process probed (run.buildkit.support is keyed by DOCKER_HOST)
+        monkeypatch.setattr(b, "choose_builder", lambda c, wanted: (False, "the test's fake engine"))
         monkeypatch.setattr(e, "image_available", lambda c, image: True)
         monkeypatch.setattr(e, "image_digest_ref", lambda c, ref: ref + "@sha256:" + "0" * 64)
         monkeypatch.setattr(e, "build", self.build)
