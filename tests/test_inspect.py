@@ -96,6 +96,9 @@ def _push(docker_client, tag: str, repo: str, auth=None) -> str:
     for chunk in docker_client.api.push(repo, tag="v1", stream=True, decode=True, auth_config=auth):
         assert "error" not in chunk, chunk
         digest = (chunk.get("aux") or {}).get("Digest") or digest
+        # the containerd image store's engine names it in a status line only (as run.engine reads it)
+        m = re.fullmatch(r"\S+: digest: (sha256:[0-9a-f]{64}) size: \d+", str(chunk.get("status") or "").strip())
+        digest = digest or (m and m.group(1))
     assert digest
     return digest
 
