@@ -35,6 +35,29 @@ def drop_stages(client, images) -> None:
 CUDA_BUILD_NEEDS_GB = 35
 
 
+def free_gb(client) -> float | None:
+    """The engine's data root's free space (None for a remote engine: not a path here)."""
+    try:
+        st = os.statvfs(client.info()["DockerRootDir"])
+    except (OSError, KeyError, TypeError):
+        return None
+    return st.f_bavail * st.f_frsize / (1 << 30)
+
+
+def drop_images_of(client, repository: str, *, keep: str) -> list[str]:
+    """Remove every image tagged in ``repository`` but ``keep``'s, with all their names (the
+    CUDA test images of the cases already done: a case's tests run together, in file order).
+    The tags removed."""
+    gone = []
+    for img in client.images.list(name=repository):
+        if any(t.startswith(keep) for t in img.tags):
+            continue
+        with contextlib.suppress(Exception):  # in use by a container: it stays
+            client.images.remove(img.id, force=True)
+            gone += img.tags
+    return gone
+
+
 def make_room(client, need_gb: int = CUDA_BUILD_NEEDS_GB) -> bool:
     """Before a build of many GB: when the engine's data root has less than ``need_gb`` free,
     the untagged images (the legacy builder's stages) and BuildKit's build cache (the stages
