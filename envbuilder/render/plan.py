@@ -162,13 +162,18 @@ class BuildPlan:
 
 
 def stack_epoch(stack: Stack) -> int:
-    """The newest release date among the stack's torch, NCCL, CUDA toolkit and components (the
-    matrix's ``released:``), as SOURCE_DATE_EPOCH: an unlocked build's date (a lock keeps its
-    own, lock.system); 0 when the matrix dates none of them."""
+    """The newest release date among the stack's torch, NCCL and CUDA toolkit (the matrix's
+    ``released:``), as SOURCE_DATE_EPOCH: an unlocked build's date (a lock keeps its own,
+    lock.system); 0 when the matrix dates none of them. Not the components layered on top
+    (DeepSpeed, Horovod): every layer is dated by it, so a component's bump would change the
+    bits of, and rebuild, the torch layer below it."""
     from datetime import datetime
 
+    layered = set(stack.matrix.component_names)
     epochs = []
-    for rel in stack.assignment.values():
+    for key, rel in stack.assignment.items():
+        if key in layered:
+            continue
         d = getattr(rel, "released", None)
         if isinstance(d, str) and d:
             try:
