@@ -64,11 +64,8 @@ def make_room(client, need_gb: int = CUDA_BUILD_NEEDS_GB) -> bool:
     of BuildKit's builds: the next run's cache) go first, since a cache is worth less than a
     build that runs out of disk. True when it pruned. A remote engine's disk is not read (its
     data root is not a path here)."""
-    try:
-        st = os.statvfs(client.info()["DockerRootDir"])
-    except (OSError, KeyError, TypeError):
-        return False
-    if st.f_bavail * st.f_frsize >= need_gb << 30:
+    free = free_gb(client)
+    if free is None or free >= need_gb:
         return False
     client.images.prune(filters={"dangling": True})
     with contextlib.suppress(Exception):  # an engine without BuildKit has no build cache
